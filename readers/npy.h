@@ -1,0 +1,32 @@
+// NumPy .npy files (format versions 1.0-3.0), read and written by hand: Debian 12 packages no
+// C++ library for them, and the format is a short text header plus raw little-endian data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace conveyor {
+
+struct NpyArray {
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // C order, converted to float32
+  std::string source_dtype;   // the dtype in the file, e.g. "<f8"
+};
+
+// Reads a numeric .npy (bool, int8..int64, uint8..uint64, float16/32/64; little-endian, C or
+// Fortran order) as float32. Errors name the file and what is malformed.
+absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
+// The same from bytes; `name` is used in errors.
+absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& name);
+
+// Writes float32 values in C order with `shape` (format 1.0, dtype '<f4').
+absl::Status WriteNpy(const std::string& path, const std::vector<int64_t>& shape,
+                      const float* values);
+// float64 variant, used for timestamps.
+absl::Status WriteNpyF64(const std::string& path, const std::vector<int64_t>& shape,
+                         const double* values);
+
+}  // namespace conveyor

@@ -1,0 +1,33 @@
+#include "readers/storage.h"
+
+#include "base/strings.h"
+#include "base/status_macros.h"
+
+namespace conveyor {
+
+absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(std::string_view uri, const HttpOptions& http) {
+  if (uri.empty()) return absl::InvalidArgumentError("empty dataset path or URL");
+  if (uri.starts_with("http://") || uri.starts_with("https://")) {
+    return NewHttpStorage(std::string(uri), http);
+  }
+  if (uri.starts_with("s3://")) {
+    return absl::UnimplementedError(StrCat(
+        uri, ": the S3 backend is not built yet; serve the bucket over HTTP(S) (e.g. a presigned "
+             "or public endpoint) and open the dataset by its http(s):// URL"));
+  }
+  if (uri.starts_with("file://")) uri.remove_prefix(7);
+  if (uri.find("://") != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        StrCat(uri, ": unknown URL scheme (expected a path, file://, http://, https://)"));
+  }
+  return NewLocalStorage(std::string(uri));
+}
+
+absl::StatusOr<std::string> ReadWholeFile(Storage& storage, std::string_view relpath) {
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, storage.Open(relpath));
+  std::string out(file->size(), '\0');
+  RETURN_IF_ERROR(file->Read(0, out.size(), out.data()));
+  return out;
+}
+
+}  // namespace conveyor

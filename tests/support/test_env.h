@@ -1,0 +1,37 @@
+// Small helpers shared by tests: scratch directories, running commands, writing files.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace conveyor::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Join(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;  // -1 when the command could not be run or was killed by a signal
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `command` through /bin/sh with a time limit (seconds), capturing stdout+stderr.
+CommandResult RunCommand(const std::string& command, int timeout_s = 300);
+
+void WriteFile(const std::string& path, const std::string& bytes);
+std::string ReadFile(const std::string& path);
+
+// Quotes `s` for /bin/sh.
+std::string ShellQuote(const std::string& s);
+
+}  // namespace conveyor::testing

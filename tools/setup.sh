@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Conveyor needs. Idempotent, and quiet when nothing is missing.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  cmake ninja-build ccache pkg-config g++ clang libclang-rt-14-dev
+  # media and compression
+  ffmpeg libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
+  libturbojpeg0-dev libjpeg-turbo-progs libzstd-dev zstd libxxhash-dev
+  # storage and wire
+  libcurl4-openssl-dev curl nginx-light
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # well-kept libraries instead of our own code
+  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libabsl-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}" >&2
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done" >&2
