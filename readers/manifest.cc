@@ -126,7 +126,8 @@ absl::StatusOr<Manifest> ManifestFromJson(std::string_view text, std::string_vie
       }
       m.streams.push_back(std::move(info));
     }
-    for (const auto& [name, s] : j.value("stats", json::object()).items()) {
+    const json stats = j.value("stats", json::object());
+    for (const auto& [name, s] : stats.items()) {
       StreamStats st;
       st.mean = s.at("mean").get<std::vector<double>>();
       st.std = s.at("std").get<std::vector<double>>();

@@ -1,0 +1,61 @@
+// The `conveyor` subcommands as library functions, so tests and other tools can call them.
+// Each returns a Status whose message is what the user sees after "error: ".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace conveyor::tools {
+
+struct SynthOptions {
+  std::string out;
+  int episodes = 8;
+  int cameras = 3;
+  int width = 224;
+  int height = 224;
+  double fps = 30;
+  int gop = 30;
+  std::string video_codec = "h264";  // h264, hevc, av1, vp9
+  std::string audio_codec = "aac";   // aac, opus, flac, none
+  int audio_rate = 16000;
+  int state_dim = 14;
+  int action_dim = 14;
+  double lowdim_rate = 50;
+  double min_seconds = 10;
+  double max_seconds = 30;
+  int episodes_per_shard = 64;
+  uint64_t seed = 0;
+  int threads = 0;  // 0: one per core
+  bool progress = true;
+};
+absl::Status RunSynth(const SynthOptions& options);
+
+struct ImportOptions {
+  std::string from;  // one sub-folder per episode
+  std::string out;
+  int episodes_per_shard = 64;
+  std::string name;  // default: the basename of `from`
+  bool progress = true;
+};
+absl::Status RunImport(const ImportOptions& options);
+
+struct ExtractOptions {
+  std::string dataset;  // path or URL
+  int64_t episode = -1;
+  std::string stream;
+  std::string out;  // .mp4/.mkv/.webm (video), .wav/.flac/.m4a/.ogg/.mka/.opus (audio), .npy,
+                    // .txt (text), or a directory for image streams
+};
+absl::Status RunExtract(const ExtractOptions& options);
+
+struct InspectOptions {
+  std::string dataset;
+  bool json = false;
+  bool verify = false;  // read every shard and check every checksum
+};
+absl::Status RunInspect(const InspectOptions& options);
+
+}  // namespace conveyor::tools

@@ -1,0 +1,122 @@
+// The `conveyor` command line: one binary, one subcommand per job, `--help` on each.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "absl/status/status.h"
+#include "base/strings.h"
+#include "tools/commands.h"
+
+namespace {
+
+using conveyor::StrCat;
+
+// Parses "WxH".
+bool ParseSize(const std::string& text, int* w, int* h) {
+  char x = 0;
+  char extra = 0;
+  return std::sscanf(text.c_str(), "%d%c%d%c", w, &x, h, &extra) == 3 && (x == 'x' || x == 'X');
+}
+
+// Parses "S" or "MIN:MAX" seconds.
+bool ParseRange(const std::string& text, double* lo, double* hi) {
+  char extra = 0;
+  if (std::sscanf(text.c_str(), "%lf:%lf%c", lo, hi, &extra) == 2) return true;
+  if (std::sscanf(text.c_str(), "%lf%c", lo, &extra) == 1) {
+    *hi = *lo;
+    return true;
+  }
+  return false;
+}
+
+int Report(const std::string& command, const absl::Status& status) {
+  if (status.ok()) return 0;
+  std::fprintf(stderr, "conveyor %s: error: %s\n", command.c_str(),
+               std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Conveyor: multimodal training data for robot-learning and video models.\n"
+               "Datasets are a manifest plus shards; see docs/format.md."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("conveyor ") + CONVEYOR_VERSION);
+
+  // synth
+  conveyor::tools::SynthOptions synth;
+  std::string size = "224x224", seconds = "10:30";
+  bool synth_quiet = false;
+  CLI::App* s = app.add_subcommand("synth", "Generate realistic synthetic robot episodes");
+  s->add_option("--out", synth.out, "Output dataset directory (must not exist or be empty)")->required();
+  s->add_option("--episodes", synth.episodes, "Number of episodes")->capture_default_str();
+  s->add_option("--cameras", synth.cameras, "Cameras per episode")->capture_default_str();
+  s->add_option("--size", size, "Frame size WxH")->capture_default_str();
+  s->add_option("--fps", synth.fps, "Camera frame rate")->capture_default_str();
+  s->add_option("--gop", synth.gop, "Keyframe interval in frames")->capture_default_str();
+  s->add_option("--video-codec", synth.video_codec, "h264, hevc, av1 or vp9")->capture_default_str();
+  s->add_option("--audio-codec", synth.audio_codec, "aac, opus, flac or none")->capture_default_str();
+  s->add_option("--audio-rate", synth.audio_rate, "Audio sample rate (Hz)")->capture_default_str();
+  s->add_option("--state-dim", synth.state_dim, "Proprioceptive state dimensions")->capture_default_str();
+  s->add_option("--action-dim", synth.action_dim, "Action dimensions")->capture_default_str();
+  s->add_option("--lowdim-rate", synth.lowdim_rate, "State/action rate (Hz)")->capture_default_str();
+  s->add_option("--episode-seconds", seconds, "Episode length: S or MIN:MAX seconds")->capture_default_str();
+  s->add_option("--episodes-per-shard", synth.episodes_per_shard, "Episodes per shard file")->capture_default_str();
+  s->add_option("--seed", synth.seed, "Random seed (same seed, same dataset, bit for bit)")->capture_default_str();
+  s->add_option("--threads", synth.threads, "Encoding threads (0: one per core)")->capture_default_str();
+  s->add_flag("--quiet", synth_quiet, "No progress output");
+
+  // import
+  conveyor::tools::ImportOptions import;
+  bool import_quiet = false;
+  CLI::App* im = app.add_subcommand("import", "Build a dataset from existing files (one folder per episode; see docs/import.md)");
+  im->add_option("--from", import.from, "Folder holding one sub-folder per episode")->required();
+  im->add_option("--out", import.out, "Output dataset directory")->required();
+  im->add_option("--name", import.name, "Dataset name (default: the input folder's name)");
+  im->add_option("--episodes-per-shard", import.episodes_per_shard, "Episodes per shard file")->capture_default_str();
+  im->add_flag("--quiet", import_quiet, "No progress output");
+
+  // inspect
+  conveyor::tools::InspectOptions inspect;
+  CLI::App* in = app.add_subcommand("inspect", "Describe a dataset: episodes, streams, shards, statistics");
+  in->add_option("dataset", inspect.dataset, "Dataset path or URL (http://host:port/prefix/)")->required();
+  in->add_flag("--json", inspect.json, "Print one JSON object");
+  in->add_flag("--verify", inspect.verify, "Read every shard and check every checksum");
+
+  // extract
+  conveyor::tools::ExtractOptions extract;
+  CLI::App* ex = app.add_subcommand("extract", "Write one stream of one episode as a standard file");
+  ex->add_option("dataset", extract.dataset, "Dataset path or URL")->required();
+  ex->add_option("--episode", extract.episode, "Episode number (0-based)")->required();
+  ex->add_option("--stream", extract.stream, "Stream name (see `conveyor inspect`)")->required();
+  ex->add_option("--out", extract.out,
+                 "Output file: .mp4/.mkv/.webm (video), .wav/.flac/.m4a/.mka/.ogg (audio), .npy (lowdim), .txt (text), a directory (images)")
+      ->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+
+  if (*s) {
+    if (!ParseSize(size, &synth.width, &synth.height)) {
+      return Report("synth", absl::InvalidArgumentError(StrCat("--size '", size, "' is not WxH (e.g. 224x224)")));
+    }
+    if (!ParseRange(seconds, &synth.min_seconds, &synth.max_seconds)) {
+      return Report("synth", absl::InvalidArgumentError(
+                                 StrCat("--episode-seconds '", seconds, "' is not S or MIN:MAX")));
+    }
+    synth.progress = !synth_quiet;
+    return Report("synth", conveyor::tools::RunSynth(synth));
+  }
+  if (*im) {
+    import.progress = !import_quiet;
+    return Report("import", conveyor::tools::RunImport(import));
+  }
+  if (*in) return Report("inspect", conveyor::tools::RunInspect(inspect));
+  if (*ex) return Report("extract", conveyor::tools::RunExtract(extract));
+  return 2;
+}
