@@ -94,6 +94,12 @@ int main(int argc, char** argv) {
                  "Output file: .mp4/.mkv/.webm (video), .wav/.flac/.m4a/.mka/.ogg (audio), .npy (lowdim), .txt (text), a directory (images)")
       ->required();
 
+  bool known = argc < 2 || argv[1][0] == '-';
+  for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
+  if (!known) {
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect or extract; see --help)\n", argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

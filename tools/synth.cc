@@ -4,6 +4,9 @@
 // deterministic) and handed to the DatasetWriter in episode order, with at most 2 x threads
 // episodes in memory.
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <atomic>
 #include <chrono>
@@ -76,6 +79,39 @@ absl::Status Drain(AVCodecContext* ctx, AVPacket* pkt, std::vector<EpisodeData::
   }
 }
 
+// ":asm=..." naming the x86 instruction sets x264 may use, AVX-512 left out; "" elsewhere.
+// Found with `synth` run repeatedly on one input: with AVX-512 (x264 r3095, Debian 12, AMD Zen 4)
+// about one run in two changed a B-frame's bits; with AVX2 and below, or no asm, every run gave
+// the same bytes. valgrind (which has no AVX-512) saw nothing.
+std::string X264InstructionSets() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  std::string sets = "MMX2,SSE,SSE2,CMOV";
+  struct Set {
+    bool present;
+    const char* name;
+  };
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool lzcnt = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 5));
+  const Set optional[] = {{__builtin_cpu_supports("sse3") != 0, "SSE3"},
+                          {__builtin_cpu_supports("ssse3") != 0, "SSSE3"},
+                          {__builtin_cpu_supports("sse4.1") != 0, "SSE4.1"},
+                          {__builtin_cpu_supports("sse4.2") != 0, "SSE4.2"},
+                          {__builtin_cpu_supports("avx") != 0, "AVX"},
+                          {__builtin_cpu_supports("fma") != 0, "FMA3"},
+                          {__builtin_cpu_supports("bmi") != 0, "BMI1"},
+                          {__builtin_cpu_supports("bmi2") != 0, "BMI2"},
+                          {__builtin_cpu_supports("avx2") != 0, "AVX2"},
+                          {lzcnt, "LZCNT"}};
+  for (const Set& s : optional) {
+    if (s.present) StrAppend(&sets, ",", s.name);
+  }
+  return ":asm=" + sets;
+#else
+  return "";
+#endif
+}
+
 class VideoEncoder {
  public:
   absl::Status Open(const SynthOptions& o, const std::string& where) {
@@ -98,7 +134,10 @@ class VideoEncoder {
     if (name == "libx264") {
       av_dict_set(&opts, "preset", "veryfast", 0);
       av_dict_set(&opts, "crf", "23", 0);
-      av_dict_set(&opts, "x264-params", "scenecut=0", 0);  // keyframes exactly every GOP
+      // No scene-cut keyframes: keyframes exactly every GOP. The instruction sets are capped at
+      // AVX2 (X264InstructionSets) because x264's AVX-512 kernels gave different bytes from run
+      // to run on Zen 4.
+      av_dict_set(&opts, "x264-params", StrCat("scenecut=0", X264InstructionSets()).c_str(), 0);  // keyframes exactly every GOP
     } else if (name == "libx265") {
       av_dict_set(&opts, "preset", "ultrafast", 0);
       av_dict_set(&opts, "x265-params", "scenecut=0:log-level=error:pools=none:frame-threads=1", 0);
@@ -123,7 +162,8 @@ class VideoEncoder {
     frame_->height = c->height;
     if ((r = av_frame_get_buffer(frame_.get(), 0)) < 0) return av::AvError(r, where);
     sws_.reset(sws_getContext(c->width, c->height, AV_PIX_FMT_RGB24, c->width, c->height,
-                              c->pix_fmt, SWS_BILINEAR, nullptr, nullptr, nullptr));
+                              c->pix_fmt, SWS_BILINEAR | SWS_BITEXACT | SWS_ACCURATE_RND, nullptr,
+                              nullptr, nullptr));
     if (sws_ == nullptr) return absl::InternalError(StrCat(where, ": sws_getContext failed"));
     pkt_ = av::MakePacket();
     return absl::OkStatus();

@@ -86,7 +86,11 @@ EpisodePlan PlanEpisode(uint64_t seed, int episode, double min_s, double max_s, 
 void RenderFrame(const EpisodePlan& plan, uint64_t seed, int episode, int camera, int frame,
                  double fps, int width, int height, std::vector<uint8_t>* rgb, float mean[3]) {
   const double t = frame / fps;
-  rgb->resize(static_cast<size_t>(width) * height * 3);
+  // libswscale's SIMD input readers load up to 16 bytes past the last pixel, and those bytes
+  // reach the output: keep zeroed padding after the frame so encoding stays deterministic.
+  const size_t bytes = static_cast<size_t>(width) * height * 3;
+  rgb->resize(bytes + kRgbPadding);
+  std::fill(rgb->begin() + static_cast<ptrdiff_t>(bytes), rgb->end(), 0);
   int base[3];
   for (int ch = 0; ch < 3; ++ch) {
     base[ch] = static_cast<int>(std::lround(255.0 * plan.cam_colour[camera][ch].At(t)));

@@ -3,6 +3,7 @@
 // same options produce the same dataset bit for bit at any thread count.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -49,7 +50,10 @@ struct EpisodePlan {
 EpisodePlan PlanEpisode(uint64_t seed, int episode, double min_s, double max_s, double fps,
                         double lowdim_rate, int cameras, int state_dim);
 
-// Renders camera `camera`'s frame `frame` (RGB24, row-major, w*h*3 bytes) and returns its mean
+inline constexpr size_t kRgbPadding = 64;
+
+// Renders camera `camera`'s frame `frame` (RGB24, row-major, w*h*3 bytes followed by
+// kRgbPadding zero bytes) and returns its mean
 // colour per channel in [0, 1], measured on the rendered pixels.
 void RenderFrame(const EpisodePlan& plan, uint64_t seed, int episode, int camera, int frame,
                  double fps, int width, int height, std::vector<uint8_t>* rgb, float mean[3]);
