@@ -153,10 +153,15 @@ absl::Status DatasetWriter::CheckLayout(const EpisodeData& ep) {
     const StreamInfo& a = streams_[i];
     const StreamInfo& b = ep.streams[i].info;
     if (a.name != b.name || a.kind != b.kind || a.codec != b.codec || a.shape != b.shape) {
-      return absl::InvalidArgumentError(StrCat(
-          "episode ", ep.source, ": stream ", i, " is '", b.name, "' (", format::StreamKindName(b.kind),
-          ", ", b.codec, "), earlier episodes have '", a.name, "' (",
-          format::StreamKindName(a.kind), ", ", a.codec, ") with the same shape"));
+      auto describe = [](const StreamInfo& s) {
+        std::string shape;
+        for (size_t i = 0; i < s.shape.size(); ++i) StrAppend(&shape, i ? ", " : "", s.shape[i]);
+        return StrCat("'", s.name, "' (", format::StreamKindName(s.kind), ", ", s.codec, ", [",
+                      shape, "])");
+      };
+      return absl::InvalidArgumentError(StrCat("episode ", ep.source, ": stream ", i, " is ",
+                                               describe(b), ", earlier episodes have ",
+                                               describe(a)));
     }
   }
   return absl::OkStatus();

@@ -37,7 +37,8 @@ struct StorageStats {
   uint64_t connections_opened = 0;  // HTTP: new TCP connections (reuse keeps this low)
 };
 
-// A root under which files are opened. Thread-safe.
+// A root under which files are opened. Thread-safe. A Storage must outlive every file opened
+// from it (files share its connection pool and counters).
 class Storage {
  public:
   virtual ~Storage() = default;

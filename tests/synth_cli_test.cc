@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "readers/npy.h"
+#include "tests/support/media_checks.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {
@@ -35,21 +36,6 @@ json Inspect(const std::string& dataset) {
   CommandResult r = Cli("inspect --json " + ShellQuote(dataset));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return json::parse(r.output, nullptr, false);
-}
-
-// The md5 column of `ffmpeg -f framemd5` (one line per decoded frame).
-std::vector<std::string> FrameMd5(const std::string& file, const std::string& extra = "") {
-  CommandResult r = RunCommand("ffmpeg -v error -i " + ShellQuote(file) + " " + extra +
-                               " -f framemd5 -", 120);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  std::vector<std::string> md5s;
-  std::istringstream in(r.output);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    md5s.push_back(line.substr(line.rfind(',') + 1));
-  }
-  return md5s;
 }
 
 std::string Probe(const std::string& file, const std::string& entries) {
@@ -112,7 +98,7 @@ TEST(SynthCli, ExtractedVideoIsStandardAndFrameExact) {
                                   "frame=pts -of csv=p=0 " + ShellQuote(mp4) + " | grep -c '[0-9]'");
   EXPECT_EQ(std::stoi(keys.output), 5);
   // Both containers decode to the same 75 frames.
-  std::vector<std::string> a = FrameMd5(mp4), b = FrameMd5(mkv);
+  std::vector<std::string> a = testing::FrameMd5s(mp4), b = testing::FrameMd5s(mkv);
   EXPECT_EQ(a.size(), 75u);
   EXPECT_EQ(a, b);
   // Audio and arrays come out as standard files too.
@@ -210,7 +196,7 @@ TEST(SynthCli, OtherCodecs) {
     ASSERT_EQ(Cli("extract " + ShellQuote(dir.Join("ds")) + " --episode 0 --stream " + c.stream +
                   " --out " + ShellQuote(out)).exit_code, 0);
     EXPECT_EQ(Probe(out, "codec_name"), c.codec);
-    EXPECT_FALSE(FrameMd5(out).empty());
+    EXPECT_FALSE(testing::FrameMd5s(out, c.stream == "audio" ? "a" : "v").empty());
   }
 }
 

@@ -1,0 +1,27 @@
+#include "tests/support/media_checks.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "tests/support/test_env.h"
+
+namespace conveyor::testing {
+
+std::vector<std::string> FrameMd5s(const std::string& file, const std::string& type) {
+  CommandResult r = RunCommand("ffmpeg -v error -nostdin -i " + ShellQuote(file) + " -map 0:" +
+                                   type + ":0 -fps_mode passthrough -f framemd5 -",
+                               120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> md5s;
+  std::istringstream in(r.output);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t start = line.find_first_not_of(' ', line.rfind(',') + 1);
+    md5s.push_back(line.substr(start));
+  }
+  return md5s;
+}
+
+}  // namespace conveyor::testing

@@ -1,0 +1,14 @@
+// Checks of media files through the ffmpeg command line: the independent tool our golden values
+// come from.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace conveyor::testing {
+
+// The md5 column of `ffmpeg -f framemd5` for the first stream of `type` ("v" or "a") of `file`,
+// one entry per decoded frame, with no frame dropped or duplicated to fit a frame rate.
+std::vector<std::string> FrameMd5s(const std::string& file, const std::string& type = "v");
+
+}  // namespace conveyor::testing
