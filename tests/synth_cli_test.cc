@@ -9,6 +9,7 @@
 
 #include "readers/npy.h"
 #include "tests/support/media_checks.h"
+#include "tests/support/nginx_server.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {
@@ -198,6 +199,30 @@ TEST(SynthCli, OtherCodecs) {
     EXPECT_EQ(Probe(out, "codec_name"), c.codec);
     EXPECT_FALSE(testing::FrameMd5s(out, c.stream == "audio" ? "a" : "v").empty());
   }
+}
+
+TEST(SynthCli, DatasetServedByNginxReadsLikeTheLocalOne) {
+  TempDir dir;
+  const std::string ds = dir.Join("ds");
+  Synth(ds, "--episodes 3 --episode-seconds 1:2 --size 64x48 --episodes-per-shard 2 --seed 9");
+  auto nginx = testing::NginxServer::Start(dir.path());
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  const std::string url = (*nginx)->base_url() + "ds/";
+  // Every checksum of every shard, over HTTP range reads.
+  CommandResult verify = Cli("inspect --verify --json " + url);
+  ASSERT_EQ(verify.exit_code, 0) << verify.output;
+  json remote = json::parse(verify.output.substr(verify.output.find('{')), nullptr, false);
+  EXPECT_EQ(remote["fingerprint"], Inspect(ds)["fingerprint"]);
+  EXPECT_EQ(remote["verified"], true);
+  const std::string local_mp4 = dir.Join("local.mp4"), remote_mp4 = dir.Join("remote.mp4");
+  ASSERT_EQ(Cli("extract " + ds + " --episode 2 --stream cam1 --out " + local_mp4).exit_code, 0);
+  CommandResult r = Cli("extract " + url + " --episode 2 --stream cam1 --out " + remote_mp4);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(testing::FrameMd5s(local_mp4), testing::FrameMd5s(remote_mp4));
+  // A missing dataset under a live server names the URL.
+  CommandResult missing = Cli("inspect " + (*nginx)->base_url() + "nope/");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find((*nginx)->base_url() + "nope/"), std::string::npos) << missing.output;
 }
 
 TEST(SynthCli, BadFlagsAndMissingDatasetsGiveClearErrors) {
