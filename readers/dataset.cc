@@ -50,12 +50,6 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::unique_ptr<Storage> 
                                             " episodes, ", table_name, " holds ",
                                             ds->episodes_.size()));
   }
-  for (size_t i = 0; i < ds->episodes_.size(); ++i) {
-    if (ds->episodes_.record(i).episode_id != i) {
-      return absl::DataLossError(StrCat(table_name, ": record ", i, " has episode id ",
-                                              ds->episodes_.record(i).episode_id));
-    }
-  }
   {
     absl::MutexLock lock(&ds->mu_);
     ds->shards_.resize(ds->manifest_.shards.size());
@@ -172,7 +166,7 @@ absl::Status Dataset::ReadPacket(const pb::EpisodeIndex& index, int stream, size
                                               s.name(), "' has ", t.offset_size(),
                                               " packets; asked for ", packet));
   }
-  const uint32_t shard = episodes_.record(index.episode_id()).shard;
+  const uint32_t shard = episodes_.shard(index.episode_id());
   ASSIGN_OR_RETURN(const RandomAccessFile* file, Shard(shard));
   const int p = static_cast<int>(packet);
   out->resize(t.size(p));
@@ -202,7 +196,7 @@ absl::Status Dataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size
   const size_t dim = static_cast<size_t>(b.dim());
   out->resize(count * dim);
   if (count == 0) return absl::OkStatus();
-  const uint32_t shard = episodes_.record(index.episode_id()).shard;
+  const uint32_t shard = episodes_.shard(index.episode_id());
   ASSIGN_OR_RETURN(const RandomAccessFile* file, Shard(shard));
   std::string block;
   std::vector<float> decoded;
@@ -239,7 +233,7 @@ absl::Status Dataset::VerifyShard(uint32_t shard) const {
   std::string packet;
   std::vector<float> values;
   for (const pb::DirectoryEntry& e : dir.episodes()) {
-    if (e.episode_id() >= episodes_.size() || episodes_.record(e.episode_id()).shard != shard ||
+    if (e.episode_id() >= episodes_.size() || episodes_.shard(e.episode_id()) != shard ||
         episodes_.record(e.episode_id()).index_xxh3 != e.index_xxh3()) {
       return absl::DataLossError(StrCat("manifest does not match shard ", file->name(),
                                               ": its directory lists episode ", e.episode_id(),

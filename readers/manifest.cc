@@ -32,7 +32,7 @@ T Get(const char* p) {
   return v;
 }
 
-json StreamToJson(const StreamInfo& s, bool for_fingerprint) {
+json StreamToJson(const StreamInfo& s) {
   json j;
   j["name"] = s.name;
   j["kind"] = std::string(format::StreamKindName(s.kind));
@@ -41,7 +41,6 @@ json StreamToJson(const StreamInfo& s, bool for_fingerprint) {
   j["shape"] = s.shape;
   if (!s.names.empty()) j["names"] = s.names;
   if (!s.pix_fmt.empty()) j["pix_fmt"] = s.pix_fmt;
-  (void)for_fingerprint;
   return j;
 }
 
@@ -56,7 +55,7 @@ int Manifest::StreamIndex(std::string_view name) const {
 
 std::string StreamsFingerprintText(const std::vector<StreamInfo>& streams) {
   json arr = json::array();
-  for (const StreamInfo& s : streams) arr.push_back(StreamToJson(s, true));
+  for (const StreamInfo& s : streams) arr.push_back(StreamToJson(s));
   return arr.dump();
 }
 
@@ -71,7 +70,7 @@ std::string ManifestToJson(const Manifest& m) {
   j["total_duration_s"] = m.total_duration_s;
   j["total_bytes"] = m.total_bytes;
   j["streams"] = json::array();
-  for (const StreamInfo& s : m.streams) j["streams"].push_back(StreamToJson(s, false));
+  for (const StreamInfo& s : m.streams) j["streams"].push_back(StreamToJson(s));
   j["stats"] = json::object();
   for (const auto& [name, st] : m.stats) {
     j["stats"][name] = {{"mean", st.mean}, {"std", st.std}, {"min", st.min},
@@ -213,7 +212,10 @@ absl::StatusOr<EpisodeTable> EpisodeTable::Parse(std::string bytes, size_t num_s
   }
   t.bytes_ = std::move(bytes);
   for (size_t i = 0; i < t.count_; ++i) {
-    uint32_t shard = Get<uint32_t>(t.bytes_.data() + kEpisodeTableHeaderSize + i * t.record_size_ + 8);
+    // Episode ids are record numbers: readers index the table by id.
+    const uint64_t id = Get<uint64_t>(t.bytes_.data() + kEpisodeTableHeaderSize + i * t.record_size_);
+    if (id != i) return bad(StrCat("record ", i, " has episode id ", id));
+    const uint32_t shard = t.shard(i);
     if (shard >= num_shards) {
       return bad(StrCat("episode record ", i, " points at shard ", shard, " but the manifest lists ",
                               num_shards, " shards"));
@@ -236,6 +238,10 @@ EpisodeRecord EpisodeTable::record(size_t i) const {
   r.lengths.resize(num_streams_);
   for (size_t s = 0; s < num_streams_; ++s) r.lengths[s] = Get<uint32_t>(p + kFixedRecordBytes + 4 * s);
   return r;
+}
+
+uint32_t EpisodeTable::shard(size_t i) const {
+  return Get<uint32_t>(bytes_.data() + kEpisodeTableHeaderSize + i * record_size_ + 8);
 }
 
 uint32_t EpisodeTable::length(size_t i, size_t stream) const {

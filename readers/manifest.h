@@ -96,6 +96,8 @@ class EpisodeTable {
   size_t size() const { return count_; }
   EpisodeRecord record(size_t i) const;
   uint32_t length(size_t i, size_t stream) const;
+  // Record i's shard, without decoding the rest of the record (for per-read lookups).
+  uint32_t shard(size_t i) const;
 
  private:
   std::string bytes_;

@@ -14,7 +14,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
+#include "tests/support/nginx_server.h"
 
 namespace conveyor::testing {
 namespace {
@@ -106,20 +108,10 @@ FaultProxy::FaultProxy(int listen_fd, int stop_fd, int port, int upstream_port)
     : listen_fd_(listen_fd), stop_fd_(stop_fd), port_(port), upstream_port_(upstream_port) {}
 
 absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(int upstream_port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 128) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    int err = errno;
-    ::close(fd);
-    return absl::InternalError(
-        StrCat("fault proxy: listening on 127.0.0.1:0: ", std::strerror(err)));
-  }
+  int port = 0;
+  absl::StatusOr<int> listening = BindLoopbackSocket(/*listen=*/true, &port);
+  if (!listening.ok()) return Annotate(listening.status(), "fault proxy");
+  const int fd = *listening;
   int stop_fd = ::eventfd(0, EFD_CLOEXEC);
   if (stop_fd < 0) {
     int err = errno;
@@ -127,7 +119,7 @@ absl::StatusOr<std::unique_ptr<FaultProxy>> FaultProxy::Start(int upstream_port)
     return absl::InternalError(StrCat("fault proxy: eventfd: ", std::strerror(err)));
   }
   std::unique_ptr<FaultProxy> proxy(
-      new FaultProxy(fd, stop_fd, ntohs(addr.sin_port), upstream_port));
+      new FaultProxy(fd, stop_fd, port, upstream_port));
   proxy->acceptor_ = std::thread(&FaultProxy::AcceptLoop, proxy.get());
   return proxy;
 }

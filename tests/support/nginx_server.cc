@@ -124,7 +124,7 @@ std::string ReadIfExists(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<int> PickFreePort() {
+absl::StatusOr<int> BindLoopbackSocket(bool listen, int* port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(StrCat("socket: ", std::strerror(errno)));
   sockaddr_in addr{};
@@ -133,13 +133,23 @@ absl::StatusOr<int> PickFreePort() {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      (listen && ::listen(fd, 128) != 0) ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     int err = errno;
     ::close(fd);
-    return absl::InternalError(StrCat("binding 127.0.0.1:0: ", std::strerror(err)));
+    return absl::InternalError(StrCat(listen ? "listening on" : "binding", " 127.0.0.1:0: ",
+                                      std::strerror(err)));
   }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
+  *port = static_cast<int>(ntohs(addr.sin_port));
+  return fd;
+}
+
+absl::StatusOr<int> PickFreePort() {
+  int port = 0;
+  absl::StatusOr<int> fd = BindLoopbackSocket(/*listen=*/false, &port);
+  if (!fd.ok()) return fd.status();
+  ::close(*fd);
+  return port;
 }
 
 absl::StatusOr<std::unique_ptr<NginxServer>> NginxServer::Start(const std::string& root_dir,

@@ -60,4 +60,8 @@ class NginxServer {
 // Returns a TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, then close).
 absl::StatusOr<int> PickFreePort();
 
+// A TCP socket bound to 127.0.0.1 on an ephemeral port (listening when `listen` is set). Returns
+// the descriptor, which the caller owns, and stores the port in `*port`.
+absl::StatusOr<int> BindLoopbackSocket(bool listen, int* port);
+
 }  // namespace conveyor::testing
