@@ -20,7 +20,7 @@
 #include "readers/dataset.h"
 #include "readers/format.h"
 #include "readers/npy.h"
-#include "tools/av_codec_params.h"
+#include "decoders/av_codec_params.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -28,6 +28,10 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = format::v1;
+using av::CodecParamsFromAv;
+using av::CodecParamsToAv;
+using av::SetStreamRotation;
+using av::StreamRotationDeg;
 
 constexpr std::array<std::string_view, 4> kVideoOut = {".mp4", ".mkv", ".webm", ".mov"};
 constexpr std::array<std::string_view, 10> kAudioOut = {".m4a",  ".mka", ".mkv", ".ogg",  ".opus",

@@ -30,7 +30,7 @@ extern "C" {
 #include "readers/dataset_writer.h"
 #include "readers/format.h"
 #include "readers/npy.h"
-#include "tools/av_codec_params.h"
+#include "decoders/av_codec_params.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -38,6 +38,10 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = format::v1;
+using av::CodecParamsFromAv;
+using av::CodecParamsToAv;
+using av::SetStreamRotation;
+using av::StreamRotationDeg;
 using json = nlohmann::json;
 
 constexpr std::array<std::string_view, 4> kVideoExtensions = {".mp4", ".mkv", ".webm", ".mov"};

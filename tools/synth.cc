@@ -21,7 +21,7 @@
 #include "base/strings.h"
 #include "decoders/av_util.h"
 #include "readers/dataset_writer.h"
-#include "tools/av_codec_params.h"
+#include "decoders/av_codec_params.h"
 #include "tools/commands.h"
 #include "tools/synth_signals.h"
 
@@ -34,6 +34,10 @@ namespace conveyor::tools {
 namespace {
 
 namespace pb = format::v1;
+using av::CodecParamsFromAv;
+using av::CodecParamsToAv;
+using av::SetStreamRotation;
+using av::StreamRotationDeg;
 
 // The libavcodec encoder used for each --video-codec, best first.
 std::vector<std::string> VideoEncoderNames(const std::string& codec) {

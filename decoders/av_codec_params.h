@@ -9,7 +9,7 @@
 #include "conveyor/format/v1/shard.pb.h"
 #include "decoders/av_util.h"
 
-namespace conveyor::tools {
+namespace conveyor::av {
 
 // Copies every field CodecParams has from `par`. Names are FFmpeg's: codec from
 // avcodec_get_name, pix_fmt / sample_fmt from av_get_pix_fmt_name / av_get_sample_fmt_name
@@ -34,4 +34,4 @@ double StreamRotationDeg(const AVStream& stream);
 // (FFmpeg 5.1: Matroska/WebM) ignore it; MP4 and MOV write it into the track header.
 absl::Status SetStreamRotation(AVStream* stream, double rotation_deg);
 
-}  // namespace conveyor::tools
+}  // namespace conveyor::av

@@ -1,4 +1,4 @@
-#include "tools/av_codec_params.h"
+#include "decoders/av_codec_params.h"
 
 #include <bit>
 #include <cmath>
@@ -12,7 +12,7 @@ extern "C" {
 
 #include "base/strings.h"
 
-namespace conveyor::tools {
+namespace conveyor::av {
 
 namespace pb = format::v1;
 
@@ -152,4 +152,4 @@ absl::Status SetStreamRotation(AVStream* stream, double rotation_deg) {
   return absl::OkStatus();
 }
 
-}  // namespace conveyor::tools
+}  // namespace conveyor::av
