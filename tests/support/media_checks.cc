@@ -8,9 +8,10 @@
 
 namespace conveyor::testing {
 
-std::vector<std::string> FrameMd5s(const std::string& file, const std::string& type) {
+std::vector<std::string> FrameMd5s(const std::string& file, const std::string& type,
+                                   const std::string& output_args) {
   CommandResult r = RunCommand("ffmpeg -v error -nostdin -i " + ShellQuote(file) + " -map 0:" +
-                                   type + ":0 -fps_mode passthrough -f framemd5 -",
+                                   type + ":0 -fps_mode passthrough " + output_args + " -f framemd5 -",
                                120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::vector<std::string> md5s;

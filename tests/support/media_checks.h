@@ -9,6 +9,8 @@ namespace conveyor::testing {
 
 // The md5 column of `ffmpeg -f framemd5` for the first stream of `type` ("v" or "a") of `file`,
 // one entry per decoded frame, with no frame dropped or duplicated to fit a frame rate.
-std::vector<std::string> FrameMd5s(const std::string& file, const std::string& type = "v");
+// `output_args` go before the muxer (e.g. "-pix_fmt rgb24" for the md5 of RGB frames).
+std::vector<std::string> FrameMd5s(const std::string& file, const std::string& type = "v",
+                                   const std::string& output_args = "");
 
 }  // namespace conveyor::testing

@@ -1,0 +1,190 @@
+// Frame-exact random access: every frame VideoDecoder returns must equal, byte for byte, what the
+// ffmpeg CLI produces for the same frame of the source file (`ffmpeg -i FILE -pix_fmt rgb24 -f
+// framemd5`), for clips the test encodes with ffmpeg: B-frames, odd sizes, 4:4:4, 10-bit, VFR,
+// full-range and BT.709 tags, rotation metadata, and h264 / hevc / vp9 / av1 / mjpeg.
+#include "decoders/video_decoder.h"
+
+extern "C" {
+#include <libavutil/md5.h>
+}
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include "readers/dataset.h"
+#include "tests/support/media_checks.h"
+#include "tests/support/test_env.h"
+
+namespace conveyor {
+namespace {
+
+using testing::FrameMd5s;
+using testing::ReadFile;
+using testing::RunCommand;
+using testing::ShellQuote;
+using testing::TempDir;
+using testing::WriteFile;
+
+std::string Md5Hex(const std::vector<uint8_t>& bytes) {
+  uint8_t digest[16];
+  av_md5_sum(digest, bytes.data(), static_cast<int>(bytes.size()));
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : digest) {
+    s.push_back(kHex[b >> 4]);
+    s.push_back(kHex[b & 15]);
+  }
+  return s;
+}
+
+// Replaces the identity matrix of the first track header ('tkhd') of an MP4 with `matrix`
+// (a, b, c, d of the 16.16 fixed-point display matrix), as a phone camera writes rotation.
+void PatchTrackMatrix(const std::string& path, int32_t a, int32_t b, int32_t c, int32_t d) {
+  std::string bytes = ReadFile(path);
+  const size_t tkhd = bytes.find("tkhd");
+  ASSERT_NE(tkhd, std::string::npos);
+  const std::string identity("\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+                             "\x00\x00\x00\x00\x00\x01\x00\x00",
+                             20);
+  const size_t m = bytes.find(identity, tkhd);
+  ASSERT_NE(m, std::string::npos);
+  auto put = [&](size_t at, int32_t v) {
+    const uint32_t u = static_cast<uint32_t>(v);
+    bytes[at] = static_cast<char>(u >> 24);
+    bytes[at + 1] = static_cast<char>(u >> 16);
+    bytes[at + 2] = static_cast<char>(u >> 8);
+    bytes[at + 3] = static_cast<char>(u);
+  };
+  put(m, a);
+  put(m + 4, b);
+  put(m + 12, c);
+  put(m + 16, d);
+  WriteFile(path, bytes);
+}
+
+struct Clip {
+  std::string name;
+  std::string ext;
+  std::string encode;  // ffmpeg arguments between the lavfi input and the output file
+  int rotation = 0;    // 0, 90, 180, 270: patch the track matrix (MP4 only)
+};
+
+class VideoDecoderClipTest : public ::testing::TestWithParam<Clip> {};
+
+// Makes the clip, imports it, and checks every frame, asked for in a shuffled order a few at a
+// time (as samples ask), against the CLI.
+TEST_P(VideoDecoderClipTest, EveryFrameEqualsTheFfmpegCli) {
+  const Clip& clip = GetParam();
+  TempDir dir;
+  const std::string ep = dir.Join("src/ep_0000");
+  std::filesystem::create_directories(ep);
+  const std::string file = ep + "/cam." + clip.ext;
+  auto r = RunCommand("ffmpeg -v error -nostdin -y " + clip.encode + " " + ShellQuote(file), 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  if (clip.rotation == 90) PatchTrackMatrix(file, 0, 0x10000, -0x10000, 0);
+  if (clip.rotation == 270) PatchTrackMatrix(file, 0, -0x10000, 0x10000, 0);
+  if (clip.rotation == 180) PatchTrackMatrix(file, -0x10000, 0, 0, -0x10000);
+
+  const std::vector<std::string> golden = FrameMd5s(file, "v", "-pix_fmt rgb24");
+  ASSERT_GT(golden.size(), 5u);
+
+  r = RunCommand(std::string(CONVEYOR_CLI) + " import --quiet --from " +
+                 ShellQuote(dir.Join("src")) + " --out " + ShellQuote(dir.Join("ds")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto ds = Dataset::Open(dir.Join("ds"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  auto index = (*ds)->LoadEpisode(0);
+  ASSERT_TRUE(index.ok()) << index.status();
+  const int s = (*ds)->manifest().StreamIndex("cam");
+  ASSERT_GE(s, 0);
+  const auto& stream = (*index)->streams(s);
+  auto table = FrameTable::Build(stream);
+  ASSERT_TRUE(table.ok()) << table.status();
+  ASSERT_EQ(table->size(), golden.size()) << "frame count differs from the CLI's";
+
+  if (clip.rotation != 0) {
+    // The matrix reached the index (not a vacuous pass where neither side rotates).
+    EXPECT_NE(stream.codec().rotation_deg(), 0.0);
+  }
+  auto read = [&](size_t p, std::string* bytes) {
+    return (*ds)->ReadPacket(**index, s, p, bytes);
+  };
+  VideoDecoder decoder;
+  std::vector<int64_t> order(golden.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::mt19937 rng(7);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<RgbImage> images;
+  for (size_t i = 0; i < order.size(); i += 3) {
+    std::vector<int64_t> ask(order.begin() + i, order.begin() + std::min(order.size(), i + 3));
+    ask.push_back(ask.front());  // a repeat, as a clamped window asks
+    auto st = decoder.Decode(/*stream_key=*/1, stream, *table, read, ask, VideoOutput{},
+                             DecodeLimits{}, &images);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(images.size(), ask.size());
+    if (clip.rotation == 90 || clip.rotation == 270) {
+      EXPECT_EQ(images[0].width, 240) << "a quarter turn swaps width and height";
+    }
+    for (size_t j = 0; j < ask.size(); ++j) {
+      EXPECT_EQ(Md5Hex(images[j].pixels), golden[ask[j]])
+          << clip.name << ": frame " << ask[j] << " (" << images[j].width << "x"
+          << images[j].height << ")";
+    }
+  }
+  // Forward access decodes each frame once.
+  VideoDecoder sequential;
+  for (size_t k = 0; k < golden.size(); ++k) {
+    const int64_t f = static_cast<int64_t>(k);
+    ASSERT_TRUE(sequential
+                    .Decode(2, stream, *table, read, std::span<const int64_t>(&f, 1),
+                            VideoOutput{}, DecodeLimits{}, &images)
+                    .ok());
+  }
+  EXPECT_EQ(sequential.stats().frames_delivered, golden.size());
+  EXPECT_EQ(sequential.stats().frames_decoded, golden.size()) << "sequential access re-decoded";
+  EXPECT_EQ(sequential.stats().seeks, 1u);
+}
+
+const char kSrc[] = "-f lavfi -i testsrc2=size=";
+
+INSTANTIATE_TEST_SUITE_P(
+    Clips, VideoDecoderClipTest,
+    ::testing::Values(
+        Clip{"h264_bframes_gop30", "mp4",
+             std::string(kSrc) + "320x240:rate=30 -frames:v 75 -c:v libx264 -g 30 -bf 2 "
+                                 "-pix_fmt yuv420p"},
+        Clip{"h264_444_odd_641x479", "mp4",
+             std::string(kSrc) + "641x479:rate=25 -frames:v 30 -c:v libx264 -g 12 -bf 2 "
+                                 "-pix_fmt yuv444p"},
+        Clip{"vp9_odd_641x479", "webm",
+             std::string(kSrc) + "641x479:rate=25 -frames:v 30 -c:v libvpx-vp9 -deadline "
+                                 "realtime -cpu-used 8 -g 10"},
+        Clip{"hevc_10bit", "mp4",
+             std::string(kSrc) + "320x240:rate=30 -frames:v 40 -c:v libx265 -pix_fmt "
+                                 "yuv420p10le -x265-params log-level=error:keyint=15:bframes=3"},
+        Clip{"av1", "mkv",
+             std::string(kSrc) + "320x240:rate=30 -frames:v 30 -c:v libaom-av1 -cpu-used 8 "
+                                 "-g 10 -row-mt 0"},
+        Clip{"mjpeg_full_range", "mkv",
+             std::string(kSrc) + "320x240:rate=15 -frames:v 12 -c:v mjpeg -pix_fmt yuvj420p"},
+        Clip{"h264_bt709_full_range", "mp4",
+             std::string(kSrc) + "320x240:rate=30 -frames:v 30 -c:v libx264 -g 15 -pix_fmt "
+                                 "yuv420p -color_range pc -colorspace bt709 -color_primaries "
+                                 "bt709 -color_trc bt709"},
+        Clip{"h264_vfr", "mp4",
+             std::string(kSrc) + "320x240:rate=30 -frames:v 60 -vf "
+                                 "select='not(eq(mod(n\\,4)\\,1))' -fps_mode passthrough "
+                                 "-c:v libx264 -g 20 -bf 2"},
+        Clip{"h264_rotate90", "mp4",
+             std::string(kSrc) + "320x240:rate=30 -frames:v 20 -c:v libx264 -g 10 -bf 2", 90},
+        Clip{"h264_rotate180", "mp4",
+             std::string(kSrc) + "320x240:rate=30 -frames:v 20 -c:v libx264 -g 10", 180},
+        Clip{"h264_rotate270", "mp4",
+             std::string(kSrc) + "320x240:rate=30 -frames:v 20 -c:v libx264 -g 10", 270}),
+    [](const ::testing::TestParamInfo<Clip>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace conveyor
