@@ -204,7 +204,8 @@ struct VideoDecoder::State {
   std::string params_key;      // serialized CodecParams the context was opened with
   uint64_t stream_key = 0;
   bool live = false;           // the context holds a decode chain for stream_key
-  bool drained = false;        // end of stream was signalled; needs a flush to decode again
+  bool drained = false;        // end of stream was signalled
+  bool used = false;           // packets were sent since the context was opened or flushed
   size_t next_packet = 0;      // next decode-order packet to send
   int64_t last_pts = std::numeric_limits<int64_t>::min();
   av::UniqueFrame frame = av::MakeFrame();
@@ -293,6 +294,7 @@ absl::Status VideoDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
     s.live = false;
     RETURN_IF_ERROR(OpenCodec(stream, limits, &s.ctx));
     s.params_key = std::move(key);
+    s.used = false;
     ++stats_.decoders_opened;
   }
   if (s.stream_key != stream_key) s.live = false;
@@ -317,7 +319,8 @@ absl::Status VideoDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
     // After a drain the decoder still holds the frames not yet received; EOF ends it.
     const bool can_continue = s.live && s.last_pts < target && start <= s.next_packet;
     if (!can_continue) {
-      if (s.live || s.drained) avcodec_flush_buffers(s.ctx.get());
+      if (s.used) avcodec_flush_buffers(s.ctx.get());
+      s.used = true;
       s.stream_key = stream_key;
       s.live = true;
       s.drained = false;

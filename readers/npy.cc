@@ -248,6 +248,11 @@ absl::Status WriteNpy(const std::string& path, const std::vector<int64_t>& shape
   return WriteRaw(path, shape, "<f4", values, count * sizeof(float));
 }
 
+absl::Status WriteNpyRaw(const std::string& path, const std::vector<int64_t>& shape,
+                         std::string_view descr, const void* data, size_t bytes) {
+  return WriteRaw(path, shape, descr, data, bytes);
+}
+
 absl::Status WriteNpyF64(const std::string& path, const std::vector<int64_t>& shape,
                          const double* values) {
   size_t count = 1;

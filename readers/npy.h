@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,6 +26,9 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& n
 // Writes float32 values in C order with `shape` (format 1.0, dtype '<f4').
 absl::Status WriteNpy(const std::string& path, const std::vector<int64_t>& shape,
                       const float* values);
+// Raw little-endian data with a numpy dtype string ("|u1", "|b1", "<f4", ...), C order.
+absl::Status WriteNpyRaw(const std::string& path, const std::vector<int64_t>& shape,
+                         std::string_view descr, const void* data, size_t bytes);
 // float64 variant, used for timestamps.
 absl::Status WriteNpyF64(const std::string& path, const std::vector<int64_t>& shape,
                          const double* values);

@@ -58,4 +58,20 @@ struct InspectOptions {
 };
 absl::Status RunInspect(const InspectOptions& options);
 
+struct SampleOptions {
+  std::string dataset;  // path or URL
+  std::string config;   // YAML sample spec; empty: every stream at its own size, [0.0]
+  int64_t count = 8;
+  std::string out;      // one folder per sample: <stream>.npy, <stream>_is_pad.npy, meta.json
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  int64_t start = 0;    // first sample index
+  int64_t stride = 0;   // 0: spread `count` samples evenly from `start` to the end
+  std::vector<int64_t> indices;  // explicit sample indices (overrides start/stride)
+  int threads = 0;      // 0: one per core; the output is the same at any count
+  bool progress = true;
+};
+
+absl::Status RunSample(const SampleOptions& options);
+
 }  // namespace conveyor::tools

@@ -94,10 +94,31 @@ int main(int argc, char** argv) {
                  "Output file: .mp4/.mkv/.webm (video), .wav/.flac/.m4a/.mka/.ogg (audio), .npy (lowdim), .txt (text), a directory (images)")
       ->required();
 
+  // sample
+  conveyor::tools::SampleOptions sample;
+  bool sample_quiet = false;
+  CLI::App* sa = app.add_subcommand(
+      "sample", "Assemble samples as training sees them and write each as .npy files + meta.json");
+  sa->add_option("dataset", sample.dataset, "Dataset path or URL")->required();
+  sa->add_option("--config", sample.config,
+                 "Sample spec (YAML, see docs/sampling.md); default: every stream at t=0");
+  sa->add_option("--count", sample.count, "Number of samples")->check(CLI::PositiveNumber);
+  sa->add_option("--out", sample.out, "Output directory (one sub-folder per sample)")->required();
+  sa->add_option("--seed", sample.seed, "Augmentation seed");
+  sa->add_option("--epoch", sample.epoch, "Epoch (augmentation draws depend on it)");
+  sa->add_option("--start", sample.start, "First sample index")->check(CLI::NonNegativeNumber);
+  sa->add_option("--stride", sample.stride, "Step between sample indices (default: spread evenly)")
+      ->check(CLI::NonNegativeNumber);
+  sa->add_option("--indices", sample.indices, "Explicit sample indices (comma-separated)")
+      ->delimiter(',');
+  sa->add_option("--threads", sample.threads, "Worker threads (0 = one per core)")
+      ->check(CLI::NonNegativeNumber);
+  sa->add_flag("--quiet", sample_quiet, "No progress output");
+
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
   if (!known) {
-    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect or extract; see --help)\n", argv[1]);
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract or sample; see --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -124,5 +145,9 @@ int main(int argc, char** argv) {
   }
   if (*in) return Report("inspect", conveyor::tools::RunInspect(inspect));
   if (*ex) return Report("extract", conveyor::tools::RunExtract(extract));
+  if (*sa) {
+    sample.progress = !sample_quiet;
+    return Report("sample", conveyor::tools::RunSample(sample));
+  }
   return 2;
 }

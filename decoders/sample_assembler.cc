@@ -1,0 +1,425 @@
+#include "decoders/sample_assembler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "decoders/augment.h"
+
+namespace conveyor {
+
+namespace pb = format::v1;
+
+size_t DTypeSize(DType t) { return t == DType::kFloat32 ? 4 : 1; }
+std::string_view DTypeName(DType t) {
+  switch (t) {
+    case DType::kUint8: return "uint8";
+    case DType::kBool: return "bool";
+    case DType::kFloat32: return "float32";
+  }
+  return "?";
+}
+std::string_view NumpyDescr(DType t) {
+  switch (t) {
+    case DType::kUint8: return "|u1";
+    case DType::kBool: return "|b1";
+    case DType::kFloat32: return "<f4";
+  }
+  return "?";
+}
+
+size_t Tensor::num_elements() const {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+const Tensor* Sample::Find(std::string_view name) const {
+  for (const Tensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+size_t Sample::bytes() const {
+  size_t n = 0;
+  for (const Tensor& t : tensors) n += t.data.size();
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<SampleIndex> SampleIndex::Build(const Dataset& dataset, int anchor_stream) {
+  if (anchor_stream < 0 || anchor_stream >= static_cast<int>(dataset.manifest().streams.size())) {
+    return absl::InvalidArgumentError(StrCat("anchor stream ", anchor_stream, " out of range"));
+  }
+  SampleIndex idx;
+  idx.starts_.reserve(dataset.num_episodes() + 1);
+  uint64_t total = 0;
+  for (size_t e = 0; e < dataset.num_episodes(); ++e) {
+    idx.starts_.push_back(total);
+    total += dataset.episodes().length(e, static_cast<size_t>(anchor_stream));
+  }
+  idx.starts_.push_back(total);
+  return idx;
+}
+
+SampleIndex::Location SampleIndex::Locate(uint64_t sample) const {
+  // The last episode whose start is <= sample (episodes of length 0 are skipped over).
+  auto it = std::upper_bound(starts_.begin(), starts_.end() - 1, sample);
+  const uint64_t e = static_cast<uint64_t>(it - starts_.begin()) - 1;
+  return Location{e, static_cast<uint32_t>(sample - starts_[e])};
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct SampleAssembler::Episode {
+  uint64_t episode = 0;
+  uint64_t last_use = 0;
+  std::shared_ptr<const pb::EpisodeIndex> index;
+  std::vector<std::optional<FrameTable>> tables;  // per manifest stream, built on first use
+};
+
+SampleAssembler::SampleAssembler(const Dataset& dataset, const SampleSpec& spec,
+                                 const SampleIndex& index)
+    : dataset_(dataset), spec_(spec), index_(index) {
+  for (const StreamSpec& s : spec_.streams) {
+    video_.push_back(s.kind == pb::VIDEO ? std::make_unique<VideoDecoder>() : nullptr);
+  }
+}
+
+SampleAssembler::~SampleAssembler() = default;
+
+absl::StatusOr<SampleAssembler::Episode*> SampleAssembler::GetEpisode(uint64_t episode) {
+  ++tick_;
+  for (auto& e : episodes_) {
+    if (e->episode == episode) {
+      e->last_use = tick_;
+      return e.get();
+    }
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const pb::EpisodeIndex> index, dataset_.LoadEpisode(episode));
+  ++stats_.episode_loads;
+  constexpr size_t kCachedEpisodes = 4;
+  std::unique_ptr<Episode>* slot = nullptr;
+  if (episodes_.size() < kCachedEpisodes) {
+    slot = &episodes_.emplace_back(std::make_unique<Episode>());
+  } else {
+    slot = &*std::min_element(episodes_.begin(), episodes_.end(), [](const auto& a, const auto& b) {
+      return a->last_use < b->last_use;
+    });
+    *slot = std::make_unique<Episode>();
+  }
+  Episode* e = slot->get();
+  e->episode = episode;
+  e->last_use = tick_;
+  e->index = std::move(index);
+  e->tables.resize(static_cast<size_t>(e->index->streams_size()));
+  return e;
+}
+
+namespace {
+
+constexpr double kEdgeEps = 1e-9;  // float slack when comparing requested times to the edges
+
+struct Pick {
+  int64_t k = 0;
+  bool pad = false;
+};
+
+// LeRobot's rule: a time outside [first, last] is padding and clamps to the edge; then the
+// nearest (or previous) frame or step must be within the tolerance.
+absl::StatusOr<Pick> PickTime(const std::vector<double>& times, double q, const StreamSpec& s) {
+  Pick p;
+  const double first = times.front(), last = times.back();
+  if (q < first - kEdgeEps || q > last + kEdgeEps) p.pad = true;
+  const double c = std::clamp(q, first, last);
+  auto it = std::lower_bound(times.begin(), times.end(), c);
+  int64_t hi = it - times.begin();
+  if (hi >= static_cast<int64_t>(times.size())) hi = static_cast<int64_t>(times.size()) - 1;
+  int64_t k = hi;
+  if (s.match == FrameMatch::kPrevious) {
+    if (times[hi] > c + kEdgeEps && hi > 0) k = hi - 1;
+  } else if (hi > 0 && c - times[hi - 1] <= times[hi] - c) {
+    k = hi - 1;
+  }
+  const double dist = std::fabs(times[k] - c);
+  if (dist > s.tolerance_s + kEdgeEps) {
+    return absl::InvalidArgumentError(
+        StrCat("t=", c, " s is ", dist, " s from the nearest ",
+               s.kind == pb::LOWDIM ? "step" : "frame", " (t=", times[k],
+               " s), over tolerance_s=", s.tolerance_s));
+  }
+  p.k = k;
+  return p;
+}
+
+Tensor MakeTensor(std::string name, DType dtype, std::vector<int64_t> shape) {
+  Tensor t;
+  t.name = std::move(name);
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.data.resize(t.num_elements() * DTypeSize(dtype));
+  return t;
+}
+
+Tensor PadTensor(const std::string& name, const std::vector<uint8_t>& pads) {
+  Tensor t = MakeTensor(name + "_is_pad", DType::kBool, {static_cast<int64_t>(pads.size())});
+  std::memcpy(t.data.data(), pads.data(), pads.size());
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed, uint64_t epoch) {
+  if (sample >= index_.size()) {
+    return absl::OutOfRangeError(StrCat("sample ", sample, " is past the end of dataset ",
+                                        dataset_.uri(), " (", index_.size(), " samples)"));
+  }
+  const SampleIndex::Location loc = index_.Locate(sample);
+  const std::string ep_ctx =
+      StrCat("dataset ", dataset_.uri(), ", shard ",
+             dataset_.ShardName(dataset_.episodes().shard(loc.episode)), ", episode ", loc.episode);
+  auto ep_or = GetEpisode(loc.episode);
+  if (!ep_or.ok()) return Annotate(ep_or.status(), ep_ctx);
+  Episode& ep = **ep_or;
+  const pb::EpisodeIndex& index = *ep.index;
+
+  auto table_for = [&](int stream) -> absl::StatusOr<const FrameTable*> {
+    auto& slot = ep.tables[static_cast<size_t>(stream)];
+    if (!slot) {
+      ASSIGN_OR_RETURN(FrameTable t, FrameTable::Build(index.streams(stream)));
+      slot = std::move(t);
+    }
+    return &*slot;
+  };
+
+  Sample out;
+  out.index = sample;
+  out.episode = loc.episode;
+  out.step = loc.step;
+  // The anchor time.
+  {
+    const pb::StreamIndex& a = index.streams(spec_.anchor_stream);
+    if (a.kind() == pb::LOWDIM) {
+      if (loc.step >= static_cast<uint32_t>(a.timestamps_s_size())) {
+        return absl::DataLossError(StrCat(ep_ctx, ", stream '", a.name(), "': step ", loc.step,
+                                          " is past its ", a.timestamps_s_size(), " steps"));
+      }
+      out.time_s = a.timestamps_s(static_cast<int>(loc.step));
+    } else {
+      auto t = table_for(spec_.anchor_stream);
+      if (!t.ok()) return Annotate(t.status(), StrCat(ep_ctx, ", stream '", a.name(), "'"));
+      if (loc.step >= (*t)->size()) {
+        return absl::DataLossError(StrCat(ep_ctx, ", stream '", a.name(), "': frame ", loc.step,
+                                          " is past its ", (*t)->size(), " shown frames"));
+      }
+      out.time_s = (*t)->time_s[loc.step];
+    }
+  }
+
+  for (size_t si = 0; si < spec_.streams.size(); ++si) {
+    const StreamSpec& s = spec_.streams[si];
+    const pb::StreamIndex& stream = index.streams(s.stream);
+    const std::string ctx = StrCat(ep_ctx, ", stream '", s.name, "'");
+    auto fail = [&](const absl::Status& st, std::string_view more = {}) {
+      return Annotate(st, more.empty() ? ctx : StrCat(ctx, ", ", more));
+    };
+    switch (s.kind) {
+      case pb::LOWDIM: {
+        std::vector<double> times(stream.timestamps_s().begin(), stream.timestamps_s().end());
+        if (times.empty()) return fail(absl::DataLossError("the stream has no steps"));
+        std::vector<int64_t> steps;
+        std::vector<uint8_t> pads;
+        for (double d : s.deltas) {
+          auto p = PickTime(times, out.time_s + d, s);
+          if (!p.ok()) return fail(p.status());
+          steps.push_back(p->k);
+          pads.push_back(p->pad ? 1 : 0);
+        }
+        const auto [lo, hi] = std::minmax_element(steps.begin(), steps.end());
+        std::vector<float> rows;
+        absl::Status st = dataset_.ReadLowdim(index, s.stream, static_cast<size_t>(*lo),
+                                              static_cast<size_t>(*hi - *lo + 1), &rows);
+        if (!st.ok()) return fail(st);
+        const int64_t dim = stream.blocks().dim();
+        Tensor t = MakeTensor(s.name, DType::kFloat32, {static_cast<int64_t>(steps.size()), dim});
+        float* dst = reinterpret_cast<float*>(t.data.data());
+        for (size_t i = 0; i < steps.size(); ++i) {
+          const float* src = &rows[static_cast<size_t>(steps[i] - *lo) * dim];
+          for (int64_t d = 0; d < dim; ++d) {
+            float v = src[d];
+            if (s.normalize != LowdimNorm::kNone) {
+              v = (v - s.norm_offset[d]) * s.norm_scale[d] + s.norm_bias;
+            }
+            dst[i * dim + d] = v;
+          }
+        }
+        out.tensors.push_back(std::move(t));
+        out.tensors.push_back(PadTensor(s.name, pads));
+        ++stats_.lowdim_windows;
+        break;
+      }
+      case pb::VIDEO:
+      case pb::IMAGE: {
+        auto table_or = table_for(s.stream);
+        if (!table_or.ok()) return fail(table_or.status());
+        const FrameTable& table = **table_or;
+        std::vector<int64_t> frames;
+        std::vector<uint8_t> pads;
+        for (double d : s.deltas) {
+          auto p = PickTime(table.time_s, out.time_s + d, s);
+          if (!p.ok()) return fail(p.status());
+          frames.push_back(p->k);
+          pads.push_back(p->pad ? 1 : 0);
+        }
+        auto read = [&](size_t packet, std::string* bytes) {
+          return dataset_.ReadPacket(index, s.stream, packet, bytes);
+        };
+        std::vector<RgbImage> images;
+        const bool crop = s.augment.crop.has_value();
+        if (s.kind == pb::VIDEO) {
+          VideoOutput vo;
+          vo.autorotate = s.autorotate;
+          vo.filter = s.resize;
+          if (!crop) {
+            vo.width = s.width;
+            vo.height = s.height;
+          }
+          const uint64_t key = (loc.episode << 16) ^ static_cast<uint64_t>(s.stream);
+          absl::Status st = video_[si]->Decode(key, stream, table, read, frames, vo, spec_.limits,
+                                               &images);
+          if (!st.ok()) {
+            return fail(st, StrCat("frames at t=", out.time_s, " s + ", s.deltas.front(), "..",
+                                   s.deltas.back(), " s"));
+          }
+        } else {
+          images.resize(frames.size());
+          std::string bytes;
+          for (size_t i = 0; i < frames.size(); ++i) {
+            // Repeats (clamped windows) decode once.
+            size_t prev = i;
+            for (size_t j = 0; j < i; ++j) {
+              if (frames[j] == frames[i]) { prev = j; break; }
+            }
+            if (prev != i) {
+              images[i] = images[prev];
+              continue;
+            }
+            const int64_t k = frames[i];
+            const std::string frame_ctx = StrCat("frame ", k, " (t=", table.time_s[k], " s)");
+            absl::Status st = read(table.packet[k], &bytes);
+            if (!st.ok()) return fail(st, frame_ctx);
+            st = image_.Decode(stream.codec().codec(), bytes, crop ? 0 : s.width,
+                               crop ? 0 : s.height, spec_.limits, &images[i]);
+            if (!st.ok()) return fail(st, frame_ctx);
+            ++stats_.images_decoded;
+          }
+          // Decoded at full or DCT-scaled size: resize to the output size.
+          if (!crop && s.width > 0) {
+            for (RgbImage& im : images) {
+              if (im.width != s.width || im.height != s.height) {
+                RgbImage r;
+                ResizeRgb(im, 0, 0, im.width, im.height, false, s.width, s.height, &r);
+                im = std::move(r);
+              }
+            }
+          }
+        }
+        // Augment: one draw per camera and sample, applied to all its frames.
+        if (s.augment.enabled() && !images.empty()) {
+          SampleRng rng(seed, epoch, sample, static_cast<uint64_t>(s.stream));
+          const ImageDraw draw = DrawImageAugment(s.augment, images[0].width, images[0].height, &rng);
+          for (RgbImage& im : images) {
+            if (draw.crop) {
+              RgbImage r;
+              ResizeRgb(im, draw.x, draw.y, draw.w, draw.h, draw.flip, s.width, s.height, &r);
+              im = std::move(r);
+            } else if (draw.flip) {
+              FlipRgb(&im);
+            }
+            ApplyColorJitter(draw, &im);
+          }
+        }
+        const int h = images[0].height, w = images[0].width;
+        for (const RgbImage& im : images) {
+          if (im.width != w || im.height != h) {
+            return fail(absl::DataLossError(StrCat("frames of one sample differ in size (", w, "x",
+                                                   h, " and ", im.width, "x", im.height, ")")));
+          }
+        }
+        const DType dt = s.dtype == ImageDType::kFloat32 ? DType::kFloat32 : DType::kUint8;
+        std::vector<int64_t> shape = {static_cast<int64_t>(images.size()), h, w, 3};
+        if (s.layout == ImageLayout::kCHW) shape = {static_cast<int64_t>(images.size()), 3, h, w};
+        const size_t elem_bytes = static_cast<size_t>(h) * w * 3 * DTypeSize(dt);
+        if (static_cast<int64_t>(elem_bytes * images.size()) > spec_.limits.max_sample_bytes) {
+          return fail(absl::ResourceExhaustedError(
+              StrCat("the frames need ", elem_bytes * images.size(),
+                     " bytes, over limits.max_sample_bytes (", spec_.limits.max_sample_bytes, ")")));
+        }
+        Tensor t = MakeTensor(s.name, dt, std::move(shape));
+        for (size_t i = 0; i < images.size(); ++i) {
+          WriteImage(images[i], s, t.data.data() + i * elem_bytes);
+        }
+        out.tensors.push_back(std::move(t));
+        out.tensors.push_back(PadTensor(s.name, pads));
+        break;
+      }
+      case pb::AUDIO: {
+        const StreamInfo& info = dataset_.manifest().streams[s.stream];
+        const int rate = s.audio_rate > 0 ? s.audio_rate : static_cast<int>(std::lround(info.rate));
+        const int64_t n =
+            std::llround((s.window_end - s.window_start) * static_cast<double>(rate));
+        std::vector<float> pcm;
+        std::vector<uint8_t> pads;
+        const double start = out.time_s + s.window_start;
+        auto read = [&](size_t packet, std::string* bytes) {
+          return dataset_.ReadPacket(index, s.stream, packet, bytes);
+        };
+        absl::Status st = audio_.DecodeWindow(stream, read, start, n, rate, s.audio_channels,
+                                              spec_.limits, &pcm, &pads);
+        if (!st.ok()) {
+          return fail(st, StrCat("audio window t=", start, "..",
+                                 start + (s.window_end - s.window_start), " s"));
+        }
+        const int64_t channels = n > 0 ? static_cast<int64_t>(pcm.size()) / n : 0;
+        Tensor t = MakeTensor(s.name, DType::kFloat32, {n, channels});
+        if (!pcm.empty()) std::memcpy(t.data.data(), pcm.data(), pcm.size() * sizeof(float));
+        out.tensors.push_back(std::move(t));
+        out.tensors.push_back(PadTensor(s.name, pads));
+        ++stats_.audio_windows;
+        break;
+      }
+      case pb::TEXT: {
+        const std::string& text = stream.text();
+        Tensor t = MakeTensor(s.name, DType::kUint8, {static_cast<int64_t>(text.size())});
+        if (!text.empty()) std::memcpy(t.data.data(), text.data(), text.size());
+        out.tensors.push_back(std::move(t));
+        break;
+      }
+      default:
+        return fail(absl::InternalError("unknown stream kind"));
+    }
+  }
+  const size_t bytes = out.bytes();
+  if (static_cast<int64_t>(bytes) > spec_.limits.max_sample_bytes) {
+    return absl::ResourceExhaustedError(StrCat(ep_ctx, ": the sample is ", bytes,
+                                               " bytes, over limits.max_sample_bytes (",
+                                               spec_.limits.max_sample_bytes, ")"));
+  }
+  ++stats_.samples;
+  stats_.bytes += bytes;
+  stats_.frames_decoded = stats_.frames_delivered = stats_.video_seeks = 0;
+  for (const auto& v : video_) {
+    if (v == nullptr) continue;
+    stats_.frames_decoded += v->stats().frames_decoded;
+    stats_.frames_delivered += v->stats().frames_delivered;
+    stats_.video_seeks += v->stats().seeks;
+  }
+  return out;
+}
+
+}  // namespace conveyor

@@ -1,0 +1,111 @@
+// Sample assembly: turns sample index i of a dataset into a training sample (frames from each
+// camera, low-dim windows, an audio window, the instruction) as the SampleSpec asks.
+//
+// Sample i is anchor step `step` of episode `e`, counting anchor steps over all episodes in order
+// (SampleIndex). A sample is a pure function of (dataset, spec, seed, epoch, i): the decoders are
+// exact, augmentation draws from SampleRng(seed, epoch, i, stream), and nothing depends on what
+// the assembler did before, so the bits are the same at any thread count and on any server.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "decoders/audio_decoder.h"
+#include "decoders/image_decoder.h"
+#include "decoders/sample_spec.h"
+#include "decoders/video_decoder.h"
+#include "readers/dataset.h"
+
+namespace conveyor {
+
+enum class DType : uint8_t { kUint8, kBool, kFloat32 };
+size_t DTypeSize(DType t);
+std::string_view DTypeName(DType t);   // "uint8", "bool", "float32"
+std::string_view NumpyDescr(DType t);  // "|u1", "|b1", "<f4"
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;  // C order, little-endian
+  size_t num_elements() const;
+};
+
+// What one sample holds. Tensors, in spec order, per stream: `<name>` and, except for text,
+// `<name>_is_pad` (bool, one per requested time; per output sample for audio).
+//   video / image: uint8 [T, H, W, 3] (or [T, 3, H, W], or float32) as the spec says
+//   lowdim: float32 [T, D];  audio: float32 [samples, channels];  text: uint8 [bytes] (UTF-8)
+struct Sample {
+  uint64_t index = 0;
+  uint64_t episode = 0;
+  uint32_t step = 0;    // anchor step within the episode
+  double time_s = 0;    // anchor time on the episode clock
+  std::vector<Tensor> tensors;
+  const Tensor* Find(std::string_view name) const;
+  size_t bytes() const;
+};
+
+// The sample index space: anchor steps of all episodes, episode after episode. O(episodes)
+// memory, O(log episodes) per lookup. Built from the episode table alone (no shard reads).
+class SampleIndex {
+ public:
+  static absl::StatusOr<SampleIndex> Build(const Dataset& dataset, int anchor_stream);
+  uint64_t size() const { return starts_.empty() ? 0 : starts_.back(); }
+  struct Location {
+    uint64_t episode = 0;
+    uint32_t step = 0;
+  };
+  Location Locate(uint64_t sample) const;  // sample < size()
+  uint64_t EpisodeStart(uint64_t episode) const { return starts_[episode]; }
+
+ private:
+  std::vector<uint64_t> starts_;  // starts_[e]: first sample of episode e; then the total
+};
+
+struct AssemblerStats {
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  uint64_t frames_delivered = 0;  // video
+  uint64_t frames_decoded = 0;    // video, references and skipped-over frames included
+  uint64_t video_seeks = 0;
+  uint64_t images_decoded = 0;
+  uint64_t audio_windows = 0;
+  uint64_t lowdim_windows = 0;
+  uint64_t episode_loads = 0;     // episode indexes read (the rest came from the cache)
+};
+
+// One per worker thread: holds one decoder per video stream (so each camera keeps its decode
+// position), an image and an audio decoder, and a few recently used episode indexes. Not
+// thread-safe; the Dataset, spec and index it points to must outlive it.
+class SampleAssembler {
+ public:
+  SampleAssembler(const Dataset& dataset, const SampleSpec& spec, const SampleIndex& index);
+  ~SampleAssembler();
+
+  // Errors name dataset, shard, episode, stream and frame or time, for example
+  //   dataset /d, shard /d/shards/shard-000000.cvs, episode 3, stream 'cam0', t=1.250 s: ...
+  // OUT_OF_RANGE for a sample index past the end.
+  absl::StatusOr<Sample> Assemble(uint64_t sample, uint64_t seed, uint64_t epoch);
+
+  const AssemblerStats& stats() const { return stats_; }
+
+ private:
+  struct Episode;
+  absl::StatusOr<Episode*> GetEpisode(uint64_t episode);
+
+  const Dataset& dataset_;
+  const SampleSpec& spec_;
+  const SampleIndex& index_;
+  std::vector<std::unique_ptr<VideoDecoder>> video_;  // per spec stream (null when not video)
+  ImageDecoder image_;
+  AudioDecoder audio_;
+  std::vector<std::unique_ptr<Episode>> episodes_;  // small LRU
+  uint64_t tick_ = 0;
+  AssemblerStats stats_;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,177 @@
+// `conveyor sample`: assembles samples as the training pipeline would and writes each one as
+// .npy files plus meta.json, so people and outside tools (numpy, the ffmpeg CLI) can check them.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "decoders/sample_assembler.h"
+#include "readers/npy.h"
+#include "tools/commands.h"
+
+namespace conveyor::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+absl::Status WriteSample(const Sample& sample, const std::string& dir, uint64_t seed,
+                         uint64_t epoch) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(StrCat("cannot create ", dir, ": ", ec.message()));
+  json meta = {{"index", sample.index},      {"episode", sample.episode},
+               {"anchor_step", sample.step}, {"anchor_time_s", sample.time_s},
+               {"seed", seed},               {"epoch", epoch}};
+  json tensors = json::object();
+  for (const Tensor& t : sample.tensors) {
+    tensors[t.name] = {{"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}};
+    RETURN_IF_ERROR(WriteNpyRaw(StrCat(dir, "/", t.name, ".npy"), t.shape, NumpyDescr(t.dtype),
+                                t.data.data(), t.data.size()));
+    if (t.dtype == DType::kUint8 && t.shape.size() == 1 && !t.name.ends_with("_is_pad")) {
+      // Text: also readable as is.
+      meta["text"][t.name] = std::string(t.data.begin(), t.data.end());
+    }
+  }
+  meta["tensors"] = tensors;
+  std::ofstream f(dir + "/meta.json", std::ios::trunc);
+  f << meta.dump(2) << "\n";
+  if (!f) return absl::UnavailableError(StrCat("cannot write ", dir, "/meta.json"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunSample(const SampleOptions& o) {
+  if (o.out.empty()) return absl::InvalidArgumentError("--out is required");
+  if (o.count <= 0 && o.indices.empty()) return absl::InvalidArgumentError("--count must be > 0");
+  if (o.start < 0 || o.stride < 0) {
+    return absl::InvalidArgumentError("--start and --stride must be >= 0");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(o.dataset));
+  SampleSpec spec;
+  if (o.config.empty()) {
+    ASSIGN_OR_RETURN(spec, SampleSpec::Default(ds->manifest()));
+  } else {
+    ASSIGN_OR_RETURN(spec, SampleSpec::FromFile(o.config, ds->manifest()));
+  }
+  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(*ds, spec.anchor_stream));
+  if (index.size() == 0) return absl::FailedPreconditionError("the dataset has no samples");
+
+  std::vector<uint64_t> picks;
+  if (!o.indices.empty()) {
+    for (int64_t i : o.indices) {
+      if (i < 0 || static_cast<uint64_t>(i) >= index.size()) {
+        return absl::OutOfRangeError(
+            StrCat("sample index ", i, " is out of range: the dataset has ", index.size(),
+                   " samples (anchor '", spec.anchor, "')"));
+      }
+      picks.push_back(static_cast<uint64_t>(i));
+    }
+  } else {
+    if (static_cast<uint64_t>(o.start) >= index.size()) {
+      return absl::OutOfRangeError(StrCat("--start ", o.start, " is past the last sample (",
+                                          index.size(), " samples)"));
+    }
+    const uint64_t left = index.size() - static_cast<uint64_t>(o.start);
+    const uint64_t count = std::min<uint64_t>(static_cast<uint64_t>(o.count), left);
+    const uint64_t stride =
+        o.stride > 0 ? static_cast<uint64_t>(o.stride) : std::max<uint64_t>(1, left / count);
+    for (uint64_t j = 0; j < count; ++j) {
+      const uint64_t i = static_cast<uint64_t>(o.start) + j * stride;
+      if (i >= index.size()) break;
+      picks.push_back(i);
+    }
+  }
+
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) return absl::UnavailableError(StrCat("cannot create ", o.out, ": ", ec.message()));
+
+  const int threads = o.threads > 0 ? o.threads
+                                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::atomic<size_t> next{0}, done{0};
+  std::mutex mu;
+  absl::Status first_error;
+  std::vector<json> skipped;
+  AssemblerStats total;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    SampleAssembler assembler(*ds, spec, index);
+    while (true) {
+      const size_t j = next.fetch_add(1);
+      if (j >= picks.size()) break;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!first_error.ok()) break;
+      }
+      auto sample = assembler.Assemble(picks[j], o.seed, o.epoch);
+      absl::Status st = sample.ok()
+                            ? WriteSample(*sample, StrCat(o.out, "/", absl::Dec(j, absl::kZeroPad6)),
+                                          o.seed, o.epoch)
+                            : sample.status();
+      std::lock_guard<std::mutex> lock(mu);
+      if (!st.ok()) {
+        if (spec.on_error == OnError::kSkip && !sample.ok()) {
+          spdlog::warn("sample {} skipped (on_error: skip): {}", picks[j], st.ToString());
+          skipped.push_back({{"slot", j}, {"index", picks[j]},
+                             {"reason", absl::StatusCodeToString(st.code())},
+                             {"error", std::string(st.message())}});
+        } else if (first_error.ok()) {
+          first_error = Annotate(st, StrCat("sample ", picks[j]));
+        }
+      }
+      const size_t n = ++done;
+      if (o.progress && (n % 16 == 0 || n == picks.size())) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "\rsample: %zu/%zu (%.1f samples/s)", n, picks.size(), n / std::max(s, 1e-9));
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    const AssemblerStats& a = assembler.stats();
+    total.samples += a.samples;
+    total.frames_decoded += a.frames_decoded;
+    total.frames_delivered += a.frames_delivered;
+    total.images_decoded += a.images_decoded;
+    total.audio_windows += a.audio_windows;
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  if (o.progress) std::fprintf(stderr, "\n");
+  RETURN_IF_ERROR(first_error);
+
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  json summary = {{"dataset", ds->uri()},
+                  {"samples_in_dataset", index.size()},
+                  {"anchor", spec.anchor},
+                  {"written", picks.size() - skipped.size()},
+                  {"skipped", skipped},
+                  {"seconds", secs},
+                  {"video_frames_decoded", total.frames_decoded},
+                  {"video_frames_delivered", total.frames_delivered},
+                  {"images_decoded", total.images_decoded},
+                  {"audio_windows", total.audio_windows}};
+  std::ofstream f(o.out + "/summary.json", std::ios::trunc);
+  f << summary.dump(2) << "\n";
+  if (o.progress) {
+    std::fprintf(stderr,
+                 "wrote %zu samples to %s (%zu skipped) in %.2f s; video: %llu frames decoded for "
+                 "%llu delivered (%.2fx)\n",
+                 picks.size() - skipped.size(), o.out.c_str(), skipped.size(), secs,
+                 static_cast<unsigned long long>(total.frames_decoded),
+                 static_cast<unsigned long long>(total.frames_delivered),
+                 total.frames_delivered ? static_cast<double>(total.frames_decoded) / total.frames_delivered : 0.0);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor::tools
