@@ -130,12 +130,16 @@ struct Pick {
   bool pad = false;
 };
 
-// LeRobot's rule: a time outside [first, last] is padding and clamps to the edge; then the
-// nearest (or previous) frame or step must be within the tolerance.
+// LeRobot's rule, widened by the tolerance: a time more than tolerance_s before the first or
+// after the last frame (step) is padding and clamps to that edge; otherwise the nearest (or
+// previous) frame must be within tolerance_s. With LeRobot's own tolerance (1e-4 s) this is
+// LeRobot's behaviour; with the default (half a period) a time just after the last frame is
+// that frame, not padding.
 absl::StatusOr<Pick> PickTime(const std::vector<double>& times, double q, const StreamSpec& s) {
   Pick p;
   const double first = times.front(), last = times.back();
-  if (q < first - kEdgeEps || q > last + kEdgeEps) p.pad = true;
+  const double slack = s.tolerance_s + kEdgeEps;
+  if (q < first - slack || q > last + slack) p.pad = true;
   const double c = std::clamp(q, first, last);
   auto it = std::lower_bound(times.begin(), times.end(), c);
   int64_t hi = it - times.begin();
