@@ -1,22 +1,45 @@
 #!/usr/bin/env bash
-# A bounded libFuzzer run of the shard index parsers: `run_fuzz.sh FUZZER SECONDS`.
-# Seeds: the shards of a tiny real dataset made by `conveyor synth` (when the CLI is built),
-# prefixed with the mode byte the fuzz target expects.
+# A bounded libFuzzer run of one fuzz target: `run_fuzz.sh FUZZER SECONDS`. The seeds depend on
+# the target (its file name), each prefixed with the mode byte that target expects:
+#   shard_index_fuzz: the shards of a tiny real dataset made by `conveyor synth` (when the CLI is
+#     built), an empty index and an empty directory;
+#   image_decoder_fuzz: small JPEGs (4:2:0, 4:4:4, grey, progressive) and PNGs (RGB, RGBA,
+#     palette, 16-bit) made by ffmpeg and cjpeg.
 set -euo pipefail
 FUZZER="$1"; SECONDS_BUDGET="${2:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CLI="${CONVEYOR_CLI:-$ROOT/build/tools/conveyor}"
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/corpus"
-if [[ -x "$CLI" ]]; then
-  "$CLI" synth --out "$WORK/ds" --episodes 2 --episode-seconds 1 --size 32x32 --cameras 1 \
-    --episodes-per-shard 2 --quiet
-  for s in "$WORK"/ds/shards/*.cvs; do
-    { printf '\x00'; cat "$s"; } > "$WORK/corpus/$(basename "$s")"
-  done
-fi
-printf '\x01' > "$WORK/corpus/empty_index"
-printf '\x02' > "$WORK/corpus/empty_dir"
+case "$(basename "$FUZZER")" in
+  shard_index_fuzz)
+    if [[ -x "$CLI" ]]; then
+      "$CLI" synth --out "$WORK/ds" --episodes 2 --episode-seconds 1 --size 32x32 --cameras 1 \
+        --episodes-per-shard 2 --quiet
+      for s in "$WORK"/ds/shards/*.cvs; do
+        { printf '\x00'; cat "$s"; } > "$WORK/corpus/$(basename "$s")"
+      done
+    fi
+    printf '\x01' > "$WORK/corpus/empty_index"
+    printf '\x02' > "$WORK/corpus/empty_dir"
+    ;;
+  image_decoder_fuzz)
+    # First byte: even = JPEG, odd = PNG (the higher bits pick the minimum size of a scaled decode).
+    ff() { ffmpeg -hide_banner -loglevel error -nostdin -y -f lavfi -i "testsrc2=size=$1" \
+      -frames:v 1 "${@:3}" "$WORK/$2"; }
+    ff 32x24 a420.jpg -pix_fmt yuvj420p
+    ff 18x14 a444.jpg -pix_fmt yuvj444p
+    ff 24x16 src.ppm -pix_fmt rgb24
+    cjpeg -grayscale -outfile "$WORK/gray.jpg" "$WORK/src.ppm"
+    cjpeg -progressive -outfile "$WORK/progressive.jpg" "$WORK/src.ppm"
+    ff 16x16 rgb.png -pix_fmt rgb24
+    ff 20x12 rgba.png -pix_fmt rgba
+    ff 16x8 pal8.png -pix_fmt pal8
+    ff 12x10 rgb48.png -pix_fmt rgb48be
+    for f in "$WORK"/*.jpg; do { printf '\x12'; cat "$f"; } > "$WORK/corpus/$(basename "$f")"; done
+    for f in "$WORK"/*.png; do { printf '\x13'; cat "$f"; } > "$WORK/corpus/$(basename "$f")"; done
+    ;;
+esac
 echo "fuzz: $(basename "$FUZZER") for ${SECONDS_BUDGET}s"
 "$FUZZER" -max_total_time="$SECONDS_BUDGET" -rss_limit_mb=2048 -max_len=65536 \
   -print_final_stats=1 "$WORK/corpus" 2>&1 | tail -n 12
