@@ -562,5 +562,53 @@ TEST(SampleImportedTest, OddClipsSampleToTheCliFrames) {
             "sort the blocks");
 }
 
+// Image streams: native size equals djpeg; an output of exactly 1/4 the size comes from
+// TurboJPEG's DCT-domain scaling and equals `djpeg -scale 1/4`.
+TEST(SampleImportedTest, JpegFramesEqualDjpegFullAndScaled) {
+  TempDir dir;
+  const std::string ep = dir.Join("src/ep_0000");
+  fs::create_directories(ep + "/wrist");
+  auto r = RunCommand("ffmpeg -v error -nostdin -y -f lavfi -i testsrc2=size=640x480:rate=5 -frames:v 6 " +
+                      ShellQuote(ep + "/wrist/%03d.jpg"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<float> steps(6, 1.0f);
+  ASSERT_TRUE(WriteNpy(ep + "/action.npy", {6, 1}, steps.data()).ok());
+  WriteFile(ep + "/episode.json", R"({"rates": {"action": 5, "wrist": 5}})");
+  r = RunCommand(kCli + " import --quiet --from " + ShellQuote(dir.Join("src")) + " --out " +
+                 ShellQuote(dir.Join("ds")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto djpeg = [&](int frame, const std::string& scale) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "%03d.jpg", frame + 1);
+    auto d = RunCommand("djpeg " + scale + " -ppm " + ShellQuote(ep + "/wrist/" + name));
+    EXPECT_EQ(d.exit_code, 0);
+    // Skip the "P6\nW H\n255\n" header.
+    size_t pos = 0;
+    for (int lines = 0; lines < 3; ++lines) pos = d.output.find('\n', pos) + 1;
+    return d.output.substr(pos);
+  };
+  for (const auto& [yaml, scale] : std::vector<std::pair<std::string, std::string>>{
+           {"streams: {wrist: {}}", ""}, {"streams: {wrist: {size: [120, 160]}}", "-scale 1/4"}}) {
+    auto ds = Dataset::Open(dir.Join("ds"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    auto spec = SampleSpec::FromYaml(yaml, (*ds)->manifest(), "t.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto index = SampleIndex::Build(**ds, spec->anchor_stream);
+    ASSERT_TRUE(index.ok());
+    SampleAssembler a(**ds, *spec, *index);
+    for (uint64_t i = 0; i < 6; ++i) {
+      auto s = a.Assemble(i, 0, 0);
+      ASSERT_TRUE(s.ok()) << s.status();
+      const Tensor* t = s->Find("wrist");
+      const std::string want = djpeg(static_cast<int>(i), scale);
+      ASSERT_EQ(t->data.size(), want.size()) << yaml;
+      EXPECT_TRUE(std::equal(t->data.begin(), t->data.end(),
+                             reinterpret_cast<const uint8_t*>(want.data())))
+          << yaml << " frame " << i;
+    }
+    EXPECT_EQ(a.stats().images_decoded, 6u);
+  }
+}
+
 }  // namespace
 }  // namespace conveyor
