@@ -5,6 +5,8 @@
 #     built), an empty index and an empty directory;
 #   image_decoder_fuzz: small JPEGs (4:2:0, 4:4:4, grey, progressive) and PNGs (RGB, RGBA,
 #     palette, 16-bit) made by ffmpeg and cjpeg.
+#   audio_decoder_fuzz: 0.2 s of AAC, Opus, FLAC, MP3 and PCM packets made by ffmpeg, each with
+#     a header for a native-rate window and one for a 16 kHz mono window.
 set -euo pipefail
 FUZZER="$1"; SECONDS_BUDGET="${2:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -38,6 +40,31 @@ case "$(basename "$FUZZER")" in
     ff 12x10 rgb48.png -pix_fmt rgb48be
     for f in "$WORK"/*.jpg; do { printf '\x12'; cat "$f"; } > "$WORK/corpus/$(basename "$f")"; done
     for f in "$WORK"/*.png; do { printf '\x13'; cat "$f"; } > "$WORK/corpus/$(basename "$f")"; done
+    ;;
+  audio_decoder_fuzz)
+    # The target's header (codec, window start, window shape, priming, packet count), then the
+    # packet sizes (u16 LE) and the packets, as ffmpeg demuxes them from a file it encoded.
+    hex() { printf "\\x$(printf %02x "$1")"; }
+    af() {  # af CODEC_BYTE PRIMING_FRAMES NAME RATE ENCODER_ARGS...
+      local name="$3" sizes s
+      ffmpeg -hide_banner -loglevel error -nostdin -y -f lavfi \
+        -i "aevalsrc=0.5*sin(2*PI*(200+400*t)*t)|0.4*sin(2*PI*300*t):s=$4:d=0.2" "${@:5}" \
+        "$WORK/$name"
+      ffmpeg -hide_banner -loglevel error -nostdin -y -i "$WORK/$name" -map 0:a -c copy \
+        -f data "$WORK/$name.packets"
+      mapfile -t sizes < <(ffprobe -v error -select_streams a:0 -show_entries packet=size \
+        -of default=noprint_wrappers=1:nokey=1 "$WORK/$name")
+      for shape in 4 76; do  # 4800 samples at the stream rate; 4800 at 16 kHz mono
+        { hex "$1"; hex 68; hex "$shape"; hex "$2"; hex "${#sizes[@]}"
+          for s in "${sizes[@]}"; do hex $((s & 255)); hex $((s >> 8)); done
+          cat "$WORK/$name.packets"; } > "$WORK/corpus/$name.$shape"
+      done
+    }
+    af 0 1 aac.m4a 44100 -c:a aac -b:a 96k
+    af 1 0 opus.ogg 48000 -c:a libopus -b:a 64k
+    af 2 0 flac.flac 44100 -c:a flac -frame_size 4096 -sample_fmt s16
+    af 3 1 mp3.mp3 44100 -c:a libmp3lame -b:a 96k
+    af 4 0 pcm.wav 44100 -c:a pcm_s16le
     ;;
 esac
 echo "fuzz: $(basename "$FUZZER") for ${SECONDS_BUDGET}s"

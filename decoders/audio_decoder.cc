@@ -1,0 +1,551 @@
+#include "decoders/audio_decoder.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string_view>
+
+extern "C" {
+#include <libavutil/channel_layout.h>
+#include <libavutil/samplefmt.h>
+}
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "decoders/av_codec_params.h"
+#include "decoders/av_util.h"
+
+namespace conveyor {
+
+namespace pb = format::v1;
+
+namespace {
+
+constexpr int kMaxRate = 768000;
+constexpr int kMaxChannels = 64;
+constexpr int kMaxDownsampling = 256;  // stream rate / out_rate
+// |start_s| beyond this (~115 days) is a caller bug; the bound also keeps the sample arithmetic
+// far from overflow.
+constexpr double kMaxAbsStartS = 1e7;
+// Packets read past the window's end waiting for a decoder with delay to produce its samples.
+constexpr int kMaxPostrollPackets = 4;
+
+using i128 = __int128;
+
+i128 FloorDiv(i128 a, i128 b) {  // b > 0
+  i128 q = a / b;
+  if (a % b != 0 && a < 0) --q;
+  return q;
+}
+i128 CeilDiv(i128 a, i128 b) { return -FloorDiv(-a, b); }
+int64_t Clamp64(i128 v) {
+  constexpr int64_t kBound = int64_t{1} << 62;  // far from overflow in later sums
+  return static_cast<int64_t>(std::clamp<i128>(v, -kBound, kBound));
+}
+
+// Maps stream pts to input sample numbers k on the episode clock: sample k is at k / rate s.
+struct SampleClock {
+  int64_t origin;
+  int64_t tb_num;
+  int64_t tb_den;
+  int64_t rate;
+
+  // The sample at `pts` (+ `duration`), rounded to the nearest one.
+  int64_t SampleAt(int64_t pts, int64_t duration = 0) const {
+    const i128 num = (static_cast<i128>(pts) + duration - origin) * tb_num * rate;
+    return Clamp64(FloorDiv(2 * num + tb_den, 2 * static_cast<i128>(tb_den)));
+  }
+  // The last pts at or before sample k.
+  int64_t PtsAtOrBefore(int64_t k) const {
+    return Clamp64(origin +
+                   FloorDiv(static_cast<i128>(k) * tb_den, static_cast<i128>(tb_num) * rate));
+  }
+  double Seconds(int64_t pts) const {
+    return static_cast<double>(static_cast<i128>(pts) - origin) * static_cast<double>(tb_num) /
+           static_cast<double>(tb_den);
+  }
+};
+
+// How far before the window decoding starts, so that the decoder's state (overlap, bit
+// reservoir, predictors) is what it would be after decoding the stream from its start: at least
+// `packets` packets and `samples` samples (at the stream rate) before the packet that holds the
+// window's first sample.
+struct Preroll {
+  int packets;
+  int64_t samples;
+};
+
+Preroll PrerollFor(const pb::CodecParams& par) {
+  const std::string& c = par.codec();
+  // Every packet decodes on its own.
+  if (c.starts_with("pcm_") || c == "flac" || c == "alac" || c == "wavpack" || c == "tta") {
+    return {0, 0};
+  }
+  // MDCT overlap with the previous frame (SBR adds a little QMF history).
+  if (c == "aac" || c == "aac_latm") return {2, 0};
+  // The bit reservoir reaches up to 511 bytes back (5 frames at 32 kbit/s), plus the overlap of
+  // the hybrid filterbank.
+  if (c == "mp1" || c == "mp2" || c == "mp3") return {10, 0};
+  // RFC 7845 asks for 80 ms (3840 samples; the container's seek_preroll), which only brings the
+  // output close: CELT predicts band energies from the previous frame, and the error of a cold
+  // start shrinks about tenfold per 100 ms (measured: 0.05 after 80 ms, 1e-6 after 400 ms,
+  // bit-exact from 600 ms). Ten times the RFC's figure makes windows bit-exact with a margin, at
+  // the cost of decoding 0.8 s more per window.
+  if (c == "opus") return {2, 10 * std::max<int64_t>(par.seek_preroll(), 3840)};
+  return {4, par.seek_preroll()};
+}
+
+// Whether avcodec_flush_buffers returns the decoder to the state avcodec_open2 leaves it in, so
+// that one open context can serve every window and still give each window the same bits. Other
+// decoders are opened afresh for each window, which costs little (measured per open: AAC 65 us,
+// Opus 29 us, against ~1 ms to decode a 1 s window): AAC's noise generator for perceptual noise
+// substitution (PNS) and its memory of the previous window shape survive a flush, and the fuzz
+// target found an Opus stream whose output after a flush depended on the window decoded before.
+// Unknown decoders are not trusted either.
+bool FlushRestoresOpenState(const std::string& c) {
+  return c.starts_with("pcm_") || c == "flac" || c == "mp1" || c == "mp2" || c == "mp3";
+}
+
+// The channel layout the stream declares: its native mask when it has a consistent one, else
+// FFmpeg's default for the count (what FFmpeg's decoders assume for such streams).
+absl::Status StreamLayout(const pb::CodecParams& par, AVChannelLayout* out) {
+  av_channel_layout_uninit(out);
+  if (par.channel_mask() != 0 && std::popcount(par.channel_mask()) == par.channels()) {
+    const int ret = av_channel_layout_from_mask(out, par.channel_mask());
+    if (ret < 0) return av::AvError(ret, "setting the channel layout");
+  } else {
+    av_channel_layout_default(out, par.channels());
+  }
+  return absl::OkStatus();
+}
+
+struct ChannelLayoutOwner {
+  AVChannelLayout layout{};
+  ~ChannelLayoutOwner() { av_channel_layout_uninit(&layout); }
+};
+
+// Writes samples [first, first + count) of `frame` as interleaved floats to `dst`, converting
+// as libswresample does (so that the values equal `ffmpeg -f f32le`'s bit for bit).
+template <typename T, typename Conv>
+void CopyAsFloat(const AVFrame& frame, bool planar, int channels, int64_t first, int64_t count,
+                 float* dst, Conv conv) {
+  for (int c = 0; c < channels; ++c) {
+    const T* src = planar
+                       ? reinterpret_cast<const T*>(frame.extended_data[c]) + first
+                       : reinterpret_cast<const T*>(frame.extended_data[0]) + first * channels + c;
+    const int64_t stride = planar ? 1 : channels;
+    for (int64_t i = 0; i < count; ++i) dst[i * channels + c] = conv(src[i * stride]);
+  }
+}
+
+bool CopyFrameAsFloat(const AVFrame& frame, int channels, int64_t first, int64_t count,
+                      float* dst) {
+  const auto fmt = static_cast<AVSampleFormat>(frame.format);
+  const bool planar = av_sample_fmt_is_planar(fmt) != 0;
+  switch (av_get_packed_sample_fmt(fmt)) {
+    case AV_SAMPLE_FMT_U8:
+      CopyAsFloat<uint8_t>(frame, planar, channels, first, count, dst, [](uint8_t v) {
+        return (static_cast<int>(v) - 0x80) * (1.0f / (1 << 7));
+      });
+      return true;
+    case AV_SAMPLE_FMT_S16:
+      CopyAsFloat<int16_t>(frame, planar, channels, first, count, dst,
+                           [](int16_t v) { return v * (1.0f / (1 << 15)); });
+      return true;
+    case AV_SAMPLE_FMT_S32:
+      CopyAsFloat<int32_t>(frame, planar, channels, first, count, dst,
+                           [](int32_t v) { return v * (1.0f / (1U << 31)); });
+      return true;
+    case AV_SAMPLE_FMT_S64:
+      CopyAsFloat<int64_t>(frame, planar, channels, first, count, dst,
+                           [](int64_t v) { return v * (1.0f / (UINT64_C(1) << 63)); });
+      return true;
+    case AV_SAMPLE_FMT_FLT:
+      CopyAsFloat<float>(frame, planar, channels, first, count, dst, [](float v) { return v; });
+      return true;
+    case AV_SAMPLE_FMT_DBL:
+      CopyAsFloat<double>(frame, planar, channels, first, count, dst,
+                          [](double v) { return static_cast<float>(v); });
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string PacketWhere(const pb::StreamIndex& stream, const SampleClock& clock, size_t p) {
+  const int64_t pts = stream.packets().pts(static_cast<int>(p));
+  return StrCat("packet ", p, " (pts ", pts, ", t=", clock.Seconds(pts), " s)");
+}
+
+}  // namespace
+
+struct AudioDecoder::Codec {
+  std::string key;  // the CodecParams, time base and limits it was opened with
+  av::UniqueCodecContext ctx;
+  bool needs_flush = false;
+};
+
+AudioDecoder::AudioDecoder() { av::QuietLogging(); }
+AudioDecoder::~AudioDecoder() = default;
+
+absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketReader read,
+                                        double start_s, int64_t num_samples, int out_rate,
+                                        int out_channels, const DecodeLimits& limits,
+                                        std::vector<float>* out, std::vector<uint8_t>* is_pad) {
+  const pb::CodecParams& par = stream.codec();
+  const std::string& codec_name = par.codec();
+
+  // The request.
+  if (out == nullptr || is_pad == nullptr) {
+    return absl::InvalidArgumentError("audio window: null output");
+  }
+  if (!std::isfinite(start_s) || std::abs(start_s) > kMaxAbsStartS) {
+    return absl::InvalidArgumentError(StrCat("audio window start ", start_s, " s is not finite or ",
+                                             "beyond +-", kMaxAbsStartS, " s"));
+  }
+  if (num_samples < 0) {
+    return absl::InvalidArgumentError(StrCat("audio window of ", num_samples, " samples"));
+  }
+  if (out_rate <= 0 || out_rate > kMaxRate) {
+    return absl::InvalidArgumentError(
+        StrCat("audio output rate ", out_rate, " Hz is outside [1, ", kMaxRate, "]"));
+  }
+  if (out_channels < 0 || out_channels > kMaxChannels) {
+    return absl::InvalidArgumentError(
+        StrCat("audio output channels ", out_channels, " is outside [0, ", kMaxChannels, "]"));
+  }
+  if (num_samples > limits.max_audio_samples) {
+    return absl::ResourceExhaustedError(StrCat("audio window of ", num_samples,
+                                               " samples exceeds the limit of ",
+                                               limits.max_audio_samples, " (max_audio_samples)"));
+  }
+
+  // The stream.
+  if (stream.kind() != pb::AUDIO) {
+    return absl::InvalidArgumentError(
+        StrCat("stream of kind ", pb::StreamKind_Name(stream.kind()), " is not audio"));
+  }
+  const int rate = par.sample_rate();
+  const int channels = par.channels();
+  if (rate <= 0 || rate > kMaxRate || channels <= 0 || channels > kMaxChannels) {
+    return absl::InvalidArgumentError(StrCat(codec_name, " stream: sample rate ", rate, " Hz and ",
+                                             channels, " channels are not usable"));
+  }
+  if (stream.time_base_num() <= 0 || stream.time_base_den() <= 0) {
+    return absl::InvalidArgumentError(StrCat(codec_name, " stream: time base ",
+                                             stream.time_base_num(), "/", stream.time_base_den()));
+  }
+  if (static_cast<int64_t>(out_rate) * kMaxDownsampling < rate) {
+    return absl::InvalidArgumentError(StrCat("audio output rate ", out_rate, " Hz is more than ",
+                                             kMaxDownsampling, "x below the stream's ", rate,
+                                             " Hz"));
+  }
+  const pb::PacketTable& table = stream.packets();
+  const size_t num_packets = static_cast<size_t>(table.pts_size());
+  if (table.duration_size() != table.pts_size() ||
+      (table.flags_size() != 0 && table.flags_size() != table.pts_size())) {
+    return absl::InvalidArgumentError(
+        StrCat(codec_name, " stream: packet table columns differ in length (pts ", table.pts_size(),
+               ", duration ", table.duration_size(), ", flags ", table.flags_size(), ")"));
+  }
+  const int out_ch = out_channels == 0 ? channels : out_channels;
+  const int64_t out_floats = num_samples * out_ch;
+  if (out_floats * static_cast<int64_t>(sizeof(float)) > limits.max_sample_bytes) {
+    return absl::ResourceExhaustedError(StrCat("audio window of ", num_samples, " x ", out_ch,
+                                               " float samples exceeds ", limits.max_sample_bytes,
+                                               " bytes (max_sample_bytes)"));
+  }
+
+  const SampleClock clock{stream.pts_origin(), stream.time_base_num(), stream.time_base_den(),
+                          rate};
+  // Output sample j is at grid point x0 + j of the output clock (x / out_rate seconds).
+  const int64_t x0 = std::llround(start_s * out_rate);
+  const bool passthrough = out_rate == rate && out_ch == channels;
+
+  // The input samples [s_lo, s_hi) the window needs; the resampler's output sample m is at output
+  // grid point o0 + m, and output sample j is resampler sample d + j.
+  int64_t s_lo = x0, s_hi = x0 + num_samples, d = 0;
+  if (!passthrough) {
+    const int64_t g = std::gcd(rate, out_rate);
+    const int64_t l_in = rate / g, l_out = out_rate / g;
+    // Beyond the resampler's filter (32 taps at the lower of the two rates) on both sides.
+    const int64_t margin = 64 + 64 * CeilDiv(rate, out_rate);
+    if (CeilDiv(static_cast<i128>(num_samples) * l_in, l_out) > limits.max_audio_samples) {
+      return absl::ResourceExhaustedError(
+          StrCat("audio window of ", num_samples, " samples at ", out_rate, " Hz needs more than ",
+                 limits.max_audio_samples, " input samples at ", rate, " Hz (max_audio_samples)"));
+    }
+    // Starting the resampler on a multiple of l_in input samples puts its output on the output
+    // grid exactly: input sample n*l_in and output grid point n*l_out are the same instant.
+    const int64_t n0 = static_cast<int64_t>(
+        FloorDiv(FloorDiv(static_cast<i128>(x0) * l_in, l_out) - margin, l_in));
+    s_lo = n0 * l_in;
+    d = x0 - n0 * l_out;
+    s_hi =
+        static_cast<int64_t>(CeilDiv(static_cast<i128>(x0 + num_samples) * l_in, l_out)) + margin;
+    if ((s_hi - s_lo) * channels * static_cast<int64_t>(sizeof(float)) > limits.max_sample_bytes ||
+        s_hi - s_lo > std::numeric_limits<int>::max() ||
+        d + num_samples > std::numeric_limits<int>::max()) {
+      return absl::ResourceExhaustedError(
+          StrCat("audio window needs ", s_hi - s_lo, " x ", channels, " input samples, more than ",
+                 limits.max_sample_bytes, " bytes (max_sample_bytes)"));
+    }
+  }
+
+  out->assign(static_cast<size_t>(out_floats), 0.0f);
+  is_pad->assign(static_cast<size_t>(num_samples), 1);
+  if (num_packets == 0) {
+    ++windows_;
+    return absl::OkStatus();
+  }
+
+  // The stream covers samples [0, k_end): from t = 0 to the end of its last packet.
+  const size_t last = num_packets - 1;
+  const int64_t k_end =
+      clock.SampleAt(table.pts(static_cast<int>(last)),
+                     std::max<int64_t>(table.duration(static_cast<int>(last)), 0));
+  bool any_real = false;
+  for (int64_t j = 0; j < num_samples; ++j) {
+    const int64_t x = x0 + j;
+    const bool pad =
+        passthrough ? (x < 0 || x >= k_end)
+                    : (x < 0 || static_cast<i128>(x) * rate >= static_cast<i128>(k_end) * out_rate);
+    (*is_pad)[static_cast<size_t>(j)] = pad ? 1 : 0;
+    any_real |= !pad;
+  }
+  if (!any_real) {
+    ++windows_;
+    return absl::OkStatus();
+  }
+  const int64_t dec_lo = std::max<int64_t>(s_lo, 0);
+  const int64_t dec_hi = std::min(s_hi, k_end);
+
+  // The decoder: kept open and flushed while the stream's parameters stay the same, where a flush
+  // is as good as a fresh decoder; otherwise opened afresh.
+  const std::string key = StrCat(par.SerializeAsString(), "|", stream.time_base_num(), "/",
+                                 stream.time_base_den(), "|", limits.max_audio_samples);
+  if (codec_ == nullptr || codec_->key != key || !FlushRestoresOpenState(codec_name)) {
+    codec_.reset();
+    auto codec = std::make_unique<Codec>();
+    av::UniqueCodecParameters avpar(avcodec_parameters_alloc());
+    if (avpar == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating codec parameters");
+    RETURN_IF_ERROR(Annotate(av::CodecParamsToAv(par, avpar.get()),
+                             StrCat("audio stream codec parameters (", codec_name, ")")));
+    if (avpar->codec_type != AVMEDIA_TYPE_AUDIO) {
+      return absl::InvalidArgumentError(StrCat("codec '", codec_name, "' is not an audio codec"));
+    }
+    const AVCodec* decoder = avcodec_find_decoder(avpar->codec_id);
+    if (decoder == nullptr) {
+      return absl::InvalidArgumentError(StrCat("this FFmpeg (libavcodec ", LIBAVCODEC_IDENT,
+                                               ") has no ", codec_name, " decoder"));
+    }
+    codec->ctx.reset(avcodec_alloc_context3(decoder));
+    if (codec->ctx == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a decoder");
+    int ret = avcodec_parameters_to_context(codec->ctx.get(), avpar.get());
+    if (ret < 0) return av::AvError(ret, StrCat("configuring the ", codec_name, " decoder"));
+    codec->ctx->pkt_timebase = AVRational{stream.time_base_num(), stream.time_base_den()};
+    codec->ctx->thread_count = 1;  // decoders own no threads (docs/architecture.md)
+    // One frame never needs more than a window's worth; FLAC's largest block is 65535.
+    codec->ctx->max_samples = std::max<int64_t>(limits.max_audio_samples, 1 << 16);
+    ret = avcodec_open2(codec->ctx.get(), decoder, nullptr);
+    if (ret < 0) {
+      return av::AvError(ret,
+                         StrCat("opening the ", codec_name, " decoder (", rate, " Hz, ", channels,
+                                " channels, ", par.extradata().size(), " bytes of extradata)"));
+    }
+    codec->key = key;
+    codec_ = std::move(codec);
+  } else if (codec_->needs_flush) {
+    avcodec_flush_buffers(codec_->ctx.get());
+  }
+  codec_->needs_flush = true;
+  AVCodecContext* ctx = codec_->ctx.get();
+
+  // Where decoded samples go: straight into `out` when no resampling is needed.
+  float* dst = nullptr;
+  if (passthrough) {
+    dst = out->data();
+  } else {
+    staging_.assign(static_cast<size_t>((s_hi - s_lo) * channels), 0.0f);
+    dst = staging_.data();
+  }
+
+  // The packet holding sample dec_lo (packets are in pts order), then the pre-roll before it.
+  const auto* pts_begin = table.pts().data();
+  const int64_t target_pts = clock.PtsAtOrBefore(dec_lo);
+  size_t first = static_cast<size_t>(
+      std::upper_bound(pts_begin, pts_begin + num_packets, target_pts) - pts_begin);
+  first = first > 0 ? first - 1 : 0;
+  const Preroll preroll = PrerollFor(par);
+  {
+    const size_t cover = first;
+    const int64_t cover_k = clock.SampleAt(table.pts(static_cast<int>(cover)));
+    size_t back = 0;
+    while (first > 0 &&
+           (back < static_cast<size_t>(preroll.packets) ||
+            cover_k - clock.SampleAt(table.pts(static_cast<int>(first))) < preroll.samples)) {
+      --first;
+      ++back;
+    }
+  }
+
+  av::UniqueFrame frame = av::MakeFrame();
+  av::UniquePacket pkt = av::MakePacket();
+  if (frame == nullptr || pkt == nullptr) {
+    return av::AvError(AVERROR(ENOMEM), "allocating a frame and a packet");
+  }
+  // Bounds the work a broken index can cause (packets that all claim the same time, say).
+  const int64_t decode_budget =
+      2 * (s_hi - s_lo) + 16 * static_cast<int64_t>(std::max(preroll.samples, int64_t{1} << 16));
+  int64_t decoded = 0;
+  int64_t covered = std::numeric_limits<int64_t>::min();  // end of the latest samples placed
+  int64_t next_k = std::numeric_limits<int64_t>::min();   // where a frame without pts goes
+  size_t packet = first;
+
+  auto place = [&](const AVFrame& f) -> absl::Status {
+    if (f.nb_samples <= 0) return absl::OkStatus();
+    if (f.ch_layout.nb_channels != channels || (f.sample_rate != 0 && f.sample_rate != rate)) {
+      return absl::DataLossError(
+          StrCat("the ", codec_name, " decoder produced ", f.ch_layout.nb_channels, " channels at ",
+                 f.sample_rate, " Hz at ", PacketWhere(stream, clock, packet), "; the stream has ",
+                 channels, " channels at ", rate, " Hz"));
+    }
+    decoded += f.nb_samples;
+    if (decoded > decode_budget) {
+      return absl::ResourceExhaustedError(StrCat(
+          "decoding the audio window took more than ", decode_budget, " samples of ", codec_name,
+          " at ", PacketWhere(stream, clock, packet), " (packet timestamps inconsistent?)"));
+    }
+    int64_t pts = f.best_effort_timestamp != AV_NOPTS_VALUE ? f.best_effort_timestamp : f.pts;
+    int64_t k0 = pts != AV_NOPTS_VALUE ? clock.SampleAt(pts)
+                 : next_k != std::numeric_limits<int64_t>::min()
+                     ? next_k
+                     : clock.SampleAt(table.pts(static_cast<int>(packet)));
+    const int64_t k1 = k0 + f.nb_samples;
+    next_k = k1;
+    covered = std::max(covered, k1);
+    const int64_t lo = std::max(k0, dec_lo), hi = std::min(k1, dec_hi);
+    if (lo >= hi) return absl::OkStatus();
+    if (!CopyFrameAsFloat(f, channels, lo - k0, hi - lo, dst + (lo - s_lo) * channels)) {
+      return absl::DataLossError(StrCat("the ", codec_name, " decoder produced sample format ",
+                                        f.format, " at ", PacketWhere(stream, clock, packet)));
+    }
+    return absl::OkStatus();
+  };
+  // Errors on pre-roll packets are forgiven: the decoder may lack context there (an MP3 bit
+  // reservoir reaching back further), and those samples are not output.
+  auto decoder_error = [&](int ret, bool in_window, std::string_view what) -> absl::Status {
+    if (!in_window && ret != AVERROR(ENOMEM)) return absl::OkStatus();
+    const std::string msg = StrCat("the ", codec_name, " decoder ", what, " ",
+                                   PacketWhere(stream, clock, packet), ": ", av::ErrorString(ret));
+    return ret == AVERROR(ENOMEM) ? absl::ResourceExhaustedError(msg) : absl::DataLossError(msg);
+  };
+  auto receive = [&](bool in_window) -> absl::Status {
+    while (true) {
+      const int ret = avcodec_receive_frame(ctx, frame.get());
+      if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return absl::OkStatus();
+      if (ret < 0) {
+        RETURN_IF_ERROR(decoder_error(ret, in_window, "failed after"));
+        return absl::OkStatus();
+      }
+      const absl::Status s = place(*frame);
+      av_frame_unref(frame.get());
+      RETURN_IF_ERROR(s);
+    }
+  };
+
+  int past_end = 0;
+  for (; packet < num_packets; ++packet) {
+    if (covered >= dec_hi) break;
+    const int p = static_cast<int>(packet);
+    const int64_t pkt_k = clock.SampleAt(table.pts(p));
+    if (pkt_k >= dec_hi && ++past_end > kMaxPostrollPackets) break;
+    const bool in_window =
+        clock.SampleAt(table.pts(p), std::max<int64_t>(table.duration(p), 0)) > dec_lo;
+    RETURN_IF_ERROR(read(packet, &packet_bytes_));
+    if (packet_bytes_.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
+      return absl::DataLossError(StrCat(codec_name, " ", PacketWhere(stream, clock, packet), " is ",
+                                        packet_bytes_.size(), " bytes"));
+    }
+    av_packet_unref(pkt.get());
+    int ret = av_new_packet(pkt.get(), static_cast<int>(packet_bytes_.size()));
+    if (ret < 0) return av::AvError(ret, "allocating a packet");
+    if (!packet_bytes_.empty()) std::memcpy(pkt->data, packet_bytes_.data(), packet_bytes_.size());
+    pkt->pts = pkt->dts = table.pts(p);
+    pkt->duration = table.duration(p);
+    const uint32_t flags = table.flags_size() != 0 ? table.flags(p) : 1;
+    if (flags & 1) pkt->flags |= AV_PKT_FLAG_KEY;
+    if (flags & 2) pkt->flags |= AV_PKT_FLAG_DISCARD;
+    ret = avcodec_send_packet(ctx, pkt.get());
+    if (ret == AVERROR(EAGAIN)) {  // not expected: every frame is received after each packet
+      RETURN_IF_ERROR(receive(in_window));
+      ret = avcodec_send_packet(ctx, pkt.get());
+    }
+    ++packets_decoded_;
+    if (ret < 0) {
+      RETURN_IF_ERROR(decoder_error(ret, in_window, "rejected"));
+      continue;
+    }
+    RETURN_IF_ERROR(receive(in_window));
+  }
+  if (packet == num_packets && covered < dec_hi) {
+    // The stream ends inside the window: drain what the decoder still holds.
+    packet = last;
+    const int ret = avcodec_send_packet(ctx, nullptr);
+    if (ret < 0 && ret != AVERROR_EOF) {
+      RETURN_IF_ERROR(decoder_error(ret, true, "failed draining after"));
+    }
+    RETURN_IF_ERROR(receive(true));
+  }
+
+  if (!passthrough) {
+    ChannelLayoutOwner in_layout, out_layout;
+    RETURN_IF_ERROR(StreamLayout(par, &in_layout.layout));
+    if (out_channels == 0 || out_channels == channels) {
+      const int ret = av_channel_layout_copy(&out_layout.layout, &in_layout.layout);
+      if (ret < 0) return av::AvError(ret, "copying the channel layout");
+    } else {
+      av_channel_layout_default(&out_layout.layout, out_ch);
+    }
+    SwrContext* raw = nullptr;
+    int ret = swr_alloc_set_opts2(&raw, &out_layout.layout, AV_SAMPLE_FMT_FLT, out_rate,
+                                  &in_layout.layout, AV_SAMPLE_FMT_FLT, rate, 0, nullptr);
+    av::UniqueSwr swr(raw);
+    if (ret >= 0) ret = swr_init(swr.get());
+    if (ret < 0) {
+      return av::AvError(ret, StrCat("setting up the resampler from ", rate, " Hz, ", channels,
+                                     " channels to ", out_rate, " Hz, ", out_ch, " channels"));
+    }
+    const int64_t want = d + num_samples;
+    resampled_.assign(static_cast<size_t>(want * out_ch), 0.0f);
+    const uint8_t* in_planes[1] = {reinterpret_cast<const uint8_t*>(staging_.data())};
+    int64_t got = 0;
+    int64_t in_left = s_hi - s_lo;
+    while (got < want) {
+      uint8_t* out_planes[1] = {reinterpret_cast<uint8_t*>(resampled_.data() + got * out_ch)};
+      // All input at once (the resampler buffers what does not fit), then flushes.
+      const int n = swr_convert(swr.get(), out_planes, static_cast<int>(want - got),
+                                in_left > 0 ? in_planes : nullptr, static_cast<int>(in_left));
+      if (n < 0) return av::AvError(n, "resampling");
+      const bool flushed = in_left == 0;
+      in_left = 0;
+      got += n;
+      if (n == 0 && flushed) break;
+    }
+    // `got` falls short of `want` only if the resampler ends early; those samples stay 0.
+    std::copy(resampled_.begin() + d * out_ch, resampled_.end(), out->begin());
+    // Output samples outside the stream are pad, and pad is 0 (the filter rings into them).
+    for (int64_t j = 0; j < num_samples; ++j) {
+      if ((*is_pad)[static_cast<size_t>(j)]) {
+        std::fill_n(out->begin() + j * out_ch, out_ch, 0.0f);
+      }
+    }
+  }
+  ++windows_;
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor
