@@ -5,6 +5,8 @@
 #     built), an empty index and an empty directory;
 #   image_decoder_fuzz: small JPEGs (4:2:0, 4:4:4, grey, progressive) and PNGs (RGB, RGBA,
 #     palette, 16-bit) made by ffmpeg and cjpeg.
+#   video_decoder_fuzz: 12 frames of H.264 (B-frames), HEVC, VP9, AV1 and MJPEG packets made by
+#     ffmpeg, behind the target's header (codec, packet count, GOP, output mode, packet sizes).
 #   audio_decoder_fuzz: 0.2 s of AAC, Opus, FLAC, MP3 and PCM packets made by ffmpeg, each with
 #     a header for a native-rate window and one for a 16 kHz mono window.
 set -euo pipefail
@@ -65,6 +67,28 @@ case "$(basename "$FUZZER")" in
     af 2 0 flac.flac 44100 -c:a flac -frame_size 4096 -sample_fmt s16
     af 3 1 mp3.mp3 44100 -c:a libmp3lame -b:a 96k
     af 4 0 pcm.wav 44100 -c:a pcm_s16le
+    ;;
+  video_decoder_fuzz)
+    hex() { printf "\\x$(printf %02x "$1")"; }
+    vf() {  # vf CODEC_BYTE GOP NAME ENCODER_ARGS...
+      local name="$3" sizes s
+      ffmpeg -hide_banner -loglevel error -nostdin -y -f lavfi -i "testsrc2=size=64x48:rate=10" \
+        -frames:v 12 "${@:4}" "$WORK/$name"
+      ffmpeg -hide_banner -loglevel error -nostdin -y -i "$WORK/$name" -map 0:v -c copy \
+        -f data "$WORK/$name.packets"
+      mapfile -t sizes < <(ffprobe -v error -select_streams v:0 -show_entries packet=size \
+        -of default=noprint_wrappers=1:nokey=1 "$WORK/$name")
+      for mode in 0 3; do  # native size; resized and rotated
+        { hex "$1"; hex "${#sizes[@]}"; hex "$2"; hex "$mode"
+          for s in "${sizes[@]}"; do hex $((s & 255)); hex $((s >> 8)); done
+          cat "$WORK/$name.packets"; } > "$WORK/corpus/$name.$mode"
+      done
+    }
+    vf 0 6 h264.h264 -c:v libx264 -g 6 -bf 2 -bsf:v h264_mp4toannexb -f h264
+    vf 1 6 hevc.hevc -c:v libx265 -x265-params log-level=error:keyint=6 -f hevc
+    vf 2 6 vp9.webm -c:v libvpx-vp9 -deadline realtime -cpu-used 8 -g 6
+    vf 3 6 av1.mkv -c:v libaom-av1 -cpu-used 8 -g 6
+    vf 4 1 mjpeg.mkv -c:v mjpeg -pix_fmt yuvj420p
     ;;
 esac
 echo "fuzz: $(basename "$FUZZER") for ${SECONDS_BUDGET}s"
