@@ -13,12 +13,13 @@ namespace conveyor {
 
 namespace pb = format::v1;
 
-size_t DTypeSize(DType t) { return t == DType::kFloat32 ? 4 : 1; }
+size_t DTypeSize(DType t) { return t == DType::kFloat32 || t == DType::kInt32 ? 4 : 1; }
 std::string_view DTypeName(DType t) {
   switch (t) {
     case DType::kUint8: return "uint8";
     case DType::kBool: return "bool";
     case DType::kFloat32: return "float32";
+    case DType::kInt32: return "int32";
   }
   return "?";
 }
@@ -27,6 +28,7 @@ std::string_view NumpyDescr(DType t) {
     case DType::kUint8: return "|u1";
     case DType::kBool: return "|b1";
     case DType::kFloat32: return "<f4";
+    case DType::kInt32: return "<i4";
   }
   return "?";
 }
@@ -121,6 +123,44 @@ absl::StatusOr<SampleAssembler::Episode*> SampleAssembler::GetEpisode(uint64_t e
   return e;
 }
 
+absl::StatusOr<const FrameTable*> SampleAssembler::Table(Episode& ep, int stream) {
+  auto& slot = ep.tables[static_cast<size_t>(stream)];
+  if (!slot) {
+    ASSIGN_OR_RETURN(FrameTable t, FrameTable::Build(ep.index->streams(stream)));
+    slot = std::move(t);
+  }
+  return &*slot;
+}
+
+absl::StatusOr<double> SampleAssembler::AnchorTime(Episode& ep, uint32_t step) {
+  const pb::StreamIndex& a = ep.index->streams(spec_.anchor_stream);
+  if (a.kind() == pb::LOWDIM) {
+    if (step >= static_cast<uint32_t>(a.timestamps_s_size())) {
+      return absl::DataLossError(StrCat("stream '", a.name(), "': step ", step, " is past its ",
+                                        a.timestamps_s_size(), " steps"));
+    }
+    return a.timestamps_s(static_cast<int>(step));
+  }
+  auto t = Table(ep, spec_.anchor_stream);
+  if (!t.ok()) return Annotate(t.status(), StrCat("stream '", a.name(), "'"));
+  if (step >= (*t)->size()) {
+    return absl::DataLossError(StrCat("stream '", a.name(), "': frame ", step, " is past its ",
+                                      (*t)->size(), " shown frames"));
+  }
+  return (*t)->time_s[step];
+}
+
+VideoOutput SampleAssembler::OutputFor(const StreamSpec& s) const {
+  VideoOutput vo;
+  vo.autorotate = s.autorotate;
+  vo.filter = s.resize;
+  if (!s.augment.crop.has_value()) {
+    vo.width = s.width;
+    vo.height = s.height;
+  }
+  return vo;
+}
+
 namespace {
 
 constexpr double kEdgeEps = 1e-9;  // float slack when comparing requested times to the edges
@@ -192,37 +232,16 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
   Episode& ep = **ep_or;
   const pb::EpisodeIndex& index = *ep.index;
 
-  auto table_for = [&](int stream) -> absl::StatusOr<const FrameTable*> {
-    auto& slot = ep.tables[static_cast<size_t>(stream)];
-    if (!slot) {
-      ASSIGN_OR_RETURN(FrameTable t, FrameTable::Build(index.streams(stream)));
-      slot = std::move(t);
-    }
-    return &*slot;
-  };
+  auto table_for = [&](int stream) { return Table(ep, stream); };
 
   Sample out;
   out.index = sample;
   out.episode = loc.episode;
   out.step = loc.step;
-  // The anchor time.
   {
-    const pb::StreamIndex& a = index.streams(spec_.anchor_stream);
-    if (a.kind() == pb::LOWDIM) {
-      if (loc.step >= static_cast<uint32_t>(a.timestamps_s_size())) {
-        return absl::DataLossError(StrCat(ep_ctx, ", stream '", a.name(), "': step ", loc.step,
-                                          " is past its ", a.timestamps_s_size(), " steps"));
-      }
-      out.time_s = a.timestamps_s(static_cast<int>(loc.step));
-    } else {
-      auto t = table_for(spec_.anchor_stream);
-      if (!t.ok()) return Annotate(t.status(), StrCat(ep_ctx, ", stream '", a.name(), "'"));
-      if (loc.step >= (*t)->size()) {
-        return absl::DataLossError(StrCat(ep_ctx, ", stream '", a.name(), "': frame ", loc.step,
-                                          " is past its ", (*t)->size(), " shown frames"));
-      }
-      out.time_s = (*t)->time_s[loc.step];
-    }
+    auto t = AnchorTime(ep, loc.step);
+    if (!t.ok()) return Annotate(t.status(), ep_ctx);
+    out.time_s = *t;
   }
 
   for (size_t si = 0; si < spec_.streams.size(); ++si) {
@@ -286,19 +305,32 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
         std::vector<RgbImage> images;
         const bool crop = s.augment.crop.has_value();
         if (s.kind == pb::VIDEO) {
-          VideoOutput vo;
-          vo.autorotate = s.autorotate;
-          vo.filter = s.resize;
-          if (!crop) {
-            vo.width = s.width;
-            vo.height = s.height;
+          stats_.frames_delivered += frames.size();
+          bool all_cached = cache_ != nullptr;
+          if (all_cached) {
+            images.resize(frames.size());
+            for (size_t i = 0; i < frames.size() && all_cached; ++i) {
+              auto f = cache_->Find(loc.episode, s.stream, frames[i]);
+              if (f == nullptr) {
+                all_cached = false;
+              } else {
+                images[i] = *f;
+              }
+            }
+            if (all_cached) {
+              stats_.cache_hits += frames.size();
+            } else {
+              stats_.cache_misses += frames.size();
+            }
           }
-          const uint64_t key = (loc.episode << 16) ^ static_cast<uint64_t>(s.stream);
-          absl::Status st = video_[si]->Decode(key, stream, table, read, frames, vo, spec_.limits,
-                                               &images);
-          if (!st.ok()) {
-            return fail(st, StrCat("frames at t=", out.time_s, " s + ", s.deltas.front(), "..",
-                                   s.deltas.back(), " s"));
+          if (!all_cached) {
+            const uint64_t key = (loc.episode << 16) ^ static_cast<uint64_t>(s.stream);
+            absl::Status st = video_[si]->Decode(key, stream, table, read, frames, OutputFor(s),
+                                                 spec_.limits, &images);
+            if (!st.ok()) {
+              return fail(st, StrCat("frames at t=", out.time_s, " s + ", s.deltas.front(), "..",
+                                     s.deltas.back(), " s"));
+            }
           }
         } else {
           images.resize(frames.size());
@@ -416,14 +448,62 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
   }
   ++stats_.samples;
   stats_.bytes += bytes;
-  stats_.frames_decoded = stats_.frames_delivered = stats_.video_seeks = 0;
+
+  return out;
+}
+
+AssemblerStats SampleAssembler::stats() const {
+  AssemblerStats s = stats_;
   for (const auto& v : video_) {
     if (v == nullptr) continue;
-    stats_.frames_decoded += v->stats().frames_decoded;
-    stats_.frames_delivered += v->stats().frames_delivered;
-    stats_.video_seeks += v->stats().seeks;
+    s.frames_decoded += v->stats().frames_decoded;
+    s.video_seeks += v->stats().seeks;
   }
-  return out;
+  // Delivered = frames that went into samples, decoded for them or found in the cache.
+  s.frames_delivered = stats_.frames_delivered;
+  return s;
+}
+
+absl::Status SampleAssembler::NeededFrames(uint64_t sample, std::vector<FrameRequest>* out) {
+  out->clear();
+  if (sample >= index_.size()) {
+    return absl::OutOfRangeError(StrCat("sample ", sample, " is past the end (", index_.size(), ")"));
+  }
+  const SampleIndex::Location loc = index_.Locate(sample);
+  ASSIGN_OR_RETURN(Episode * ep, GetEpisode(loc.episode));
+  ASSIGN_OR_RETURN(double t, AnchorTime(*ep, loc.step));
+  for (size_t si = 0; si < spec_.streams.size(); ++si) {
+    const StreamSpec& s = spec_.streams[si];
+    if (s.kind != pb::VIDEO) continue;
+    ASSIGN_OR_RETURN(const FrameTable* table, Table(*ep, s.stream));
+    FrameRequest r;
+    r.episode = loc.episode;
+    r.spec_stream = si;
+    r.stream = s.stream;
+    for (double d : s.deltas) {
+      auto p = PickTime(table->time_s, t + d, s);
+      if (!p.ok()) return p.status();  // Assemble reports it with full context
+      r.frames.push_back(p->k);
+    }
+    out->push_back(std::move(r));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SampleAssembler::DecodeFrames(const FrameRequest& request, std::vector<RgbImage>* out) {
+  ASSIGN_OR_RETURN(Episode * ep, GetEpisode(request.episode));
+  const StreamSpec& s = spec_.streams[request.spec_stream];
+  ASSIGN_OR_RETURN(const FrameTable* table, Table(*ep, s.stream));
+  const pb::StreamIndex& stream = ep->index->streams(s.stream);
+  auto read = [&](size_t packet, std::string* bytes) {
+    return dataset_.ReadPacket(*ep->index, s.stream, packet, bytes);
+  };
+  const uint64_t key = (request.episode << 16) ^ static_cast<uint64_t>(s.stream);
+  DecodeLimits limits = spec_.limits;
+  limits.max_frames_per_sample = std::max<int64_t>(limits.max_frames_per_sample,
+                                                   static_cast<int64_t>(request.frames.size()));
+  return video_[request.spec_stream]->Decode(key, stream, *table, read, request.frames,
+                                             OutputFor(s), limits, out);
 }
 
 }  // namespace conveyor

@@ -22,10 +22,10 @@
 
 namespace conveyor {
 
-enum class DType : uint8_t { kUint8, kBool, kFloat32 };
+enum class DType : uint8_t { kUint8, kBool, kFloat32, kInt32 };
 size_t DTypeSize(DType t);
-std::string_view DTypeName(DType t);   // "uint8", "bool", "float32"
-std::string_view NumpyDescr(DType t);  // "|u1", "|b1", "<f4"
+std::string_view DTypeName(DType t);   // "uint8", "bool", "float32", "int32"
+std::string_view NumpyDescr(DType t);  // "|u1", "|b1", "<f4", "<i4"
 
 struct Tensor {
   std::string name;
@@ -66,6 +66,23 @@ class SampleIndex {
   std::vector<uint64_t> starts_;  // starts_[e]: first sample of episode e; then the total
 };
 
+// Decoded frames prepared ahead of assembly (the pipeline's decode-once GOP scheduling): the
+// assembler looks frames up here before decoding. Implementations must be thread-safe.
+class FrameCache {
+ public:
+  virtual ~FrameCache() = default;
+  // The frame at the size the assembler decodes it (VideoOutput for that stream), or null.
+  virtual std::shared_ptr<const RgbImage> Find(uint64_t episode, int stream, int64_t frame) const = 0;
+};
+
+// The frames of one video stream of one episode that a sample (or a group of samples) needs.
+struct FrameRequest {
+  uint64_t episode = 0;
+  size_t spec_stream = 0;      // index into SampleSpec::streams
+  int stream = 0;              // index into the manifest's streams
+  std::vector<int64_t> frames; // indices into the episode's FrameTable
+};
+
 struct AssemblerStats {
   uint64_t samples = 0;
   uint64_t bytes = 0;
@@ -76,6 +93,8 @@ struct AssemblerStats {
   uint64_t audio_windows = 0;
   uint64_t lowdim_windows = 0;
   uint64_t episode_loads = 0;     // episode indexes read (the rest came from the cache)
+  uint64_t cache_hits = 0;        // video frames found in the FrameCache
+  uint64_t cache_misses = 0;      // video frames decoded because the FrameCache lacked them
 };
 
 // One per worker thread: holds one decoder per video stream (so each camera keeps its decode
@@ -91,11 +110,26 @@ class SampleAssembler {
   // OUT_OF_RANGE for a sample index past the end.
   absl::StatusOr<Sample> Assemble(uint64_t sample, uint64_t seed, uint64_t epoch);
 
-  const AssemblerStats& stats() const { return stats_; }
+  // Counters since construction (video counters include DecodeFrames).
+  AssemblerStats stats() const;
+
+  // Frames are looked up in `cache` (may be null) before decoding. Not owned.
+  void set_frame_cache(const FrameCache* cache) { cache_ = cache; }
+
+  // The video frames sample `sample` needs, one request per video stream of the spec.
+  absl::Status NeededFrames(uint64_t sample, std::vector<FrameRequest>* out);
+
+  // Decodes the frames of `request` (any order) in one forward pass, at the size Assemble
+  // decodes them, into `out` (one image per frame).
+  absl::Status DecodeFrames(const FrameRequest& request, std::vector<RgbImage>* out);
 
  private:
   struct Episode;
   absl::StatusOr<Episode*> GetEpisode(uint64_t episode);
+  absl::StatusOr<const FrameTable*> Table(Episode& ep, int stream);
+  // Anchor time of (episode, step).
+  absl::StatusOr<double> AnchorTime(Episode& ep, uint32_t step);
+  VideoOutput OutputFor(const StreamSpec& s) const;
 
   const Dataset& dataset_;
   const SampleSpec& spec_;
@@ -106,6 +140,7 @@ class SampleAssembler {
   std::vector<std::unique_ptr<Episode>> episodes_;  // small LRU
   uint64_t tick_ = 0;
   AssemblerStats stats_;
+  const FrameCache* cache_ = nullptr;
 };
 
 }  // namespace conveyor

@@ -1,0 +1,74 @@
+// A batch as the pipeline hands it out: the cursor it belongs to, the ids of its samples, and its
+// tensors, all in one aligned host buffer (pinned when CUDA is present, so it can be copied to
+// the GPU asynchronously; see shuffle/upload.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "decoders/sample_assembler.h"
+
+namespace conveyor {
+
+// The position in the global sequence: batch `step` of epoch `epoch`. Resuming from a cursor
+// gives exactly the batches an uninterrupted run gives from there.
+struct Cursor {
+  uint64_t epoch = 0;
+  uint64_t step = 0;
+  bool operator==(const Cursor&) const = default;
+};
+
+struct SampleId {
+  uint64_t index = 0;    // sample index in the dataset (SampleIndex)
+  uint64_t episode = 0;
+  uint32_t step = 0;     // anchor step in the episode
+  bool operator==(const SampleId&) const = default;
+};
+
+// Host memory for a batch's tensors: one block aligned to 4096 bytes, pinned (page-locked) when
+// built with CUDA and a GPU is present.
+class HostBuffer {
+ public:
+  // Pinned when `pinned` is asked for and possible; aligned host memory otherwise.
+  static std::shared_ptr<HostBuffer> Allocate(size_t bytes, bool pinned);
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool pinned() const { return pinned_; }
+
+ private:
+  HostBuffer() = default;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool pinned_ = false;
+};
+
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // into the batch buffer, 64-byte aligned
+  size_t bytes = 0;
+};
+
+struct Batch {
+  Cursor cursor;
+  uint32_t consumer = 0;
+  uint32_t consumers = 1;
+  std::vector<SampleId> ids;  // in batch order
+  std::vector<TensorView> tensors;
+  std::shared_ptr<HostBuffer> buffer;
+
+  const TensorView* Find(std::string_view name) const;
+  const uint8_t* data(const TensorView& t) const { return buffer->data() + t.offset; }
+  size_t bytes() const;  // sum of tensor bytes
+};
+
+}  // namespace conveyor
