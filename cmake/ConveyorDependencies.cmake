@@ -9,6 +9,7 @@ pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
+pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 find_package(yaml-cpp REQUIRED)
 pkg_check_modules(FFMPEG REQUIRED IMPORTED_TARGET
   libavcodec libavformat libavutil libswscale libswresample)
@@ -25,6 +26,12 @@ if(NOT CONVEYOR_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # .cu files are host code around the runtime API, in C++17: CMake 3.25 knows no C++20 flag for
+    # nvcc and would otherwise ask for the C++ standard (20) there too.
+    set(CMAKE_CUDA_STANDARD 17)
+    # One runtime per process: the shared libcudart that CUDA::cudart names, not a second, static
+    # copy that CMake would add for every target linking .cu objects.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(CONVEYOR_HAVE_CUDA ON)

@@ -61,6 +61,8 @@ class SampleIndex {
   };
   Location Locate(uint64_t sample) const;  // sample < size()
   uint64_t EpisodeStart(uint64_t episode) const { return starts_[episode]; }
+  uint64_t num_episodes() const { return starts_.empty() ? 0 : starts_.size() - 1; }
+  uint64_t EpisodeSamples(uint64_t episode) const { return starts_[episode + 1] - starts_[episode]; }
 
  private:
   std::vector<uint64_t> starts_;  // starts_[e]: first sample of episode e; then the total

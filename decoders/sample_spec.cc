@@ -255,7 +255,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
   SampleSpec spec;
   if (!root.IsMap()) return Bad(source, root, "the config must be a mapping with a 'streams' key");
   RETURN_IF_ERROR(CheckKeys(source, root, "the config",
-                            {"anchor", "tolerance_s", "on_error", "limits", "streams"}));
+                            {"anchor", "tolerance_s", "on_error", "limits", "streams", "pipeline", "packing"}));
   // Anchor: explicit, else "action", else the first lowdim stream, else the first video stream.
   if (root["anchor"]) {
     if (!root["anchor"].IsScalar()) return Bad(source, root["anchor"], "anchor must be a stream name");

@@ -74,4 +74,23 @@ struct SampleOptions {
 
 absl::Status RunSample(const SampleOptions& options);
 
+struct BatchesOptions {
+  std::string dataset;
+  std::string config;        // YAML: streams (sample spec), pipeline, packing
+  int64_t consumer = 0;
+  int64_t consumers = 1;
+  std::string cursor = "0:0";  // EPOCH:STEP to start at
+  int64_t steps = 10;        // batches to produce
+  int threads = -1;          // -1: the config's (default one per core)
+  int64_t batch_size = 0;    // 0: the config's pipeline.global_batch_size
+  int64_t seed = -1;         // -1: the config's pipeline.seed
+  std::string schedule;      // "", "naive" or "gop": overrides pipeline.schedule.mode
+  bool digest = false;       // SHA-256 of each batch's tensors
+  bool ids = false;          // print every sample id
+  bool stats = false;        // amplification, shuffle quality, fill ratio, stage times at the end
+  std::string out;           // write each batch's tensors as .npy under out/EPOCH-STEP/
+};
+
+absl::Status RunBatches(const BatchesOptions& options);
+
 }  // namespace conveyor::tools

@@ -115,10 +115,29 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   sa->add_flag("--quiet", sample_quiet, "No progress output");
 
+  // batches
+  conveyor::tools::BatchesOptions batches;
+  CLI::App* ba = app.add_subcommand(
+      "batches", "Run the pipeline offline: one line per batch (cursor, sample ids, SHA-256)");
+  ba->add_option("dataset", batches.dataset, "Dataset path or URL")->required();
+  ba->add_option("--config", batches.config, "Config (YAML): streams, pipeline, packing")->required();
+  ba->add_option("--consumer", batches.consumer, "This consumer's index (rank)")->check(CLI::NonNegativeNumber);
+  ba->add_option("--consumers", batches.consumers, "Number of consumers (ranks)")->check(CLI::PositiveNumber);
+  ba->add_option("--cursor", batches.cursor, "Start at EPOCH:STEP");
+  ba->add_option("--steps", batches.steps, "Batches to produce")->check(CLI::PositiveNumber);
+  ba->add_option("--threads", batches.threads, "Worker threads (0 = one per core)")->check(CLI::NonNegativeNumber);
+  ba->add_option("--batch-size", batches.batch_size, "Global batch size (overrides the config)")->check(CLI::PositiveNumber);
+  ba->add_option("--seed", batches.seed, "Seed (overrides the config)")->check(CLI::NonNegativeNumber);
+  ba->add_option("--schedule", batches.schedule, "naive or gop (overrides the config)");
+  ba->add_flag("--digest", batches.digest, "Print the SHA-256 of each batch's tensors");
+  ba->add_flag("--ids", batches.ids, "Print every sample id (episode/step)");
+  ba->add_flag("--stats", batches.stats, "Print amplification, shuffle quality, fill ratio and stage times");
+  ba->add_option("--out", batches.out, "Write each batch's tensors as .npy under DIR/EPOCH-STEP/");
+
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
   if (!known) {
-    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract or sample; see --help)\n", argv[1]);
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample or batches; see --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -145,6 +164,7 @@ int main(int argc, char** argv) {
   }
   if (*in) return Report("inspect", conveyor::tools::RunInspect(inspect));
   if (*ex) return Report("extract", conveyor::tools::RunExtract(extract));
+  if (*ba) return Report("batches", conveyor::tools::RunBatches(batches));
   if (*sa) {
     sample.progress = !sample_quiet;
     return Report("sample", conveyor::tools::RunSample(sample));

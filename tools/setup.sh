@@ -9,7 +9,7 @@ PACKAGES=(
   ffmpeg libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
   libturbojpeg0-dev libjpeg-turbo-progs libzstd-dev zstd libxxhash-dev
   # storage and wire
-  libcurl4-openssl-dev curl nginx-light
+  libcurl4-openssl-dev libssl-dev curl nginx-light
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # well-kept libraries instead of our own code
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libabsl-dev

@@ -1,0 +1,103 @@
+// The pipeline: turns a dataset and a sample spec into the batches of one consumer (training
+// rank), in a global order that is a pure function of (dataset fingerprint, seed, epoch), from any
+// cursor. See docs/pipeline.md.
+//
+// Global batch `step` of epoch `epoch` is positions [step * B, (step + 1) * B) of the epoch's
+// order (EpochOrder; B = global_batch_size; an epoch has floor(samples / B) steps, the remainder
+// is dropped); consumer i of N gets the i-th slice of B / N positions. Nothing depends on N, the
+// thread count or the machine: a job resumed with another N but the same B continues the same
+// global sequence.
+//
+// Concurrency lives here and only here: `threads` workers, each with its own SampleAssembler,
+// take tasks in order (pre-decode a block's frames, assemble a sample); results wait in a reorder
+// buffer bounded in bytes; Next() hands out batches in order. Backpressure: no task is issued
+// while the samples in flight would exceed the byte budget, so the readers stop when the
+// consumer does.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "decoders/sample_assembler.h"
+#include "readers/dataset.h"
+#include "shuffle/batch.h"
+#include "shuffle/order.h"
+#include "shuffle/packing.h"
+
+namespace conveyor {
+
+struct PipelineOptions {
+  uint64_t seed = 0;
+  uint64_t global_batch_size = 32;
+  uint32_t consumer = 0;
+  uint32_t consumers = 1;
+  OrderOptions order;          // block_steps = window_blocks = 1: naive global shuffle
+  int threads = 0;             // 0: one per core
+  uint64_t queue_bytes = 512ull << 20;  // samples and pre-decoded frames in flight
+  bool pinned = false;         // batches in pinned host memory (CUDA)
+  uint64_t max_epochs = 0;     // stop after this many epochs (0: never)
+  std::optional<PackingSpec> packing;  // packed sequences instead of stacked samples
+
+  // Reads the `pipeline:` (and `packing:`) sections of a config file; keys not given keep the
+  // values already in *this. Unknown keys are errors naming file:line:col.
+  absl::Status MergeYaml(std::string_view yaml, const SampleSpec& spec, const Manifest& manifest,
+                         std::string_view source);
+};
+
+struct PipelineStats {
+  uint64_t batches = 0;
+  uint64_t samples = 0;
+  uint64_t skipped = 0;          // on_error: skip
+  uint64_t bytes = 0;            // tensor bytes handed out
+  uint64_t frames_decoded = 0;   // video
+  uint64_t frames_delivered = 0;
+  uint64_t cache_hits = 0;       // frames served from pre-decoded blocks
+  uint64_t cache_misses = 0;
+  uint64_t queue_bytes_peak = 0;   // reorder buffer + frame cache, at most
+  uint64_t cache_bytes_peak = 0;
+  double seconds = 0;              // since Create
+  double decode_seconds = 0;       // workers pre-decoding blocks (summed over workers)
+  double assemble_seconds = 0;     // workers assembling samples (summed)
+  double batch_seconds = 0;        // Next() building batches
+  double wait_seconds = 0;         // Next() waiting for samples (the consumer starved)
+  double worker_idle_seconds = 0;  // workers waiting for budget or tasks (backpressure)
+  double fill_ratio_sum = 0;       // packing: sum of per-batch fill ratios
+  double amplification() const {
+    return frames_delivered ? static_cast<double>(frames_decoded) / frames_delivered : 0;
+  }
+};
+
+class Pipeline {
+ public:
+  // INVALID_ARGUMENT when the batch size is not a multiple of the consumer count, the consumer
+  // index is out of range, or an epoch has no full batch; OUT_OF_RANGE for a cursor past the
+  // last epoch.
+  static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const Dataset& dataset,
+                                                          const SampleSpec& spec,
+                                                          PipelineOptions options, Cursor start);
+  ~Pipeline();  // cancels and joins the workers
+
+  // The next batch, in order. OUT_OF_RANGE after max_epochs; CANCELLED after Cancel(); a sample
+  // error (on_error: fail) as it happened, naming the sample.
+  absl::StatusOr<Batch> Next();
+  void Cancel();
+
+  uint64_t num_samples() const;
+  uint64_t steps_per_epoch() const;
+  // The options in force, with automatic values (block_steps, window_blocks) resolved.
+  const PipelineOptions& options() const;
+  PipelineStats stats() const;
+
+ private:
+  struct Impl;
+  explicit Pipeline(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Parses "EPOCH:STEP".
+absl::StatusOr<Cursor> ParseCursor(std::string_view text);
+
+}  // namespace conveyor

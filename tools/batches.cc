@@ -1,0 +1,152 @@
+// `conveyor batches`: runs the pipeline offline and prints one line per batch (cursor, sample
+// ids or their hash, SHA-256 of the tensors), so anyone can check from outside what rank I of N
+// sees at any step, and that it is the same at any thread count and from any resume cursor.
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "readers/format.h"
+#include "readers/npy.h"
+#include "shuffle/pipeline.h"
+#include "shuffle/quality.h"
+#include "tools/commands.h"
+
+namespace conveyor::tools {
+namespace {
+
+std::string Hex(const unsigned char* d, size_t n) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    s.push_back(kHex[d[i] >> 4]);
+    s.push_back(kHex[d[i] & 15]);
+  }
+  return s;
+}
+
+// SHA-256 over every tensor: name, dtype, shape, then its bytes, in batch order.
+absl::StatusOr<std::string> Digest(const Batch& b) {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (ctx == nullptr || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
+    return absl::InternalError("OpenSSL: cannot start a SHA-256 digest");
+  }
+  for (const TensorView& t : b.tensors) {
+    std::string head = StrCat(t.name, "|", DTypeName(t.dtype), "|");
+    for (int64_t d : t.shape) StrAppend(&head, d, ",");
+    EVP_DigestUpdate(ctx.get(), head.data(), head.size());
+    EVP_DigestUpdate(ctx.get(), b.data(t), t.bytes);
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  return Hex(md, len);
+}
+
+std::string IdsHash(const Batch& b) {
+  std::string bytes;
+  for (const SampleId& id : b.ids) StrAppend(&bytes, id.index, ",");
+  return format::ChecksumHex(format::Checksum(bytes));
+}
+
+}  // namespace
+
+absl::Status RunBatches(const BatchesOptions& o) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(o.dataset));
+  if (o.config.empty()) return absl::InvalidArgumentError("--config is required");
+  std::ifstream f(o.config, std::ios::binary);
+  if (!f) return absl::NotFoundError(StrCat("cannot open config ", o.config));
+  std::stringstream text;
+  text << f.rdbuf();
+  ASSIGN_OR_RETURN(SampleSpec spec, SampleSpec::FromYaml(text.str(), ds->manifest(), o.config));
+  PipelineOptions po;
+  RETURN_IF_ERROR(po.MergeYaml(text.str(), spec, ds->manifest(), o.config));
+  if (o.consumers < 1 || o.consumer < 0) {
+    return absl::InvalidArgumentError("--consumers must be >= 1 and --consumer >= 0");
+  }
+  po.consumer = static_cast<uint32_t>(o.consumer);
+  po.consumers = static_cast<uint32_t>(o.consumers);
+  if (o.threads >= 0) po.threads = o.threads;
+  if (o.batch_size > 0) po.global_batch_size = static_cast<uint64_t>(o.batch_size);
+  if (o.seed >= 0) po.seed = static_cast<uint64_t>(o.seed);
+  if (o.schedule == "naive") {
+    po.order = OrderOptions{};
+  } else if (o.schedule == "gop") {
+    if (po.order.naive()) po.order = OrderOptions{0, 0};
+  } else if (!o.schedule.empty()) {
+    return absl::InvalidArgumentError(StrCat("--schedule '", o.schedule, "': expected naive or gop"));
+  }
+  ASSIGN_OR_RETURN(Cursor cursor, ParseCursor(o.cursor));
+  if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
+  ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(*ds, spec, po, cursor));
+  for (int64_t i = 0; i < o.steps; ++i) {
+    absl::StatusOr<Batch> b = pipeline->Next();
+    if (absl::IsOutOfRange(b.status())) break;
+    if (!b.ok()) return b.status();
+    std::string line = StrCat(b->cursor.epoch, ":", b->cursor.step, " consumer ", b->consumer, "/",
+                              b->consumers, " samples ", b->ids.size(), " ids ", IdsHash(*b));
+    if (o.digest) {
+      ASSIGN_OR_RETURN(std::string d, Digest(*b));
+      StrAppend(&line, " sha256 ", d);
+    }
+    if (o.ids) {
+      StrAppend(&line, " [");
+      for (size_t k = 0; k < b->ids.size(); ++k) {
+        StrAppend(&line, k ? " " : "", b->ids[k].episode, "/", b->ids[k].step);
+      }
+      StrAppend(&line, "]");
+    }
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    if (!o.out.empty()) {
+      const std::string dir = StrCat(o.out, "/", b->cursor.epoch, "-", b->cursor.step);
+      std::filesystem::create_directories(dir);
+      for (const TensorView& t : b->tensors) {
+        RETURN_IF_ERROR(WriteNpyRaw(StrCat(dir, "/", t.name, ".npy"), t.shape, NumpyDescr(t.dtype),
+                                    b->data(t), t.bytes));
+      }
+    }
+  }
+  if (o.stats) {
+    const PipelineStats s = pipeline->stats();
+    po = pipeline->options();
+    ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(*ds, spec.anchor_stream));
+    const EpochOrder order(index.size(), OrderKey(ds->manifest().fingerprint, po.seed), cursor.epoch,
+                           po.order.naive() ? OrderOptions{} : po.order);
+    const ShuffleQuality q = MeasureShuffle(order, index, po.global_batch_size, 1u << 20);
+    std::fprintf(stderr,
+                 "stats: %llu batches, %llu samples (%llu skipped) in %.2f s = %.1f samples/s, "
+                 "%.1f MB/s\n",
+                 static_cast<unsigned long long>(s.batches), static_cast<unsigned long long>(s.samples),
+                 static_cast<unsigned long long>(s.skipped), s.seconds, s.samples / std::max(s.seconds, 1e-9),
+                 s.bytes / 1e6 / std::max(s.seconds, 1e-9));
+    std::fprintf(stderr,
+                 "  video: %llu frames decoded for %llu delivered: amplification %.3f; frame cache "
+                 "hits %llu, misses %llu; peak cache %.1f MB, peak queue %.1f MB\n",
+                 static_cast<unsigned long long>(s.frames_decoded),
+                 static_cast<unsigned long long>(s.frames_delivered), s.amplification(),
+                 static_cast<unsigned long long>(s.cache_hits),
+                 static_cast<unsigned long long>(s.cache_misses), s.cache_bytes_peak / 1e6,
+                 s.queue_bytes_peak / 1e6);
+    std::fprintf(stderr,
+                 "  order (%s, block %llu steps, window %llu blocks): same-episode neighbours %.4f "
+                 "(uniform shuffle %.4f), episodes per batch %.2f (uniform %.2f)\n",
+                 po.order.naive() ? "naive" : "gop", static_cast<unsigned long long>(po.order.block_steps),
+                 static_cast<unsigned long long>(po.order.window_blocks), q.same_episode_adjacent,
+                 q.same_episode_expected, q.episodes_per_batch, q.episodes_per_batch_expected);
+    std::fprintf(stderr,
+                 "  stage seconds (summed over workers): decode blocks %.2f, assemble %.2f, worker "
+                 "idle %.2f; batching %.2f, consumer waited %.2f",
+                 s.decode_seconds, s.assemble_seconds, s.worker_idle_seconds, s.batch_seconds,
+                 s.wait_seconds);
+    if (po.packing) std::fprintf(stderr, "; packing fill ratio %.4f", s.fill_ratio_sum / std::max<uint64_t>(1, s.batches));
+    std::fprintf(stderr, "\n");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor::tools
