@@ -1,0 +1,298 @@
+// The pipeline's contract: the order is a bijection that depends on (fingerprint, seed, epoch)
+// only; batches are bit-identical at any thread count and from any resume cursor; consumers get
+// disjoint slices whose union is the global batch (elastic resume); GOP scheduling decodes less
+// and stays exact; memory stays within the budget; shutdown never hangs.
+#include "shuffle/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "shuffle/order.h"
+#include "shuffle/quality.h"
+#include "tests/support/test_env.h"
+
+namespace conveyor {
+namespace {
+
+using testing::RunCommand;
+using testing::ShellQuote;
+using testing::TempDir;
+
+TEST(OrderTest, KeyedPermutationIsABijection) {
+  for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 64ull, 1000ull, 4097ull, 65536ull}) {
+    KeyedPermutation p(n, 42);
+    std::vector<bool> seen(n, false);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t y = p(i);
+      ASSERT_LT(y, n);
+      ASSERT_FALSE(seen[y]) << "n=" << n << " collision at " << i;
+      seen[y] = true;
+    }
+  }
+}
+
+TEST(OrderTest, LargeDomainsCostNoMemory) {
+  KeyedPermutation p(1'000'000'007ull, 7);  // 10^9 samples: O(1) per lookup
+  std::set<uint64_t> some;
+  for (uint64_t i = 0; i < 1000; ++i) some.insert(p(i * 999'983ull));
+  EXPECT_EQ(some.size(), 1000u);
+  for (uint64_t y : some) EXPECT_LT(y, 1'000'000'007ull);
+}
+
+TEST(OrderTest, EpochOrderIsABijectionInEveryMode) {
+  for (OrderOptions o : {OrderOptions{1, 1}, OrderOptions{50, 8}, OrderOptions{7, 3}, OrderOptions{64, 100}}) {
+    for (uint64_t n : {1ull, 49ull, 50ull, 1234ull, 5000ull}) {
+      EpochOrder order(n, 99, 3, o);
+      std::vector<bool> seen(n, false);
+      for (uint64_t p = 0; p < n; ++p) {
+        const uint64_t s = order.SampleAt(p);
+        ASSERT_LT(s, n) << o.block_steps << "/" << o.window_blocks << " n=" << n;
+        ASSERT_FALSE(seen[s]) << o.block_steps << "/" << o.window_blocks << " n=" << n << " p=" << p;
+        seen[s] = true;
+      }
+    }
+  }
+}
+
+TEST(OrderTest, DependsOnSeedEpochAndFingerprint) {
+  auto first = [](uint64_t key, uint64_t epoch) {
+    EpochOrder o(10000, key, epoch, {});
+    std::vector<uint64_t> v;
+    for (uint64_t p = 0; p < 20; ++p) v.push_back(o.SampleAt(p));
+    return v;
+  };
+  const uint64_t k = OrderKey("3f2a9c0d5e7b1a24", 0);
+  EXPECT_EQ(first(k, 0), first(k, 0));
+  EXPECT_NE(first(k, 0), first(k, 1));
+  EXPECT_NE(first(k, 0), first(OrderKey("3f2a9c0d5e7b1a24", 1), 0));
+  EXPECT_NE(first(k, 0), first(OrderKey("3f2a9c0d5e7b1a25", 0), 0));
+}
+
+// A small synthetic dataset shared by the pipeline tests: 4 episodes of 4 s, 2 cameras 64x48.
+class PipelineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = RunCommand(std::string(CONVEYOR_CLI) + " synth --quiet --out " +
+                        ShellQuote(dir_->Join("ds")) +
+                        " --episodes 4 --episode-seconds 4 --cameras 2 --size 64x48 --seed 5");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto d = Dataset::Open(dir_->Join("ds"));
+    ASSERT_TRUE(d.ok()) << d.status();
+    dataset_ = d->release();
+    auto s = SampleSpec::FromYaml(
+        "streams:\n"
+        "  cam0: {delta_timestamps: [-0.1, 0.0], augment: {hflip: 0.5, color_jitter: {brightness: 0.3}}}\n"
+        "  cam1: {}\n"
+        "  observation.state: {normalize: mean_std}\n"
+        "  action: {delta_timestamps: {start: 0, step: 0.02, count: 10}}\n"
+        "  instruction: {}\n",
+        dataset_->manifest(), "test.yaml");
+    ASSERT_TRUE(s.ok()) << s.status();
+    spec_ = new SampleSpec(*s);
+  }
+  static void TearDownTestSuite() {
+    delete spec_;
+    delete dataset_;
+    delete dir_;
+  }
+
+  struct Line {
+    Cursor cursor;
+    std::vector<SampleId> ids;
+    std::map<std::string, std::vector<uint8_t>> tensors;
+    bool operator==(const Line&) const = default;
+  };
+
+  static std::vector<Line> Run(PipelineOptions o, Cursor start, int steps) {
+    auto p = Pipeline::Create(*dataset_, *spec_, o, start);
+    EXPECT_TRUE(p.ok()) << p.status();
+    std::vector<Line> out;
+    if (!p.ok()) return out;
+    for (int i = 0; i < steps; ++i) {
+      auto b = (*p)->Next();
+      EXPECT_TRUE(b.ok()) << b.status();
+      if (!b.ok()) break;
+      Line l{b->cursor, b->ids, {}};
+      for (const TensorView& t : b->tensors) {
+        l.tensors[t.name].assign(b->data(t), b->data(t) + t.bytes);
+      }
+      out.push_back(std::move(l));
+    }
+    return out;
+  }
+
+  static PipelineOptions Options(int threads, bool gop) {
+    PipelineOptions o;
+    o.seed = 11;
+    o.global_batch_size = 20;
+    o.threads = threads;
+    o.queue_bytes = 64ull << 20;
+    if (gop) o.order = OrderOptions{25, 4};
+    return o;
+  }
+
+  static TempDir* dir_;
+  static Dataset* dataset_;
+  static SampleSpec* spec_;
+};
+TempDir* PipelineTest::dir_ = nullptr;
+Dataset* PipelineTest::dataset_ = nullptr;
+SampleSpec* PipelineTest::spec_ = nullptr;
+
+TEST_F(PipelineTest, SameBatchesAtOneAndTwoThreads) {
+  for (bool gop : {false, true}) {
+    const auto one = Run(Options(1, gop), {0, 0}, 6);
+    const auto two = Run(Options(2, gop), {0, 0}, 6);
+    ASSERT_EQ(one.size(), 6u);
+    EXPECT_TRUE(one == two) << (gop ? "gop" : "naive");
+  }
+}
+
+// 800 samples / 20 = 40 steps an epoch. Breakpoints: start, mid-epoch, the last step, the first
+// of the next epoch, and three resumes in a row.
+TEST_F(PipelineTest, ResumeFromAnyCursorIsBitIdentical) {
+  for (bool gop : {false, true}) {
+    const auto full = Run(Options(2, gop), {0, 0}, 44);  // runs into epoch 1
+    ASSERT_EQ(full.size(), 44u);
+    EXPECT_EQ(full[39].cursor, (Cursor{0, 39}));
+    EXPECT_EQ(full[40].cursor, (Cursor{1, 0}));
+    for (uint64_t at : {0u, 17u, 39u, 40u}) {
+      const Cursor c{at / 40, at % 40};
+      const auto resumed = Run(Options(2, gop), c, 3);
+      for (size_t i = 0; i < resumed.size(); ++i) {
+        EXPECT_TRUE(resumed[i] == full[at + i]) << (gop ? "gop" : "naive") << " resume at " << at;
+      }
+    }
+    // Three resumes in a row: 5 -> 9 -> 13 -> 17.
+    std::vector<Line> chained;
+    for (uint64_t at : {5u, 9u, 13u}) {
+      const auto part = Run(Options(1, gop), {0, at}, 4);
+      chained.insert(chained.end(), part.begin(), part.end());
+    }
+    for (size_t i = 0; i < chained.size(); ++i) EXPECT_TRUE(chained[i] == full[5 + i]) << i;
+  }
+}
+
+TEST_F(PipelineTest, ConsumersGetDisjointSlicesOfTheSameGlobalBatch) {
+  for (bool gop : {false, true}) {
+    const auto global = Run(Options(2, gop), {0, 3}, 2);
+    for (uint32_t n : {2u, 4u}) {
+      std::vector<SampleId> joined[2];
+      for (uint32_t c = 0; c < n; ++c) {
+        PipelineOptions o = Options(1, gop);
+        o.consumer = c;
+        o.consumers = n;
+        const auto part = Run(o, {0, 3}, 2);
+        ASSERT_EQ(part.size(), 2u);
+        for (int s = 0; s < 2; ++s) {
+          EXPECT_EQ(part[s].ids.size(), 20u / n);
+          joined[s].insert(joined[s].end(), part[s].ids.begin(), part[s].ids.end());
+        }
+      }
+      for (int s = 0; s < 2; ++s) EXPECT_EQ(joined[s], global[s].ids) << "consumers " << n;
+    }
+  }
+}
+
+TEST_F(PipelineTest, AnEpochVisitsEverySampleOnceAndIdsAreAuditable) {
+  const auto epoch = Run(Options(2, true), {0, 0}, 40);
+  std::set<uint64_t> seen;
+  for (const Line& l : epoch) {
+    for (const SampleId& id : l.ids) {
+      EXPECT_TRUE(seen.insert(id.index).second) << "duplicate sample " << id.index;
+      EXPECT_EQ(id.index, id.episode * 200 + id.step);  // 4 s at 50 Hz per episode
+    }
+  }
+  EXPECT_EQ(seen.size(), 800u);
+}
+
+TEST_F(PipelineTest, GopSchedulingDecodesLessAndStaysWithinTheBudget) {
+  double amp[2] = {0, 0};
+  for (bool gop : {false, true}) {
+    PipelineOptions o = Options(2, gop);
+    o.queue_bytes = 48ull << 20;
+    auto p = Pipeline::Create(*dataset_, *spec_, o, {0, 0});
+    ASSERT_TRUE(p.ok()) << p.status();
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE((*p)->Next().ok());
+    const PipelineStats s = (*p)->stats();
+    amp[gop] = s.amplification();
+    EXPECT_LE(s.queue_bytes_peak, o.queue_bytes) << (gop ? "gop" : "naive");
+    if (gop) EXPECT_GT(s.cache_hits, 0u);
+  }
+  EXPECT_GT(amp[0], 3.0) << "naive random access should re-decode GOP prefixes";
+  EXPECT_LT(amp[1], 1.25) << "scheduled mode should decode each frame about once";
+}
+
+TEST_F(PipelineTest, CancelAndDestroyMidEpochDoNotHang) {
+  for (bool gop : {false, true}) {
+    auto p = Pipeline::Create(*dataset_, *spec_, Options(2, gop), {0, 0});
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->Next().ok());
+    (*p)->Cancel();
+    EXPECT_EQ((*p)->Next().status().code(), absl::StatusCode::kCancelled);
+    p->reset();  // joins the workers
+  }
+  // Destroyed without Cancel, with work in flight and a consumer that stopped reading.
+  auto q = Pipeline::Create(*dataset_, *spec_, Options(2, true), {0, 7});
+  ASSERT_TRUE(q.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  q->reset();
+}
+
+TEST_F(PipelineTest, MaxEpochsEndsTheStream) {
+  PipelineOptions o = Options(2, false);
+  o.max_epochs = 1;
+  auto p = Pipeline::Create(*dataset_, *spec_, o, {0, 38});
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE((*p)->Next().ok());
+  EXPECT_TRUE((*p)->Next().ok());
+  EXPECT_EQ((*p)->Next().status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST_F(PipelineTest, BadOptionsSayWhatToFix) {
+  PipelineOptions o = Options(1, false);
+  o.consumers = 3;  // 20 % 3 != 0
+  auto p = Pipeline::Create(*dataset_, *spec_, o, {0, 0});
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(p.status().message()).find("not a multiple"), std::string::npos);
+  o = Options(1, false);
+  o.consumer = 2;
+  o.consumers = 2;
+  EXPECT_EQ(Pipeline::Create(*dataset_, *spec_, o, {0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o = Options(1, false);
+  p = Pipeline::Create(*dataset_, *spec_, o, {0, 40});
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(std::string(p.status().message()).find("40 steps"), std::string::npos) << p.status();
+  o.global_batch_size = 100000;
+  EXPECT_EQ(Pipeline::Create(*dataset_, *spec_, o, {0, 0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ParseCursor("3").ok());
+  EXPECT_FALSE(ParseCursor("a:1").ok());
+  EXPECT_EQ(*ParseCursor("2:15"), (Cursor{2, 15}));
+}
+
+TEST_F(PipelineTest, CliLinesAreTheSameAtAnyThreadCountAndResume) {
+  TempDir out;
+  testing::WriteFile(out.Join("c.yaml"),
+                     "streams:\n  cam0: {delta_timestamps: [-0.1, 0.0]}\n  action: {}\n"
+                     "pipeline: {global_batch_size: 16, seed: 3, schedule: {mode: gop}}\n");
+  const std::string base = std::string(CONVEYOR_CLI) + " batches " + ShellQuote(dir_->Join("ds")) +
+                           " --config " + ShellQuote(out.Join("c.yaml")) + " --digest";
+  auto a = RunCommand(base + " --steps 6 --threads 1 2>/dev/null");
+  auto b = RunCommand(base + " --steps 6 --threads 2 2>/dev/null");
+  auto c = RunCommand(base + " --steps 3 --threads 2 --cursor 0:3 2>/dev/null");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+  EXPECT_EQ(a.output.substr(a.output.find("0:3 ")), c.output);
+  auto bad = RunCommand(base + " --cursor 9 2>&1");
+  EXPECT_EQ(bad.exit_code, 2);  // a malformed flag value is a usage error
+  EXPECT_NE(bad.output.find("EPOCH:STEP"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace conveyor
