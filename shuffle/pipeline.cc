@@ -617,7 +617,10 @@ absl::StatusOr<Batch> Pipeline::Next() {
   const auto t0 = Clock::now();
   absl::StatusOr<Batch> batch;
   double fill = 0;
-  if (m.opt.packing) {
+  if (samples.empty()) {  // every sample of this slice was skipped: an empty batch keeps the cursor
+    batch = Batch{};
+    batch->buffer = HostBuffer::Allocate(0, false);
+  } else if (m.opt.packing) {
     ASSIGN_OR_RETURN(std::vector<int64_t> tokens, CountTokens(samples, m.spec, *m.opt.packing));
     const PackPlan plan = PackBestFitDecreasing(tokens, m.opt.packing->max_tokens,
                                                 m.opt.packing->window);

@@ -276,6 +276,37 @@ TEST_F(PipelineTest, BadOptionsSayWhatToFix) {
   EXPECT_EQ(*ParseCursor("2:15"), (Cursor{2, 15}));
 }
 
+TEST_F(PipelineTest, PackedBatchesAreDeterministicAndKeepSamplesApart) {
+  PipelineOptions o = Options(1, true);
+  auto packing = PackingSpec::FromYaml(
+      "packing: {max_tokens: 2048, tokens: {cam0: {per_frame: 64}, cam1: {per_frame: 64}, "
+      "observation.state: {per_step: 1}, action: {per_step: 1}, instruction: {per_byte: 1}}}\n",
+      *spec_, "p.yaml", &dataset_->manifest());
+  ASSERT_TRUE(packing.ok()) << packing.status();
+  o.packing = *packing;
+  const auto one = Run(o, {0, 2}, 3);
+  o.threads = 2;
+  const auto two = Run(o, {0, 2}, 3);
+  ASSERT_EQ(one.size(), 3u);
+  EXPECT_TRUE(one == two);
+  for (const Line& l : one) {
+    ASSERT_TRUE(l.tensors.count("segment_ids"));
+    const auto& seg = l.tensors.at("segment_ids");
+    const auto& seq = l.tensors.at("sample_sequence");
+    const auto& off = l.tensors.at("sample_offset");
+    const int32_t* sid = reinterpret_cast<const int32_t*>(seg.data());
+    const int32_t* sq = reinterpret_cast<const int32_t*>(seq.data());
+    const int32_t* so = reinterpret_cast<const int32_t*>(off.data());
+    // Each sample's tokens carry one segment id, used by no other sample of its sequence.
+    std::map<std::pair<int32_t, int32_t>, size_t> owner;
+    for (size_t i = 0; i < l.ids.size(); ++i) {
+      const int32_t id = sid[sq[i] * 2048 + so[i]];
+      ASSERT_GT(id, 0);
+      EXPECT_TRUE(owner.emplace(std::make_pair(sq[i], id), i).second) << "two samples share a segment";
+    }
+  }
+}
+
 TEST_F(PipelineTest, CliLinesAreTheSameAtAnyThreadCountAndResume) {
   TempDir out;
   testing::WriteFile(out.Join("c.yaml"),
