@@ -1,0 +1,156 @@
+// GPU upload: the last pipeline stage on the trainer's side. An Uploader copies each Batch's host
+// buffer (one contiguous, 4096-aligned block, pinned when a GPU is present; shuffle/batch.h) to
+// GPU memory with one asynchronous cudaMemcpyAsync on its own non-default stream, into one of
+// `buffers` device buffers, and returns at once. With two buffers the copy of batch k+1 runs while
+// the trainer computes on batch k.
+//
+// The CPU path (built with CONVEYOR_CUDA=OFF, no driver or GPU at run time, or device = -1) goes
+// through the same calls: a DeviceBatch's tensors then point into the batch's own host buffer,
+// nothing is copied, and the same bound holds (at most `buffers` DeviceBatches alive).
+//
+// CUDA types stay out of this header (handles are passed as void*); the CUDA code is in
+// shuffle/upload_cuda.cu. Details and the intended consumer loop: docs/pipeline.md, "GPU upload".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "shuffle/batch.h"
+
+namespace conveyor {
+
+struct UploadOptions {
+  // The CUDA device ordinal batches go to (numbered as CUDA_VISIBLE_DEVICES shows them).
+  // -1: the CPU path even when a GPU is present (for consumers on the host, such as a server).
+  int device = 0;
+  // Device buffers, i.e. how many DeviceBatches may be alive at once (>= 1). Each grows to the
+  // largest batch uploaded into it, so device memory is about buffers x the largest batch.
+  // 2 overlaps one copy with the consumer's work on the previous batch; more helps only when the
+  // consumer holds several batches at a time. 1 serializes copy and consumption.
+  int buffers = 2;
+  // When there is no usable GPU (no CUDA in the build, no driver, no device): false falls back to
+  // the CPU path (Uploader::gpu() says which); true makes Create fail with FAILED_PRECONDITION.
+  bool require_gpu = false;
+};
+
+// One tensor of an uploaded batch. A view: valid while its DeviceBatch is alive.
+struct DeviceTensor {
+  std::string name;
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+  void* data = nullptr;  // device memory when DeviceBatch::on_device(), else the host buffer
+  size_t bytes = 0;
+};
+
+namespace upload_internal {
+class UploaderState;
+}  // namespace upload_internal
+
+// A batch on its way to (or on) the GPU. It holds the Batch, so the host memory lives as long as
+// the DeviceBatch does, and one of the uploader's device buffers, which goes back to the uploader
+// when the DeviceBatch is destroyed (its next Upload may then reuse it).
+//
+// Thread-safety: one thread at a time (it may be handed from thread to thread). A DeviceBatch may
+// outlive its Uploader; the device buffer and stream stay alive until the last batch is gone.
+//
+// Destroying it first waits for its copy (so no copy ever reads freed host memory), then returns
+// the buffer. REQUIRES: GPU work that reads the tensors has finished before the DeviceBatch is
+// destroyed, or was declared with RecordUse: the uploader's stream does not otherwise wait for the
+// consumer's streams before it overwrites the buffer.
+class DeviceBatch {
+ public:
+  ~DeviceBatch();
+  DeviceBatch(const DeviceBatch&) = delete;
+  DeviceBatch& operator=(const DeviceBatch&) = delete;
+
+  const Batch& batch() const { return batch_; }
+  // In the batch's tensor order.
+  const std::vector<DeviceTensor>& tensors() const { return tensors_; }
+  const DeviceTensor* Find(std::string_view name) const;
+  // True when the tensors' data pointers are device memory (of device()).
+  bool on_device() const { return on_device_; }
+  int device() const { return device_; }  // -1 on the CPU path
+
+  // Blocks until the copy has finished; OK at once on the CPU path. May be called again (it
+  // returns the first result). An error is the failed CUDA call and its message; the tensors'
+  // contents are then undefined.
+  absl::Status Wait();
+
+  // The cudaEvent_t (as void*) recorded on the uploader's stream after the copy, for
+  // cudaStreamWaitEvent on the consumer's stream instead of blocking in Wait. nullptr on the CPU
+  // path. Valid while this DeviceBatch is alive.
+  void* ready_event() const;
+
+  // Declares that work enqueued so far on `cuda_stream` (a cudaStream_t as void*; nullptr is the
+  // legacy default stream) reads the tensors: the next copy into this buffer waits for that work
+  // on the GPU, so the DeviceBatch may be destroyed without synchronizing the host. May be called
+  // for several streams. A no-op returning OK on the CPU path.
+  absl::Status RecordUse(void* cuda_stream);
+
+ private:
+  friend class Uploader;
+  DeviceBatch(std::shared_ptr<upload_internal::UploaderState> state, int slot, Batch batch);
+
+  std::shared_ptr<upload_internal::UploaderState> state_;
+  int slot_;
+  Batch batch_;
+  std::vector<DeviceTensor> tensors_;
+  bool on_device_ = false;
+  int device_ = -1;
+  bool waited_ = false;
+  absl::Status wait_status_;
+};
+
+// Copies batches to one GPU, double-buffered. Thread-safe: Upload, stats and the accessors may be
+// called from several threads (Upload calls then compete for the buffers).
+class Uploader {
+ public:
+  // INVALID_ARGUMENT for buffers < 1, device < -1, a device ordinal that does not exist, or
+  // require_gpu with device -1; FAILED_PRECONDITION when require_gpu is set and there is no
+  // usable GPU (the message says why); a CUDA error when the stream or events cannot be made.
+  static absl::StatusOr<std::unique_ptr<Uploader>> Create(const UploadOptions& options);
+  // REQUIRES: no Upload call in progress.
+  ~Uploader();
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
+
+  // True when copies really go to a GPU.
+  bool gpu() const;
+  // Why the CPU path is taken ("built without CUDA", the cudaGetDeviceCount error, "device -1");
+  // empty when gpu().
+  const std::string& cpu_reason() const;
+
+  // Starts the asynchronous copy of the batch's buffer (bytes [0, end of the last tensor)) into a
+  // free device buffer, grown as needed, and returns at once; DeviceBatch::Wait or ready_event
+  // say when the copy is done. Blocks while all `buffers` buffers belong to live DeviceBatches.
+  // A buffer that is not pinned still works, but cudaMemcpyAsync then copies synchronously
+  // (counted in Stats::pageable_batches).
+  // INVALID_ARGUMENT when the batch has no buffer or a tensor lies outside it; a CUDA error
+  // (RESOURCE_EXHAUSTED for out of device memory) when the copy cannot be started.
+  // REQUIRES: the calling thread does not itself hold all `buffers` live DeviceBatches (it would
+  // wait for itself forever).
+  absl::StatusOr<std::unique_ptr<DeviceBatch>> Upload(Batch batch);
+
+  // Monotonic counters since Create.
+  struct Stats {
+    uint64_t batches = 0;           // Upload calls that succeeded
+    uint64_t bytes = 0;             // bytes handed over (copied, on the GPU path)
+    double copy_seconds = 0;        // GPU time of the copies seen to finish (Wait or release),
+                                    // from CUDA events; 0 on the CPU path
+    double wait_seconds = 0;        // time Upload spent blocked waiting for a free buffer
+    uint64_t pageable_batches = 0;  // GPU path: batches whose host buffer was not pinned
+  };
+  Stats stats() const;
+
+ private:
+  explicit Uploader(std::shared_ptr<upload_internal::UploaderState> state);
+  std::shared_ptr<upload_internal::UploaderState> state_;
+};
+
+}  // namespace conveyor

@@ -1,0 +1,125 @@
+// CUDA plumbing for shuffle/'s own files: RAII owners for every CUDA handle, one function that
+// turns a cudaError_t into an absl::Status, the process-wide GPU probe, and the copy engine behind
+// Uploader. Implemented in upload_cuda.cu.
+//
+// INTERNAL header: it includes <cuda_runtime.h>. Include it only under `#if CONVEYOR_HAVE_CUDA`
+// and never from a public header (shuffle/upload.h hides all of it).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace conveyor::cuda {
+
+// "<call>: <cudaGetErrorName>: <cudaGetErrorString>", with a code that fits: out of memory ->
+// RESOURCE_EXHAUSTED; no device, no or old driver -> FAILED_PRECONDITION; invalid value or device
+// -> INVALID_ARGUMENT; anything else INTERNAL. Also clears CUDA's last-error state.
+absl::Status CudaError(cudaError_t error, std::string_view call);
+
+// Returns from the current function with CudaError naming the call's source text.
+#define CONVEYOR_CUDA_RETURN_IF_ERROR(call)                            \
+  do {                                                                 \
+    const cudaError_t conveyor_cuda_error_ = (call);                   \
+    if (conveyor_cuda_error_ != cudaSuccess) {                         \
+      return ::conveyor::cuda::CudaError(conveyor_cuda_error_, #call); \
+    }                                                                  \
+  } while (0)
+
+// Deleters ignore errors: they run in destructors, where there is nobody to tell.
+struct StreamDeleter {
+  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
+struct EventDeleter {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+struct DeviceMemoryDeleter {
+  void operator()(void* p) const { cudaFree(p); }
+};
+struct PinnedMemoryDeleter {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
+
+using UniqueStream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
+using UniqueEvent = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+using UniqueDeviceMemory = std::unique_ptr<void, DeviceMemoryDeleter>;
+using UniquePinnedMemory = std::unique_ptr<void, PinnedMemoryDeleter>;
+
+// On the current device.
+absl::StatusOr<UniqueStream> MakeStream(unsigned int flags);   // cudaStreamCreateWithFlags
+absl::StatusOr<UniqueEvent> MakeEvent(unsigned int flags);     // cudaEventCreateWithFlags
+absl::StatusOr<UniqueDeviceMemory> AllocDevice(size_t bytes);  // cudaMalloc
+// cudaHostAlloc(cudaHostAllocPortable): pinned for every device.
+absl::StatusOr<UniquePinnedMemory> AllocPinned(size_t bytes);
+
+// What the CUDA runtime sees, asked once per process (cudaGetDeviceCount) and remembered. Never
+// fails: a build with CUDA on a machine without a driver or GPU gets devices = 0 and the reason.
+struct GpuProbe {
+  int devices = 0;
+  std::string reason;  // why devices == 0
+};
+const GpuProbe& ProbeGpus();
+
+// Makes a device current for its lifetime and then restores the caller's, so that library calls
+// on the caller's thread leave the trainer's current device as it was.
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  absl::Status Set(int device);
+
+ private:
+  int previous_ = -1;
+};
+
+// The GPU half of an Uploader: one device, one non-blocking stream, and per buffer slot a device
+// allocation (grown as needed) and its events. The Uploader hands each slot to one owner at a
+// time; calls for different slots may run concurrently (they share only the stream, and CUDA's
+// stream calls are thread-safe).
+class CopyEngine {
+ public:
+  static absl::StatusOr<std::unique_ptr<CopyEngine>> Create(int device, int slots);
+  ~CopyEngine();
+  CopyEngine(const CopyEngine&) = delete;
+  CopyEngine& operator=(const CopyEngine&) = delete;
+
+  int device() const { return device_; }
+
+  // Enqueues the copy of host[0, bytes) into the slot's device buffer (grown to fit first),
+  // behind any use recorded with RecordUse, and returns the device buffer (nullptr when bytes is
+  // 0) without waiting for the copy.
+  absl::StatusOr<void*> Copy(int slot, const void* host, size_t bytes);
+  // Blocks until the slot's last copy has finished; returns its GPU time in seconds.
+  absl::StatusOr<double> Wait(int slot);
+  // Recorded after the slot's last copy.
+  cudaEvent_t ready_event(int slot) const { return slots_[slot].ready.get(); }
+  // The next Copy into the slot waits (on the GPU) for the work enqueued on `stream` so far.
+  absl::Status RecordUse(int slot, cudaStream_t stream);
+
+ private:
+  struct Slot {
+    UniqueDeviceMemory memory;
+    size_t capacity = 0;
+    UniqueEvent start;              // timing: recorded before the copy
+    UniqueEvent ready;              // timing, blocking sync: recorded after the copy
+    std::vector<UniqueEvent> uses;  // RecordUse events; uses_pending of them are live
+    size_t uses_pending = 0;
+  };
+  explicit CopyEngine(int device) : device_(device) {}
+
+  int device_;
+  UniqueStream stream_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace conveyor::cuda
