@@ -341,10 +341,15 @@ absl::Status ImageDecoder::Impl::FrameToRgb(const AVFrame& frame, std::string_vi
   int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
   if (sws_getColorspaceDetails(sws_.get(), &inv_table, &src_range, &table, &dst_range, &brightness,
                                &contrast, &saturation) >= 0) {
-    if (frame.color_range != AVCOL_RANGE_UNSPECIFIED) {
-      src_range = frame.color_range == AVCOL_RANGE_JPEG;
+    // Read the enums as ints: a broken file can carry values outside the enum's range.
+    int colorspace = 0, color_range = 0;
+    std::memcpy(&colorspace, &frame.colorspace, sizeof(colorspace));
+    std::memcpy(&color_range, &frame.color_range, sizeof(color_range));
+    if (colorspace < 0 || colorspace >= AVCOL_SPC_NB) colorspace = SWS_CS_DEFAULT;
+    if (color_range == AVCOL_RANGE_MPEG || color_range == AVCOL_RANGE_JPEG) {
+      src_range = color_range == AVCOL_RANGE_JPEG;
     }
-    sws_setColorspaceDetails(sws_.get(), sws_getCoefficients(frame.colorspace), src_range, table,
+    sws_setColorspaceDetails(sws_.get(), sws_getCoefficients(colorspace), src_range, table,
                              dst_range, brightness, contrast, saturation);
   }
   // libswscale's SIMD paths may write a few pixels past the last one of a row; the slack keeps

@@ -457,9 +457,14 @@ absl::Status VideoDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
       int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
       if (sws_getColorspaceDetails(s.sws.get(), &inv_table, &src_range, &table_out, &dst_range,
                                    &brightness, &contrast, &saturation) >= 0) {
-        const int* in_coeffs = sws_getCoefficients(src->colorspace);
-        if (src->color_range != AVCOL_RANGE_UNSPECIFIED) {
-          src_range = src->color_range == AVCOL_RANGE_JPEG;
+        // Read the enums as ints: a broken stream can carry values outside the enum's range.
+        int colorspace = 0, color_range = 0;
+        std::memcpy(&colorspace, &src->colorspace, sizeof(colorspace));
+        std::memcpy(&color_range, &src->color_range, sizeof(color_range));
+        if (colorspace < 0 || colorspace >= AVCOL_SPC_NB) colorspace = SWS_CS_DEFAULT;
+        const int* in_coeffs = sws_getCoefficients(colorspace);
+        if (color_range == AVCOL_RANGE_MPEG || color_range == AVCOL_RANGE_JPEG) {
+          src_range = color_range == AVCOL_RANGE_JPEG;
         }
         sws_setColorspaceDetails(s.sws.get(), in_coeffs, src_range, table_out, dst_range,
                                  brightness, contrast, saturation);
