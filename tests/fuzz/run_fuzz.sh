@@ -89,6 +89,8 @@ case "$(basename "$FUZZER")" in
     vf 2 6 vp9.webm -c:v libvpx-vp9 -deadline realtime -cpu-used 8 -g 6
     vf 3 6 av1.mkv -c:v libaom-av1 -cpu-used 8 -g 6
     vf 4 1 mjpeg.mkv -c:v mjpeg -pix_fmt yuvj420p
+    # Inputs that once failed (tests/fuzz/regressions/video_*) stay in the corpus.
+    for f in "$ROOT"/tests/fuzz/regressions/video_*; do [[ -f "$f" ]] && cp "$f" "$WORK/corpus/"; done
     ;;
 esac
 echo "fuzz: $(basename "$FUZZER") for ${SECONDS_BUDGET}s"
