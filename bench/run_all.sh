@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every benchmark in bench/ and writes their JSON documents to bench/out/.
 # Usage: bash bench/run_all.sh BUILD_DIR [extra read_bench flags...]
+# Extra decode_bench flags come from $DECODE_BENCH_FLAGS, e.g. "--work_dir=/tmp/db" to keep (and
+# reuse) the datasets it makes between runs, or "--quick" for a smoke run.
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -14,10 +16,13 @@ out_dir="$bench_dir/out"
 mkdir -p "$out_dir"
 
 read_bench="$build_dir/bench/read_bench"
-if [[ ! -x "$read_bench" ]]; then
-  echo "run_all: $read_bench not found; build it with: cmake --build $build_dir --target read_bench" >&2
-  exit 1
-fi
+decode_bench="$build_dir/bench/decode_bench"
+for b in "$read_bench" "$decode_bench"; do
+  if [[ ! -x "$b" ]]; then
+    echo "run_all: $b not found; build it with: cmake --build $build_dir --target $(basename "$b")" >&2
+    exit 1
+  fi
+done
 
 echo "== read_bench (nproc $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'))"
 echo "\$ $read_bench --json=$out_dir/read_bench.json $*"
@@ -31,3 +36,14 @@ echo "== read_bench on CPU 0 only (nginx, the bench and the baselines)"
 echo "\$ taskset -c 0 $read_bench --json=$out_dir/read_bench_one_cpu.json $*"
 taskset -c 0 "$read_bench" --json="$out_dir/read_bench_one_cpu.json" "$@"
 echo "run_all: wrote $out_dir/read_bench_one_cpu.json"
+
+# Decoders against ffmpeg, tjbench and zstd on the same files, per core: decode_bench pins itself
+# (and the tools it starts) to one CPU. It makes its datasets with the conveyor CLI of this build
+# (a few minutes in all, most of it 720p synth and the measurements themselves).
+echo
+echo "== decode_bench"
+# shellcheck disable=SC2086  # DECODE_BENCH_FLAGS is a list of flags
+echo "\$ $decode_bench --json=$out_dir/decode_bench.json ${DECODE_BENCH_FLAGS:-}"
+# shellcheck disable=SC2086
+"$decode_bench" --json="$out_dir/decode_bench.json" ${DECODE_BENCH_FLAGS:-}
+echo "run_all: wrote $out_dir/decode_bench.json"
