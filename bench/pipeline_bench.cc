@@ -189,13 +189,20 @@ int main(int argc, char** argv) {
   auto index = SampleIndex::Build(**ds, spec->anchor_stream);
   json quality = json::array();
   std::vector<OrderOptions> modes = {OrderOptions{}, OrderOptions{0, 4}, OrderOptions{0, 16},
-                                     OrderOptions{0, 64}};
+                                     OrderOptions{0, 32}, OrderOptions{0, 64}};
   for (OrderOptions m : modes) {
     PipelineOptions o = base;
     o.threads = 2;
     o.order = m;
     o.queue_bytes = 4ull << 30;  // large enough that the window size is what is set here
-    const RunResult r = RunPipeline(**ds, *spec, o, quick ? 3 : 20);
+    // Whole windows (two of them), so a window's pre-decode is not charged to a part of it.
+    const uint64_t window_samples = (m.block_steps ? m.block_steps : 50) * std::max<uint64_t>(1, m.window_blocks);
+    const int q_steps = quick ? 3
+                              : static_cast<int>(std::min<uint64_t>(
+                                    index->size() / o.global_batch_size,
+                                    std::max<uint64_t>(20, (2 * window_samples + o.global_batch_size - 1) /
+                                                               o.global_batch_size)));
+    const RunResult r = RunPipeline(**ds, *spec, o, q_steps);
     const OrderOptions used = r.resolved.order;
     const EpochOrder order(index->size(), OrderKey((*ds)->manifest().fingerprint, o.seed), 0,
                            used.naive() ? OrderOptions{} : used);

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "shuffle/batch.h"
 #include "spdlog/spdlog.h"
@@ -19,6 +20,55 @@ namespace conveyor {
 namespace {
 
 constexpr size_t kAlignment = 4096;
+constexpr size_t kPoolMinBytes = 1 << 20;
+constexpr size_t kPoolMaxBlocks = 8;
+constexpr size_t kPoolMaxBytes = size_t{2} << 30;
+
+struct Pooled {
+  uint8_t* data;
+  size_t capacity;
+  bool pinned;
+};
+
+struct Pool {
+  std::mutex mu;
+  std::vector<Pooled> blocks;
+  size_t bytes = 0;
+};
+
+// Never destroyed: buffers may be released during static destruction.
+Pool& GetPool() {
+  static Pool* pool = new Pool();
+  return *pool;
+}
+
+// A pooled block of at least `rounded` bytes (and at most twice that), or {nullptr}.
+Pooled TakePooled(size_t rounded, bool pinned) {
+  Pool& pool = GetPool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  size_t best = pool.blocks.size();
+  for (size_t i = 0; i < pool.blocks.size(); ++i) {
+    const Pooled& b = pool.blocks[i];
+    if (b.pinned != pinned || b.capacity < rounded || b.capacity > 2 * rounded) continue;
+    if (best == pool.blocks.size() || b.capacity < pool.blocks[best].capacity) best = i;
+  }
+  if (best == pool.blocks.size()) return Pooled{nullptr, 0, false};
+  Pooled b = pool.blocks[best];
+  pool.blocks.erase(pool.blocks.begin() + static_cast<ptrdiff_t>(best));
+  pool.bytes -= b.capacity;
+  return b;
+}
+
+// Keeps the block for reuse when the pool has room; false: the caller frees it.
+bool GivePooled(uint8_t* data, size_t capacity, bool pinned) {
+  if (capacity < kPoolMinBytes) return false;
+  Pool& pool = GetPool();
+  std::lock_guard<std::mutex> lock(pool.mu);
+  if (pool.blocks.size() >= kPoolMaxBlocks || pool.bytes + capacity > kPoolMaxBytes) return false;
+  pool.blocks.push_back(Pooled{data, capacity, pinned});
+  pool.bytes += capacity;
+  return true;
+}
 
 }  // namespace
 
@@ -30,6 +80,20 @@ std::shared_ptr<HostBuffer> HostBuffer::Allocate(size_t bytes, bool pinned) {
   // aligned_alloc wants a multiple of the alignment; 0 bytes still gets a (one-page) block so
   // data() is never null.
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  bool want_pinned = false;
+#if CONVEYOR_HAVE_CUDA
+  want_pinned = pinned && cuda::ProbeGpus().devices > 0;
+#endif
+  if (rounded >= kPoolMinBytes) {
+    const Pooled reused = TakePooled(rounded, want_pinned);
+    if (reused.data != nullptr) {
+      buffer->data_ = reused.data;
+      buffer->capacity_ = reused.capacity;
+      buffer->pinned_ = reused.pinned;
+      return buffer;
+    }
+  }
+  buffer->capacity_ = rounded;
 #if CONVEYOR_HAVE_CUDA
   // The probe asks the runtime once per process: a build with CUDA on a machine without a driver
   // or GPU takes the aligned path below from then on, without calling CUDA again.
@@ -58,6 +122,7 @@ std::shared_ptr<HostBuffer> HostBuffer::Allocate(size_t bytes, bool pinned) {
 }
 
 HostBuffer::~HostBuffer() {
+  if (data_ != nullptr && GivePooled(data_, capacity_, pinned_)) return;
 #if CONVEYOR_HAVE_CUDA
   if (pinned_) {
     cuda::PinnedMemoryDeleter()(data_);
