@@ -303,23 +303,31 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
           return dataset_.ReadPacket(index, s.stream, packet, bytes);
         };
         std::vector<RgbImage> images;
+        std::vector<std::shared_ptr<const RgbImage>> held;  // cached frames used as they are
         const bool crop = s.augment.crop.has_value();
         if (s.kind == pb::VIDEO) {
           stats_.frames_delivered += frames.size();
           bool all_cached = cache_ != nullptr;
           if (all_cached) {
-            images.resize(frames.size());
             for (size_t i = 0; i < frames.size() && all_cached; ++i) {
               auto f = cache_->Find(loc.episode, s.stream, frames[i]);
               if (f == nullptr) {
                 all_cached = false;
               } else {
-                images[i] = *f;
+                held.push_back(std::move(f));
               }
             }
             if (all_cached) {
               stats_.cache_hits += frames.size();
+              // Augmentation changes pixels: it works on copies. Otherwise the cached frames
+              // are written into the tensor as they are.
+              if (s.augment.enabled()) {
+                images.resize(frames.size());
+                for (size_t i = 0; i < frames.size(); ++i) images[i] = *held[i];
+                held.clear();
+              }
             } else {
+              held.clear();
               stats_.cache_misses += frames.size();
             }
           }
@@ -380,25 +388,32 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
             ApplyColorJitter(draw, &im);
           }
         }
-        const int h = images[0].height, w = images[0].width;
-        for (const RgbImage& im : images) {
+        std::vector<const RgbImage*> views;
+        if (!held.empty()) {
+          for (const auto& f : held) views.push_back(f.get());
+        } else {
+          for (const RgbImage& im : images) views.push_back(&im);
+        }
+        const int h = views[0]->height, w = views[0]->width;
+        for (const RgbImage* im_ptr : views) {
+          const RgbImage& im = *im_ptr;
           if (im.width != w || im.height != h) {
             return fail(absl::DataLossError(StrCat("frames of one sample differ in size (", w, "x",
                                                    h, " and ", im.width, "x", im.height, ")")));
           }
         }
         const DType dt = s.dtype == ImageDType::kFloat32 ? DType::kFloat32 : DType::kUint8;
-        std::vector<int64_t> shape = {static_cast<int64_t>(images.size()), h, w, 3};
-        if (s.layout == ImageLayout::kCHW) shape = {static_cast<int64_t>(images.size()), 3, h, w};
+        std::vector<int64_t> shape = {static_cast<int64_t>(views.size()), h, w, 3};
+        if (s.layout == ImageLayout::kCHW) shape = {static_cast<int64_t>(views.size()), 3, h, w};
         const size_t elem_bytes = static_cast<size_t>(h) * w * 3 * DTypeSize(dt);
-        if (static_cast<int64_t>(elem_bytes * images.size()) > spec_.limits.max_sample_bytes) {
+        if (static_cast<int64_t>(elem_bytes * views.size()) > spec_.limits.max_sample_bytes) {
           return fail(absl::ResourceExhaustedError(
-              StrCat("the frames need ", elem_bytes * images.size(),
+              StrCat("the frames need ", elem_bytes * views.size(),
                      " bytes, over limits.max_sample_bytes (", spec_.limits.max_sample_bytes, ")")));
         }
         Tensor t = MakeTensor(s.name, dt, std::move(shape));
-        for (size_t i = 0; i < images.size(); ++i) {
-          WriteImage(images[i], s, t.data.data() + i * elem_bytes);
+        for (size_t i = 0; i < views.size(); ++i) {
+          WriteImage(*views[i], s, t.data.data() + i * elem_bytes);
         }
         out.tensors.push_back(std::move(t));
         out.tensors.push_back(PadTensor(s.name, pads));
