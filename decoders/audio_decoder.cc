@@ -307,14 +307,19 @@ absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketRea
   const int64_t k_end =
       clock.SampleAt(table.pts(static_cast<int>(last)),
                      std::max<int64_t>(table.duration(static_cast<int>(last)), 0));
-  bool any_real = false;
-  for (int64_t j = 0; j < num_samples; ++j) {
-    const int64_t x = x0 + j;
-    const bool pad =
-        passthrough ? (x < 0 || x >= k_end)
-                    : (x < 0 || static_cast<i128>(x) * rate >= static_cast<i128>(k_end) * out_rate);
-    (*is_pad)[static_cast<size_t>(j)] = pad ? 1 : 0;
-    any_real |= !pad;
+  // Output sample j (at x = x0 + j) is real for 0 <= x < x_end: x_end = k_end at the stream's
+  // rate, else the first x with x * rate >= k_end * out_rate. The real samples are one run, so
+  // the flags are a prefix and a suffix (two memsets, not a per-sample loop).
+  i128 x_end = k_end;
+  if (!passthrough) {
+    const i128 num = static_cast<i128>(k_end) * out_rate;
+    x_end = num <= 0 ? 0 : (num + rate - 1) / rate;
+  }
+  const i128 j_lo = std::clamp<i128>(-static_cast<i128>(x0), 0, num_samples);
+  const i128 j_hi = std::clamp<i128>(x_end - static_cast<i128>(x0), j_lo, num_samples);
+  const bool any_real = j_hi > j_lo;
+  if (any_real) {
+    std::memset(is_pad->data() + static_cast<size_t>(j_lo), 0, static_cast<size_t>(j_hi - j_lo));
   }
   if (!any_real) {
     ++windows_;
