@@ -333,7 +333,9 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
           }
           if (!all_cached) {
             const uint64_t key = (loc.episode << 16) ^ static_cast<uint64_t>(s.stream);
-            absl::Status st = video_[si]->Decode(key, stream, table, read, frames, OutputFor(s),
+            VideoOutput vo = OutputFor(s);
+            vo.keep_recent = s.deltas.size() > 1;  // consecutive samples overlap their windows
+            absl::Status st = video_[si]->Decode(key, stream, table, read, frames, vo,
                                                  spec_.limits, &images);
             if (!st.ok()) {
               return fail(st, StrCat("frames at t=", out.time_s, " s + ", s.deltas.front(), "..",

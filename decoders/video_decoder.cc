@@ -8,6 +8,7 @@ extern "C" {
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <numeric>
 
@@ -214,6 +215,18 @@ struct VideoDecoder::State {
   std::string bytes;
   av::UniqueSws sws;
   std::vector<uint8_t> scratch;  // aligned-stride RGB rows (libswscale may write past a row)
+  // The last frames delivered, so a window that starts before the decoder's position (a sample
+  // asking for t - 0.1 s after the previous one got t) needs no seek back. Keyed by stream,
+  // frame and output; a few frames and at most kRecentBytes.
+  struct Recent {
+    uint64_t stream_key;
+    int64_t frame;
+    int width, height, filter;
+    bool autorotate;
+    RgbImage image;
+  };
+  std::deque<Recent> recent;
+  size_t recent_bytes = 0;
 };
 
 VideoDecoder::VideoDecoder() : state_(std::make_unique<State>()) {}
@@ -312,8 +325,29 @@ absl::Status VideoDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
   const pb::PacketTable& pk = stream.packets();
   const size_t num_packets = static_cast<size_t>(pk.pts_size());
   size_t oi = 0;
+  constexpr size_t kRecentFrames = 8;
+  constexpr size_t kRecentBytes = 32u << 20;
+  auto find_recent = [&](int64_t k) -> const RgbImage* {
+    for (const State::Recent& r : s.recent) {
+      if (r.stream_key == stream_key && r.frame == k && r.width == output.width &&
+          r.height == output.height && r.filter == static_cast<int>(output.filter) &&
+          r.autorotate == output.autorotate) {
+        return &r.image;
+      }
+    }
+    return nullptr;
+  };
   while (oi < order.size()) {
     const int64_t k = frames[order[oi]];
+    if (const RgbImage* r = find_recent(k)) {
+      // Delivered again without decoding (and without moving the decoder).
+      while (oi < order.size() && frames[order[oi]] == k) {
+        (*out)[order[oi]] = *r;
+        ++stats_.frames_delivered;
+        ++oi;
+      }
+      continue;
+    }
     const int64_t target = table.pts[k];
     const size_t start = table.start_packet[k];
     // After a drain the decoder still holds the frames not yet received; EOF ends it.
@@ -496,6 +530,16 @@ absl::Status VideoDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
     }
     av_frame_unref(s.frame.get());
     if (rgb_rotate) RotateRgb(converted, rotation, &first);
+    // Remember it for the next call (see State::recent).
+    if (output.keep_recent && first.pixels.size() <= kRecentBytes) {
+      s.recent.push_back(State::Recent{stream_key, k, output.width, output.height,
+                                       static_cast<int>(output.filter), output.autorotate, first});
+      s.recent_bytes += first.pixels.size();
+      while (s.recent.size() > kRecentFrames || s.recent_bytes > kRecentBytes) {
+        s.recent_bytes -= s.recent.front().image.pixels.size();
+        s.recent.pop_front();
+      }
+    }
     ++stats_.frames_delivered;
     // Repeats of the same frame.
     size_t oj = oi + 1;

@@ -55,6 +55,10 @@ struct VideoOutput {
   // Apply the stream's display rotation when it is a multiple of 90 degrees (as the ffmpeg CLI
   // does by default).
   bool autorotate = true;
+  // Keep the last few delivered frames (up to 8, 32 MB) so the next call can take frames just
+  // behind the decoder's position without seeking back: what windows of several frames
+  // ([-0.1, 0.0]) over consecutive samples need. Costs one copy per delivered frame.
+  bool keep_recent = false;
 };
 
 // Counters since construction. amplification = frames_decoded / frames_delivered.
@@ -79,7 +83,8 @@ class VideoDecoder {
 
   // Decodes `frames` (indices into `table`, any order, repeats allowed) of `stream` and writes
   // one RGB image per entry of `frames` into `out` (resized to out.size()). `stream_key`
-  // identifies the (episode, stream) so the decoder knows when it may continue where it stopped.
+  // identifies the (episode, stream) for the decoder's lifetime, so it knows when it may continue
+  // where it stopped (and which kept frames belong to the stream).
   // Errors say which frame and packet failed and why; the caller adds dataset, shard, episode and
   // stream.
   absl::Status Decode(uint64_t stream_key, const format::v1::StreamIndex& stream,
