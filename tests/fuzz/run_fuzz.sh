@@ -89,10 +89,13 @@ case "$(basename "$FUZZER")" in
     vf 2 6 vp9.webm -c:v libvpx-vp9 -deadline realtime -cpu-used 8 -g 6
     vf 3 6 av1.mkv -c:v libaom-av1 -cpu-used 8 -g 6
     vf 4 1 mjpeg.mkv -c:v mjpeg -pix_fmt yuvj420p
-    # Inputs that once failed (tests/fuzz/regressions/video_*) stay in the corpus.
-    for f in "$ROOT"/tests/fuzz/regressions/video_*; do [[ -f "$f" ]] && cp "$f" "$WORK/corpus/"; done
     ;;
 esac
+# Inputs that once failed stay in the corpus: tests/fuzz/regressions/<video|audio|image|shard>_*.
+prefix="$(basename "$FUZZER")"; prefix="${prefix%%_*}"
+for f in "$ROOT"/tests/fuzz/regressions/"$prefix"_*; do
+  if [[ -f "$f" ]]; then cp "$f" "$WORK/corpus/"; fi
+done
 echo "fuzz: $(basename "$FUZZER") for ${SECONDS_BUDGET}s"
-"$FUZZER" -max_total_time="$SECONDS_BUDGET" -rss_limit_mb=2048 -max_len=65536 \
+"$FUZZER" -seed="${FUZZ_SEED:-1}" -max_total_time="$SECONDS_BUDGET" -rss_limit_mb=2048 -max_len=65536 \
   -print_final_stats=1 "$WORK/corpus" 2>&1 | tail -n 12
