@@ -9,6 +9,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "decoders/yaml_config.h"
 
 namespace conveyor {
 
@@ -16,83 +17,12 @@ namespace pb = format::v1;
 
 namespace {
 
-std::string Where(std::string_view source, const YAML::Node& n) {
-  const YAML::Mark m = n.Mark();
-  if (m.line < 0) return std::string(source);
-  return StrCat(source, ":", m.line + 1, ":", m.column + 1);
-}
-
-absl::Status Bad(std::string_view source, const YAML::Node& n, std::string_view what) {
-  return absl::InvalidArgumentError(StrCat(Where(source, n), ": ", what));
-}
-
-absl::Status CheckKeys(std::string_view source, const YAML::Node& map, std::string_view what,
-                       const std::set<std::string>& allowed) {
-  if (!map.IsMap()) return Bad(source, map, StrCat(what, " must be a mapping"));
-  for (const auto& kv : map) {
-    const std::string key = kv.first.as<std::string>();
-    if (!allowed.count(key)) {
-      std::string list;
-      for (const auto& a : allowed) StrAppend(&list, list.empty() ? "" : ", ", a);
-      return Bad(source, kv.first, StrCat("unknown key '", key, "' in ", what, " (known: ", list,
-                                          ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<double> Number(std::string_view source, const YAML::Node& n, std::string_view what) {
-  if (!n.IsScalar()) return Bad(source, n, StrCat(what, " must be a number"));
-  try {
-    const double v = n.as<double>();
-    if (!std::isfinite(v)) return Bad(source, n, StrCat(what, " must be finite"));
-    return v;
-  } catch (const YAML::Exception&) {
-    return Bad(source, n, StrCat(what, " must be a number, not '", n.Scalar(), "'"));
-  }
-}
-
-absl::StatusOr<int64_t> Integer(std::string_view source, const YAML::Node& n, std::string_view what,
-                                int64_t min, int64_t max) {
-  if (!n.IsScalar()) return Bad(source, n, StrCat(what, " must be an integer"));
-  int64_t v = 0;
-  try {
-    v = n.as<int64_t>();
-  } catch (const YAML::Exception&) {
-    return Bad(source, n, StrCat(what, " must be an integer, not '", n.Scalar(), "'"));
-  }
-  if (v < min || v > max) {
-    return Bad(source, n, StrCat(what, " is ", v, "; it must be in [", min, ", ", max, "]"));
-  }
-  return v;
-}
-
-absl::StatusOr<std::string> Word(std::string_view source, const YAML::Node& n, std::string_view what,
-                                 const std::set<std::string>& allowed) {
-  if (!n.IsScalar()) return Bad(source, n, StrCat(what, " must be a string"));
-  const std::string v = n.Scalar();
-  if (!allowed.count(v)) {
-    std::string list;
-    for (const auto& a : allowed) StrAppend(&list, list.empty() ? "" : ", ", a);
-    return Bad(source, n, StrCat(what, " is '", v, "'; expected one of ", list));
-  }
-  return v;
-}
-
-absl::StatusOr<std::vector<double>> Numbers(std::string_view source, const YAML::Node& n,
-                                            std::string_view what, size_t min_len, size_t max_len) {
-  if (!n.IsSequence()) return Bad(source, n, StrCat(what, " must be a list of numbers"));
-  if (n.size() < min_len || n.size() > max_len) {
-    return Bad(source, n, StrCat(what, " has ", n.size(), " entries; expected ", min_len,
-                                 min_len == max_len ? "" : StrCat(" to ", max_len)));
-  }
-  std::vector<double> out;
-  for (const auto& e : n) {
-    ASSIGN_OR_RETURN(double v, Number(source, e, what));
-    out.push_back(v);
-  }
-  return out;
-}
+using yaml::CheckKeys;
+using yaml::ConfigError;
+using yaml::Integer;
+using yaml::Number;
+using yaml::Numbers;
+using yaml::Word;
 
 // A list of seconds, or the short form {start, step, count} for evenly spaced times.
 absl::StatusOr<std::vector<double>> Deltas(std::string_view source, const YAML::Node& n,
@@ -100,7 +30,7 @@ absl::StatusOr<std::vector<double>> Deltas(std::string_view source, const YAML::
   if (n.IsMap()) {
     RETURN_IF_ERROR(CheckKeys(source, n, "delta_timestamps", {"start", "step", "count"}));
     if (!n["start"] || !n["step"] || !n["count"]) {
-      return Bad(source, n, "delta_timestamps short form needs start, step and count");
+      return ConfigError(source, n, "delta_timestamps short form needs start, step and count");
     }
     ASSIGN_OR_RETURN(double start, Number(source, n["start"], "delta_timestamps.start"));
     ASSIGN_OR_RETURN(double step, Number(source, n["step"], "delta_timestamps.step"));
@@ -121,7 +51,7 @@ absl::Status ResolveNormalization(const Manifest& manifest, StreamSpec* s, std::
   if (s->normalize == LowdimNorm::kNone) return absl::OkStatus();
   auto it = manifest.stats.find(s->name);
   if (it == manifest.stats.end()) {
-    return Bad(source, node, StrCat("normalize needs statistics for '", s->name,
+    return ConfigError(source, node, StrCat("normalize needs statistics for '", s->name,
                                     "' and the manifest has none"));
   }
   const StreamStats& st = it->second;
@@ -134,14 +64,14 @@ absl::Status ResolveNormalization(const Manifest& manifest, StreamSpec* s, std::
   for (size_t d = 0; d < dim; ++d) {
     if (s->normalize == LowdimNorm::kMeanStd) {
       if (st.mean.size() != dim || st.std.size() != dim) {
-        return Bad(source, node, StrCat("manifest stats of '", s->name, "' lack mean/std"));
+        return ConfigError(source, node, StrCat("manifest stats of '", s->name, "' lack mean/std"));
       }
       s->norm_offset[d] = static_cast<float>(st.mean[d]);
       s->norm_scale[d] = static_cast<float>(1.0 / (st.std[d] + kEps));
       s->norm_bias = 0;
     } else {
       if (st.min.size() != dim || st.max.size() != dim) {
-        return Bad(source, node, StrCat("manifest stats of '", s->name, "' lack min/max"));
+        return ConfigError(source, node, StrCat("manifest stats of '", s->name, "' lack min/max"));
       }
       s->norm_offset[d] = static_cast<float>(st.min[d]);
       s->norm_scale[d] = static_cast<float>(2.0 / (st.max[d] - st.min[d] + kEps));
@@ -156,7 +86,7 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
     ASSIGN_OR_RETURN(std::vector<double> hw, Numbers(source, n["size"], "size", 2, 2));
     for (double v : hw) {
       if (v < 1 || v > 16384 || v != std::floor(v)) {
-        return Bad(source, n["size"], "size must be [height, width], integers in [1, 16384]");
+        return ConfigError(source, n["size"], "size must be [height, width], integers in [1, 16384]");
       }
     }
     s->height = static_cast<int>(hw[0]);
@@ -180,16 +110,12 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
                                  : ResizeFilter::kBilinear;
   }
   if (n["autorotate"]) {
-    try {
-      s->autorotate = n["autorotate"].as<bool>();
-    } catch (const YAML::Exception&) {
-      return Bad(source, n["autorotate"], "autorotate must be true or false");
-    }
+    ASSIGN_OR_RETURN(s->autorotate, yaml::Bool(source, n["autorotate"], "autorotate"));
   }
   if (const YAML::Node norm = n["normalize"]) {
     RETURN_IF_ERROR(CheckKeys(source, norm, "normalize (images)", {"mean", "std"}));
     if (s->dtype != ImageDType::kFloat32) {
-      return Bad(source, norm, "image normalize needs dtype: float32");
+      return ConfigError(source, norm, "image normalize needs dtype: float32");
     }
     if (norm["mean"]) {
       ASSIGN_OR_RETURN(std::vector<double> m, Numbers(source, norm["mean"], "mean", 3, 3));
@@ -198,7 +124,7 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
     if (norm["std"]) {
       ASSIGN_OR_RETURN(std::vector<double> d, Numbers(source, norm["std"], "std", 3, 3));
       for (int c = 0; c < 3; ++c) {
-        if (!(d[c] > 0)) return Bad(source, norm["std"], "std entries must be > 0");
+        if (!(d[c] > 0)) return ConfigError(source, norm["std"], "std entries must be > 0");
         s->std[c] = static_cast<float>(d[c]);
       }
     }
@@ -211,7 +137,7 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
       if (c["scale"]) {
         ASSIGN_OR_RETURN(std::vector<double> v, Numbers(source, c["scale"], "scale", 2, 2));
         if (!(v[0] > 0 && v[0] <= v[1] && v[1] <= 1)) {
-          return Bad(source, c["scale"], "scale must be [min, max] with 0 < min <= max <= 1");
+          return ConfigError(source, c["scale"], "scale must be [min, max] with 0 < min <= max <= 1");
         }
         crop.scale_min = v[0];
         crop.scale_max = v[1];
@@ -219,7 +145,7 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
       if (c["ratio"]) {
         ASSIGN_OR_RETURN(std::vector<double> v, Numbers(source, c["ratio"], "ratio", 2, 2));
         if (!(v[0] > 0 && v[0] <= v[1])) {
-          return Bad(source, c["ratio"], "ratio must be [min, max] with 0 < min <= max");
+          return ConfigError(source, c["ratio"], "ratio must be [min, max] with 0 < min <= max");
         }
         crop.ratio_min = v[0];
         crop.ratio_max = v[1];
@@ -229,7 +155,7 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
     if (aug["hflip"]) {
       ASSIGN_OR_RETURN(s->augment.hflip, Number(source, aug["hflip"], "hflip"));
       if (s->augment.hflip < 0 || s->augment.hflip > 1) {
-        return Bad(source, aug["hflip"], "hflip is a probability in [0, 1]");
+        return ConfigError(source, aug["hflip"], "hflip is a probability in [0, 1]");
       }
     }
     if (const YAML::Node j = aug["color_jitter"]) {
@@ -237,14 +163,14 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
       for (const char* key : {"brightness", "contrast", "saturation"}) {
         if (!j[key]) continue;
         ASSIGN_OR_RETURN(double v, Number(source, j[key], key));
-        if (v < 0 || v > 1) return Bad(source, j[key], StrCat(key, " must be in [0, 1]"));
+        if (v < 0 || v > 1) return ConfigError(source, j[key], StrCat(key, " must be in [0, 1]"));
         if (std::string(key) == "brightness") s->augment.jitter.brightness = v;
         if (std::string(key) == "contrast") s->augment.jitter.contrast = v;
         if (std::string(key) == "saturation") s->augment.jitter.saturation = v;
       }
     }
     if (s->augment.crop && s->height == 0) {
-      return Bad(source, aug, "random_resized_crop needs an output size (size: [height, width])");
+      return ConfigError(source, aug, "random_resized_crop needs an output size (size: [height, width])");
     }
   }
   return absl::OkStatus();
@@ -253,12 +179,12 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
 absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifest,
                                  std::string_view source) {
   SampleSpec spec;
-  if (!root.IsMap()) return Bad(source, root, "the config must be a mapping with a 'streams' key");
+  if (!root.IsMap()) return ConfigError(source, root, "the config must be a mapping with a 'streams' key");
   RETURN_IF_ERROR(CheckKeys(source, root, "the config",
                             {"anchor", "tolerance_s", "on_error", "limits", "streams", "pipeline", "packing"}));
   // Anchor: explicit, else "action", else the first lowdim stream, else the first video stream.
   if (root["anchor"]) {
-    if (!root["anchor"].IsScalar()) return Bad(source, root["anchor"], "anchor must be a stream name");
+    if (!root["anchor"].IsScalar()) return ConfigError(source, root["anchor"], "anchor must be a stream name");
     spec.anchor = root["anchor"].Scalar();
   } else if (manifest.StreamIndex("action") >= 0) {
     spec.anchor = "action";
@@ -274,17 +200,17 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
   }
   spec.anchor_stream = manifest.StreamIndex(spec.anchor);
   if (spec.anchor_stream < 0) {
-    return Bad(source, root["anchor"] ? root["anchor"] : root,
+    return ConfigError(source, root["anchor"] ? root["anchor"] : root,
                StrCat("anchor stream '", spec.anchor, "' is not in the dataset"));
   }
   const pb::StreamKind anchor_kind = manifest.streams[spec.anchor_stream].kind;
   if (anchor_kind != pb::LOWDIM && anchor_kind != pb::VIDEO && anchor_kind != pb::IMAGE) {
-    return Bad(source, root["anchor"], "the anchor must be a lowdim, video or image stream");
+    return ConfigError(source, root["anchor"], "the anchor must be a lowdim, video or image stream");
   }
   std::optional<double> tolerance;
   if (root["tolerance_s"]) {
     ASSIGN_OR_RETURN(double t, Number(source, root["tolerance_s"], "tolerance_s"));
-    if (t < 0) return Bad(source, root["tolerance_s"], "tolerance_s must be >= 0");
+    if (t < 0) return ConfigError(source, root["tolerance_s"], "tolerance_s must be >= 0");
     tolerance = t;
   }
   if (root["on_error"]) {
@@ -314,7 +240,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
   }
   const YAML::Node streams = root["streams"];
   if (!streams || !streams.IsMap() || streams.size() == 0) {
-    return Bad(source, streams ? streams : root,
+    return ConfigError(source, streams ? streams : root,
                "'streams' must map stream names to their options (at least one)");
   }
   for (const auto& kv : streams) {
@@ -326,7 +252,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
     if (s.stream < 0) {
       std::string list;
       for (const auto& st : manifest.streams) StrAppend(&list, list.empty() ? "" : ", ", st.name);
-      return Bad(source, kv.first, StrCat("stream '", name, "' is not in the dataset (it has: ",
+      return ConfigError(source, kv.first, StrCat("stream '", name, "' is not in the dataset (it has: ",
                                           list, ")"));
     }
     const StreamInfo& info = manifest.streams[s.stream];
@@ -367,17 +293,17 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
         RETURN_IF_ERROR(CheckKeys(source, n, what, {}));
         break;
       default:
-        return Bad(source, kv.first, StrCat(what, " has an unknown kind"));
+        return ConfigError(source, kv.first, StrCat(what, " has an unknown kind"));
     }
     if (s.kind == pb::AUDIO) {
       if (!n["delta_timestamps"]) {
-        return Bad(source, n, StrCat(what, ": audio needs delta_timestamps: [start, end], a window "
+        return ConfigError(source, n, StrCat(what, ": audio needs delta_timestamps: [start, end], a window "
                                            "in seconds such as [-1.0, 0.0]"));
       }
       ASSIGN_OR_RETURN(std::vector<double> w, Numbers(source, n["delta_timestamps"],
                                                        "audio delta_timestamps", 2, 2));
       if (!(w[1] > w[0])) {
-        return Bad(source, n["delta_timestamps"], "the audio window [start, end] needs end > start");
+        return ConfigError(source, n["delta_timestamps"], "the audio window [start, end] needs end > start");
       }
       s.window_start = w[0];
       s.window_end = w[1];
@@ -393,7 +319,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
       }
       if (n["tolerance_s"]) {
         ASSIGN_OR_RETURN(s.tolerance_s, Number(source, n["tolerance_s"], "tolerance_s"));
-        if (s.tolerance_s < 0) return Bad(source, n["tolerance_s"], "tolerance_s must be >= 0");
+        if (s.tolerance_s < 0) return ConfigError(source, n["tolerance_s"], "tolerance_s must be >= 0");
       } else if (tolerance) {
         s.tolerance_s = *tolerance;
       } else {
@@ -403,7 +329,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
       }
       if ((s.kind == pb::VIDEO || s.kind == pb::IMAGE) &&
           static_cast<int64_t>(s.deltas.size()) > spec.limits.max_frames_per_sample) {
-        return Bad(source, n["delta_timestamps"],
+        return ConfigError(source, n["delta_timestamps"],
                    StrCat(what, " asks for ", s.deltas.size(), " frames per sample, over "
                                 "limits.max_frames_per_sample (", spec.limits.max_frames_per_sample, ")"));
       }
@@ -422,13 +348,7 @@ absl::StatusOr<SampleSpec> SampleSpec::FromYaml(std::string_view yaml, const Man
     return absl::InvalidArgumentError(StrCat(source, ": the config is ", yaml.size(),
                                              " bytes; configs over 1 MiB are refused"));
   }
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1,
-                                             ": not valid YAML: ", e.msg));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, yaml::Load(yaml, source));
   try {
     return Parse(root, manifest, source);
   } catch (const YAML::Exception& e) {

@@ -12,6 +12,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "decoders/yaml_config.h"
 
 namespace conveyor {
 
@@ -23,60 +24,12 @@ constexpr int64_t kMaxTokensLimit = int64_t{1} << 24;  // segment_ids is S x max
 constexpr int64_t kMaxCost = int64_t{1} << 20;
 constexpr size_t kAlign = 64;
 
-// ---- config parsing (the same error style as decoders/sample_spec.cc) ----
-
-std::string Where(std::string_view source, const YAML::Node& n) {
-  const YAML::Mark m = n.Mark();
-  if (m.line < 0) return std::string(source);
-  return StrCat(source, ":", m.line + 1, ":", m.column + 1);
-}
-
-absl::Status Bad(std::string_view source, const YAML::Node& n, std::string_view what) {
-  return absl::InvalidArgumentError(StrCat(Where(source, n), ": ", what));
-}
-
-std::string JoinNames(const std::set<std::string>& names) {
-  std::string list;
-  for (const auto& a : names) StrAppend(&list, list.empty() ? "" : ", ", a);
-  return list;
-}
-
-absl::Status CheckKeys(std::string_view source, const YAML::Node& map, std::string_view what,
-                       const std::set<std::string>& allowed) {
-  if (!map.IsMap()) return Bad(source, map, StrCat(what, " must be a mapping"));
-  for (const auto& kv : map) {
-    const std::string key = kv.first.as<std::string>();
-    if (!allowed.count(key)) {
-      return Bad(source, kv.first,
-                 StrCat("unknown key '", key, "' in ", what, " (known: ", JoinNames(allowed), ")"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<int64_t> Integer(std::string_view source, const YAML::Node& n, std::string_view what,
-                                int64_t min, int64_t max) {
-  if (!n.IsScalar()) return Bad(source, n, StrCat(what, " must be an integer"));
-  int64_t v = 0;
-  try {
-    v = n.as<int64_t>();
-  } catch (const YAML::Exception&) {
-    return Bad(source, n, StrCat(what, " must be an integer, not '", n.Scalar(), "'"));
-  }
-  if (v < min || v > max) {
-    return Bad(source, n, StrCat(what, " is ", v, "; it must be in [", min, ", ", max, "]"));
-  }
-  return v;
-}
-
-absl::StatusOr<bool> Bool(std::string_view source, const YAML::Node& n, std::string_view what) {
-  if (!n.IsScalar()) return Bad(source, n, StrCat(what, " must be true or false"));
-  try {
-    return n.as<bool>();
-  } catch (const YAML::Exception&) {
-    return Bad(source, n, StrCat(what, " must be true or false, not '", n.Scalar(), "'"));
-  }
-}
+// ---- config parsing (decoders/yaml_config.h) ----
+using yaml::Bool;
+using yaml::CheckKeys;
+using yaml::Integer;
+using yaml::JoinNames;
+constexpr auto& Bad = yaml::ConfigError;
 
 std::string_view UnitKey(pb::StreamKind kind) {
   switch (kind) {
@@ -404,13 +357,7 @@ absl::StatusOr<PackingSpec> PackingSpec::FromYaml(const YAML::Node& packing_node
 absl::StatusOr<PackingSpec> PackingSpec::FromYaml(std::string_view whole_yaml,
                                                   const SampleSpec& spec, std::string_view source,
                                                   const Manifest* manifest) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(whole_yaml));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": not valid YAML: ", e.msg));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, yaml::Load(whole_yaml, source));
   if (root.IsDefined() && !root.IsNull() && !root.IsMap()) {
     return Bad(source, root, "the config must be a mapping");
   }

@@ -18,6 +18,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "decoders/yaml_config.h"
 
 namespace conveyor {
 
@@ -28,11 +29,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-absl::Status YamlError(std::string_view source, const YAML::Node& n, std::string_view what) {
-  const YAML::Mark m = n.Mark();
-  return absl::InvalidArgumentError(StrCat(source, ":", m.line + 1, ":", m.column + 1, ": ", what));
 }
 
 // Bytes of one sample's tensors, from the spec and the manifest (text counted as 256 bytes).
@@ -94,37 +90,23 @@ uint64_t EstimateBlockFrameBytes(const SampleSpec& spec, const Manifest& m, uint
 
 absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec& spec,
                                         const Manifest& manifest, std::string_view source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1,
-                                             ": not valid YAML: ", e.msg));
-  }
+  ASSIGN_OR_RETURN(YAML::Node root, yaml::Load(yaml, source));
   if (!root.IsMap()) return absl::OkStatus();
   try {
     if (const YAML::Node p = root["pipeline"]) {
-      if (!p.IsMap()) return YamlError(source, p, "pipeline must be a mapping");
-      static const std::set<std::string> kKeys = {"seed", "global_batch_size", "threads",
-                                                  "queue_bytes", "schedule", "max_epochs"};
-      for (const auto& kv : p) {
-        const std::string k = kv.first.as<std::string>();
-        if (!kKeys.count(k)) {
-          return YamlError(source, kv.first,
-                           StrCat("unknown key '", k, "' in pipeline (known: global_batch_size, "
-                                  "max_epochs, queue_bytes, schedule, seed, threads)"));
-        }
-      }
+      RETURN_IF_ERROR(yaml::CheckKeys(source, p, "pipeline",
+                                      {"seed", "global_batch_size", "threads", "queue_bytes",
+                                       "schedule", "max_epochs"}));
       auto uint = [&](const char* key, uint64_t min, uint64_t* out) -> absl::Status {
         if (!p[key]) return absl::OkStatus();
         int64_t v = 0;
         try {
           v = p[key].as<int64_t>();
         } catch (const YAML::Exception&) {
-          return YamlError(source, p[key], StrCat("pipeline.", key, " must be an integer"));
+          return yaml::ConfigError(source, p[key], StrCat("pipeline.", key, " must be an integer"));
         }
         if (v < static_cast<int64_t>(min)) {
-          return YamlError(source, p[key], StrCat("pipeline.", key, " must be >= ", min));
+          return yaml::ConfigError(source, p[key], StrCat("pipeline.", key, " must be >= ", min));
         }
         *out = static_cast<uint64_t>(v);
         return absl::OkStatus();
@@ -137,19 +119,12 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
       RETURN_IF_ERROR(uint("threads", 0, &t));
       threads = static_cast<int>(t);
       if (const YAML::Node s = p["schedule"]) {
-        if (!s.IsMap()) return YamlError(source, s, "pipeline.schedule must be a mapping");
-        for (const auto& kv : s) {
-          const std::string k = kv.first.as<std::string>();
-          if (k != "mode" && k != "block_steps" && k != "window_blocks") {
-            return YamlError(source, kv.first,
-                             StrCat("unknown key '", k, "' in pipeline.schedule (known: "
-                                    "block_steps, mode, window_blocks)"));
-          }
-        }
+        RETURN_IF_ERROR(yaml::CheckKeys(source, s, "pipeline.schedule",
+                                        {"mode", "block_steps", "window_blocks"}));
         std::string mode = "gop";
         if (s["mode"]) mode = s["mode"].as<std::string>();
         if (mode != "naive" && mode != "gop") {
-          return YamlError(source, s["mode"], StrCat("pipeline.schedule.mode is '", mode,
+          return yaml::ConfigError(source, s["mode"], StrCat("pipeline.schedule.mode is '", mode,
                                                      "'; expected naive or gop"));
         }
         if (mode == "naive") {
@@ -163,9 +138,9 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
             try {
               v = s[key].as<int64_t>();
             } catch (const YAML::Exception&) {
-              return YamlError(source, s[key], StrCat("pipeline.schedule.", key, " must be an integer"));
+              return yaml::ConfigError(source, s[key], StrCat("pipeline.schedule.", key, " must be an integer"));
             }
-            if (v < 1) return YamlError(source, s[key], StrCat("pipeline.schedule.", key, " must be >= 1"));
+            if (v < 1) return yaml::ConfigError(source, s[key], StrCat("pipeline.schedule.", key, " must be >= 1"));
             *out = static_cast<uint64_t>(v);
             return absl::OkStatus();
           };
