@@ -5,16 +5,11 @@
 #include <cstring>
 #include <vector>
 
+#include "base/mix.h"
+
 namespace conveyor {
 
 namespace {
-
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint8_t ToByte(float v) {
   v = std::floor(v + 0.5f);
@@ -73,19 +68,17 @@ Taps MakeTaps(int src_limit, int start, int len, int out) {
 }  // namespace
 
 SampleRng::SampleRng(uint64_t seed, uint64_t epoch, uint64_t sample, uint64_t stream) {
-  uint64_t h = Mix(seed ^ 0x436f6e7665796f72ull);  // "Conveyor"
-  h = Mix(h ^ epoch);
-  h = Mix(h ^ sample);
-  h = Mix(h ^ stream);
+  uint64_t h = Mix64(seed ^ 0x436f6e7665796f72ull);  // "Conveyor"
+  h = Mix64(h ^ epoch);
+  h = Mix64(h ^ sample);
+  h = Mix64(h ^ stream);
   state_ = h;
 }
 
 uint64_t SampleRng::Next() {
+  const uint64_t z = state_;
   state_ += 0x9e3779b97f4a7c15ull;
-  uint64_t z = state_;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return Mix64(z);  // splitmix64: Mix64 adds the same increment first
 }
 
 double SampleRng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }

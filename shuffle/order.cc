@@ -2,18 +2,9 @@
 
 #include <algorithm>
 
+#include "base/mix.h"
+
 namespace conveyor {
-
-namespace {
-
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 KeyedPermutation::KeyedPermutation(uint64_t n, uint64_t key) : n_(n) {
   int bits = 2;
@@ -22,7 +13,7 @@ KeyedPermutation::KeyedPermutation(uint64_t n, uint64_t key) : n_(n) {
   half_mask_ = (uint64_t{1} << half_bits_) - 1;
   uint64_t k = key;
   for (int r = 0; r < kRounds; ++r) {
-    k = Mix(k + static_cast<uint64_t>(r) * 0x632be59bd9b4e019ull);
+    k = Mix64(k + static_cast<uint64_t>(r) * 0x632be59bd9b4e019ull);
     keys_[r] = k;
   }
 }
@@ -31,7 +22,7 @@ uint64_t KeyedPermutation::Round(uint64_t x) const {
   uint64_t left = x >> half_bits_;
   uint64_t right = x & half_mask_;
   for (int r = 0; r < kRounds; ++r) {
-    const uint64_t f = Mix(right ^ keys_[r]) & half_mask_;
+    const uint64_t f = Mix64(right ^ keys_[r]) & half_mask_;
     const uint64_t next = left ^ f;
     left = right;
     right = next;
@@ -48,12 +39,12 @@ uint64_t KeyedPermutation::operator()(uint64_t i) const {
 
 uint64_t OrderKey(std::string_view fingerprint, uint64_t seed) {
   uint64_t h = 0x436f6e7665796f72ull;  // "Conveyor"
-  for (unsigned char c : fingerprint) h = Mix(h ^ c);
-  return Mix(h ^ Mix(seed));
+  for (unsigned char c : fingerprint) h = Mix64(h ^ c);
+  return Mix64(h ^ Mix64(seed));
 }
 
 EpochOrder::EpochOrder(uint64_t num_samples, uint64_t key, uint64_t epoch, OrderOptions options)
-    : n_(num_samples), key_(Mix(key ^ Mix(epoch + 0x5851f42d4c957f2dull))), options_(options) {
+    : n_(num_samples), key_(Mix64(key ^ Mix64(epoch + 0x5851f42d4c957f2dull))), options_(options) {
   options_.block_steps = std::max<uint64_t>(1, options_.block_steps);
   options_.window_blocks = std::max<uint64_t>(1, options_.window_blocks);
   full_blocks_ = n_ / options_.block_steps;
@@ -61,7 +52,7 @@ EpochOrder::EpochOrder(uint64_t num_samples, uint64_t key, uint64_t epoch, Order
   window_samples_ = options_.block_steps * options_.window_blocks;
   windows_ = (full_blocks_ + options_.window_blocks - 1) / options_.window_blocks;
   if (windows_ == 0 && n_ > 0) windows_ = 1;  // only the tail
-  blocks_ = KeyedPermutation(full_blocks_, Mix(key_ ^ 0xb10cb10cb10cb10cull));
+  blocks_ = KeyedPermutation(full_blocks_, Mix64(key_ ^ 0xb10cb10cb10cb10cull));
 }
 
 uint64_t EpochOrder::WindowOf(uint64_t position) const {
@@ -79,7 +70,7 @@ uint64_t EpochOrder::SampleAt(uint64_t position) const {
   const uint64_t w = WindowOf(position);
   const uint64_t begin = WindowBegin(w);
   const uint64_t count = WindowEnd(w) - begin;
-  const KeyedPermutation within(count, Mix(key_ ^ Mix(w + 0x77696e646f77ull)));
+  const KeyedPermutation within(count, Mix64(key_ ^ Mix64(w + 0x77696e646f77ull)));
   const uint64_t x = within(position - begin);
   const uint64_t j = x / options_.block_steps;  // block slot within the window
   const uint64_t r = x % options_.block_steps;
