@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <span>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -175,7 +176,7 @@ struct Pick {
 // previous) frame must be within tolerance_s. With LeRobot's own tolerance (1e-4 s) this is
 // LeRobot's behaviour; with the default (half a period) a time just after the last frame is
 // that frame, not padding.
-absl::StatusOr<Pick> PickTime(const std::vector<double>& times, double q, const StreamSpec& s) {
+absl::StatusOr<Pick> PickTime(std::span<const double> times, double q, const StreamSpec& s) {
   Pick p;
   const double first = times.front(), last = times.back();
   const double slack = s.tolerance_s + kEdgeEps;
@@ -253,7 +254,9 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
     };
     switch (s.kind) {
       case pb::LOWDIM: {
-        std::vector<double> times(stream.timestamps_s().begin(), stream.timestamps_s().end());
+        // The index's own timestamps, not a copy (a 2-minute episode has 6,000 of them).
+        const std::span<const double> times(stream.timestamps_s().data(),
+                                            static_cast<size_t>(stream.timestamps_s_size()));
         if (times.empty()) return fail(absl::DataLossError("the stream has no steps"));
         std::vector<int64_t> steps;
         std::vector<uint8_t> pads;
