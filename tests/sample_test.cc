@@ -3,10 +3,6 @@
 // 2 threads, clear errors for bad configs and bad media (fail or counted skip).
 #include "decoders/sample_assembler.h"
 
-extern "C" {
-#include <libavutil/md5.h>
-}
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,6 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace pb = format::v1;
 using testing::FrameMd5s;
+using testing::Md5Hex;
 using testing::ReadFile;
 using testing::RunCommand;
 using testing::ShellQuote;
@@ -33,18 +30,6 @@ using testing::TempDir;
 using testing::WriteFile;
 
 const std::string kCli = CONVEYOR_CLI;
-
-std::string Md5Hex(const uint8_t* data, size_t size) {
-  uint8_t digest[16];
-  av_md5_sum(digest, data, static_cast<int>(size));
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : digest) {
-    s.push_back(kHex[b >> 4]);
-    s.push_back(kHex[b & 15]);
-  }
-  return s;
-}
 
 // One small synthetic dataset for the whole suite: 2 episodes of 3 s, 2 cameras 96x64 at 30 fps
 // (GOP 30, B-frames), 16 kHz AAC, 14-dim state and action at 50 Hz.
@@ -552,7 +537,7 @@ TEST(SampleImportedTest, OddClipsSampleToTheCliFrames) {
       ASSERT_EQ(px.size(), frame_bytes * c.deltas.size()) << c.name;
       for (size_t i = 0; i < c.deltas.size(); ++i) {
         const long k = std::clamp(std::lround((t + c.deltas[i]) * 25.0), 0L, 49L);
-        EXPECT_EQ(Md5Hex(reinterpret_cast<const uint8_t*>(px.data()) + i * frame_bytes, frame_bytes),
+        EXPECT_EQ(Md5Hex(px.data() + i * frame_bytes, frame_bytes),
                   golden[k])
             << c.name << " sample " << j << " t=" << t << " delta " << c.deltas[i];
       }

@@ -1,5 +1,9 @@
 #include "tests/support/media_checks.h"
 
+extern "C" {
+#include <libavutil/md5.h>
+}
+
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -23,6 +27,18 @@ std::vector<std::string> FrameMd5s(const std::string& file, const std::string& t
     md5s.push_back(line.substr(start));
   }
   return md5s;
+}
+
+std::string Md5Hex(const void* data, size_t size) {
+  uint8_t digest[16];
+  av_md5_sum(digest, static_cast<const uint8_t*>(data), size);
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : digest) {
+    s.push_back(kHex[b >> 4]);
+    s.push_back(kHex[b & 15]);
+  }
+  return s;
 }
 
 }  // namespace conveyor::testing
