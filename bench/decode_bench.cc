@@ -78,6 +78,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "bench/machine_info.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/audio_decoder.h"
@@ -1372,21 +1373,8 @@ absl::Status Bench::LowdimGroup() {
 // ---------------------------------------------------------------------------------------------
 // Output
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return StrCat(a, " ", b, " ", c);
-}
+using bench::CpuModel;
+using bench::LoadAverage;
 
 std::string Figure(double v) {
   if (v <= 0) return "-";

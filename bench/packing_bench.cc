@@ -46,6 +46,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "bench/machine_info.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/sample_spec.h"
@@ -298,21 +299,8 @@ double TimePacking(const std::vector<std::span<const int64_t>>& batches, int64_t
   return Median(seconds);
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return StrCat(a, " ", b, " ", c);
-}
+using bench::CpuModel;
+using bench::LoadAverage;
 
 absl::Status Run(const Flags& flags) {
   const std::string load_before = LoadAverage();

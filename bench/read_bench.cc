@@ -34,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "bench/machine_info.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
@@ -225,21 +226,8 @@ absl::StatusOr<double> RunWorkload(const RandomAccessFile& file, const RandomAcc
   return seconds;
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "model name")) return line.substr(line.find(':') + 2);
-  }
-  return "unknown";
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return StrCat(a, " ", b, " ", c);
-}
+using bench::CpuModel;
+using bench::LoadAverage;
 
 absl::Status Run(const Flags& flags) {
   const uint64_t size = flags.size_mib * kMiB;
