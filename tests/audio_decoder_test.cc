@@ -28,12 +28,8 @@ using conveyor::testing::ShellQuote;
 using conveyor::testing::TempDir;
 using conveyor::testing::WriteFile;
 
-const std::string kFfmpeg = "ffmpeg -hide_banner -loglevel error -nostdin -y";
-
-std::string Sh(const std::string& command) {
-  CommandResult r = RunCommand(command, 300);
-  return r.exit_code == 0 ? "" : "`" + command + "` failed:\n" + r.output;
-}
+using conveyor::testing::kFfmpeg;
+using conveyor::testing::Sh;
 
 // A stereo chirp (different in each channel and episode) of `seconds` at `rate` Hz.
 std::string Chirp(int rate, double seconds, int episode) {

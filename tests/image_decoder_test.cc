@@ -33,22 +33,12 @@ using conveyor::testing::ShellQuote;
 using conveyor::testing::TempDir;
 using conveyor::testing::WriteFile;
 
-const std::string kFfmpeg = "ffmpeg -hide_banner -loglevel error -nostdin -y";
+using conveyor::testing::kFfmpeg;
+using conveyor::testing::Sh;
 constexpr int kWidth = 641;  // odd sizes: partial MCUs and chroma blocks on both edges
 constexpr int kHeight = 479;
 
 // Runs `command`; on failure returns its output, else "".
-std::string Sh(const std::string& command) {
-  CommandResult r = RunCommand(command, 120);
-  return r.exit_code == 0 ? "" : "`" + command + "` failed:\n" + r.output;
-}
-
-#define ASSERT_SH(command)                \
-  do {                                    \
-    const std::string err_ = Sh(command); \
-    ASSERT_TRUE(err_.empty()) << err_;    \
-  } while (0)
-
 bool Mentions(const absl::Status& s, const std::string& text) {
   return std::string(s.message()).find(text) != std::string::npos;
 }

@@ -27,21 +27,11 @@ using conveyor::testing::ShellQuote;
 using conveyor::testing::TempDir;
 using conveyor::testing::WriteFile;
 
-const std::string kFfmpeg = "ffmpeg -hide_banner -loglevel error -nostdin -y";
+using conveyor::testing::kFfmpeg;
+using conveyor::testing::Sh;
 const std::string kPython = "/usr/bin/python3";
 
 // Runs `command`; on failure returns its output, else "".
-std::string Sh(const std::string& command) {
-  CommandResult r = RunCommand(command, 120);
-  return r.exit_code == 0 ? "" : "`" + command + "` failed:\n" + r.output;
-}
-
-#define ASSERT_SH(command)                \
-  do {                                    \
-    const std::string err_ = Sh(command); \
-    ASSERT_TRUE(err_.empty()) << err_;    \
-  } while (0)
-
 // Runs a numpy script in `dir` (numpy imported as np), each key of `vars` in it replaced by its
 // value; on failure returns the script's output, else "".
 std::string Python(const std::string& dir, std::string script,

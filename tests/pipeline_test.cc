@@ -221,7 +221,9 @@ TEST_F(PipelineTest, GopSchedulingDecodesLessAndStaysWithinTheBudget) {
     const PipelineStats s = (*p)->stats();
     amp[gop] = s.amplification();
     EXPECT_LE(s.queue_bytes_peak, o.queue_bytes) << (gop ? "gop" : "naive");
-    if (gop) EXPECT_GT(s.cache_hits, 0u);
+    if (gop) {
+      EXPECT_GT(s.cache_hits, 0u);
+    }
   }
   EXPECT_GT(amp[0], 3.0) << "naive random access should re-decode GOP prefixes";
   EXPECT_LT(amp[1], 1.25) << "scheduled mode should decode each frame about once";

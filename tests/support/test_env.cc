@@ -63,4 +63,9 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+std::string Sh(const std::string& command) {
+  CommandResult r = RunCommand(command, 300);
+  return r.exit_code == 0 ? "" : "`" + command + "` failed:\n" + r.output;
+}
+
 }  // namespace conveyor::testing

@@ -34,4 +34,17 @@ std::string ReadFile(const std::string& path);
 // Quotes `s` for /bin/sh.
 std::string ShellQuote(const std::string& s);
 
+// The ffmpeg CLI, quiet and non-interactive, overwriting its output: tests make media with it.
+inline const std::string kFfmpeg = "ffmpeg -hide_banner -loglevel error -nostdin -y";
+
+// Runs `command`; "" when it exits 0, else the command and its output (for an assertion message).
+std::string Sh(const std::string& command);
+
 }  // namespace conveyor::testing
+
+// Asserts that a shell command succeeds, printing it and its output when it does not.
+#define ASSERT_SH(command)                                     \
+  do {                                                         \
+    const std::string err_ = ::conveyor::testing::Sh(command); \
+    ASSERT_TRUE(err_.empty()) << err_;                         \
+  } while (0)
