@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
     const RunResult r = RunPipeline(**ds, *spec, o, q_steps);
     const OrderOptions used = r.resolved.order;
     const EpochOrder order(index->size(), OrderKey((*ds)->manifest().fingerprint, o.seed), 0,
-                           used.naive() ? OrderOptions{} : used);
+                           used);
     const ShuffleQuality q = MeasureShuffle(order, *index, o.global_batch_size, 1u << 20);
     const std::string name = used.naive() ? "naive" : absl::StrFormat("gop %llu x %llu",
         static_cast<unsigned long long>(used.block_steps), static_cast<unsigned long long>(used.window_blocks));

@@ -233,8 +233,6 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
   Episode& ep = **ep_or;
   const pb::EpisodeIndex& index = *ep.index;
 
-  auto table_for = [&](int stream) { return Table(ep, stream); };
-
   Sample out;
   out.index = sample;
   out.episode = loc.episode;
@@ -291,7 +289,7 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
       }
       case pb::VIDEO:
       case pb::IMAGE: {
-        auto table_or = table_for(s.stream);
+        auto table_or = Table(ep, s.stream);
         if (!table_or.ok()) return fail(table_or.status());
         const FrameTable& table = **table_or;
         std::vector<int64_t> frames;

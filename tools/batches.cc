@@ -116,7 +116,7 @@ absl::Status RunBatches(const BatchesOptions& o) {
     po = pipeline->options();
     ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(*ds, spec.anchor_stream));
     const EpochOrder order(index.size(), OrderKey(ds->manifest().fingerprint, po.seed), cursor.epoch,
-                           po.order.naive() ? OrderOptions{} : po.order);
+                           po.order);
     const ShuffleQuality q = MeasureShuffle(order, index, po.global_batch_size, 1u << 20);
     std::fprintf(stderr,
                  "stats: %llu batches, %llu samples (%llu skipped) in %.2f s = %.1f samples/s, "
