@@ -1,0 +1,106 @@
+#!/bin/bash
+# shellcheck disable=SC2016,SC2317  # single-quoted bash -c expands on the node; the trap calls stop_servers
+# Conveyor on the training nodes themselves (see deploy/README.md): one `conveyor serve` per
+# node, started in the background with `srun --overlap` so it shares the node with the trainer.
+#
+#   DATASET=/shared/datasets/robot CONFIG=/shared/conveyor/pipeline.yaml \
+#   TRAIN_SCRIPT=/shared/me/train.py sbatch deploy/slurm/conveyor_srun_same_nodes.sh
+#
+# FAILOVER=0 (default): each server listens on 127.0.0.1:7700 and needs no token; each node's
+#   ranks read only from their own node (CONVEYOR_SERVERS=127.0.0.1:7700). If that server dies,
+#   the ranks on that node have nowhere to go.
+# FAILOVER=1: the ranks also list the other nodes' servers (CONVEYOR_SERVERS=127.0.0.1:7700,
+#   node2:7700,...) and fail over to them. Those must be reachable over the network, so every
+#   server listens on 0.0.0.0:7700, and a non-loopback listener needs a bearer token: it is
+#   generated per job into SHARED_DIR and every client (the local one too) presents it.
+#
+#SBATCH --job-name=conveyor-train
+#SBATCH --time=12:00:00
+#SBATCH --output=conveyor-train-%j.out
+#SBATCH --partition=gpu
+#SBATCH --nodes=4
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=96
+set -euo pipefail
+
+export CONVEYOR=${CONVEYOR:-conveyor}
+export DATASET=${DATASET:?DATASET: the dataset directory on the shared filesystem, or an http(s):// URL}
+export CONFIG=${CONFIG:?CONFIG: the pipeline config, e.g. examples/pipeline.yaml}
+export PORT=${PORT:-7700}
+export THREADS=${THREADS:-4}       # decode threads per stream; leave cores for the trainer
+export GRACE=${GRACE:-10}
+export STEPS=${STEPS:-100}         # smoke test only (no TRAIN_SCRIPT): batches per consumer
+export GPUS_PER_NODE=${GPUS_PER_NODE:-8}
+export TRAIN_SCRIPT=${TRAIN_SCRIPT:-}
+export FAILOVER=${FAILOVER:-0}
+READY_TIMEOUT=${READY_TIMEOUT:-300}
+SHARED_DIR=${SHARED_DIR:-$HOME/.conveyor}   # must be on a filesystem every node mounts
+
+export RUN_DIR="$SHARED_DIR/job-$SLURM_JOB_ID"
+umask 077
+mkdir -p "$RUN_DIR"
+ALL_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr '\n' ' ')
+export ALL_HOSTS MASTER_ADDR=${ALL_HOSTS%% *}
+if [[ $FAILOVER == 1 ]]; then
+  export LISTEN="0.0.0.0:$PORT" TOKEN_FILE="$RUN_DIR/token"
+  openssl rand -hex 32 > "$TOKEN_FILE"
+  chmod 600 "$TOKEN_FILE"
+  export CONVEYOR_AUTH_TOKEN_FILE="$TOKEN_FILE"   # for the training script's client
+else
+  export LISTEN="127.0.0.1:$PORT" TOKEN_FILE=""
+fi
+
+SERVERS_PID=""
+stop_servers() {
+  if [[ -n $SERVERS_PID ]] && kill -0 "$SERVERS_PID" 2>/dev/null; then
+    kill -TERM "$SERVERS_PID" 2>/dev/null || true   # srun forwards it: the servers drain and exit
+    for _ in $(seq $((GRACE + 15))); do
+      kill -0 "$SERVERS_PID" 2>/dev/null || break
+      sleep 1
+    done
+    kill -KILL "$SERVERS_PID" 2>/dev/null || true
+  fi
+  [[ -z $SERVERS_PID ]] || wait "$SERVERS_PID" 2>/dev/null || true
+  rm -rf "$RUN_DIR"
+}
+trap stop_servers EXIT
+trap 'exit 143' TERM INT
+
+# One server per node. --overlap lets this step share CPUs, memory and GPUs with the trainer step.
+srun --overlap --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=0 \
+  --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+  bash -c 'exec "$CONVEYOR" serve "$DATASET" --config "$CONFIG" --listen "$LISTEN" \
+    ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"} --threads "$THREADS" --grace-seconds "$GRACE" \
+    --ready-file "$RUN_DIR/ready.$SLURM_NODEID"' &
+SERVERS_PID=$!
+
+deadline=$((SECONDS + READY_TIMEOUT))
+while :; do
+  ready=$(find "$RUN_DIR" -maxdepth 1 -name 'ready.*' | wc -l)
+  [[ $ready -lt $SLURM_NNODES ]] || break
+  kill -0 "$SERVERS_PID" 2>/dev/null || { echo "conveyor: servers exited before ready" >&2; exit 1; }
+  [[ $SECONDS -lt $deadline ]] || { echo "conveyor: $ready/$SLURM_NNODES servers ready after ${READY_TIMEOUT}s" >&2; exit 1; }
+  sleep 2
+done
+echo "conveyor: $SLURM_NNODES servers ready (listen $LISTEN)"
+
+# The trainers: on each node, the local server first, then (FAILOVER=1) the other nodes'.
+rc=0
+srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
+  --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+  bash -c 'servers="127.0.0.1:$PORT"
+    if [[ $FAILOVER == 1 ]]; then
+      for h in $ALL_HOSTS; do [[ $h == "$SLURMD_NODENAME" ]] || servers+=",$h:$PORT"; done
+    fi
+    export CONVEYOR_SERVERS=$servers
+    if [[ -n $TRAIN_SCRIPT ]]; then
+      exec torchrun --nnodes="$SLURM_STEP_NUM_NODES" --nproc-per-node="$GPUS_PER_NODE" \
+        --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:29500" \
+        "$TRAIN_SCRIPT"
+    fi
+    exec "$CONVEYOR" fetch --job "job-$SLURM_JOB_ID" --consumer "$SLURM_PROCID" \
+      --consumers "$SLURM_STEP_NUM_TASKS" --steps "$STEPS" --digest \
+      ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"}' || rc=$?
+echo "conveyor: trainers exited with $rc"
+exit "$rc"   # the EXIT trap drains the servers and removes the job directory
