@@ -465,6 +465,38 @@ Pipeline::~Pipeline() {
   if (impl_) impl_->Stop();
 }
 
+absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec,
+                             PipelineOptions* options) {
+  // Scheduling defaults: a block is about one group of pictures of anchor steps; a window as
+  // many blocks as half the byte budget holds twice over.
+  const Manifest& manifest = dataset.manifest();
+  PipelineOptions& o = *options;
+  if (o.order.block_steps == 0) {
+    double gop_s = 1.0;
+    for (const StreamSpec& s : spec.streams) {
+      if (s.kind != pb::VIDEO || dataset.num_episodes() == 0) continue;
+      auto ep = dataset.LoadEpisode(0);
+      if (!ep.ok()) break;
+      const auto& pk = (*ep)->streams(s.stream).packets();
+      int keys = 0;
+      for (uint32_t f : pk.flags()) keys += (f & 1) ? 1 : 0;
+      const double rate = std::max(manifest.streams[s.stream].rate, 1.0);
+      if (keys > 0) gop_s = static_cast<double>(pk.flags_size()) / keys / rate;
+      break;
+    }
+    o.order.block_steps = std::max<uint64_t>(
+        1, static_cast<uint64_t>(std::llround(gop_s * manifest.streams[spec.anchor_stream].rate)));
+  }
+  if (o.order.window_blocks == 0) {
+    // Not divided by the consumer count: the order must not depend on it (a resized job
+    // continues the same sequence), so the window is sized as if one consumer decoded it all.
+    const uint64_t per_block =
+        std::max<uint64_t>(1, EstimateBlockFrameBytes(spec, manifest, o.order.block_steps));
+    o.order.window_blocks = std::clamp<uint64_t>(o.queue_bytes / 2 / (2 * per_block), 1, 4096);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Dataset& dataset,
                                                            const SampleSpec& spec,
                                                            PipelineOptions options, Cursor start) {
@@ -498,32 +530,10 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Dataset& datase
                                         "of the epoch: an epoch has ", m.steps, " steps (0..",
                                         m.steps - 1, ")"));
   }
-  // Scheduling defaults: a block is about one group of pictures of anchor steps; a window as
-  // many blocks as half the byte budget holds twice over.
+  RETURN_IF_ERROR(ResolveSchedule(dataset, m.spec, &o));
   const Manifest& manifest = dataset.manifest();
   bool has_video = false;
   for (const StreamSpec& s : m.spec.streams) has_video = has_video || s.kind == pb::VIDEO;
-  if (o.order.block_steps == 0) {
-    double gop_s = 1.0;
-    for (const StreamSpec& s : m.spec.streams) {
-      if (s.kind != pb::VIDEO || dataset.num_episodes() == 0) continue;
-      auto ep = dataset.LoadEpisode(0);
-      if (!ep.ok()) break;
-      const auto& pk = (*ep)->streams(s.stream).packets();
-      int keys = 0;
-      for (uint32_t f : pk.flags()) keys += (f & 1) ? 1 : 0;
-      const double rate = std::max(manifest.streams[s.stream].rate, 1.0);
-      if (keys > 0) gop_s = static_cast<double>(pk.flags_size()) / keys / rate;
-      break;
-    }
-    o.order.block_steps = std::max<uint64_t>(
-        1, static_cast<uint64_t>(std::llround(gop_s * manifest.streams[m.spec.anchor_stream].rate)));
-  }
-  if (o.order.window_blocks == 0) {
-    const uint64_t per_block = std::max<uint64_t>(
-        1, EstimateBlockFrameBytes(m.spec, manifest, o.order.block_steps) / o.consumers);
-    o.order.window_blocks = std::clamp<uint64_t>(o.queue_bytes / 2 / (2 * per_block), 1, 4096);
-  }
   m.scheduled = has_video && !o.order.naive();
   m.key = OrderKey(manifest.fingerprint, o.seed);
   const uint64_t sample_bytes = EstimateSampleBytes(m.spec, manifest);
@@ -622,6 +632,7 @@ PipelineStats Pipeline::stats() const {
   std::lock_guard<std::mutex> lock(m.mu);
   PipelineStats s = m.stats;
   s.seconds = Seconds(m.created, Clock::now());
+  s.queue_bytes = m.cache_bytes + m.results_bytes;
   for (const AssemblerStats& a : m.worker_stats) {
     s.frames_decoded += a.frames_decoded;
     s.frames_delivered += a.frames_delivered;

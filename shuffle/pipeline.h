@@ -56,6 +56,7 @@ struct PipelineStats {
   uint64_t frames_delivered = 0;
   uint64_t cache_hits = 0;       // frames served from pre-decoded blocks
   uint64_t cache_misses = 0;
+  uint64_t queue_bytes = 0;        // reorder buffer + frame cache, now
   uint64_t queue_bytes_peak = 0;   // reorder buffer + frame cache, at most
   uint64_t cache_bytes_peak = 0;
   double seconds = 0;              // since Create
@@ -96,6 +97,13 @@ class Pipeline {
   explicit Pipeline(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Fills in the automatic schedule values (order.block_steps, order.window_blocks = 0): a block
+// is about one GOP of anchor steps, a window as many blocks as a quarter of queue_bytes holds.
+// They depend on the dataset, the spec and queue_bytes only, never on the consumer count or the
+// thread count, because they shape the global order. A server resolves them from the config
+// before it applies its own, smaller byte budget, so it serves the order the config names.
+absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec, PipelineOptions* options);
 
 // Parses "EPOCH:STEP".
 absl::StatusOr<Cursor> ParseCursor(std::string_view text);

@@ -1,8 +1,6 @@
 // `conveyor batches`: runs the pipeline offline and prints one line per batch (cursor, sample
 // ids or their hash, SHA-256 of the tensors), so anyone can check from outside what rank I of N
 // sees at any step, and that it is the same at any thread count and from any resume cursor.
-#include <openssl/evp.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,43 +12,22 @@
 #include "readers/npy.h"
 #include "shuffle/pipeline.h"
 #include "shuffle/quality.h"
+#include "tools/batch_line.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
 namespace {
 
-std::string Hex(const unsigned char* d, size_t n) {
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < n; ++i) {
-    s.push_back(kHex[d[i] >> 4]);
-    s.push_back(kHex[d[i] & 15]);
-  }
-  return s;
+std::vector<LineTensor> Tensors(const Batch& b) {
+  std::vector<LineTensor> out;
+  for (const TensorView& t : b.tensors) out.push_back({t.name, DTypeName(t.dtype), t.shape, b.data(t), t.bytes});
+  return out;
 }
 
-// SHA-256 over every tensor: name, dtype, shape, then its bytes, in batch order.
-absl::StatusOr<std::string> Digest(const Batch& b) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (ctx == nullptr || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
-    return absl::InternalError("OpenSSL: cannot start a SHA-256 digest");
-  }
-  for (const TensorView& t : b.tensors) {
-    std::string head = StrCat(t.name, "|", DTypeName(t.dtype), "|");
-    for (int64_t d : t.shape) StrAppend(&head, d, ",");
-    EVP_DigestUpdate(ctx.get(), head.data(), head.size());
-    EVP_DigestUpdate(ctx.get(), b.data(t), t.bytes);
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
-  return Hex(md, len);
-}
-
-std::string IdsHash(const Batch& b) {
-  std::string bytes;
-  for (const SampleId& id : b.ids) StrAppend(&bytes, id.index, ",");
-  return format::ChecksumHex(format::Checksum(bytes));
+std::vector<LineSample> Ids(const Batch& b) {
+  std::vector<LineSample> out;
+  for (const SampleId& id : b.ids) out.push_back({id.index, id.episode, id.step});
+  return out;
 }
 
 }  // namespace
@@ -87,19 +64,10 @@ absl::Status RunBatches(const BatchesOptions& o) {
     absl::StatusOr<Batch> b = pipeline->Next();
     if (absl::IsOutOfRange(b.status())) break;
     if (!b.ok()) return b.status();
-    std::string line = StrCat(b->cursor.epoch, ":", b->cursor.step, " consumer ", b->consumer, "/",
-                              b->consumers, " samples ", b->ids.size(), " ids ", IdsHash(*b));
-    if (o.digest) {
-      ASSIGN_OR_RETURN(std::string d, Digest(*b));
-      StrAppend(&line, " sha256 ", d);
-    }
-    if (o.ids) {
-      StrAppend(&line, " [");
-      for (size_t k = 0; k < b->ids.size(); ++k) {
-        StrAppend(&line, k ? " " : "", b->ids[k].episode, "/", b->ids[k].step);
-      }
-      StrAppend(&line, "]");
-    }
+    const std::vector<LineTensor> tensors = Tensors(*b);
+    const std::vector<LineSample> ids = Ids(*b);
+    ASSIGN_OR_RETURN(std::string line, BatchLine(b->cursor.epoch, b->cursor.step, b->consumer,
+                                                 b->consumers, ids, tensors, o.digest, o.ids));
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
     if (!o.out.empty()) {

@@ -93,4 +93,50 @@ struct BatchesOptions {
 
 absl::Status RunBatches(const BatchesOptions& options);
 
+struct ServeOptions {
+  std::string dataset;
+  std::vector<std::string> configs;
+  std::string listen = "127.0.0.1:7700";
+  std::string metrics_listen;
+  std::string auth_token_file;
+  std::string tls_cert, tls_key, tls_client_ca;
+  int threads = 2;
+  uint64_t queue_bytes = 256ull << 20;
+  uint64_t max_message_bytes = 32ull << 20;
+  int max_streams = 64;
+  std::string ready_file;      // written with "ADDRESS [METRICS_ADDRESS]" once serving
+  double grace_seconds = 10;
+  std::string version;
+};
+
+// Serves until SIGTERM or SIGINT, then drains (docs/serving.md).
+absl::Status RunServe(const ServeOptions& options);
+
+struct FetchOptions {
+  std::string servers;       // comma-separated; default $CONVEYOR_SERVERS
+  std::string job = "fetch";
+  int64_t consumer = 0;
+  int64_t consumers = 1;
+  std::string cursor = "0:0";
+  int64_t steps = 10;
+  bool digest = false;
+  bool ids = false;
+  bool stats = false;
+  std::string config;        // a config file sent inline; or
+  std::string config_name;   // a config the server was started with
+  std::string auth_token_file;
+  std::string tls_ca;        // PEM roots; giving any TLS option switches to TLS
+  std::string tls_cert, tls_key;
+  std::string tls_server_name;
+  bool tls = false;
+  int64_t prefetch = 4;
+  uint64_t max_message_bytes = 0;
+  double reconnect_timeout = 60;
+  int64_t stall_after = -1;   // tests: stop reading after this many batches (and wait)
+  double stall_seconds = 0;
+  bool info = false;          // print the server's Info as JSON instead of streaming
+};
+
+absl::Status RunFetch(const FetchOptions& options);
+
 }  // namespace conveyor::tools

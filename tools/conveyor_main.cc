@@ -134,10 +134,56 @@ int main(int argc, char** argv) {
   ba->add_flag("--stats", batches.stats, "Print amplification, shuffle quality, fill ratio and stage times");
   ba->add_option("--out", batches.out, "Write each batch's tensors as .npy under DIR/EPOCH-STEP/");
 
+  // serve
+  conveyor::tools::ServeOptions serve;
+  serve.version = CONVEYOR_VERSION;
+  CLI::App* sv = app.add_subcommand("serve", "Serve batches over gRPC to training workers (docs/serving.md)");
+  sv->add_option("dataset", serve.dataset, "Dataset path or URL")->required();
+  sv->add_option("--config", serve.configs, "Config (YAML); repeat for several, named by file stem; the first is the default")->required();
+  sv->add_option("--listen", serve.listen, "Address to listen on (port 0: pick a free one); beyond loopback needs --auth-token-file or TLS")->capture_default_str();
+  sv->add_option("--metrics-listen", serve.metrics_listen, "Serve Prometheus metrics on http://ADDR/metrics");
+  sv->add_option("--auth-token-file", serve.auth_token_file, "File holding the bearer token clients must send");
+  sv->add_option("--tls-cert", serve.tls_cert, "TLS certificate chain (PEM)");
+  sv->add_option("--tls-key", serve.tls_key, "TLS private key (PEM)");
+  sv->add_option("--tls-client-ca", serve.tls_client_ca, "Require client certificates signed by this CA (PEM)");
+  sv->add_option("--threads", serve.threads, "Decode workers per stream")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--queue-bytes", serve.queue_bytes, "Byte budget of samples in flight per stream")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--max-message-bytes", serve.max_message_bytes, "Largest message; batches are split")->capture_default_str();
+  sv->add_option("--max-streams", serve.max_streams, "Concurrent streams")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--ready-file", serve.ready_file, "Write the bound address here once serving");
+  sv->add_option("--grace-seconds", serve.grace_seconds, "Drain time on SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);
+
+  // fetch
+  conveyor::tools::FetchOptions fetch;
+  CLI::App* fe = app.add_subcommand("fetch", "Stream batches from data servers (smoke tests, audits; --digest equals `conveyor batches --digest`)");
+  fe->add_option("--servers", fetch.servers, "HOST:PORT[,HOST:PORT...] (default: $CONVEYOR_SERVERS); fails over in turn");
+  fe->add_option("--job", fetch.job, "Job name (metrics, logs)")->capture_default_str();
+  fe->add_option("--consumer", fetch.consumer, "This consumer's index (rank)")->check(CLI::NonNegativeNumber);
+  fe->add_option("--consumers", fetch.consumers, "Number of consumers (ranks)")->check(CLI::PositiveNumber);
+  fe->add_option("--cursor", fetch.cursor, "Start at EPOCH:STEP")->capture_default_str();
+  fe->add_option("--steps", fetch.steps, "Batches to stream (0: to the end of the stream)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  fe->add_flag("--digest", fetch.digest, "Print the SHA-256 of each batch's tensors");
+  fe->add_flag("--ids", fetch.ids, "Print every sample id (episode/step)");
+  fe->add_flag("--stats", fetch.stats, "Print throughput, reconnects and waiting time at the end");
+  auto* fe_config = fe->add_option("--config", fetch.config, "Send this config (YAML) instead of using one of the server's");
+  fe->add_option("--config-name", fetch.config_name, "Use the server's config of this name (default: its first)")->excludes(fe_config);
+  fe->add_option("--auth-token-file", fetch.auth_token_file, "File holding the bearer token");
+  fe->add_flag("--tls", fetch.tls, "Use TLS with the system's roots");
+  fe->add_option("--tls-ca", fetch.tls_ca, "Verify the server with these roots (PEM); implies --tls");
+  fe->add_option("--tls-cert", fetch.tls_cert, "Client certificate (PEM); implies --tls");
+  fe->add_option("--tls-key", fetch.tls_key, "Client key (PEM)");
+  fe->add_option("--tls-server-name", fetch.tls_server_name, "Name to check in the server's certificate");
+  fe->add_option("--prefetch", fetch.prefetch, "Batches received ahead")->capture_default_str()->check(CLI::PositiveNumber);
+  fe->add_option("--max-message-bytes", fetch.max_message_bytes, "Ask for messages of at most this size (0: the server's)");
+  fe->add_option("--reconnect-timeout", fetch.reconnect_timeout, "Give up after this many seconds without a batch")->capture_default_str();
+  fe->add_option("--stall-after", fetch.stall_after, "Testing: stop reading after this many batches...");
+  fe->add_option("--stall-seconds", fetch.stall_seconds, "...for this long");
+  fe->add_flag("--info", fetch.info, "Print the server's dataset and configs (JSON) and exit");
+
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
   if (!known) {
-    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample or batches; see --help)\n", argv[1]);
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve or fetch; see --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -165,6 +211,8 @@ int main(int argc, char** argv) {
   if (*in) return Report("inspect", conveyor::tools::RunInspect(inspect));
   if (*ex) return Report("extract", conveyor::tools::RunExtract(extract));
   if (*ba) return Report("batches", conveyor::tools::RunBatches(batches));
+  if (*sv) return Report("serve", conveyor::tools::RunServe(serve));
+  if (*fe) return Report("fetch", conveyor::tools::RunFetch(fetch));
   if (*sa) {
     sample.progress = !sample_quiet;
     return Report("sample", conveyor::tools::RunSample(sample));

@@ -10,11 +10,12 @@ PACKAGES=(
   libturbojpeg0-dev libjpeg-turbo-progs libzstd-dev zstd libxxhash-dev
   # storage and wire
   libcurl4-openssl-dev libssl-dev curl nginx-light
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus-cpp-dev
   # well-kept libraries instead of our own code
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libabsl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-numpy
+  python3-grpcio python3-grpc-tools iperf3 openssl
 )
 
 missing=()

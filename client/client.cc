@@ -1,0 +1,512 @@
+#include "client/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/device_copy.h"
+#include "conveyor/v1/service.grpc.pb.h"
+
+namespace conveyor::client {
+namespace {
+
+namespace pb = ::conveyor::v1;
+using Clock = std::chrono::steady_clock;
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& server) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat("server ", server, ": ", s.error_message()));
+}
+
+// Errors another server would repeat end the stream; everything else is a transport or server
+// failure worth a reconnect.
+bool Retryable(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::DATA_LOSS:
+      return false;
+    default:
+      return true;
+  }
+}
+
+DType FromProto(pb::DType t) {
+  switch (t) {
+    case pb::BOOL: return DType::kBool;
+    case pb::FLOAT32: return DType::kFloat32;
+    case pb::INT32: return DType::kInt32;
+    default: return DType::kUint8;
+  }
+}
+
+TensorRole FromProto(pb::TensorRole r) {
+  switch (r) {
+    case pb::PADDING_MASK: return TensorRole::kPaddingMask;
+    case pb::SEGMENT_IDS: return TensorRole::kSegmentIds;
+    case pb::POSITIONS: return TensorRole::kPositions;
+    case pb::SAMPLE_INFO: return TensorRole::kSampleInfo;
+    default: return TensorRole::kData;
+  }
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const ClientOptions& o) {
+  if (!o.tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = o.tls_ca_pem;
+  ssl.pem_private_key = o.tls_key_pem;
+  ssl.pem_cert_chain = o.tls_cert_pem;
+  return grpc::SslCredentials(ssl);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& o, const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // the server bounds its messages (max_message_bytes)
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);  // notice a dead server within ~15 s
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
+  return grpc::CreateCustomChannel(target, Credentials(o), args);
+}
+
+void AddMetadata(const ClientOptions& o, grpc::ClientContext* ctx) {
+  ctx->AddMetadata("conveyor-protocol", std::to_string(ProtocolVersion()));
+  if (!o.auth_token.empty()) ctx->AddMetadata("authorization", "Bearer " + o.auth_token);
+}
+
+// The received messages of one batch, and the joined copies of tensors split across them.
+struct BatchStorage {
+  std::vector<std::unique_ptr<pb::StreamBatchesResponse>> messages;
+  std::unique_ptr<uint8_t[]> joined;
+  std::shared_ptr<void> device;  // DeviceBatch, CUDA builds
+};
+
+}  // namespace
+
+std::string Cursor::ToString() const { return absl::StrCat(epoch, ":", step); }
+
+absl::StatusOr<Cursor> Cursor::Parse(std::string_view text) {
+  Cursor c;
+  const std::string s(text);
+  char extra = 0;
+  unsigned long long e = 0, st = 0;
+  if (std::sscanf(s.c_str(), "%llu:%llu%c", &e, &st, &extra) != 2 || s.empty() || s[0] == '-') {
+    return absl::InvalidArgumentError(absl::StrCat("cursor '", s, "': expected EPOCH:STEP, e.g. 0:0"));
+  }
+  c.epoch = e;
+  c.step = st;
+  return c;
+}
+
+std::string_view DTypeName(DType t) {
+  switch (t) {
+    case DType::kUint8: return "uint8";
+    case DType::kBool: return "bool";
+    case DType::kFloat32: return "float32";
+    case DType::kInt32: return "int32";
+  }
+  return "?";
+}
+
+size_t DTypeSize(DType t) { return (t == DType::kFloat32 || t == DType::kInt32) ? 4 : 1; }
+
+const Tensor* Batch::Find(std::string_view name) const {
+  for (const Tensor& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+size_t Batch::bytes() const {
+  size_t n = 0;
+  for (const Tensor& t : tensors) n += t.bytes;
+  return n;
+}
+
+uint32_t ProtocolVersion() { return pb::PROTOCOL_VERSION_CURRENT; }
+
+bool Client::device_supported() { return DeviceCopySupported(); }
+
+struct Client::Impl {
+  ClientOptions o;
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Batch> queue;  // received, not yet handed out
+  uint64_t queue_bytes = 0;
+  absl::Status final_status;  // set once the stream is over (OUT_OF_RANGE at its end)
+  bool done = false;
+  bool stop = false;
+  grpc::ClientContext* active = nullptr;  // to cancel from the destructor
+  Cursor delivered;                       // cursor() for the user
+  ClientStats stats;
+  std::unique_ptr<DeviceCopier> device;
+  std::thread thread;
+
+  void Finish(absl::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done) {
+      done = true;
+      final_status = std::move(s);
+    }
+    cv.notify_all();
+  }
+
+  // Runs in the background: one stream at a time, reconnecting on transport failures.
+  void Run() {
+    Cursor expected = o.start;     // next batch to receive
+    uint64_t received = 0;
+    std::optional<pb::StreamStart> first;
+    size_t server = o.consumer % o.servers.size();  // spread consumers over the servers
+    auto last_progress = Clock::now();
+    std::map<std::string, std::string> last_error;  // per server, for the final message
+    int failures_in_row = 0;
+    bool first_stream = true;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stop) return;
+      }
+      const std::string& target = o.servers[server];
+      pb::StreamBatchesRequest req;
+      req.set_protocol_version(ProtocolVersion());
+      req.set_job(o.job);
+      req.set_dataset(o.dataset);
+      req.set_consumer(o.consumer);
+      req.set_consumers(o.consumers);
+      req.mutable_start()->set_epoch(expected.epoch);
+      req.mutable_start()->set_step(expected.step);
+      if (!o.config_yaml.empty()) req.set_config_yaml(o.config_yaml);
+      if (!o.config_name.empty()) req.set_config_name(o.config_name);
+      if (o.max_batches) req.set_max_batches(o.max_batches - received);
+      req.set_max_message_bytes(o.max_message_bytes);
+
+      grpc::ClientContext ctx;
+      AddMetadata(o, &ctx);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stop) return;
+        active = &ctx;
+        stats.server = target;
+        if (!first_stream) ++stats.reconnects;
+      }
+      first_stream = false;
+      std::unique_ptr<grpc::ClientReader<pb::StreamBatchesResponse>> reader =
+          pb::Conveyor::NewStub(channels[server])->StreamBatches(&ctx, req);
+      absl::Status local;  // an error found by the client (mismatch), final
+      bool got_batch = false;
+      Batch cur;
+      std::shared_ptr<BatchStorage> storage;
+      uint64_t cur_received_bytes = 0;
+      bool started = false;
+      for (;;) {
+        auto msg = std::make_unique<pb::StreamBatchesResponse>();
+        if (!reader->Read(msg.get())) break;
+        if (msg->has_start()) {
+          const pb::StreamStart& s = msg->start();
+          if (s.protocol_version() != ProtocolVersion()) {
+            local = absl::FailedPreconditionError(absl::StrCat(
+                "server ", target, " speaks Conveyor protocol ", s.protocol_version(),
+                ", this client ", ProtocolVersion(), ": use a client and server of the same release"));
+            break;
+          }
+          if (first && (s.dataset_fingerprint() != first->dataset_fingerprint() ||
+                        s.config_digest() != first->config_digest())) {
+            local = absl::FailedPreconditionError(absl::StrCat(
+                "server ", target, " serves dataset ", s.dataset_name(), " (fingerprint ",
+                s.dataset_fingerprint(), ", config ", s.config_digest().substr(0, 12),
+                ") but this stream started on dataset ", first->dataset_name(), " (fingerprint ",
+                first->dataset_fingerprint(), ", config ", first->config_digest().substr(0, 12),
+                "): every listed server must serve the same dataset and config"));
+            break;
+          }
+          if (!first) first = s;
+          started = true;
+          continue;
+        }
+        if (!started) {
+          local = absl::DataLossError(absl::StrCat("server ", target, " sent data before the stream start"));
+          break;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++stats.messages;
+        }
+        if (msg->has_header()) {
+          const pb::BatchHeader& h = msg->header();
+          const Cursor c{h.cursor().epoch(), h.cursor().step()};
+          if (!(c == expected)) {
+            local = absl::DataLossError(absl::StrCat("server ", target, " sent batch ", c.ToString(),
+                                                     " where ", expected.ToString(), " was due"));
+            break;
+          }
+          cur = Batch{};
+          storage = std::make_shared<BatchStorage>();
+          cur_received_bytes = 0;
+        } else if (!storage) {
+          local = absl::DataLossError(absl::StrCat("server ", target, " sent batch data without a header"));
+          break;
+        }
+        cur_received_bytes += msg->data().size();
+        const bool last = msg->last();
+        storage->messages.push_back(std::move(msg));
+        if (!last) continue;
+        absl::Status st = Assemble(target, storage, &cur, cur_received_bytes);
+        if (!st.ok()) {
+          local = std::move(st);
+          break;
+        }
+        expected = cur.next;
+        ++received;
+        got_batch = true;
+        last_progress = Clock::now();
+        failures_in_row = 0;
+        const uint64_t b = cur.bytes();
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          stats.batches++;
+          stats.bytes += b;
+          queue_bytes += b;
+          queue.push_back(std::move(cur));
+          cv.notify_all();
+          // Bounded prefetch: stop reading (gRPC flow control then stops the server).
+          cv.wait(lock, [&] {
+            return stop || (queue.size() < o.prefetch_batches && queue_bytes < o.prefetch_bytes);
+          });
+          if (stop) break;
+        }
+        storage.reset();
+      }
+      if (!local.ok()) {
+        ctx.TryCancel();
+        reader->Finish();
+      }
+      const grpc::Status status = local.ok() ? reader->Finish() : grpc::Status::OK;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        active = nullptr;
+        if (stop) return;
+      }
+      if (!local.ok()) return Finish(std::move(local));
+      if (status.ok()) {
+        return Finish(absl::OutOfRangeError(absl::StrCat("end of stream after batch ",
+                                                         expected.ToString(), " (exclusive)")));
+      }
+      if (!Retryable(status.error_code())) return Finish(FromGrpc(status, target));
+      last_error[target] = absl::StrCat(status.error_code(), " ", status.error_message());
+      const double idle = std::chrono::duration<double>(Clock::now() - last_progress).count();
+      if (idle > o.reconnect_timeout_s) {
+        std::string all;
+        for (const auto& [s, e] : last_error) absl::StrAppend(&all, all.empty() ? "" : "; ", s, ": ", e);
+        return Finish(absl::UnavailableError(absl::StrCat(
+            "no server delivered a batch for ", static_cast<int>(idle), " s (", all,
+            "); resume from cursor ", expected.ToString())));
+      }
+      if (!got_batch) ++failures_in_row;
+      // Next server; back off once a whole round failed.
+      server = (server + 1) % o.servers.size();
+      if (failures_in_row >= static_cast<int>(o.servers.size())) {
+        const int ms = std::min(2000, 50 << std::min(failures_in_row - static_cast<int>(o.servers.size()), 5));
+        std::unique_lock<std::mutex> lock(mu);
+        if (cv.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stop; })) return;
+      }
+    }
+  }
+
+  // Turns the messages of one batch into views; joins tensors split across messages.
+  absl::Status Assemble(const std::string& target, const std::shared_ptr<BatchStorage>& storage,
+                        Batch* b, uint64_t received_bytes) {
+    const pb::BatchHeader& h = storage->messages.front()->header();
+    if (received_bytes != h.payload_bytes()) {
+      return absl::DataLossError(absl::StrCat("server ", target, ": batch ", h.cursor().epoch(), ":",
+                                              h.cursor().step(), " carried ", received_bytes,
+                                              " payload bytes, its header says ", h.payload_bytes()));
+    }
+    b->cursor = {h.cursor().epoch(), h.cursor().step()};
+    b->next = {h.next().epoch(), h.next().step()};
+    b->consumer = h.consumer();
+    b->consumers = h.consumers();
+    b->server = target;
+    b->ids.reserve(h.ids_size());
+    for (const pb::SampleId& id : h.ids()) b->ids.push_back({id.index(), id.episode(), id.step()});
+    if (h.has_packing()) {
+      b->packed_sequences = h.packing().sequences();
+      b->fill_ratio = h.packing().fill_ratio();
+    }
+    // Message k holds payload [offset_k, offset_k + size_k), contiguous and in order.
+    std::vector<uint64_t> begins;
+    uint64_t pos = 0;
+    for (const auto& m : storage->messages) {
+      if (m->offset() != pos) {
+        return absl::DataLossError(absl::StrCat("server ", target, ": batch message at payload offset ",
+                                                m->offset(), " where ", pos, " was due"));
+      }
+      begins.push_back(pos);
+      pos += m->data().size();
+    }
+    uint64_t joined = 0;
+    std::vector<int> where(h.tensors_size(), -1);
+    for (int i = 0; i < h.tensors_size(); ++i) {
+      const pb::TensorHeader& t = h.tensors(i);
+      if (t.offset() + t.bytes() > h.payload_bytes() || t.offset() + t.bytes() < t.offset()) {
+        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(),
+                                                " lies outside its batch payload"));
+      }
+      uint64_t elements = 1;
+      for (int64_t d : t.shape()) elements *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
+      if (elements * DTypeSize(FromProto(t.dtype())) != t.bytes()) {
+        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(),
+                                                " has ", t.bytes(), " bytes for its shape"));
+      }
+      const size_t k = std::upper_bound(begins.begin(), begins.end(), t.offset()) - begins.begin() - 1;
+      if (t.bytes() == 0 || t.offset() + t.bytes() <= begins[k] + storage->messages[k]->data().size()) {
+        where[i] = static_cast<int>(k);
+      } else {
+        joined += (t.bytes() + 63) / 64 * 64;
+      }
+    }
+    if (joined) storage->joined = std::make_unique<uint8_t[]>(joined);
+    uint64_t jpos = 0;
+    b->tensors.reserve(h.tensors_size());
+    for (int i = 0; i < h.tensors_size(); ++i) {
+      const pb::TensorHeader& t = h.tensors(i);
+      Tensor out;
+      out.name = t.name();
+      out.dtype = FromProto(t.dtype());
+      out.shape.assign(t.shape().begin(), t.shape().end());
+      out.role = FromProto(t.role());
+      out.bytes = t.bytes();
+      if (where[i] >= 0) {
+        const auto& m = storage->messages[where[i]];
+        out.data = reinterpret_cast<const uint8_t*>(m->data().data()) + (t.offset() - begins[where[i]]);
+      } else {
+        uint8_t* dst = storage->joined.get() + jpos;
+        uint64_t off = t.offset(), left = t.bytes();
+        size_t k = std::upper_bound(begins.begin(), begins.end(), off) - begins.begin() - 1;
+        uint8_t* d = dst;
+        while (left > 0) {
+          const std::string& data = storage->messages[k]->data();
+          const uint64_t in = off - begins[k];
+          const uint64_t n = std::min<uint64_t>(left, data.size() - in);
+          std::memcpy(d, data.data() + in, n);
+          d += n;
+          off += n;
+          left -= n;
+          ++k;
+        }
+        out.data = dst;
+        jpos += (t.bytes() + 63) / 64 * 64;
+      }
+      b->tensors.push_back(std::move(out));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stats.joined_bytes += joined;
+    }
+    if (device) {
+      absl::Status st = device->Copy(b, &storage->device);
+      if (!st.ok()) return st;
+    }
+    b->storage = storage;
+    return absl::OkStatus();
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError("no server address given (--servers or CONVEYOR_SERVERS)");
+  }
+  if (options.consumers == 0 || options.consumer >= options.consumers) {
+    return absl::InvalidArgumentError(absl::StrCat("consumer ", options.consumer, " of ",
+                                                   options.consumers, ": need 0 <= consumer < consumers"));
+  }
+  if (!options.config_yaml.empty() && !options.config_name.empty()) {
+    return absl::InvalidArgumentError("give a config or a config name, not both");
+  }
+  options.prefetch_batches = std::max<size_t>(1, options.prefetch_batches);
+  auto impl = std::make_unique<Impl>();
+  impl->o = std::move(options);
+  impl->delivered = impl->o.start;
+  if (impl->o.device) {
+    auto copier = DeviceCopier::Create(impl->o.device_index);
+    if (!copier.ok()) return copier.status();
+    impl->device = std::move(*copier);
+  }
+  for (const std::string& s : impl->o.servers) impl->channels.push_back(MakeChannel(impl->o, s));
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->Run(); });
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Client::~Client() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+    if (impl_->active) impl_->active->TryCancel();
+    impl_->cv.notify_all();
+  }
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+absl::StatusOr<Batch> Client::Next() {
+  const auto t0 = Clock::now();
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->cv.wait(lock, [&] { return !impl_->queue.empty() || impl_->done; });
+  impl_->stats.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  if (impl_->queue.empty()) return impl_->final_status;
+  Batch b = std::move(impl_->queue.front());
+  impl_->queue.pop_front();
+  impl_->queue_bytes -= b.bytes();
+  impl_->delivered = b.next;
+  impl_->cv.notify_all();
+  return b;
+}
+
+Cursor Client::cursor() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->delivered;
+}
+
+ClientStats Client::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+absl::StatusOr<pb::InfoResponse> GetInfo(const ClientOptions& o) {
+  if (o.servers.empty()) return absl::InvalidArgumentError("no server address given");
+  absl::Status last;
+  for (const std::string& s : o.servers) {
+    grpc::ClientContext ctx;
+    AddMetadata(o, &ctx);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    pb::InfoResponse resp;
+    const grpc::Status st = pb::Conveyor::NewStub(MakeChannel(o, s))->Info(&ctx, pb::InfoRequest{}, &resp);
+    if (st.ok()) return resp;
+    last = FromGrpc(st, s);
+    if (!Retryable(st.error_code())) return last;
+  }
+  return last;
+}
+
+}  // namespace conveyor::client

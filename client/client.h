@@ -1,0 +1,152 @@
+// The Conveyor client: what a training worker links to receive its batches from one or more data
+// servers. It depends on the wire protocol only (proto/conveyor/v1/service.proto, gRPC, absl): no
+// FFmpeg, no server code.
+//
+// Contract:
+//  - Next() returns the batches of (job, consumer, consumers) in order, starting at
+//    options.start. A background thread keeps up to `prefetch_batches` (and `prefetch_bytes`)
+//    received batches ready; when the queue is full it stops reading, and gRPC flow control
+//    stops the server.
+//  - A batch's tensors are views into the received messages (no copy after receipt; a tensor the
+//    server had to split across messages is joined once). They stay valid while the Batch lives.
+//  - cursor() is the cursor right after the last batch Next() returned: save it with the model
+//    checkpoint and pass it as options.start to resume with exactly the next batch.
+//  - Failover: when the server fails or becomes unreachable, the client reconnects to the next
+//    address in `servers` and asks for the cursor after the last batch it *received*; batches
+//    already queued are kept. The trainer sees no lost and no repeated batch. Every server must
+//    serve the same dataset and config: the client checks the dataset fingerprint and the config
+//    digest on each (re)connection and fails with FAILED_PRECONDITION otherwise.
+//  - Errors the next server would repeat (bad request, bad data, authentication) are returned by
+//    Next() as they are; transport errors are retried until `reconnect_timeout_s` passes without
+//    a batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace conveyor::v1 {
+class InfoResponse;
+class StreamStart;
+}  // namespace conveyor::v1
+
+namespace conveyor::client {
+
+struct Cursor {
+  uint64_t epoch = 0;
+  uint64_t step = 0;
+  bool operator==(const Cursor&) const = default;
+  std::string ToString() const;  // "EPOCH:STEP"
+  static absl::StatusOr<Cursor> Parse(std::string_view text);
+};
+
+enum class DType : uint8_t { kUint8, kBool, kFloat32, kInt32 };
+std::string_view DTypeName(DType t);  // "uint8", "bool", "float32", "int32"
+size_t DTypeSize(DType t);
+
+enum class TensorRole : uint8_t { kData, kPaddingMask, kSegmentIds, kPositions, kSampleInfo };
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+  TensorRole role = TensorRole::kData;
+  const uint8_t* data = nullptr;  // host memory owned by the Batch
+  size_t bytes = 0;
+  void* device_data = nullptr;    // device memory when ClientOptions::device (CUDA builds)
+};
+
+struct SampleId {
+  uint64_t index = 0;
+  uint64_t episode = 0;
+  uint32_t step = 0;
+};
+
+struct Batch {
+  Cursor cursor;
+  Cursor next;  // resumes right after this batch
+  uint32_t consumer = 0;
+  uint32_t consumers = 1;
+  std::vector<SampleId> ids;
+  std::vector<Tensor> tensors;
+  uint32_t packed_sequences = 0;  // packed batches only
+  double fill_ratio = 0;
+  std::string server;             // the address that sent it
+  // Device delivery: the CUDA event (cudaEvent_t) recorded after the copies; wait on it (or
+  // cudaStreamWaitEvent) before reading device_data. Null otherwise.
+  void* ready_event = nullptr;
+
+  const Tensor* Find(std::string_view name) const;
+  size_t bytes() const;
+  std::shared_ptr<void> storage;  // keeps the received messages (and device memory) alive
+};
+
+struct ClientOptions {
+  std::vector<std::string> servers;  // host:port, or any gRPC target such as dns:///name:port
+  std::string job = "default";
+  std::string dataset;               // empty: whatever the server serves
+  uint32_t consumer = 0;
+  uint32_t consumers = 1;
+  Cursor start;
+  std::string config_yaml;           // inline config; or
+  std::string config_name;           // a config the server was started with (empty: its default)
+  uint64_t max_batches = 0;          // 0: until the server's max_epochs, or forever
+  size_t prefetch_batches = 4;
+  uint64_t prefetch_bytes = 1ull << 30;
+  uint64_t max_message_bytes = 0;    // 0: the server's default
+  std::string auth_token;            // sent as "authorization: Bearer TOKEN"
+  // TLS: any of these set switches the channel to TLS.
+  bool tls = false;
+  std::string tls_ca_pem;            // roots to verify the server (empty: system roots)
+  std::string tls_cert_pem, tls_key_pem;  // client certificate, when the server asks for one
+  std::string tls_server_name;       // override the name checked in the server's certificate
+  double reconnect_timeout_s = 60;   // give up after this long without a batch
+  bool device = false;               // CUDA builds: also copy tensors to device memory
+  int device_index = 0;
+};
+
+struct ClientStats {
+  uint64_t batches = 0;
+  uint64_t bytes = 0;            // tensor bytes received
+  uint64_t messages = 0;
+  uint64_t joined_bytes = 0;     // bytes copied to join tensors split across messages
+  uint64_t reconnects = 0;       // streams opened after the first
+  double wait_seconds = 0;       // Next() waiting for a batch
+  std::string server;            // the server of the current stream
+};
+
+class Client {
+ public:
+  // Validates the options and starts streaming in the background. Connection errors surface
+  // from Next().
+  static absl::StatusOr<std::unique_ptr<Client>> Create(ClientOptions options);
+  ~Client();  // cancels the stream and joins the background thread
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The next batch. OUT_OF_RANGE at the end of the stream (max_batches or the server's
+  // max_epochs); any other error is final for this client.
+  absl::StatusOr<Batch> Next();
+
+  Cursor cursor() const;
+  ClientStats stats() const;
+  static bool device_supported();  // built with CUDA
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Info from the first server that answers.
+absl::StatusOr<conveyor::v1::InfoResponse> GetInfo(const ClientOptions& options);
+
+// The protocol version this client speaks.
+uint32_t ProtocolVersion();
+
+}  // namespace conveyor::client

@@ -1,0 +1,665 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_join.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "conveyor/v1/service.grpc.pb.h"
+#include "readers/dataset.h"
+#include "server/metrics.h"
+#include "shuffle/pipeline.h"
+
+namespace conveyor {
+namespace {
+
+namespace pb = ::conveyor::v1;
+using Clock = std::chrono::steady_clock;
+constexpr char kServiceName[] = "conveyor.v1.Conveyor";
+constexpr uint64_t kMaxMessageCap = 64ull << 20;  // gRPC handles larger, but memory per write grows
+constexpr uint64_t kMinMessageBytes = 64ull << 10;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+const char* CodeName(grpc::StatusCode c) {
+  switch (c) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    default: return "UNKNOWN";
+  }
+}
+
+absl::StatusOr<std::string> ReadText(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(StrCat("cannot open ", what, " ", path));
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string Sha256Hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (unsigned i = 0; i < len; ++i) {
+    s.push_back(kHex[md[i] >> 4]);
+    s.push_back(kHex[md[i] & 15]);
+  }
+  return s;
+}
+
+pb::DType ToProto(DType t) {
+  switch (t) {
+    case DType::kUint8: return pb::UINT8;
+    case DType::kBool: return pb::BOOL;
+    case DType::kFloat32: return pb::FLOAT32;
+    case DType::kInt32: return pb::INT32;
+  }
+  return pb::DTYPE_UNSPECIFIED;
+}
+
+std::string KindName(format::v1::StreamKind k) {
+  switch (k) {
+    case format::v1::VIDEO: return "video";
+    case format::v1::IMAGE: return "image";
+    case format::v1::AUDIO: return "audio";
+    case format::v1::LOWDIM: return "lowdim";
+    case format::v1::TEXT: return "text";
+    default: return "unknown";
+  }
+}
+
+// A resolved config: the sample spec and pipeline options of one config text.
+struct Config {
+  std::string name;
+  std::string text;
+  std::string digest;
+  SampleSpec spec;
+  PipelineOptions options;
+  uint64_t samples_per_epoch = 0;
+  uint64_t steps_per_epoch = 0;
+};
+
+absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Dataset& ds, std::string name,
+                                                      std::string text, std::string_view source) {
+  auto c = std::make_shared<Config>();
+  c->name = std::move(name);
+  c->text = std::move(text);
+  c->digest = Sha256Hex(c->text);
+  ASSIGN_OR_RETURN(c->spec, SampleSpec::FromYaml(c->text, ds.manifest(), source));
+  RETURN_IF_ERROR(c->options.MergeYaml(c->text, c->spec, ds.manifest(), source));
+  // The schedule shapes the order: resolve it from the config's own byte budget, before the
+  // server's per-stream budget applies, so every server and `conveyor batches` agree.
+  RETURN_IF_ERROR(ResolveSchedule(ds, c->spec, &c->options));
+  return c;
+}
+
+// One open stream, registered so that the reaper can cancel its pipeline when the client goes
+// away (the sync API offers no callback) or the server shuts down.
+struct ActiveStream {
+  grpc::ServerContext* ctx = nullptr;
+  Pipeline* pipeline = nullptr;  // guarded by the registry's mutex
+};
+
+}  // namespace
+
+bool IsLoopbackAddress(const std::string& listen) {
+  if (listen.rfind("unix:", 0) == 0) return true;
+  std::string host = listen;
+  const size_t colon = listen.rfind(':');
+  if (colon != std::string::npos && listen.find(']') == std::string::npos) host = listen.substr(0, colon);
+  if (!host.empty() && host.front() == '[') host = host.substr(1, host.find(']') - 1);
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+struct DataServer::Impl : public pb::Conveyor::Service {
+  ServerOptions o;
+  std::unique_ptr<Dataset> dataset;
+  std::vector<std::shared_ptr<Config>> configs;
+  std::string token;  // empty: no token required
+  std::unique_ptr<ServerMetrics> metrics;
+  std::unique_ptr<grpc::Server> server;
+  std::string address;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::set<ActiveStream*> streams;
+  bool shutting_down = false;
+  bool reaper_stop = false;
+  std::thread reaper;
+  std::once_flag shutdown_once;
+
+  // Aggregates for the amplification gauge.
+  std::atomic<uint64_t> total_decoded{0}, total_delivered{0};
+
+  grpc::Status Reject(grpc::StatusCode code, std::string message) {
+    metrics->RequestRejected(CodeName(code));
+    return grpc::Status(code, std::move(message));
+  }
+
+  grpc::Status Authorize(grpc::ServerContext* ctx) {
+    if (token.empty()) return grpc::Status::OK;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    const std::string want = "Bearer " + token;
+    if (it == md.end()) {
+      return Reject(grpc::StatusCode::UNAUTHENTICATED,
+                    "this server requires a bearer token: send 'authorization: Bearer TOKEN' "
+                    "(conveyor fetch --auth-token-file FILE)");
+    }
+    const std::string got(it->second.data(), it->second.size());
+    if (got.size() != want.size() || CRYPTO_memcmp(got.data(), want.data(), want.size()) != 0) {
+      return Reject(grpc::StatusCode::UNAUTHENTICATED, "the bearer token does not match the server's");
+    }
+    return grpc::Status::OK;
+  }
+
+  // The reaper: cancels the pipelines of streams whose client went away, so that a stream
+  // blocked in Pipeline::Next() ends promptly, and all of them at shutdown.
+  void Reap() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!reaper_stop) {
+      for (ActiveStream* s : streams) {
+        if (s->pipeline && (shutting_down || s->ctx->IsCancelled())) s->pipeline->Cancel();
+      }
+      cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  }
+
+  grpc::Status Info(grpc::ServerContext* ctx, const pb::InfoRequest*, pb::InfoResponse* r) override {
+    if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+    const Manifest& m = dataset->manifest();
+    r->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
+    r->set_server_version(o.version);
+    r->set_dataset_name(m.name);
+    r->set_dataset_uri(dataset->uri());
+    r->set_dataset_fingerprint(m.fingerprint);
+    r->set_episodes(m.num_episodes);
+    r->set_total_duration_s(m.total_duration_s);
+    for (const StreamInfo& s : m.streams) {
+      pb::StreamInfo* p = r->add_streams();
+      p->set_name(s.name);
+      p->set_kind(KindName(s.kind));
+      p->set_codec(s.codec);
+      p->set_rate(s.rate);
+      for (int64_t d : s.shape) p->add_shape(d);
+    }
+    for (const auto& c : configs) {
+      pb::ConfigInfo* p = r->add_configs();
+      p->set_name(c->name);
+      p->set_config_digest(c->digest);
+      p->set_samples_per_epoch(c->samples_per_epoch);
+      p->set_steps_per_epoch(c->steps_per_epoch);
+      p->set_global_batch_size(c->options.global_batch_size);
+    }
+    r->set_max_message_bytes(o.max_message_bytes);
+    std::lock_guard<std::mutex> lock(mu);
+    r->set_active_streams(streams.size());
+    return grpc::Status::OK;
+  }
+
+  // Where each tensor's bytes are counted in metrics.
+  std::string Modality(const std::string& tensor) const {
+    if (tensor.size() > 7 && tensor.ends_with("_is_pad")) return "mask";
+    const int i = dataset->manifest().StreamIndex(tensor);
+    if (i < 0) return "packing";
+    return KindName(dataset->manifest().streams[i].kind);
+  }
+
+  pb::TensorRole Role(const std::string& tensor, bool packed) const {
+    if (tensor.size() > 7 && tensor.ends_with("_is_pad")) return pb::PADDING_MASK;
+    if (packed && tensor == "segment_ids") return pb::SEGMENT_IDS;
+    if (packed && tensor == "positions") return pb::POSITIONS;
+    if (packed && dataset->manifest().StreamIndex(tensor) < 0) return pb::SAMPLE_INFO;
+    return pb::DATA;
+  }
+
+  grpc::Status StreamBatches(grpc::ServerContext* ctx, const pb::StreamBatchesRequest* req,
+                             grpc::ServerWriter<pb::StreamBatchesResponse>* writer) override {
+    if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+    if (req->protocol_version() != pb::PROTOCOL_VERSION_CURRENT) {
+      return Reject(grpc::StatusCode::FAILED_PRECONDITION,
+                    StrCat("this server speaks Conveyor protocol ", int{pb::PROTOCOL_VERSION_CURRENT},
+                           "; the request says ", req->protocol_version(),
+                           req->protocol_version() == 0 ? " (not set: an old or hand-made client?)" : "",
+                           ": use a client of the same release as the server"));
+    }
+    const Manifest& m = dataset->manifest();
+    if (!req->dataset().empty() && req->dataset() != m.name && req->dataset() != m.fingerprint) {
+      return Reject(grpc::StatusCode::NOT_FOUND,
+                    StrCat("unknown dataset '", req->dataset(), "': this server serves '", m.name,
+                           "' (fingerprint ", m.fingerprint, ")"));
+    }
+    // The config: one the server was started with, or the request's own.
+    std::shared_ptr<Config> config;
+    if (req->has_config_yaml()) {
+      if (req->config_yaml().size() > o.max_config_bytes) {
+        return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                      StrCat("the request's config is ", req->config_yaml().size(),
+                             " bytes; this server accepts at most ", o.max_config_bytes,
+                             ": send a sample spec, not data"));
+      }
+      absl::StatusOr<std::shared_ptr<Config>> c =
+          ResolveConfig(*dataset, "inline", req->config_yaml(), "request config");
+      if (!c.ok()) return Reject(ToGrpc(c.status()).error_code(), std::string(c.status().message()));
+      config = *c;
+    } else {
+      const std::string name = req->config_name();
+      for (const auto& c : configs) {
+        if (name.empty() || c->name == name) {
+          config = c;
+          break;
+        }
+      }
+      if (!config) {
+        std::vector<std::string> names;
+        for (const auto& c : configs) names.push_back(c->name);
+        return Reject(grpc::StatusCode::NOT_FOUND,
+                      StrCat("unknown config '", name, "': this server has ", absl::StrJoin(names, ", ")));
+      }
+    }
+    if (req->consumers() == 0) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT, "consumers must be at least 1");
+    }
+    if (req->consumer() >= req->consumers()) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                    StrCat("consumer index ", req->consumer(), " is out of range for ", req->consumers(),
+                           " consumers (0 <= consumer < consumers)"));
+    }
+    const uint64_t max_message =
+        req->max_message_bytes() == 0
+            ? o.max_message_bytes
+            : std::clamp<uint64_t>(req->max_message_bytes(), kMinMessageBytes, kMaxMessageCap);
+
+    PipelineOptions po = config->options;
+    po.consumer = req->consumer();
+    po.consumers = req->consumers();
+    po.threads = o.threads;
+    po.queue_bytes = std::min(po.queue_bytes, o.queue_bytes);
+    po.pinned = false;
+    const Cursor start{req->start().epoch(), req->start().step()};
+
+    ActiveStream entry;
+    entry.ctx = ctx;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (shutting_down) {
+        return Reject(grpc::StatusCode::UNAVAILABLE, "server is shutting down: use another server");
+      }
+      if (static_cast<int>(streams.size()) >= o.max_streams) {
+        return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      StrCat("server is at its limit of ", o.max_streams,
+                             " streams (--max-streams): use another server or raise the limit"));
+      }
+      streams.insert(&entry);
+    }
+    metrics->streams_active.Increment();
+    std::string outcome = "ok";
+    grpc::Status result = Serve(ctx, writer, *req, *config, po, start, max_message, &entry, &outcome);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      streams.erase(&entry);
+    }
+    metrics->streams_active.Decrement();
+    metrics->StreamEnded(outcome);
+    if (!result.ok() && outcome == "error") metrics->Error(CodeName(result.error_code()));
+    spdlog::info("stream job={} consumer={}/{} from {} ended: {} {}", req->job(), req->consumer(),
+                 req->consumers(), ctx->peer(), CodeName(result.error_code()), result.error_message());
+    return result;
+  }
+
+  using Writer = grpc::ServerWriter<pb::StreamBatchesResponse>;
+
+  grpc::Status Serve(grpc::ServerContext* ctx, Writer* writer, const pb::StreamBatchesRequest& req,
+                     const Config& config, const PipelineOptions& po, Cursor start,
+                     uint64_t max_message, ActiveStream* entry, std::string* outcome) {
+    absl::StatusOr<std::unique_ptr<Pipeline>> created =
+        Pipeline::Create(*dataset, config.spec, po, start);
+    if (!created.ok()) {
+      *outcome = "rejected";
+      return Reject(ToGrpc(created.status()).error_code(), std::string(created.status().message()));
+    }
+    std::unique_ptr<Pipeline> pipeline = std::move(*created);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      entry->pipeline = pipeline.get();
+      if (shutting_down) pipeline->Cancel();
+    }
+    const uint64_t steps = pipeline->steps_per_epoch();
+    pb::StreamBatchesResponse first;
+    pb::StreamStart* st = first.mutable_start();
+    st->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
+    st->set_server_version(o.version);
+    st->set_dataset_name(dataset->manifest().name);
+    st->set_dataset_fingerprint(dataset->manifest().fingerprint);
+    st->set_config_digest(config.digest);
+    st->set_samples_per_epoch(pipeline->num_samples());
+    st->set_steps_per_epoch(steps);
+    st->set_global_batch_size(po.global_batch_size);
+    st->set_max_epochs(po.max_epochs);
+    PipelineStats last{};
+    auto finish = [&](grpc::Status s, const char* what) {
+      metrics->queue_bytes.Decrement(static_cast<double>(last.queue_bytes));
+      std::lock_guard<std::mutex> lock(mu);
+      entry->pipeline = nullptr;
+      *outcome = what;
+      return s;
+    };
+    if (!writer->Write(first)) return finish(grpc::Status::CANCELLED, "cancelled");
+
+    uint64_t sent = 0;
+    Cursor cursor = start;
+    for (;;) {
+      if (req.max_batches() && sent >= req.max_batches()) return finish(grpc::Status::OK, "ok");
+      const auto t0 = Clock::now();
+      absl::StatusOr<Batch> b = pipeline->Next();
+      metrics->pipeline_wait_seconds.Increment(Seconds(t0, Clock::now()));
+      const PipelineStats now = pipeline->stats();
+      Account(last, now);
+      last = now;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (shutting_down) {
+          return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                     StrCat("server is shutting down; resume from cursor ",
+                                            cursor.epoch, ":", cursor.step, " on another server")),
+                        "shutdown");
+        }
+      }
+      if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
+      if (absl::IsOutOfRange(b.status())) return finish(grpc::Status::OK, "ok");
+      if (!b.ok()) {
+        spdlog::error("job={} consumer={}/{}: {}", req.job(), req.consumer(), req.consumers(),
+                      std::string(b.status().message()));
+        return finish(ToGrpc(Annotate(b.status(), StrCat("batch ", cursor.epoch, ":", cursor.step))),
+                      "error");
+      }
+      const auto t1 = Clock::now();
+      if (!SendBatch(writer, *b, steps, max_message, req.job())) {
+        return finish(grpc::Status::CANCELLED, "cancelled");
+      }
+      const double send = Seconds(t1, Clock::now());
+      metrics->batch_send_seconds.Observe(send);
+      metrics->send_blocked_seconds.Increment(send);
+      metrics->Stage("send", send);
+      ++sent;
+      cursor = b->cursor;
+      cursor.step += 1;
+      if (cursor.step >= steps) cursor = Cursor{cursor.epoch + 1, 0};
+    }
+  }
+
+  void Account(const PipelineStats& a, const PipelineStats& b) {
+    metrics->Stage("decode", b.decode_seconds - a.decode_seconds);
+    metrics->Stage("assemble", b.assemble_seconds - a.assemble_seconds);
+    metrics->Stage("batch", b.batch_seconds - a.batch_seconds);
+    metrics->Stage("idle", b.worker_idle_seconds - a.worker_idle_seconds);
+    if (b.skipped > a.skipped) metrics->samples_skipped.Increment(static_cast<double>(b.skipped - a.skipped));
+    if (b.frames_decoded > a.frames_decoded) {
+      metrics->frames_decoded.Increment(static_cast<double>(b.frames_decoded - a.frames_decoded));
+      total_decoded += b.frames_decoded - a.frames_decoded;
+    }
+    if (b.frames_delivered > a.frames_delivered) {
+      metrics->frames_delivered.Increment(static_cast<double>(b.frames_delivered - a.frames_delivered));
+      total_delivered += b.frames_delivered - a.frames_delivered;
+    }
+    if (total_delivered > 0) {
+      metrics->decode_amplification.Set(static_cast<double>(total_decoded) / total_delivered);
+    }
+    metrics->queue_bytes.Increment(static_cast<double>(b.queue_bytes) - static_cast<double>(a.queue_bytes));
+  }
+
+  // Header, then the payload in messages of at most `max_message` bytes, cut at tensor
+  // boundaries where a tensor fits. One write outstanding: Write() returns when gRPC took it.
+  bool SendBatch(Writer* writer, const Batch& b, uint64_t steps, uint64_t max_message,
+                 const std::string& job) {
+    const bool packed = b.Find("segment_ids") != nullptr;
+    std::vector<const TensorView*> order;
+    for (const TensorView& t : b.tensors) order.push_back(&t);
+    std::sort(order.begin(), order.end(),
+              [](const TensorView* x, const TensorView* y) { return x->offset < y->offset; });
+    const uint64_t base = order.empty() ? 0 : order.front()->offset;
+    uint64_t payload = 0;
+    for (const TensorView* t : order) payload = std::max<uint64_t>(payload, t->offset + t->bytes - base);
+
+    pb::StreamBatchesResponse msg;
+    pb::BatchHeader* h = msg.mutable_header();
+    h->mutable_cursor()->set_epoch(b.cursor.epoch);
+    h->mutable_cursor()->set_step(b.cursor.step);
+    Cursor next{b.cursor.epoch, b.cursor.step + 1};
+    if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
+    h->mutable_next()->set_epoch(next.epoch);
+    h->mutable_next()->set_step(next.step);
+    h->set_consumer(b.consumer);
+    h->set_consumers(b.consumers);
+    for (const SampleId& id : b.ids) {
+      pb::SampleId* p = h->add_ids();
+      p->set_index(id.index);
+      p->set_episode(id.episode);
+      p->set_step(id.step);
+    }
+    std::map<std::string, uint64_t> modality_bytes;
+    for (const TensorView& t : b.tensors) {
+      pb::TensorHeader* p = h->add_tensors();
+      p->set_name(t.name);
+      p->set_dtype(ToProto(t.dtype));
+      for (int64_t d : t.shape) p->add_shape(d);
+      p->set_offset(t.offset - base);
+      p->set_bytes(t.bytes);
+      p->set_role(Role(t.name, packed));
+      modality_bytes[Modality(t.name)] += t.bytes;
+    }
+    h->set_payload_bytes(payload);
+    if (packed) {
+      const TensorView* seg = b.Find("segment_ids");
+      pb::PackingInfo* pk = h->mutable_packing();
+      pk->set_sequences(seg->shape.size() > 0 ? static_cast<uint32_t>(seg->shape[0]) : 0);
+      pk->set_max_tokens(seg->shape.size() > 1 ? static_cast<uint32_t>(seg->shape[1]) : 0);
+      const int32_t* v = reinterpret_cast<const int32_t*>(b.data(*seg));
+      const size_t n = seg->bytes / 4;
+      size_t used = 0;
+      for (size_t i = 0; i < n; ++i) used += v[i] != 0;
+      pk->set_fill_ratio(n ? static_cast<double>(used) / n : 0);
+    }
+    // Cut points: a message ends before a tensor that would not fit, or inside a tensor larger
+    // than a message.
+    const uint8_t* data = b.buffer ? b.buffer->data() + base : nullptr;
+    uint64_t begin = 0;
+    size_t k = 0;
+    while (begin < payload || (payload == 0 && k == 0)) {
+      uint64_t end = std::min(payload, begin + max_message);
+      // Prefer ending at the start of the first tensor that crosses `end`.
+      for (const TensorView* t : order) {
+        const uint64_t ts = t->offset - base, te = ts + t->bytes;
+        if (ts > begin && ts < end && te > end) {
+          end = ts;
+          break;
+        }
+      }
+      msg.set_offset(begin);
+      msg.set_data(data + begin, end - begin);
+      msg.set_last(end >= payload);
+      if (!writer->Write(msg)) return false;
+      msg.Clear();
+      begin = end;
+      ++k;
+      if (payload == 0) break;
+    }
+    metrics->Batch(job, b.ids.size());
+    for (const auto& [modality, bytes] : modality_bytes) {
+      metrics->Bytes(modality, bytes);
+      if (modality != "mask" && modality != "packing") metrics->Samples(modality, b.ids.size());
+    }
+    return true;
+  }
+};
+
+DataServer::DataServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DataServer::~DataServer() {
+  Shutdown(0);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->reaper_stop = true;
+    impl_->cv.notify_all();
+  }
+  if (impl_->reaper.joinable()) impl_->reaper.join();
+}
+
+std::string DataServer::address() const { return impl_->address; }
+std::string DataServer::metrics_address() const { return impl_->metrics->address(); }
+
+void DataServer::Shutdown(double grace_seconds) {
+  std::call_once(impl_->shutdown_once, [&] {
+    if (auto* health = impl_->server->GetHealthCheckService()) {
+      health->SetServingStatus(false);
+      health->Shutdown();
+    }
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->shutting_down = true;
+      impl_->cv.notify_all();
+    }
+    const auto deadline = std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
+    impl_->server->Shutdown(deadline);
+  });
+}
+
+void DataServer::Wait() { impl_->server->Wait(); }
+
+absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
+  auto impl = std::make_unique<Impl>();
+  Impl& m = *impl;
+  if (o.config_paths.empty()) return absl::InvalidArgumentError("--config is required");
+  if (o.threads < 1) return absl::InvalidArgumentError("--threads must be at least 1");
+  if (o.max_streams < 1) return absl::InvalidArgumentError("--max-streams must be at least 1");
+  if (o.max_message_bytes < kMinMessageBytes || o.max_message_bytes > kMaxMessageCap) {
+    return absl::InvalidArgumentError(StrCat("--max-message-bytes must be in [", kMinMessageBytes,
+                                             ", ", kMaxMessageCap, "]"));
+  }
+  const bool tls = !o.tls_cert_file.empty() || !o.tls_key_file.empty();
+  if (tls && (o.tls_cert_file.empty() || o.tls_key_file.empty())) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  if (!o.tls_client_ca_file.empty() && !tls) {
+    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  if (!IsLoopbackAddress(o.listen) && o.auth_token_file.empty() && !tls) {
+    return absl::FailedPreconditionError(StrCat(
+        "refusing to listen on ", o.listen, " without protection: anyone who can reach it could "
+        "read the dataset. Give --auth-token-file FILE (a bearer token clients must send) or "
+        "--tls-cert/--tls-key, or listen on 127.0.0.1"));
+  }
+  if (!o.auth_token_file.empty()) {
+    ASSIGN_OR_RETURN(std::string t, ReadText(o.auth_token_file, "token file"));
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.erase(t.begin());
+    if (t.size() < 16) {
+      return absl::InvalidArgumentError(StrCat("token file ", o.auth_token_file, " holds ", t.size(),
+                                               " characters; use at least 16 (openssl rand -hex 32)"));
+    }
+    m.token = t;
+  }
+  ASSIGN_OR_RETURN(m.dataset, Dataset::Open(o.dataset));
+  for (const std::string& path : o.config_paths) {
+    ASSIGN_OR_RETURN(std::string text, ReadText(path, "config"));
+    const std::string name = std::filesystem::path(path).stem().string();
+    for (const auto& c : m.configs) {
+      if (c->name == name) {
+        return absl::InvalidArgumentError(StrCat("two configs are named '", name, "' (", path,
+                                                 "): configs are named by file stem"));
+      }
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<Config> c, ResolveConfig(*m.dataset, name, text, path));
+    // Validate against the dataset once, and learn the epoch's size for Info.
+    PipelineOptions po = c->options;
+    po.threads = 1;
+    absl::StatusOr<std::unique_ptr<Pipeline>> p = Pipeline::Create(*m.dataset, c->spec, po, Cursor{});
+    if (!p.ok()) return Annotate(p.status(), path);
+    c->samples_per_epoch = (*p)->num_samples();
+    c->steps_per_epoch = (*p)->steps_per_epoch();
+    m.configs.push_back(std::move(c));
+  }
+  ASSIGN_OR_RETURN(m.metrics, ServerMetrics::Create(o.metrics_listen, o.version));
+
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl(o.tls_client_ca_file.empty()
+                                              ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+    ASSIGN_OR_RETURN(pair.private_key, ReadText(o.tls_key_file, "TLS key"));
+    ASSIGN_OR_RETURN(pair.cert_chain, ReadText(o.tls_cert_file, "TLS certificate"));
+    ssl.pem_key_cert_pairs.push_back(pair);
+    if (!o.tls_client_ca_file.empty()) {
+      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadText(o.tls_client_ca_file, "client CA"));
+    }
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(o.listen, creds, &port);
+  builder.RegisterService(&m);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(o.max_config_bytes + (64 << 10)));
+  builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageCap + (1 << 20)));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  m.server = builder.BuildAndStart();
+  if (!m.server || port == 0) {
+    return absl::UnavailableError(StrCat("cannot listen on ", o.listen,
+                                         ": the address is malformed or in use"));
+  }
+  m.address = o.listen.substr(0, o.listen.rfind(':') + 1) + std::to_string(port);
+  if (auto* health = m.server->GetHealthCheckService()) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(kServiceName, true);
+  }
+  m.o = std::move(o);
+  m.reaper = std::thread([&m] { m.Reap(); });
+  return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));
+}
+
+}  // namespace conveyor

@@ -1,0 +1,143 @@
+// `conveyor fetch`: a command-line client for smoke tests and audits. With --digest it prints
+// exactly the lines `conveyor batches --digest` prints for the same config, consumer and cursor.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "client/client.h"
+#include "conveyor/v1/service.pb.h"
+#include "tools/batch_line.h"
+#include "tools/commands.h"
+
+namespace conveyor::tools {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(StrCat("cannot open ", what, " ", path));
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status RunFetch(const FetchOptions& o) {
+  client::ClientOptions c;
+  std::string servers = o.servers;
+  if (servers.empty()) {
+    const char* env = std::getenv("CONVEYOR_SERVERS");
+    if (env) servers = env;
+  }
+  c.servers = Split(servers);
+  if (c.servers.empty()) {
+    return absl::InvalidArgumentError("no server given: --servers HOST:PORT[,HOST:PORT...] or CONVEYOR_SERVERS");
+  }
+  if (o.consumers < 1 || o.consumer < 0 || o.consumer >= o.consumers) {
+    return absl::InvalidArgumentError(StrCat("--consumer ", o.consumer, " --consumers ", o.consumers,
+                                             ": need 0 <= consumer < consumers"));
+  }
+  if (o.steps < 0) return absl::InvalidArgumentError("--steps must be >= 0 (0: to the end of the stream)");
+  c.job = o.job;
+  c.consumer = static_cast<uint32_t>(o.consumer);
+  c.consumers = static_cast<uint32_t>(o.consumers);
+  ASSIGN_OR_RETURN(c.start, client::Cursor::Parse(o.cursor));
+  c.max_batches = static_cast<uint64_t>(o.steps);
+  if (!o.config.empty()) {
+    ASSIGN_OR_RETURN(c.config_yaml, ReadFile(o.config, "config"));
+  }
+  c.config_name = o.config_name;
+  if (!o.auth_token_file.empty()) {
+    ASSIGN_OR_RETURN(std::string t, ReadFile(o.auth_token_file, "token file"));
+    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+    c.auth_token = t;
+  }
+  c.tls = o.tls || !o.tls_ca.empty() || !o.tls_cert.empty();
+  if (!o.tls_ca.empty()) {
+    ASSIGN_OR_RETURN(c.tls_ca_pem, ReadFile(o.tls_ca, "TLS CA"));
+  }
+  if (!o.tls_cert.empty()) {
+    ASSIGN_OR_RETURN(c.tls_cert_pem, ReadFile(o.tls_cert, "TLS certificate"));
+  }
+  if (!o.tls_key.empty()) {
+    ASSIGN_OR_RETURN(c.tls_key_pem, ReadFile(o.tls_key, "TLS key"));
+  }
+  c.tls_server_name = o.tls_server_name;
+  c.prefetch_batches = static_cast<size_t>(std::max<int64_t>(1, o.prefetch));
+  c.max_message_bytes = o.max_message_bytes;
+  c.reconnect_timeout_s = o.reconnect_timeout;
+
+  if (o.info) {
+    ASSIGN_OR_RETURN(conveyor::v1::InfoResponse info, client::GetInfo(c));
+    std::string json;
+    google::protobuf::util::JsonPrintOptions jo;
+    jo.add_whitespace = true;
+    jo.preserve_proto_field_names = true;
+    (void)google::protobuf::util::MessageToJsonString(info, &json, jo);
+    std::printf("%s", json.c_str());
+    return absl::OkStatus();
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, client::Client::Create(c));
+  int64_t n = 0;
+  uint64_t samples = 0;
+  for (;;) {
+    absl::StatusOr<client::Batch> b = client->Next();
+    if (absl::IsOutOfRange(b.status())) break;
+    if (!b.ok()) {
+      return Annotate(b.status(), StrCat("after ", n, " batches; resume with --cursor ",
+                                         client->cursor().ToString()));
+    }
+    std::vector<LineTensor> tensors;
+    for (const client::Tensor& t : b->tensors) {
+      tensors.push_back({t.name, client::DTypeName(t.dtype), t.shape, t.data, t.bytes});
+    }
+    std::vector<LineSample> ids;
+    for (const client::SampleId& id : b->ids) ids.push_back({id.index, id.episode, id.step});
+    ASSIGN_OR_RETURN(std::string line, BatchLine(b->cursor.epoch, b->cursor.step, b->consumer,
+                                                 b->consumers, ids, tensors, o.digest, o.ids));
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    samples += b->ids.size();
+    ++n;
+    if (o.stall_after >= 0 && n == o.stall_after) {
+      std::fprintf(stderr, "conveyor fetch: stalling for %.1f s\n", o.stall_seconds);
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.stall_seconds));
+    }
+  }
+  if (o.stats) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const client::ClientStats st = client->stats();
+    std::fprintf(stderr,
+                 "fetch: %lld batches, %llu samples in %.2f s = %.1f samples/s, %.1f MB/s; %llu "
+                 "messages, %.1f MB joined, %llu reconnects, waited %.2f s; next cursor %s\n",
+                 static_cast<long long>(n), static_cast<unsigned long long>(samples), s,
+                 samples / std::max(s, 1e-9), st.bytes / 1e6 / std::max(s, 1e-9),
+                 static_cast<unsigned long long>(st.messages), st.joined_bytes / 1e6,
+                 static_cast<unsigned long long>(st.reconnects), st.wait_seconds,
+                 client->cursor().ToString().c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor::tools
