@@ -394,14 +394,16 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       const PipelineStats now = pipeline->stats();
       Account(last, now);
       last = now;
+      bool draining = false;
       {
         std::lock_guard<std::mutex> lock(mu);
-        if (shutting_down) {
-          return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                     StrCat("server is shutting down; resume from cursor ",
-                                            cursor.epoch, ":", cursor.step, " on another server")),
-                        "shutdown");
-        }
+        draining = shutting_down;
+      }
+      if (draining) {
+        return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                   StrCat("server is shutting down; resume from cursor ",
+                                          cursor.epoch, ":", cursor.step, " on another server")),
+                      "shutdown");
       }
       if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
       if (absl::IsOutOfRange(b.status())) return finish(grpc::Status::OK, "ok");
@@ -640,7 +642,8 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   int port = 0;
   builder.AddListeningPort(o.listen, creds, &port);
   builder.RegisterService(&m);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(o.max_config_bytes + (64 << 10)));
+  // Larger than any config we accept, so an oversized config gets our own clear error.
+  builder.SetMaxReceiveMessageSize(16 << 20);
   builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageCap + (1 << 20)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);

@@ -1,0 +1,524 @@
+// End to end over loopback: real `conveyor serve` processes, the C++ client and `conveyor fetch`,
+// compared with what the offline pipeline (`conveyor batches`) computes.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include "client/client.h"
+#include "conveyor/v1/service.grpc.pb.h"
+#include "tests/support/server_process.h"
+#include "tests/support/test_env.h"
+#include "tools/batch_line.h"
+
+namespace conveyor {
+namespace {
+
+using testing::Capture;
+using testing::ServerProcess;
+using testing::ShellQuote;
+using testing::TempDir;
+namespace pb = ::conveyor::v1;
+
+const std::string kCli = CONVEYOR_CLI;
+
+// One camera at 64x64, state and a 50-step action chunk; 4 episodes x 2 s at 50 Hz = 400
+// samples, 12 steps of 32.
+constexpr char kSmallConfig[] = R"(anchor: action
+streams:
+  cam0:
+    delta_timestamps: [0.0]
+    size: [64, 64]
+  observation.state:
+    delta_timestamps: [0.0]
+  action:
+    delta_timestamps: {start: 0.0, step: 0.02, count: 50}
+pipeline:
+  global_batch_size: 32
+  seed: 7
+  schedule: {mode: gop}
+)";
+
+// Low-dim only: a stream is cheap to open, for the connect/cancel cycles.
+constexpr char kLowdimConfig[] = R"(anchor: action
+streams:
+  observation.state:
+    delta_timestamps: [0.0]
+  action:
+    delta_timestamps: {start: 0.0, step: 0.02, count: 50}
+pipeline:
+  global_batch_size: 32
+)";
+
+constexpr uint64_t kSteps = 12;
+
+class ServerE2ETest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    ASSERT_SH(StrCatForShell({kCli, "synth", "--out", ds(), "--episodes", "4", "--episode-seconds",
+                              "2", "--quiet"}));
+    testing::WriteFile(small(), kSmallConfig);
+    testing::WriteFile(lowdim(), kLowdimConfig);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string StrCatForShell(std::vector<std::string> args) {
+    std::string s;
+    for (const std::string& a : args) s += (s.empty() ? "" : " ") + ShellQuote(a);
+    return s;
+  }
+  static std::string ds() { return dir_->Join("ds"); }
+  static std::string small() { return dir_->Join("small.yaml"); }
+  static std::string lowdim() { return dir_->Join("lowdim.yaml"); }
+  static std::string robot() { return std::string(CONVEYOR_SOURCE_DIR) + "/examples/pipeline.yaml"; }
+
+  // `conveyor batches --digest` lines.
+  static std::vector<std::string> Offline(const std::string& config, uint64_t steps,
+                                          const std::string& cursor = "0:0", int consumer = 0,
+                                          int consumers = 1) {
+    int code = 0;
+    const std::string out = Capture(
+        StrCatForShell({kCli, "batches", ds(), "--config", config, "--steps", std::to_string(steps),
+                        "--cursor", cursor, "--consumer", std::to_string(consumer), "--consumers",
+                        std::to_string(consumers), "--digest"}),
+        &code);
+    EXPECT_EQ(code, 0) << out;
+    return Lines(out);
+  }
+
+  static std::vector<std::string> Lines(const std::string& text) {
+    std::vector<std::string> lines;
+    size_t b = 0;
+    while (b < text.size()) {
+      size_t e = text.find('\n', b);
+      if (e == std::string::npos) e = text.size();
+      if (e > b) lines.push_back(text.substr(b, e - b));
+      b = e + 1;
+    }
+    return lines;
+  }
+
+  static std::string Line(const client::Batch& b) {
+    std::vector<tools::LineTensor> tensors;
+    for (const client::Tensor& t : b.tensors) {
+      tensors.push_back({t.name, client::DTypeName(t.dtype), t.shape, t.data, t.bytes});
+    }
+    std::vector<tools::LineSample> ids;
+    for (const client::SampleId& id : b.ids) ids.push_back({id.index, id.episode, id.step});
+    absl::StatusOr<std::string> line = tools::BatchLine(b.cursor.epoch, b.cursor.step, b.consumer,
+                                                        b.consumers, ids, tensors, true, false);
+    EXPECT_TRUE(line.ok()) << line.status();
+    return line.ok() ? *line : "";
+  }
+
+  static client::ClientOptions Options(std::vector<std::string> servers) {
+    client::ClientOptions o;
+    o.servers = std::move(servers);
+    o.job = "e2e";
+    o.config_name = "small";
+    o.reconnect_timeout_s = 30;
+    return o;
+  }
+
+  std::unique_ptr<ServerProcess> Serve(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {ds(), "--config", small(), "--config", robot(), "--config",
+                                     lowdim()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    if (std::find(extra.begin(), extra.end(), "--threads") == extra.end()) {
+      args.insert(args.end(), {"--threads", "1"});
+    }
+    auto s = std::make_unique<ServerProcess>(kCli, args, dir_->path());
+    EXPECT_TRUE(s->ok()) << s->log();
+    return s;
+  }
+
+  static TempDir* dir_;
+};
+
+TempDir* ServerE2ETest::dir_ = nullptr;
+
+TEST_F(ServerE2ETest, FetchDigestEqualsOfflineBatches) {
+  auto server = Serve();
+  ASSERT_TRUE(server->ok());
+  int code = 0;
+  // The robot spec (3 cameras, audio, instruction): the server's default config is the first one
+  // given, so name it.
+  const std::string robot_out =
+      Capture(StrCatForShell({kCli, "fetch", "--servers", server->address(), "--config-name",
+                              "pipeline", "--steps", "4", "--digest"}),
+              &code);
+  EXPECT_EQ(code, 0) << robot_out << server->log();
+  EXPECT_EQ(Lines(robot_out), Offline(robot(), 4));
+  // Consumer 1 of 2 from mid-epoch, with an inline config and messages of 64 KiB, so tensors are
+  // split across messages and joined by the client.
+  const std::string sliced = Capture(
+      StrCatForShell({kCli, "fetch", "--servers", server->address(), "--config", small(),
+                      "--consumer", "1", "--consumers", "2", "--cursor", "0:9", "--steps", "5",
+                      "--max-message-bytes", "65536", "--digest"}),
+      &code);
+  EXPECT_EQ(code, 0) << sliced << server->log();
+  const std::vector<std::string> want = Offline(small(), 5, "0:9", 1, 2);
+  EXPECT_EQ(Lines(sliced), want);
+  ASSERT_EQ(want.size(), 5u);
+  EXPECT_EQ(want[3].substr(0, 4), "1:0 ");  // crossed into epoch 1
+}
+
+TEST_F(ServerE2ETest, SigkilledServerFailsOverWithoutLossOrRepeat) {
+  auto a = Serve();
+  auto b = Serve();
+  ASSERT_TRUE(a->ok() && b->ok());
+  client::ClientOptions o = Options({a->address(), b->address()});  // consumer 0 starts on a
+  o.max_batches = kSteps;
+  o.prefetch_batches = 1;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> got;
+  std::set<uint64_t> ids;
+  uint64_t samples = 0;
+  std::set<std::string> servers;
+  for (;;) {
+    absl::StatusOr<client::Batch> batch = (*c)->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok()) << batch.status() << a->log() << b->log();
+    got.push_back(Line(*batch));
+    servers.insert(batch->server);
+    for (const client::SampleId& id : batch->ids) ids.insert(id.index);
+    samples += batch->ids.size();
+    if (got.size() == 3) {
+      ASSERT_EQ(batch->server, a->address());
+      EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
+    }
+  }
+  EXPECT_EQ(got, Offline(small(), kSteps));
+  EXPECT_EQ(samples, kSteps * 32);
+  EXPECT_EQ(ids.size(), kSteps * 32) << "a sample id was repeated";
+  EXPECT_GE((*c)->stats().reconnects, 1u);
+  EXPECT_TRUE(servers.count(b->address()));
+  EXPECT_EQ((*c)->cursor(), (client::Cursor{1, 0}));
+}
+
+TEST_F(ServerE2ETest, SigtermDrainsAndTheClientMovesOn) {
+  auto a = Serve({"--grace-seconds", "5"});
+  auto b = Serve();
+  ASSERT_TRUE(a->ok() && b->ok());
+  client::ClientOptions o = Options({a->address(), b->address()});
+  o.max_batches = kSteps;
+  o.prefetch_batches = 1;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> got;
+  for (;;) {
+    absl::StatusOr<client::Batch> batch = (*c)->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    got.push_back(Line(*batch));
+    if (got.size() == 2) {
+      EXPECT_EQ(a->Stop(SIGTERM, 20), 0) << a->log();
+    }
+  }
+  EXPECT_EQ(got, Offline(small(), kSteps));
+  EXPECT_NE(a->log().find("draining"), std::string::npos) << a->log();
+}
+
+TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
+  client::Cursor saved;
+  std::vector<std::string> got;
+  {
+    auto a = Serve();
+    ASSERT_TRUE(a->ok());
+    client::ClientOptions o = Options({a->address()});
+    auto c = client::Client::Create(o);
+    ASSERT_TRUE(c.ok());
+    for (int i = 0; i < 5; ++i) {
+      absl::StatusOr<client::Batch> batch = (*c)->Next();
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      got.push_back(Line(*batch));
+    }
+    saved = (*c)->cursor();  // what a trainer writes into its checkpoint
+    c->reset();
+    EXPECT_EQ(a->Stop(SIGTERM), 0) << a->log();
+  }
+  EXPECT_EQ(saved, (client::Cursor{0, 5}));
+  auto fresh = Serve();
+  ASSERT_TRUE(fresh->ok());
+  client::ClientOptions o = Options({fresh->address()});
+  o.start = saved;
+  o.max_batches = kSteps - 5 + 2;  // into the next epoch
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok());
+  for (;;) {
+    absl::StatusOr<client::Batch> batch = (*c)->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    got.push_back(Line(*batch));
+  }
+  EXPECT_EQ(got, Offline(small(), kSteps + 2));
+}
+
+int ActiveStreams(const std::string& address) {
+  client::ClientOptions o;
+  o.servers = {address};
+  absl::StatusOr<pb::InfoResponse> info = client::GetInfo(o);
+  return info.ok() ? static_cast<int>(info->active_streams()) : -1;
+}
+
+bool WaitIdle(const std::string& address) {
+  for (int i = 0; i < 500; ++i) {
+    if (ActiveStreams(address) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+TEST_F(ServerE2ETest, ThousandConnectCancelCyclesLeaveFdsAndThreadsAtBaseline) {
+  auto server = Serve({"--threads", "2"});
+  ASSERT_TRUE(server->ok());
+  auto cycle = [&](int i) {
+    client::ClientOptions o = Options({server->address()});
+    o.config_name = "lowdim";
+    o.start = client::Cursor{static_cast<uint64_t>(i % 3), static_cast<uint64_t>(i % kSteps)};
+    auto c = client::Client::Create(o);
+    ASSERT_TRUE(c.ok());
+    if (i % 2 == 0) {
+      absl::StatusOr<client::Batch> b = (*c)->Next();  // mid-stream cancel
+      ASSERT_TRUE(b.ok()) << b.status();
+    }
+  };  // the client's destructor cancels
+  for (int i = 0; i < 20; ++i) cycle(i);
+  ASSERT_TRUE(WaitIdle(server->address()));
+  const int fds = server->CountFds(), threads = server->CountThreads();
+  for (int i = 0; i < 1000; ++i) {
+    cycle(i);
+    if (HasFatalFailure()) return;
+  }
+  ASSERT_TRUE(WaitIdle(server->address())) << "streams still open after their clients left";
+  // Closed connections take the server a moment to notice; the sync server's thread manager may
+  // keep a poller or two more than at the baseline. A leak would show hundreds.
+  for (int i = 0; i < 250 && (server->CountFds() > fds || server->CountThreads() > threads); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_LE(server->CountThreads(), threads + 2) << "baseline " << threads;
+  EXPECT_LE(server->CountFds(), fds + 1) << "baseline " << fds;
+  EXPECT_EQ(server->Poll(), -2) << server->log();
+}
+
+TEST_F(ServerE2ETest, StalledConsumerCostsBoundedMemoryAndOthersFinish) {
+  constexpr long kBudget = 16l << 20;
+  auto server = Serve({"--queue-bytes", std::to_string(kBudget), "--threads", "2"});
+  ASSERT_TRUE(server->ok());
+  // Warm up allocator arenas and the frame path once.
+  int code = 0;
+  Capture(StrCatForShell({kCli, "fetch", "--servers", server->address(), "--config-name", "small",
+                          "--steps", "3"}),
+          &code);
+  ASSERT_EQ(code, 0);
+  const long base = server->RssBytes();
+  // A consumer that takes one batch and then stops reading for 8 s, on an unbounded stream.
+  client::ClientOptions o = Options({server->address()});
+  o.prefetch_batches = 1;
+  auto stalled = client::Client::Create(o);
+  ASSERT_TRUE(stalled.ok());
+  ASSERT_TRUE((*stalled)->Next().ok());
+  long peak = 0, at2 = 0;
+  std::string others;
+  std::thread other([&] {
+    int rc = 0;
+    others = Capture(StrCatForShell({kCli, "fetch", "--servers", server->address(), "--config-name",
+                                     "small", "--steps", std::to_string(kSteps), "--digest"}),
+                     &rc);
+    if (rc != 0) others = "exit " + std::to_string(rc) + ": " + others;
+  });
+  for (int i = 0; i < 40; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    const long rss = server->RssBytes();
+    peak = std::max(peak, rss);
+    if (i == 12) at2 = rss;
+  }
+  const long at6 = server->RssBytes();
+  other.join();
+  EXPECT_EQ(Lines(others), Offline(small(), kSteps)) << others;
+  // The stalled stream holds its pipeline budget, one batch in Write() and gRPC's window; an
+  // unbounded pipeline would run ahead by thousands of samples (hundreds of MB) in these 6 s.
+  EXPECT_LT(peak - base, kBudget + (32l << 20)) << "base " << base << " peak " << peak;
+  EXPECT_LT(at6 - at2, 8l << 20) << "memory still growing while the consumer is stalled";
+  ASSERT_TRUE((*stalled)->Next().ok());  // and it resumes where it stopped
+}
+
+// A raw stub, to send what the client library would refuse to.
+grpc::Status RawStream(const std::string& address, const pb::StreamBatchesRequest& req) {
+  auto stub = pb::Conveyor::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub->StreamBatches(&ctx, req);
+  pb::StreamBatchesResponse msg;
+  int n = 0;
+  while (n < 3 && reader->Read(&msg)) ++n;
+  if (n == 3) ctx.TryCancel();
+  return reader->Finish();
+}
+
+TEST_F(ServerE2ETest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
+  auto server = Serve({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(server->ok());
+  auto stream_error = [&](client::ClientOptions o) -> absl::Status {
+    o.servers = {server->address()};
+    o.reconnect_timeout_s = 5;
+    auto c = client::Client::Create(o);
+    if (!c.ok()) return c.status();
+    return (*c)->Next().status();
+  };
+  struct Case {
+    std::string what;
+    std::function<void(client::ClientOptions*)> edit;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"unknown dataset", [](auto* o) { o->dataset = "no-such-dataset"; }, absl::StatusCode::kNotFound,
+       "unknown dataset 'no-such-dataset'"},
+      {"unknown config", [](auto* o) { o->config_name = "nope"; }, absl::StatusCode::kNotFound,
+       "unknown config 'nope': this server has small, pipeline, lowdim"},
+      {"unknown stream",
+       [](auto* o) {
+         o->config_name.clear();
+         o->config_yaml = "anchor: action\nstreams:\n  cam9: {}\n";
+       },
+       absl::StatusCode::kInvalidArgument, "cam9"},
+      {"malformed config",
+       [](auto* o) {
+         o->config_name.clear();
+         o->config_yaml = "streams: [unclosed\n";
+       },
+       absl::StatusCode::kInvalidArgument, "request config:"},
+      {"oversized config",
+       [](auto* o) {
+         o->config_name.clear();
+         o->config_yaml = "# " + std::string(2 << 20, 'x') + "\n";
+       },
+       absl::StatusCode::kInvalidArgument, "accepts at most"},
+      {"cursor past the end", [](auto* o) { o->start = client::Cursor{0, 99}; },
+       absl::StatusCode::kOutOfRange, "past the end of the epoch: an epoch has 12 steps"},
+      {"batch not divisible", [](auto* o) { o->consumers = 3; }, absl::StatusCode::kInvalidArgument,
+       "not a multiple of the 3 consumers"},
+  };
+  for (const Case& c : cases) {
+    client::ClientOptions o = Options({});
+    c.edit(&o);
+    const absl::Status s = stream_error(o);
+    EXPECT_EQ(s.code(), c.code) << c.what << ": " << s;
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << c.what << ": " << s;
+  }
+  pb::StreamBatchesRequest req;
+  req.set_protocol_version(1);
+  req.set_consumer(2);
+  req.set_consumers(2);
+  grpc::Status st = RawStream(server->address(), req);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("consumer index 2 is out of range"), std::string::npos);
+  req.set_consumer(0);
+  req.set_protocol_version(0);
+  st = RawStream(server->address(), req);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_NE(st.error_message().find("protocol"), std::string::npos) << st.error_message();
+  req.set_protocol_version(99);
+  st = RawStream(server->address(), req);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+
+  // Everyone else is still served, and the refusals are counted.
+  client::ClientOptions o = Options({server->address()});
+  o.max_batches = 2;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->Next().ok());
+  int code = 0;
+  const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);
+  ASSERT_EQ(code, 0);
+  EXPECT_NE(metrics.find("conveyor_requests_rejected_total{code=\"NOT_FOUND\"} 2"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("conveyor_requests_rejected_total{code=\"FAILED_PRECONDITION\"} 2"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("conveyor_build_info{"), std::string::npos);
+  EXPECT_EQ(server->Poll(), -2);
+}
+
+TEST_F(ServerE2ETest, BearerTokenIsCheckedOnEveryCall) {
+  const std::string token = dir_->Join("token");
+  testing::WriteFile(token, "0123456789abcdef0123456789abcdef\n");
+  auto server = Serve({"--auth-token-file", token});
+  ASSERT_TRUE(server->ok());
+  client::ClientOptions o = Options({server->address()});
+  o.max_batches = 1;
+  for (const std::string& t : {std::string(), std::string("wrong-token-wrong-token")}) {
+    o.auth_token = t;
+    auto c = client::Client::Create(o);
+    ASSERT_TRUE(c.ok());
+    const absl::Status s = (*c)->Next().status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+    EXPECT_EQ(client::GetInfo(o).status().code(), absl::StatusCode::kUnauthenticated);
+  }
+  o.auth_token = "0123456789abcdef0123456789abcdef";
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE((*c)->Next().ok());
+  EXPECT_TRUE(client::GetInfo(o).ok());
+
+  // Beyond loopback: refused without protection, accepted with the token.
+  ServerProcess open(kCli, {ds(), "--config", small(), "--listen", "0.0.0.0:0"}, dir_->path(), 30);
+  EXPECT_FALSE(open.ok());
+  EXPECT_EQ(open.Stop(SIGKILL), 1);
+  EXPECT_NE(open.log().find("refusing to listen on 0.0.0.0:0 without protection"), std::string::npos)
+      << open.log();
+  ServerProcess guarded(kCli, {ds(), "--config", small(), "--listen", "0.0.0.0:0",
+                               "--auth-token-file", token}, dir_->path(), 30);
+  EXPECT_TRUE(guarded.ok()) << guarded.log();
+}
+
+TEST_F(ServerE2ETest, TlsWithAndWithoutClientCertificates) {
+  const std::string d = dir_->path() + "/pki";
+  ASSERT_SH("mkdir -p " + d + " && cd " + d + R"( &&
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 -subj /CN=test-ca 2>/dev/null &&
+    openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost 2>/dev/null &&
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > san.ext &&
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile san.ext 2>/dev/null &&
+    openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr -subj /CN=trainer 2>/dev/null &&
+    openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 2>/dev/null)");
+  auto read = [&](const std::string& f) { return testing::ReadFile(d + "/" + f); };
+  auto next_status = [](client::ClientOptions o) {
+    o.max_batches = 1;
+    o.reconnect_timeout_s = 2;
+    auto c = client::Client::Create(o);
+    return c.ok() ? (*c)->Next().status() : c.status();
+  };
+  {
+    auto server = Serve({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key"});
+    ASSERT_TRUE(server->ok());
+    client::ClientOptions o = Options({server->address()});
+    EXPECT_FALSE(next_status(o).ok()) << "plaintext client against a TLS server";
+    o.tls = true;
+    o.tls_ca_pem = read("ca.pem");
+    EXPECT_TRUE(next_status(o).ok()) << next_status(o);
+  }
+  {
+    auto server = Serve({"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key",
+                         "--tls-client-ca", d + "/ca.pem"});
+    ASSERT_TRUE(server->ok());
+    client::ClientOptions o = Options({server->address()});
+    o.tls = true;
+    o.tls_ca_pem = read("ca.pem");
+    EXPECT_FALSE(next_status(o).ok()) << "no client certificate";
+    o.tls_cert_pem = read("client.pem");
+    o.tls_key_pem = read("client.key");
+    EXPECT_TRUE(next_status(o).ok()) << next_status(o);
+  }
+}
+
+}  // namespace
+}  // namespace conveyor
