@@ -49,8 +49,9 @@ echo "\$ $decode_bench --json=$out_dir/decode_bench.json ${DECODE_BENCH_FLAGS:-}
 echo "run_all: wrote $out_dir/decode_bench.json"
 
 # The pipeline end to end (1 and 2 workers, naive vs GOP-scheduled), amplification, shuffle
-# quality and memory; then packing fill ratios and the GPU upload (memcpy without a GPU).
-for b in pipeline_bench packing_bench upload_bench; do
+# quality and memory; then packing fill ratios, the GPU upload (memcpy without a GPU), and the
+# wire (conveyor.v1 over loopback beside iperf3; served vs offline samples/s).
+for b in pipeline_bench packing_bench upload_bench stream_bench; do
   echo
   echo "== $b"
   echo "\$ $build_dir/bench/$b --json=$out_dir/$b.json"

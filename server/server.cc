@@ -24,6 +24,7 @@
 #include "base/strings.h"
 #include "conveyor/v1/service.grpc.pb.h"
 #include "readers/dataset.h"
+#include "server/batch_encoder.h"
 #include "server/metrics.h"
 #include "shuffle/pipeline.h"
 
@@ -83,16 +84,6 @@ std::string Sha256Hex(std::string_view data) {
     s.push_back(kHex[md[i] & 15]);
   }
   return s;
-}
-
-pb::DType ToProto(DType t) {
-  switch (t) {
-    case DType::kUint8: return pb::UINT8;
-    case DType::kBool: return pb::BOOL;
-    case DType::kFloat32: return pb::FLOAT32;
-    case DType::kInt32: return pb::INT32;
-  }
-  return pb::DTYPE_UNSPECIFIED;
 }
 
 std::string KindName(format::v1::StreamKind k) {
@@ -448,82 +439,18 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     metrics->queue_bytes.Increment(static_cast<double>(b.queue_bytes) - static_cast<double>(a.queue_bytes));
   }
 
-  // Header, then the payload in messages of at most `max_message` bytes, cut at tensor
-  // boundaries where a tensor fits. One write outstanding: Write() returns when gRPC took it.
+  // One write outstanding: Write() returns when gRPC took the message (flow control).
   bool SendBatch(Writer* writer, const Batch& b, uint64_t steps, uint64_t max_message,
                  const std::string& job) {
     const bool packed = b.Find("segment_ids") != nullptr;
-    std::vector<const TensorView*> order;
-    for (const TensorView& t : b.tensors) order.push_back(&t);
-    std::sort(order.begin(), order.end(),
-              [](const TensorView* x, const TensorView* y) { return x->offset < y->offset; });
-    const uint64_t base = order.empty() ? 0 : order.front()->offset;
-    uint64_t payload = 0;
-    for (const TensorView* t : order) payload = std::max<uint64_t>(payload, t->offset + t->bytes - base);
-
-    pb::StreamBatchesResponse msg;
-    pb::BatchHeader* h = msg.mutable_header();
-    h->mutable_cursor()->set_epoch(b.cursor.epoch);
-    h->mutable_cursor()->set_step(b.cursor.step);
     Cursor next{b.cursor.epoch, b.cursor.step + 1};
     if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
-    h->mutable_next()->set_epoch(next.epoch);
-    h->mutable_next()->set_step(next.step);
-    h->set_consumer(b.consumer);
-    h->set_consumers(b.consumers);
-    for (const SampleId& id : b.ids) {
-      pb::SampleId* p = h->add_ids();
-      p->set_index(id.index);
-      p->set_episode(id.episode);
-      p->set_step(id.step);
-    }
+    const bool sent = EncodeBatch(
+        b, next, max_message, [&](std::string_view name) { return Role(std::string(name), packed); },
+        [&](const pb::StreamBatchesResponse& m) { return writer->Write(m); });
+    if (!sent) return false;
     std::map<std::string, uint64_t> modality_bytes;
-    for (const TensorView& t : b.tensors) {
-      pb::TensorHeader* p = h->add_tensors();
-      p->set_name(t.name);
-      p->set_dtype(ToProto(t.dtype));
-      for (int64_t d : t.shape) p->add_shape(d);
-      p->set_offset(t.offset - base);
-      p->set_bytes(t.bytes);
-      p->set_role(Role(t.name, packed));
-      modality_bytes[Modality(t.name)] += t.bytes;
-    }
-    h->set_payload_bytes(payload);
-    if (packed) {
-      const TensorView* seg = b.Find("segment_ids");
-      pb::PackingInfo* pk = h->mutable_packing();
-      pk->set_sequences(seg->shape.size() > 0 ? static_cast<uint32_t>(seg->shape[0]) : 0);
-      pk->set_max_tokens(seg->shape.size() > 1 ? static_cast<uint32_t>(seg->shape[1]) : 0);
-      const int32_t* v = reinterpret_cast<const int32_t*>(b.data(*seg));
-      const size_t n = seg->bytes / 4;
-      size_t used = 0;
-      for (size_t i = 0; i < n; ++i) used += v[i] != 0;
-      pk->set_fill_ratio(n ? static_cast<double>(used) / n : 0);
-    }
-    // Cut points: a message ends before a tensor that would not fit, or inside a tensor larger
-    // than a message.
-    const uint8_t* data = b.buffer ? b.buffer->data() + base : nullptr;
-    uint64_t begin = 0;
-    size_t k = 0;
-    while (begin < payload || (payload == 0 && k == 0)) {
-      uint64_t end = std::min(payload, begin + max_message);
-      // Prefer ending at the start of the first tensor that crosses `end`.
-      for (const TensorView* t : order) {
-        const uint64_t ts = t->offset - base, te = ts + t->bytes;
-        if (ts > begin && ts < end && te > end) {
-          end = ts;
-          break;
-        }
-      }
-      msg.set_offset(begin);
-      msg.set_data(data + begin, end - begin);
-      msg.set_last(end >= payload);
-      if (!writer->Write(msg)) return false;
-      msg.Clear();
-      begin = end;
-      ++k;
-      if (payload == 0) break;
-    }
+    for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
     metrics->Batch(job, b.ids.size());
     for (const auto& [modality, bytes] : modality_bytes) {
       metrics->Bytes(modality, bytes);

@@ -34,7 +34,7 @@ struct ServerOptions {
   std::string tls_client_ca_file;         // require and verify client certificates
   int threads = 2;                        // decode workers per stream
   uint64_t queue_bytes = 256ull << 20;    // per stream
-  uint64_t max_message_bytes = 32ull << 20;
+  uint64_t max_message_bytes = 4ull << 20;
   int max_streams = 64;
   uint64_t max_config_bytes = 1ull << 20;  // inline configs larger than this are refused
   std::string version = "dev";

@@ -102,7 +102,7 @@ struct ServeOptions {
   std::string tls_cert, tls_key, tls_client_ca;
   int threads = 2;
   uint64_t queue_bytes = 256ull << 20;
-  uint64_t max_message_bytes = 32ull << 20;
+  uint64_t max_message_bytes = 4ull << 20;
   int max_streams = 64;
   std::string ready_file;      // written with "ADDRESS [METRICS_ADDRESS]" once serving
   double grace_seconds = 10;

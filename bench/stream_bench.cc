@@ -1,0 +1,352 @@
+// stream_bench: what the wire costs.
+//
+//  1. Transport: GB/s and batches/s of conveyor.v1 over loopback (the server's batch encoder, a
+//     gRPC server, the C++ client with its prefetch and reassembly) for a batch of the default
+//     robot spec (taken once from the pipeline, then resent) and for one large synthetic tensor,
+//     beside iperf3 over loopback in the same run. Goal: at least 0.7 of iperf3.
+//  2. End to end: samples/s from a `conveyor serve` process (1 and 2 worker threads) to a client,
+//     beside the same pipeline run offline in-process with the same threads.
+//
+// Usage: stream_bench [--quick] [--work_dir=DIR] [--json=FILE]
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "bench/machine_info.h"
+#include "client/client.h"
+#include "conveyor/v1/service.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "readers/dataset.h"
+#include "server/batch_encoder.h"
+#include "shuffle/pipeline.h"
+
+namespace conveyor {
+namespace {
+
+namespace pb = ::conveyor::v1;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+int Sh(const std::string& cmd) { return std::system(cmd.c_str()); }
+
+std::string Run(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+
+// A port the kernel says is free now (bound to port 0, then released).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// iperf3 over loopback: one TCP stream for `seconds`, as GB/s received.
+double Iperf3(double seconds) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int port = FreePort();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      freopen("/dev/null", "w", stdout);
+      freopen("/dev/null", "w", stderr);
+      execlp("iperf3", "iperf3", "-s", "-1", "-p", std::to_string(port).c_str(), nullptr);
+      _exit(127);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const std::string out = Run("iperf3 -c 127.0.0.1 -p " + std::to_string(port) + " -t " +
+                                std::to_string(static_cast<int>(seconds)) + " -J 2>/dev/null");
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+    try {
+      const json j = json::parse(out);
+      return j["end"]["sum_received"]["bits_per_second"].get<double>() / 8 / 1e9;
+    } catch (...) {
+      continue;
+    }
+  }
+  return 0;
+}
+
+// Streams the same batch forever (cursor advancing), through the server's encoder.
+class RepeatService final : public pb::Conveyor::Service {
+ public:
+  RepeatService(const Batch* batch, uint64_t max_message) : batch_(batch), max_message_(max_message) {}
+  grpc::Status StreamBatches(grpc::ServerContext*, const pb::StreamBatchesRequest* req,
+                             grpc::ServerWriter<pb::StreamBatchesResponse>* w) override {
+    pb::StreamBatchesResponse start;
+    start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
+    start.mutable_start()->set_steps_per_epoch(1u << 30);
+    if (!w->Write(start)) return grpc::Status::CANCELLED;
+    Batch b = *batch_;
+    for (uint64_t i = 0; i < req->max_batches(); ++i) {
+      b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
+      const bool ok = EncodeBatch(
+          b, Cursor{b.cursor.epoch, b.cursor.step + 1}, max_message_,
+          [](std::string_view) { return pb::DATA; },
+          [&](const pb::StreamBatchesResponse& m) { return w->Write(m); });
+      if (!ok) return grpc::Status::CANCELLED;
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const Batch* batch_;
+  uint64_t max_message_;
+};
+
+struct Transport {
+  double gb_per_s = 0, batches_per_s = 0, joined_mb_per_batch = 0;
+};
+
+Transport StreamRepeated(const Batch& batch, uint64_t max_message, double seconds) {
+  RepeatService service(&batch, max_message);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxSendMessageSize(-1);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  // Calibrate: how many batches fit in `seconds`, from a short first run.
+  auto measure = [&](uint64_t n) {
+    client::ClientOptions o;
+    o.servers = {"127.0.0.1:" + std::to_string(port)};
+    o.max_batches = n;
+    auto c = client::Client::Create(o);
+    if (!c.ok()) {
+      std::cerr << c.status() << "\n";
+      std::exit(1);
+    }
+    const auto t0 = Clock::now();
+    uint64_t bytes = 0, got = 0;
+    for (;;) {
+      auto b = (*c)->Next();
+      if (!b.ok()) break;
+      bytes += b->bytes();
+      ++got;
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    Transport t;
+    t.gb_per_s = bytes / 1e9 / s;
+    t.batches_per_s = got / s;
+    t.joined_mb_per_batch = got ? (*c)->stats().joined_bytes / 1e6 / got : 0;
+    return t;
+  };
+  const Transport warm = measure(4);
+  const uint64_t n = std::max<uint64_t>(8, static_cast<uint64_t>(warm.batches_per_s * seconds));
+  Transport best;
+  for (int rep = 0; rep < 3; ++rep) {
+    const Transport t = measure(n);
+    if (t.gb_per_s > best.gb_per_s) best = t;
+  }
+  server->Shutdown();
+  return best;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A `conveyor serve` process with `threads` workers; samples/s a client receives over `steps`.
+double ServedSamplesPerSecond(const std::string& cli, const std::string& ds, const std::string& config,
+                              const std::string& work, int threads, int steps) {
+  const std::string ready = work + "/ready-" + std::to_string(threads);
+  std::filesystem::remove(ready);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen((work + "/serve.log").c_str(), "w", stderr);
+    execl(cli.c_str(), cli.c_str(), "serve", ds.c_str(), "--config", config.c_str(), "--listen",
+          "127.0.0.1:0", "--threads", std::to_string(threads).c_str(), "--ready-file", ready.c_str(),
+          "--queue-bytes", "1073741824", nullptr);
+    _exit(127);
+  }
+  std::string address;
+  for (int i = 0; i < 600 && address.empty(); ++i) {
+    std::istringstream(ReadAll(ready)) >> address;
+    if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  double rate = 0;
+  if (!address.empty()) {
+    client::ClientOptions o;
+    o.servers = {address};
+    o.max_batches = static_cast<uint64_t>(steps);
+    auto c = client::Client::Create(o);
+    const auto t0 = Clock::now();
+    uint64_t samples = 0;
+    for (;;) {
+      auto b = (*c)->Next();
+      if (!b.ok()) {
+        if (!absl::IsOutOfRange(b.status())) std::cerr << b.status() << "\n";
+        break;
+      }
+      samples += b->ids.size();
+    }
+    rate = samples / std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  kill(pid, SIGTERM);
+  waitpid(pid, nullptr, 0);
+  return rate;
+}
+
+double OfflineSamplesPerSecond(const Dataset& ds, const SampleSpec& spec, PipelineOptions o,
+                               int threads, int steps) {
+  o.threads = threads;
+  auto p = Pipeline::Create(ds, spec, o, Cursor{});
+  if (!p.ok()) {
+    std::cerr << p.status() << "\n";
+    std::exit(1);
+  }
+  const auto t0 = Clock::now();
+  uint64_t samples = 0;
+  for (int i = 0; i < steps; ++i) {
+    auto b = (*p)->Next();
+    if (!b.ok()) break;
+    samples += b->ids.size();
+  }
+  return samples / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+}  // namespace conveyor
+
+int main(int argc, char** argv) {
+  using namespace conveyor;
+  bool quick = false;
+  std::string work, json_path = "bench/out/stream_bench.json";
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") quick = true;
+    else if (a.rfind("--work_dir=", 0) == 0) work = a.substr(11);
+    else if (a.rfind("--json=", 0) == 0) json_path = a.substr(7);
+    else {
+      std::cerr << "usage: stream_bench [--quick] [--work_dir=DIR] [--json=FILE]\n";
+      return 2;
+    }
+  }
+  if (work.empty()) work = (std::filesystem::temp_directory_path() / "conveyor-stream-bench").string();
+  std::filesystem::create_directories(work);
+  const std::string cli = CONVEYOR_CLI;
+  const std::string ds_dir = work + (quick ? "/ds-quick" : "/ds");
+  if (!std::filesystem::exists(ds_dir + "/manifest.json")) {
+    std::cerr << "stream_bench: making the dataset with conveyor synth\n";
+    const std::string args = quick ? " --episodes 2 --episode-seconds 3" : " --episodes 6 --episode-seconds 20";
+    if (Sh(cli + " synth --quiet --out '" + ds_dir + "'" + args) != 0) return 1;
+  }
+  const std::string config = std::string(CONVEYOR_BENCH_SOURCE_DIR) + "/examples/pipeline.yaml";
+  auto ds = Dataset::Open(ds_dir);
+  if (!ds.ok()) {
+    std::cerr << ds.status() << "\n";
+    return 1;
+  }
+  const std::string text = ReadAll(config);
+  auto spec = SampleSpec::FromYaml(text, (*ds)->manifest(), config);
+  PipelineOptions base;
+  if (!spec.ok() || !base.MergeYaml(text, *spec, (*ds)->manifest(), config).ok()) {
+    std::cerr << "config: " << spec.status() << "\n";
+    return 1;
+  }
+  const double seconds = quick ? 0.5 : 3;
+  json out = {{"machine", {{"nproc", std::thread::hardware_concurrency()},
+                           {"cpu", bench::CpuModel()}, {"load_before", bench::LoadAverage()}}},
+              {"dataset", ds_dir}};
+
+  // 1. Transport.
+  std::fprintf(stderr, "stream_bench: iperf3 over loopback...\n");
+  const double iperf = Iperf3(quick ? 1 : 5);
+  Batch robot;
+  {
+    auto p = Pipeline::Create(**ds, *spec, base, Cursor{});
+    auto b = (*p)->Next();
+    if (!b.ok()) {
+      std::cerr << b.status() << "\n";
+      return 1;
+    }
+    robot = std::move(*b);
+  }
+  Batch large;
+  {
+    const size_t bytes = quick ? (32u << 20) : (256u << 20);
+    large.buffer = HostBuffer::Allocate(bytes, false);
+    std::memset(large.buffer->data(), 7, bytes);
+    large.tensors.push_back(TensorView{"blob", DType::kUint8, {static_cast<int64_t>(bytes)}, 0, bytes});
+  }
+  std::printf("stream_bench: conveyor.v1 over loopback (server encoder -> gRPC -> C++ client), best of 3\n");
+  std::printf("iperf3 loopback (1 TCP stream): %.2f GB/s\n\n", iperf);
+  std::printf("%-34s %10s %12s %10s %12s %12s\n", "workload", "MB/batch", "message MB", "GB/s",
+              "batches/s", "of iperf3");
+  json transport = json::array();
+  struct W {
+    const char* name;
+    const Batch* batch;
+    uint64_t max_message;
+  };
+  for (const W& w : {W{"robot spec batch (32 samples)", &robot, 1ull << 20},
+                     W{"robot spec batch (32 samples)", &robot, 4ull << 20},
+                     W{"robot spec batch (32 samples)", &robot, 16ull << 20},
+                     W{"robot spec batch (32 samples)", &robot, 32ull << 20},
+                     W{"one large tensor", &large, 4ull << 20},
+                     W{"one large tensor", &large, 32ull << 20}}) {
+    const Transport t = StreamRepeated(*w.batch, w.max_message, seconds);
+    std::printf("%-34s %10.1f %12.0f %10.2f %12.1f %12.2f\n", w.name, w.batch->bytes() / 1e6,
+                w.max_message / 1048576.0, t.gb_per_s, t.batches_per_s, iperf > 0 ? t.gb_per_s / iperf : 0);
+    std::fflush(stdout);
+    transport.push_back({{"workload", w.name}, {"batch_bytes", w.batch->bytes()},
+                         {"max_message_bytes", w.max_message}, {"gb_per_s", t.gb_per_s},
+                         {"batches_per_s", t.batches_per_s}, {"joined_mb_per_batch", t.joined_mb_per_batch},
+                         {"iperf3_gb_per_s", iperf}, {"ratio_to_iperf3", iperf > 0 ? t.gb_per_s / iperf : 0}});
+  }
+  out["iperf3_gb_per_s"] = iperf;
+  out["transport"] = transport;
+
+  // 2. End to end.
+  const int steps = quick ? 3 : 40;
+  std::printf("\nend to end, default robot spec (examples/pipeline.yaml), %d batches of %llu\n", steps,
+              static_cast<unsigned long long>(base.global_batch_size));
+  std::printf("%-8s %18s %18s %8s\n", "threads", "served samples/s", "offline samples/s", "ratio");
+  json e2e = json::array();
+  for (int threads : {1, 2}) {
+    const double offline = OfflineSamplesPerSecond(**ds, *spec, base, threads, steps);
+    const double served = ServedSamplesPerSecond(cli, ds_dir, config, work, threads, steps);
+    std::printf("%-8d %18.1f %18.1f %8.2f\n", threads, served, offline, offline > 0 ? served / offline : 0);
+    std::fflush(stdout);
+    e2e.push_back({{"threads", threads}, {"served_samples_per_s", served},
+                   {"offline_samples_per_s", offline}, {"ratio", offline > 0 ? served / offline : 0}});
+  }
+  out["end_to_end"] = e2e;
+  std::filesystem::create_directories(std::filesystem::path(json_path).parent_path().empty()
+                                          ? "."
+                                          : std::filesystem::path(json_path).parent_path());
+  std::ofstream(json_path) << out.dump(2) << "\n";
+  std::printf("\nwrote %s\n", json_path.c_str());
+  return 0;
+}

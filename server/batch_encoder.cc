@@ -1,0 +1,92 @@
+#include "server/batch_encoder.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace conveyor {
+namespace {
+
+namespace pb = ::conveyor::v1;
+
+pb::DType ToProto(DType t) {
+  switch (t) {
+    case DType::kUint8: return pb::UINT8;
+    case DType::kBool: return pb::BOOL;
+    case DType::kFloat32: return pb::FLOAT32;
+    case DType::kInt32: return pb::INT32;
+  }
+  return pb::DTYPE_UNSPECIFIED;
+}
+
+}  // namespace
+
+bool EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
+                 const std::function<pb::TensorRole(std::string_view)>& role,
+                 const std::function<bool(const pb::StreamBatchesResponse&)>& write) {
+  std::vector<const TensorView*> order;
+  for (const TensorView& t : b.tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(),
+            [](const TensorView* x, const TensorView* y) { return x->offset < y->offset; });
+  const uint64_t base = order.empty() ? 0 : order.front()->offset;
+  uint64_t payload = 0;
+  for (const TensorView* t : order) payload = std::max<uint64_t>(payload, t->offset + t->bytes - base);
+
+  pb::StreamBatchesResponse msg;
+  pb::BatchHeader* h = msg.mutable_header();
+  h->mutable_cursor()->set_epoch(b.cursor.epoch);
+  h->mutable_cursor()->set_step(b.cursor.step);
+  h->mutable_next()->set_epoch(next.epoch);
+  h->mutable_next()->set_step(next.step);
+  h->set_consumer(b.consumer);
+  h->set_consumers(b.consumers);
+  for (const SampleId& id : b.ids) {
+    pb::SampleId* p = h->add_ids();
+    p->set_index(id.index);
+    p->set_episode(id.episode);
+    p->set_step(id.step);
+  }
+  bool packed = false;
+  for (const TensorView& t : b.tensors) {
+    pb::TensorHeader* p = h->add_tensors();
+    p->set_name(t.name);
+    p->set_dtype(ToProto(t.dtype));
+    for (int64_t d : t.shape) p->add_shape(d);
+    p->set_offset(t.offset - base);
+    p->set_bytes(t.bytes);
+    p->set_role(role(t.name));
+    packed = packed || p->role() == pb::SEGMENT_IDS;
+  }
+  h->set_payload_bytes(payload);
+  if (const TensorView* seg = packed ? b.Find("segment_ids") : nullptr) {
+    pb::PackingInfo* pk = h->mutable_packing();
+    pk->set_sequences(seg->shape.size() > 0 ? static_cast<uint32_t>(seg->shape[0]) : 0);
+    pk->set_max_tokens(seg->shape.size() > 1 ? static_cast<uint32_t>(seg->shape[1]) : 0);
+    const int32_t* v = reinterpret_cast<const int32_t*>(b.data(*seg));
+    const size_t n = seg->bytes / 4;
+    size_t used = 0;
+    for (size_t i = 0; i < n; ++i) used += v[i] != 0;
+    pk->set_fill_ratio(n ? static_cast<double>(used) / n : 0);
+  }
+  const uint8_t* data = b.buffer ? b.buffer->data() + base : nullptr;
+  uint64_t begin = 0;
+  do {
+    uint64_t end = std::min(payload, begin + max_message);
+    // End before the first tensor that starts inside this message and would cross its end.
+    for (const TensorView* t : order) {
+      const uint64_t ts = t->offset - base, te = ts + t->bytes;
+      if (ts > begin && ts < end && te > end) {
+        end = ts;
+        break;
+      }
+    }
+    msg.set_offset(begin);
+    msg.set_data(data + begin, end - begin);
+    msg.set_last(end >= payload);
+    if (!write(msg)) return false;
+    msg.Clear();
+    begin = end;
+  } while (begin < payload);
+  return true;
+}
+
+}  // namespace conveyor
