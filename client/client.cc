@@ -87,6 +87,16 @@ std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& o, const std::st
   return grpc::CreateCustomChannel(target, Credentials(o), args);
 }
 
+// A local server (loopback first in the list) is preferred; otherwise consumers are spread over
+// the list (consumer i starts at server i mod n), so that ranks sharing one list share the load.
+size_t FirstServer(const ClientOptions& o) {
+  const std::string& s = o.servers.front();
+  const bool local = s.rfind("127.", 0) == 0 || s.rfind("localhost:", 0) == 0 ||
+                     s.rfind("[::1]:", 0) == 0 || s.rfind("unix:", 0) == 0 ||
+                     s.rfind("ipv4:127.", 0) == 0;
+  return local ? 0 : o.consumer % o.servers.size();
+}
+
 void AddMetadata(const ClientOptions& o, grpc::ClientContext* ctx) {
   ctx->AddMetadata("conveyor-protocol", std::to_string(ProtocolVersion()));
   if (!o.auth_token.empty()) ctx->AddMetadata("authorization", "Bearer " + o.auth_token);
@@ -212,7 +222,7 @@ struct Client::Impl {
     Cursor expected = o.start;     // next batch to receive
     uint64_t received = 0;
     std::optional<pb::StreamStart> first;
-    size_t server = o.consumer % o.servers.size();  // spread consumers over the servers
+    size_t server = FirstServer(o);
     auto last_progress = Clock::now();
     std::map<std::string, std::string> last_error;  // per server, for the final message
     int failures_in_row = 0;

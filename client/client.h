@@ -11,6 +11,8 @@
 //    server had to split across messages is joined once). They stay valid while the Batch lives.
 //  - cursor() is the cursor right after the last batch Next() returned: save it with the model
 //    checkpoint and pass it as options.start to resume with exactly the next batch.
+//  - Which server first: the first address when it is a loopback one (a server on this node),
+//    else servers[consumer % n], so ranks given the same list spread over it.
 //  - Failover: when the server fails or becomes unreachable, the client reconnects to the next
 //    address in `servers` and asks for the cursor after the last batch it *received*; batches
 //    already queued are kept. The trainer sees no lost and no repeated batch. Every server must
