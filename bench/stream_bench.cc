@@ -123,7 +123,7 @@ class RepeatService final : public pb::Conveyor::Service {
 };
 
 struct Transport {
-  double gb_per_s = 0, batches_per_s = 0, joined_mb_per_batch = 0;
+  double gb_per_s = 0, batches_per_s = 0;
 };
 
 Transport StreamRepeated(const Batch& batch, uint64_t max_message, double seconds) {
@@ -156,7 +156,6 @@ Transport StreamRepeated(const Batch& batch, uint64_t max_message, double second
     Transport t;
     t.gb_per_s = bytes / 1e9 / s;
     t.batches_per_s = got / s;
-    t.joined_mb_per_batch = got ? (*c)->stats().joined_bytes / 1e6 / got : 0;
     return t;
   };
   const Transport warm = measure(4);
@@ -322,7 +321,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     transport.push_back({{"workload", w.name}, {"batch_bytes", w.batch->bytes()},
                          {"max_message_bytes", w.max_message}, {"gb_per_s", t.gb_per_s},
-                         {"batches_per_s", t.batches_per_s}, {"joined_mb_per_batch", t.joined_mb_per_batch},
+                         {"batches_per_s", t.batches_per_s},
                          {"iperf3_gb_per_s", iperf}, {"ratio_to_iperf3", iperf > 0 ? t.gb_per_s / iperf : 0}});
   }
   out["iperf3_gb_per_s"] = iperf;

@@ -1,11 +1,13 @@
 #include "client/client.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -102,47 +104,164 @@ void AddMetadata(const ClientOptions& o, grpc::ClientContext* ctx) {
   if (!o.auth_token.empty()) ctx->AddMetadata("authorization", "Bearer " + o.auth_token);
 }
 
-// Buffers for joined tensors, kept for reuse: a fresh block of hundreds of MB per batch costs a
-// page fault per 4 KiB, which halved the throughput of large tensors.
+// One 64-byte aligned block per batch, which the payload is parsed into.
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Block = std::unique_ptr<uint8_t, AlignedFree>;
+
+// Batch blocks, kept for reuse: a fresh block of tens or hundreds of MB per batch costs a page
+// fault per 4 KiB, which halved the throughput of large batches.
 class BufferPool {
  public:
-  std::unique_ptr<uint8_t[]> Take(size_t bytes, size_t* capacity) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i].first >= bytes && free_[i].first <= 2 * bytes) {
-        *capacity = free_[i].first;
-        std::unique_ptr<uint8_t[]> b = std::move(free_[i].second);
-        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
-        return b;
+  explicit BufferPool(size_t max_free) : max_free_(max_free) {}
+  Block Take(size_t bytes, size_t* capacity) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i) {
+        if (free_[i].first >= bytes && free_[i].first <= 2 * bytes + 4096) {
+          *capacity = free_[i].first;
+          Block b = std::move(free_[i].second);
+          free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+          return b;
+        }
       }
     }
-    *capacity = bytes;
-    return std::unique_ptr<uint8_t[]>(new uint8_t[bytes]);  // not zeroed: every byte is copied in
+    *capacity = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    return Block(static_cast<uint8_t*>(std::aligned_alloc(64, *capacity)));
   }
-  void Give(std::unique_ptr<uint8_t[]> b, size_t capacity) {
+  void Give(Block b, size_t capacity) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (free_.size() >= kMaxFree) free_.erase(free_.begin());
+    if (free_.size() >= max_free_) free_.erase(free_.begin());
     free_.emplace_back(capacity, std::move(b));
   }
 
  private:
-  static constexpr size_t kMaxFree = 4;
+  const size_t max_free_;
   std::mutex mu_;
-  std::vector<std::pair<size_t, std::unique_ptr<uint8_t[]>>> free_;
+  std::vector<std::pair<size_t, Block>> free_;
 };
 
-// The received messages of one batch, and the joined copies of tensors split across them.
+// What a Batch's views point into: its payload block (back to the pool when released).
 struct BatchStorage {
-  std::vector<std::unique_ptr<pb::StreamBatchesResponse>> messages;
   std::shared_ptr<BufferPool> pool;
-  std::unique_ptr<uint8_t[]> joined;
-  size_t joined_capacity = 0;
+  Block block;
+  size_t capacity = 0;
   std::shared_ptr<void> device;  // DeviceBatch, CUDA builds
   ~BatchStorage() {
-    device.reset();  // waits for copies out of the joined buffer
-    if (joined && pool) pool->Give(std::move(joined), joined_capacity);
+    device.reset();  // waits for the copies out of the block
+    if (block && pool) pool->Give(std::move(block), capacity);
   }
 };
+
+// Reads protobuf wire format across the slices of a received message without joining them.
+class SliceReader {
+ public:
+  explicit SliceReader(const std::vector<grpc::Slice>* slices) : s_(slices) { Settle(); }
+  bool eof() const { return i_ >= s_->size(); }
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!Byte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+  bool Copy(uint8_t* dst, uint64_t n) {
+    while (n > 0) {
+      if (eof()) return false;
+      const grpc::Slice& sl = (*s_)[i_];
+      const size_t k = std::min<uint64_t>(n, sl.size() - pos_);
+      std::memcpy(dst, sl.begin() + pos_, k);
+      dst += k;
+      n -= k;
+      pos_ += k;
+      Settle();
+    }
+    return true;
+  }
+  bool Skip(uint64_t n) {
+    while (n > 0) {
+      if (eof()) return false;
+      const size_t k = std::min<uint64_t>(n, (*s_)[i_].size() - pos_);
+      n -= k;
+      pos_ += k;
+      Settle();
+    }
+    return true;
+  }
+  bool String(uint64_t n, std::string* out) {
+    if (n > (64u << 20)) return false;
+    out->resize(n);
+    return Copy(reinterpret_cast<uint8_t*>(out->data()), n);
+  }
+
+ private:
+  bool Byte(uint8_t* b) {
+    if (eof()) return false;
+    *b = (*s_)[i_].begin()[pos_++];
+    Settle();
+    return true;
+  }
+  void Settle() {
+    while (i_ < s_->size() && pos_ >= (*s_)[i_].size()) {
+      ++i_;
+      pos_ = 0;
+    }
+  }
+  const std::vector<grpc::Slice>* s_;
+  size_t i_ = 0, pos_ = 0;
+};
+
+// One StreamBatchesResponse, with `data` left in place: `data_at` points at its bytes.
+struct Message {
+  std::optional<pb::StreamStart> start;
+  std::optional<pb::BatchHeader> header;
+  uint64_t offset = 0;
+  uint64_t data_size = 0;
+  std::optional<SliceReader> data_at;
+  bool last = false;
+};
+
+// Parses the wire format by hand so that the payload is copied once, straight from gRPC's
+// receive slices into the batch block. Unknown fields are skipped (newer servers may add some).
+bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m) {
+  SliceReader r(slices);
+  while (!r.eof()) {
+    uint64_t tag = 0, v = 0;
+    if (!r.Varint(&tag)) return false;
+    const uint64_t field = tag >> 3, wire = tag & 7;
+    if (wire == 2) {
+      uint64_t n = 0;
+      if (!r.Varint(&n)) return false;
+      if (field == 1 || field == 2) {
+        std::string bytes;
+        if (!r.String(n, &bytes)) return false;
+        if (field == 1 && !m->start.emplace().ParseFromString(bytes)) return false;
+        if (field == 2 && !m->header.emplace().ParseFromString(bytes)) return false;
+      } else if (field == 4) {
+        m->data_size = n;
+        m->data_at.emplace(r);
+        if (!r.Skip(n)) return false;
+      } else if (!r.Skip(n)) {
+        return false;
+      }
+    } else if (wire == 0) {
+      if (!r.Varint(&v)) return false;
+      if (field == 3) m->offset = v;
+      if (field == 5) m->last = v != 0;
+    } else if (wire == 1) {
+      if (!r.Skip(8)) return false;
+    } else if (wire == 5) {
+      if (!r.Skip(4)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -205,7 +324,7 @@ struct Client::Impl {
   Cursor delivered;                       // cursor() for the user
   ClientStats stats;
   std::unique_ptr<DeviceCopier> device;
-  std::shared_ptr<BufferPool> pool = std::make_shared<BufferPool>();
+  std::shared_ptr<BufferPool> pool;
   std::thread thread;
 
   void Finish(absl::Status s) {
@@ -219,7 +338,7 @@ struct Client::Impl {
 
   // Runs in the background: one stream at a time, reconnecting on transport failures.
   void Run() {
-    Cursor expected = o.start;     // next batch to receive
+    Cursor expected = o.start;  // next batch to receive
     uint64_t received = 0;
     std::optional<pb::StreamStart> first;
     size_t server = FirstServer(o);
@@ -228,10 +347,6 @@ struct Client::Impl {
     int failures_in_row = 0;
     bool first_stream = true;
     for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (stop) return;
-      }
       const std::string& target = o.servers[server];
       pb::StreamBatchesRequest req;
       req.set_protocol_version(ProtocolVersion());
@@ -256,19 +371,50 @@ struct Client::Impl {
         if (!first_stream) ++stats.reconnects;
       }
       first_stream = false;
-      std::unique_ptr<grpc::ClientReader<pb::StreamBatchesResponse>> reader =
-          pb::Conveyor::NewStub(channels[server])->StreamBatches(&ctx, req);
-      absl::Status local;  // an error found by the client (mismatch), final
+      // The generic API hands us the raw messages (ByteBuffers), so the payload is parsed
+      // straight into the batch block: one copy after gRPC's receive.
+      grpc::CompletionQueue cq;
+      grpc::GenericStub stub(channels[server]);
+      auto wait = [&cq] {
+        void* tag = nullptr;
+        bool ok = false;
+        return cq.Next(&tag, &ok) && ok;
+      };
+      std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+          stub.PrepareCall(&ctx, "/conveyor.v1.Conveyor/StreamBatches", &cq);
+      call->StartCall(nullptr);
+      bool open = wait();
+      if (open) {
+        const std::string bytes = req.SerializeAsString();
+        grpc::Slice slice(bytes);
+        grpc::ByteBuffer request(&slice, 1);
+        call->Write(request, nullptr);
+        open = wait();
+      }
+      if (open) {
+        call->WritesDone(nullptr);
+        open = wait();
+      }
+      absl::Status local;  // an error found by the client, final
       bool got_batch = false;
-      Batch cur;
-      std::shared_ptr<BatchStorage> storage;
-      uint64_t cur_received_bytes = 0;
       bool started = false;
-      for (;;) {
-        auto msg = std::make_unique<pb::StreamBatchesResponse>();
-        if (!reader->Read(msg.get())) break;
-        if (msg->has_start()) {
-          const pb::StreamStart& s = msg->start();
+      Batch cur;
+      pb::BatchHeader header;
+      std::shared_ptr<BatchStorage> storage;
+      uint64_t filled = 0;
+      std::vector<grpc::Slice> slices;
+      while (open) {
+        grpc::ByteBuffer bb;
+        call->Read(&bb, nullptr);
+        if (!wait()) break;
+        slices.clear();
+        Message m;
+        if (!bb.Dump(&slices).ok() || !ParseMessage(&slices, &m)) {
+          local = absl::DataLossError(absl::StrCat("server ", target, " sent a malformed message"));
+          break;
+        }
+        if (m.start) {
+          const pb::StreamStart& s = *m.start;
           if (s.protocol_version() != ProtocolVersion()) {
             local = absl::FailedPreconditionError(absl::StrCat(
                 "server ", target, " speaks Conveyor protocol ", s.protocol_version(),
@@ -297,26 +443,50 @@ struct Client::Impl {
           std::lock_guard<std::mutex> lock(mu);
           ++stats.messages;
         }
-        if (msg->has_header()) {
-          const pb::BatchHeader& h = msg->header();
-          const Cursor c{h.cursor().epoch(), h.cursor().step()};
+        if (m.header) {
+          const Cursor c{m.header->cursor().epoch(), m.header->cursor().step()};
           if (!(c == expected)) {
             local = absl::DataLossError(absl::StrCat("server ", target, " sent batch ", c.ToString(),
                                                      " where ", expected.ToString(), " was due"));
             break;
           }
-          cur = Batch{};
+          if (m.header->payload_bytes() > (64ull << 30)) {
+            local = absl::DataLossError(absl::StrCat("server ", target, ": a batch of ",
+                                                     m.header->payload_bytes(), " bytes"));
+            break;
+          }
+          header = std::move(*m.header);
           storage = std::make_shared<BatchStorage>();
-          cur_received_bytes = 0;
+          storage->pool = pool;
+          storage->block = pool->Take(header.payload_bytes(), &storage->capacity);
+          filled = 0;
         } else if (!storage) {
           local = absl::DataLossError(absl::StrCat("server ", target, " sent batch data without a header"));
           break;
         }
-        cur_received_bytes += msg->data().size();
-        const bool last = msg->last();
-        storage->messages.push_back(std::move(msg));
-        if (!last) continue;
-        absl::Status st = Assemble(target, storage, &cur, cur_received_bytes);
+        if (m.data_size > 0 || m.data_at) {
+          if (m.offset != filled || filled + m.data_size > header.payload_bytes()) {
+            local = absl::DataLossError(absl::StrCat(
+                "server ", target, ": payload bytes [", m.offset, ", ", m.offset + m.data_size,
+                ") where offset ", filled, " of ", header.payload_bytes(), " was due"));
+            break;
+          }
+          if (m.data_size > 0 && !m.data_at->Copy(storage->block.get() + filled, m.data_size)) {
+            local = absl::DataLossError(absl::StrCat("server ", target, " sent a truncated message"));
+            break;
+          }
+          filled += m.data_size;
+        }
+        if (!m.last) continue;
+        if (filled != header.payload_bytes()) {
+          local = absl::DataLossError(absl::StrCat("server ", target, ": batch ", expected.ToString(),
+                                                   " carried ", filled, " payload bytes, its header says ",
+                                                   header.payload_bytes()));
+          break;
+        }
+        cur = Batch{};
+        absl::Status st = Assemble(target, header, storage, &cur);
+        storage.reset();
         if (!st.ok()) {
           local = std::move(st);
           break;
@@ -340,13 +510,14 @@ struct Client::Impl {
           });
           if (stop) break;
         }
-        storage.reset();
       }
-      if (!local.ok()) {
-        ctx.TryCancel();
-        reader->Finish();
+      if (!local.ok()) ctx.TryCancel();
+      grpc::Status status;
+      call->Finish(&status, nullptr);
+      wait();
+      cq.Shutdown();
+      for (void* tag; [&] { bool ok; return cq.Next(&tag, &ok); }();) {
       }
-      const grpc::Status status = local.ok() ? reader->Finish() : grpc::Status::OK;
       {
         std::lock_guard<std::mutex> lock(mu);
         active = nullptr;
@@ -378,15 +549,9 @@ struct Client::Impl {
     }
   }
 
-  // Turns the messages of one batch into views; joins tensors split across messages.
-  absl::Status Assemble(const std::string& target, const std::shared_ptr<BatchStorage>& storage,
-                        Batch* b, uint64_t received_bytes) {
-    const pb::BatchHeader& h = storage->messages.front()->header();
-    if (received_bytes != h.payload_bytes()) {
-      return absl::DataLossError(absl::StrCat("server ", target, ": batch ", h.cursor().epoch(), ":",
-                                              h.cursor().step(), " carried ", received_bytes,
-                                              " payload bytes, its header says ", h.payload_bytes()));
-    }
+  // Views into the batch block, checked against it.
+  absl::Status Assemble(const std::string& target, const pb::BatchHeader& h,
+                        const std::shared_ptr<BatchStorage>& storage, Batch* b) {
     b->cursor = {h.cursor().epoch(), h.cursor().step()};
     b->next = {h.next().epoch(), h.next().step()};
     b->consumer = h.consumer();
@@ -398,21 +563,8 @@ struct Client::Impl {
       b->packed_sequences = h.packing().sequences();
       b->fill_ratio = h.packing().fill_ratio();
     }
-    // Message k holds payload [offset_k, offset_k + size_k), contiguous and in order.
-    std::vector<uint64_t> begins;
-    uint64_t pos = 0;
-    for (const auto& m : storage->messages) {
-      if (m->offset() != pos) {
-        return absl::DataLossError(absl::StrCat("server ", target, ": batch message at payload offset ",
-                                                m->offset(), " where ", pos, " was due"));
-      }
-      begins.push_back(pos);
-      pos += m->data().size();
-    }
-    uint64_t joined = 0;
-    std::vector<int> where(h.tensors_size(), -1);
-    for (int i = 0; i < h.tensors_size(); ++i) {
-      const pb::TensorHeader& t = h.tensors(i);
+    b->tensors.reserve(h.tensors_size());
+    for (const pb::TensorHeader& t : h.tensors()) {
       if (t.offset() + t.bytes() > h.payload_bytes() || t.offset() + t.bytes() < t.offset()) {
         return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(),
                                                 " lies outside its batch payload"));
@@ -420,56 +572,17 @@ struct Client::Impl {
       uint64_t elements = 1;
       for (int64_t d : t.shape()) elements *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
       if (elements * DTypeSize(FromProto(t.dtype())) != t.bytes()) {
-        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(),
-                                                " has ", t.bytes(), " bytes for its shape"));
+        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(), " has ",
+                                                t.bytes(), " bytes for its shape"));
       }
-      const size_t k = std::upper_bound(begins.begin(), begins.end(), t.offset()) - begins.begin() - 1;
-      if (t.bytes() == 0 || t.offset() + t.bytes() <= begins[k] + storage->messages[k]->data().size()) {
-        where[i] = static_cast<int>(k);
-      } else {
-        joined += (t.bytes() + 63) / 64 * 64;
-      }
-    }
-    if (joined) {
-      storage->pool = pool;
-      storage->joined = pool->Take(joined, &storage->joined_capacity);
-    }
-    uint64_t jpos = 0;
-    b->tensors.reserve(h.tensors_size());
-    for (int i = 0; i < h.tensors_size(); ++i) {
-      const pb::TensorHeader& t = h.tensors(i);
       Tensor out;
       out.name = t.name();
       out.dtype = FromProto(t.dtype());
       out.shape.assign(t.shape().begin(), t.shape().end());
       out.role = FromProto(t.role());
       out.bytes = t.bytes();
-      if (where[i] >= 0) {
-        const auto& m = storage->messages[where[i]];
-        out.data = reinterpret_cast<const uint8_t*>(m->data().data()) + (t.offset() - begins[where[i]]);
-      } else {
-        uint8_t* dst = storage->joined.get() + jpos;
-        uint64_t off = t.offset(), left = t.bytes();
-        size_t k = std::upper_bound(begins.begin(), begins.end(), off) - begins.begin() - 1;
-        uint8_t* d = dst;
-        while (left > 0) {
-          const std::string& data = storage->messages[k]->data();
-          const uint64_t in = off - begins[k];
-          const uint64_t n = std::min<uint64_t>(left, data.size() - in);
-          std::memcpy(d, data.data() + in, n);
-          d += n;
-          off += n;
-          left -= n;
-          ++k;
-        }
-        out.data = dst;
-        jpos += (t.bytes() + 63) / 64 * 64;
-      }
+      out.data = storage->block.get() + t.offset();
       b->tensors.push_back(std::move(out));
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      stats.joined_bytes += joined;
     }
     if (device) {
       absl::Status st = device->Copy(b, &storage->device);
@@ -497,6 +610,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(options);
   impl->delivered = impl->o.start;
+  impl->pool = std::make_shared<BufferPool>(impl->o.prefetch_batches + 2);
   if (impl->o.device) {
     auto copier = DeviceCopier::Create(impl->o.device_index);
     if (!copier.ok()) return copier.status();

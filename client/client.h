@@ -7,8 +7,9 @@
 //    options.start. A background thread keeps up to `prefetch_batches` (and `prefetch_bytes`)
 //    received batches ready; when the queue is full it stops reading, and gRPC flow control
 //    stops the server.
-//  - A batch's tensors are views into the received messages (no copy after receipt; a tensor the
-//    server had to split across messages is joined once). They stay valid while the Batch lives.
+//  - A batch's payload is parsed straight from gRPC's receive buffers into one 64-byte aligned
+//    block (one copy, no join however the server split it into messages); its tensors are views
+//    into that block, valid while the Batch lives. Blocks are reused once batches are released.
 //  - cursor() is the cursor right after the last batch Next() returned: save it with the model
 //    checkpoint and pass it as options.start to resume with exactly the next batch.
 //  - Which server first: the first address when it is a loopback one (a server on this node),
@@ -116,7 +117,6 @@ struct ClientStats {
   uint64_t batches = 0;
   uint64_t bytes = 0;            // tensor bytes received
   uint64_t messages = 0;
-  uint64_t joined_bytes = 0;     // bytes copied to join tensors split across messages
   uint64_t reconnects = 0;       // streams opened after the first
   double wait_seconds = 0;       // Next() waiting for a batch
   std::string server;            // the server of the current stream

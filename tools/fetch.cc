@@ -130,10 +130,10 @@ absl::Status RunFetch(const FetchOptions& o) {
     const client::ClientStats st = client->stats();
     std::fprintf(stderr,
                  "fetch: %lld batches, %llu samples in %.2f s = %.1f samples/s, %.1f MB/s; %llu "
-                 "messages, %.1f MB joined, %llu reconnects, waited %.2f s; next cursor %s\n",
+                 "messages, %llu reconnects, waited %.2f s; next cursor %s\n",
                  static_cast<long long>(n), static_cast<unsigned long long>(samples), s,
                  samples / std::max(s, 1e-9), st.bytes / 1e6 / std::max(s, 1e-9),
-                 static_cast<unsigned long long>(st.messages), st.joined_bytes / 1e6,
+                 static_cast<unsigned long long>(st.messages),
                  static_cast<unsigned long long>(st.reconnects), st.wait_seconds,
                  client->cursor().ToString().c_str());
   }
