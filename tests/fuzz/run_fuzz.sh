@@ -9,6 +9,8 @@
 #     ffmpeg, behind the target's header (codec, packet count, GOP, output mode, packet sizes).
 #   audio_decoder_fuzz: 0.2 s of AAC, Opus, FLAC, MP3 and PCM packets made by ffmpeg, each with
 #     a header for a native-rate window and one for a 16 kHz mono window.
+#   client_wire_fuzz: a stream start and a batch message (header, data, last), hand-encoded,
+#     behind the slice-length byte.
 set -euo pipefail
 FUZZER="$1"; SECONDS_BUDGET="${2:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -16,6 +18,11 @@ CLI="${CONVEYOR_CLI:-$ROOT/build/tools/conveyor}"
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/corpus"
 case "$(basename "$FUZZER")" in
+  client_wire_fuzz)
+    printf '\x07\x0a\x07\x08\x01\x22\x03abc' > "$WORK/corpus/start"
+    printf '\x03\x12\x08\x0a\x04\x08\x03\x10\x04\x38\x10\x22\x100123456789abcdef\x28\x01' \
+      > "$WORK/corpus/batch"
+    ;;
   shard_index_fuzz)
     if [[ -x "$CLI" ]]; then
       "$CLI" synth --out "$WORK/ds" --episodes 2 --episode-seconds 1 --size 32x32 --cameras 1 \

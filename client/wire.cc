@@ -1,0 +1,105 @@
+#include "client/wire.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace conveyor::client::wire {
+
+SliceReader::SliceReader(const std::vector<grpc::Slice>* slices) : s_(slices) { Settle(); }
+
+bool SliceReader::Varint(uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    uint8_t b;
+    if (!Byte(&b)) return false;
+    *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return true;
+  }
+  return false;
+}
+
+bool SliceReader::Copy(uint8_t* dst, uint64_t n) {
+  while (n > 0) {
+    if (eof()) return false;
+    const grpc::Slice& sl = (*s_)[i_];
+    const size_t k = std::min<uint64_t>(n, sl.size() - pos_);
+    std::memcpy(dst, sl.begin() + pos_, k);
+    dst += k;
+    n -= k;
+    pos_ += k;
+    Settle();
+  }
+  return true;
+}
+
+bool SliceReader::Skip(uint64_t n) {
+  while (n > 0) {
+    if (eof()) return false;
+    const size_t k = std::min<uint64_t>(n, (*s_)[i_].size() - pos_);
+    n -= k;
+    pos_ += k;
+    Settle();
+  }
+  return true;
+}
+
+bool SliceReader::String(uint64_t n, std::string* out) {
+  if (n > (64u << 20)) return false;
+  out->resize(n);
+  return Copy(reinterpret_cast<uint8_t*>(out->data()), n);
+}
+
+bool SliceReader::Byte(uint8_t* b) {
+  if (eof()) return false;
+  *b = (*s_)[i_].begin()[pos_++];
+  Settle();
+  return true;
+}
+
+void SliceReader::Settle() {
+  while (i_ < s_->size() && pos_ >= (*s_)[i_].size()) {
+    ++i_;
+    pos_ = 0;
+  }
+}
+
+// Parses the wire format by hand so that the payload is copied once, straight from gRPC's
+// receive slices into the batch block. Unknown fields are skipped (newer servers may add some).
+bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m) {
+  SliceReader r(slices);
+  while (!r.eof()) {
+    uint64_t tag = 0, v = 0;
+    if (!r.Varint(&tag)) return false;
+    const uint64_t field = tag >> 3, wire = tag & 7;
+    if (wire == 2) {
+      uint64_t n = 0;
+      if (!r.Varint(&n)) return false;
+      if (field == 1 || field == 2) {
+        std::string bytes;
+        if (!r.String(n, &bytes)) return false;
+        if (field == 1 && !m->start.emplace().ParseFromString(bytes)) return false;
+        if (field == 2 && !m->header.emplace().ParseFromString(bytes)) return false;
+      } else if (field == 4) {
+        m->data_size = n;
+        m->data_at.emplace(r);
+        if (!r.Skip(n)) return false;
+      } else if (!r.Skip(n)) {
+        return false;
+      }
+    } else if (wire == 0) {
+      if (!r.Varint(&v)) return false;
+      if (field == 3) m->offset = v;
+      if (field == 5) m->last = v != 0;
+    } else if (wire == 1) {
+      if (!r.Skip(8)) return false;
+    } else if (wire == 5) {
+      if (!r.Skip(4)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+
+}  // namespace conveyor::client::wire

@@ -1,0 +1,48 @@
+// Parsing conveyor.v1.StreamBatchesResponse by hand from gRPC's receive slices, so that the
+// payload (`data`) is copied once, straight into the batch block, instead of into a protobuf
+// string first. Internal to the client; a separate header so that tests and the fuzzer reach it.
+#pragma once
+
+#include <grpcpp/support/slice.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "conveyor/v1/service.pb.h"
+
+namespace conveyor::client::wire {
+
+// Reads protobuf wire format across the slices of a message without joining them.
+class SliceReader {
+ public:
+  explicit SliceReader(const std::vector<grpc::Slice>* slices);
+  bool eof() const { return i_ >= s_->size(); }
+  bool Varint(uint64_t* v);
+  bool Copy(uint8_t* dst, uint64_t n);  // false when fewer than n bytes are left
+  bool Skip(uint64_t n);
+  bool String(uint64_t n, std::string* out);  // at most 64 MiB
+
+ private:
+  bool Byte(uint8_t* b);
+  void Settle();
+  const std::vector<grpc::Slice>* s_;
+  size_t i_ = 0, pos_ = 0;
+};
+
+// One StreamBatchesResponse, with `data` left in place: `data_at` reads its bytes.
+struct Message {
+  std::optional<v1::StreamStart> start;
+  std::optional<v1::BatchHeader> header;
+  uint64_t offset = 0;
+  uint64_t data_size = 0;
+  std::optional<SliceReader> data_at;
+  bool last = false;
+};
+
+// False on malformed input (truncated varints or fields, bad wire types, submessages that do not
+// parse). Unknown fields are skipped: newer servers may add some.
+bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m);
+
+}  // namespace conveyor::client::wire
