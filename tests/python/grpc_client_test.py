@@ -395,6 +395,50 @@ class ConveyorServerTest(unittest.TestCase):
         self.assertEqual(e.code(), grpc.StatusCode.NOT_FOUND, e.details())
 
 
+class DrainTest(unittest.TestCase):
+    """SIGTERM: a health Watch opened before it sees NOT_SERVING while the server drains, an open
+    stream ends with UNAVAILABLE (or is cancelled at the grace deadline), and the process exits 0."""
+
+    def test_health_goes_not_serving_on_sigterm(self):
+        d = Path(tempfile.mkdtemp(prefix="conveyor_drain_"))
+        self.addCleanup(shutil.rmtree, d, ignore_errors=True)
+        r = run([CLI, "synth", "--out", d / "ds", "--episodes", 2, "--episode-seconds", 2,
+                 "--quiet"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        ready = d / "ready"
+        log = open(d / "serve.log", "w+")
+        self.addCleanup(log.close)
+        server = subprocess.Popen(
+            [str(CLI), "serve", str(d / "ds"), "--config", str(SOURCE_DIR / "examples" / "pipeline.yaml"),
+             "--listen", "127.0.0.1:0", "--ready-file", str(ready), "--grace-seconds", "3"],
+            stdout=log, stderr=subprocess.STDOUT)
+        self.addCleanup(lambda: server.poll() is None and server.kill())
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not ready.exists():
+            self.assertIsNone(server.poll(), "conveyor serve exited before it was ready")
+            self.assertLess(time.monotonic(), deadline, "conveyor serve not ready in time")
+            time.sleep(0.05)
+        channel = grpc.insecure_channel(ready.read_text().split()[0], options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE)])
+        self.addCleanup(channel.close)
+        health = health_pb2_grpc.HealthStub(channel)
+        watch = health.Watch(health_pb2.HealthCheckRequest(service="conveyor.v1.Conveyor"),
+                             timeout=RPC_TIMEOUT_S)
+        self.assertEqual(next(watch).status, health_pb2.HealthCheckResponse.SERVING)
+        # A consumer that reads one message and then stops: the drain has to wait for it.
+        stub = pb_grpc.ConveyorStub(channel)
+        req = pb.StreamBatchesRequest(protocol_version=pb.PROTOCOL_VERSION_CURRENT, consumers=1)
+        stalled = stub.StreamBatches(req, timeout=RPC_TIMEOUT_S)
+        self.assertTrue(next(stalled).HasField("start"))
+        server.send_signal(signal.SIGTERM)
+        self.assertEqual(next(watch).status, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.assertEqual(server.wait(timeout=STOP_TIMEOUT_S), 0)
+        with self.assertRaises(grpc.RpcError) as e:
+            for _ in stalled:
+                pass
+        self.assertIn(e.exception.code(), (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED))
+
+
 def main():
     global CLI, SOURCE_DIR
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
