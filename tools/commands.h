@@ -139,4 +139,27 @@ struct FetchOptions {
 
 absl::Status RunFetch(const FetchOptions& options);
 
+struct TrainCliOptions {
+  std::string servers;        // default $CONVEYOR_SERVERS
+  std::string job = "train";
+  int64_t rank = -1;          // -1: $RANK (else 0)
+  int64_t world_size = 0;     // 0: $WORLD_SIZE (else 1)
+  std::string cursor = "0:0";
+  std::string config;         // sent inline
+  std::string config_name;
+  std::string auth_token_file;
+  int64_t steps = 200;
+  double lr = 3e-3;
+  int64_t shift_frames = 0;   // anchor steps
+  std::string comm = "auto";
+  std::string rendezvous;
+  std::string comm_host;
+  bool device = false;
+  std::string json;
+  bool quiet = false;
+};
+
+// The reference trainer (docs/trainer.md).
+absl::Status RunTrain(const TrainCliOptions& options);
+
 }  // namespace conveyor::tools

@@ -180,10 +180,31 @@ int main(int argc, char** argv) {
   fe->add_option("--stall-seconds", fetch.stall_seconds, "...for this long");
   fe->add_flag("--info", fetch.info, "Print the server's dataset and configs (JSON) and exit");
 
+  // train
+  conveyor::tools::TrainCliOptions train;
+  CLI::App* tr = app.add_subcommand("train", "The reference trainer: one rank of a data-parallel run, with step-time attribution (docs/trainer.md)");
+  tr->add_option("--servers", train.servers, "HOST:PORT[,...] (default: $CONVEYOR_SERVERS)");
+  tr->add_option("--job", train.job, "Job name")->capture_default_str();
+  tr->add_option("--rank", train.rank, "This rank (default: $RANK, else 0)");
+  tr->add_option("--world-size", train.world_size, "Ranks (default: $WORLD_SIZE, else 1)");
+  tr->add_option("--cursor", train.cursor, "Start at EPOCH:STEP")->capture_default_str();
+  auto* tr_config = tr->add_option("--config", train.config, "Config (YAML) to send");
+  tr->add_option("--config-name", train.config_name, "The server's config of this name")->excludes(tr_config);
+  tr->add_option("--auth-token-file", train.auth_token_file, "Bearer token file");
+  tr->add_option("--steps", train.steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  tr->add_option("--lr", train.lr, "Adam learning rate")->capture_default_str();
+  tr->add_option("--shift-frames", train.shift_frames, "Deliberately shift the cameras by this many anchor steps (misalignment check)");
+  tr->add_option("--comm", train.comm, "auto, gloo, nccl or none")->capture_default_str();
+  tr->add_option("--rendezvous", train.rendezvous, "Directory every rank sees (gloo, nccl)");
+  tr->add_option("--comm-host", train.comm_host, "gloo: address to listen on (default: the hostname)");
+  tr->add_flag("--device", train.device, "Deliver batches to the GPU (CUDA builds)");
+  tr->add_option("--json", train.json, "Write per-step times and the summary as JSON");
+  tr->add_flag("--quiet", train.quiet, "No progress output");
+
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
   if (!known) {
-    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve or fetch; see --help)\n", argv[1]);
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch or train; see --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -213,6 +234,7 @@ int main(int argc, char** argv) {
   if (*ba) return Report("batches", conveyor::tools::RunBatches(batches));
   if (*sv) return Report("serve", conveyor::tools::RunServe(serve));
   if (*fe) return Report("fetch", conveyor::tools::RunFetch(fetch));
+  if (*tr) return Report("train", conveyor::tools::RunTrain(train));
   if (*sa) {
     sample.progress = !sample_quiet;
     return Report("sample", conveyor::tools::RunSample(sample));

@@ -14,8 +14,10 @@ PACKAGES=(
   # well-kept libraries instead of our own code
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libabsl-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev python3-numpy
+  libgtest-dev libgmock-dev libbenchmark-dev python3-numpy libgloo-dev
   python3-grpcio python3-grpc-tools iperf3 openssl
+  # the Python package (python/, docs/python.md) and its tests
+  pybind11-dev python3-dev python3-torch python3-av
 )
 
 missing=()

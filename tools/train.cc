@@ -1,0 +1,103 @@
+// `conveyor train`: the reference trainer (trainer/trainer.h, docs/trainer.md). One process per
+// rank; ranks meet through --rendezvous; rank and world size default to $RANK and $WORLD_SIZE.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "tools/commands.h"
+#include "trainer/trainer.h"
+
+namespace conveyor::tools {
+namespace {
+
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long long x = std::strtoll(v, &end, 10);
+  return (end && *end == '\0') ? x : fallback;
+}
+
+std::vector<std::string> SplitComma(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    size_t e = s.find(',', b);
+    if (e == std::string::npos) e = s.size();
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status RunTrain(const TrainCliOptions& o) {
+  trainer::TrainOptions t;
+  std::string servers = o.servers;
+  if (servers.empty() && std::getenv("CONVEYOR_SERVERS")) servers = std::getenv("CONVEYOR_SERVERS");
+  t.client.servers = SplitComma(servers);
+  if (t.client.servers.empty()) {
+    return absl::InvalidArgumentError("no server given: --servers HOST:PORT[,...] or CONVEYOR_SERVERS");
+  }
+  const int64_t rank = o.rank >= 0 ? o.rank : EnvInt("RANK", 0);
+  const int64_t world = o.world_size >= 1 ? o.world_size : EnvInt("WORLD_SIZE", 1);
+  if (world < 1 || rank < 0 || rank >= world) {
+    return absl::InvalidArgumentError(StrCat("rank ", rank, " of world size ", world,
+                                             ": need 0 <= rank < world size (--rank, --world-size or RANK, WORLD_SIZE)"));
+  }
+  t.client.job = o.job;
+  t.client.consumer = static_cast<uint32_t>(rank);
+  t.client.consumers = static_cast<uint32_t>(world);
+  ASSIGN_OR_RETURN(t.client.start, client::Cursor::Parse(o.cursor));
+  t.client.config_name = o.config_name;
+  if (!o.auth_token_file.empty()) {
+    std::ifstream f(o.auth_token_file);
+    if (!f) return absl::NotFoundError(StrCat("cannot open token file ", o.auth_token_file));
+    std::getline(f, t.client.auth_token);
+  }
+  t.config_path = o.config;
+  t.steps = o.steps;
+  t.lr = o.lr;
+  t.shift_frames_steps = o.shift_frames;
+  t.comm = o.comm;
+  t.rendezvous = o.rendezvous;
+  t.comm_host = o.comm_host;
+  t.device = o.device;
+  t.quiet = o.quiet;
+  ASSIGN_OR_RETURN(trainer::TrainResult r, trainer::Train(t));
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    f << trainer::ResultJson(r);
+    if (!f) return absl::InternalError(StrCat("cannot write ", o.json));
+  }
+  if (!o.quiet) {
+    const double step = std::max(r.total.mean, 1e-12);
+    std::fprintf(stderr, "\ntrain: rank %d of %d, %zu steps, comm %s, %lld features -> %lld outputs\n",
+                 r.rank, r.world_size, r.steps.size(), r.comm.c_str(),
+                 static_cast<long long>(r.features), static_cast<long long>(r.outputs));
+    std::fprintf(stderr, "  %-22s %10s %10s %10s %8s\n", "part", "mean ms", "p50 ms", "p99 ms", "share");
+    auto row = [&](const char* name, const trainer::PartSummary& p) {
+      std::fprintf(stderr, "  %-22s %10.2f %10.2f %10.2f %7.1f%%\n", name, p.mean * 1e3, p.p50 * 1e3,
+                   p.p99 * 1e3, 100 * p.mean / step);
+    };
+    row("waiting for data", r.wait);
+    row("host-to-device copy", r.h2d);
+    row("compute", r.compute);
+    row("communication", r.comm_time);
+    row("step", r.total);
+    std::fprintf(stderr, "  %.1f samples/s on this rank; %.1f%% of step time waiting for data\n",
+                 r.samples_per_s, 100 * r.wait_share);
+    std::fprintf(stderr, "  loss over the last quarter: %.5f; predicting the mean action: %.5f (ratio %.3f)\n",
+                 r.final_loss, r.mean_action_loss,
+                 r.mean_action_loss > 0 ? r.final_loss / r.mean_action_loss : 0);
+    std::fprintf(stderr, "  first action of the chunk: %.5f; the mean action: %.5f (ratio %.3f)\n",
+                 r.first_step_loss, r.first_step_mean_loss,
+                 r.first_step_mean_loss > 0 ? r.first_step_loss / r.first_step_mean_loss : 0);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor::tools

@@ -1,0 +1,388 @@
+#include "trainer/trainer.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "base/strings.h"
+#include "conveyor/v1/service.pb.h"
+#include "nlohmann/json.hpp"
+#include "trainer/comm.h"
+
+#if CONVEYOR_TRAINER_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace conveyor::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+PartSummary Summarize(std::vector<double> v) {
+  PartSummary s;
+  if (v.empty()) return s;
+  for (double x : v) s.mean += x;
+  s.mean /= v.size();
+  std::sort(v.begin(), v.end());
+  auto q = [&](double p) { return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))]; };
+  s.p50 = q(0.5);
+  s.p99 = q(0.99);
+  return s;
+}
+
+// The policy's inputs from one batch: per sample, every camera frame average-pooled to
+// pool x pool patches per channel (uint8 scaled to [0, 1]), then every small float tensor (the
+// state) flattened. Audio, text and masks are left out.
+absl::Status Features(const client::Batch& b, int pool, const std::string& action,
+                      std::vector<float>* x, int64_t* per_sample) {
+  const int64_t n = static_cast<int64_t>(b.ids.size());
+  std::vector<std::vector<float>> rows(n);
+  for (const client::Tensor& t : b.tensors) {
+    if (t.role != client::TensorRole::kData || t.name == action || t.shape.empty() || t.shape[0] != n) continue;
+    const bool image = t.shape.size() == 5 && (t.dtype == client::DType::kUint8 || t.dtype == client::DType::kFloat32);
+    if (image) {
+      // [B, T, H, W, C] (hwc) or [B, T, C, H, W] (chw): channels are the small dimension.
+      const bool chw = t.shape[2] <= 4 && t.shape[4] > 4;
+      const int64_t T = t.shape[1];
+      const int64_t C = chw ? t.shape[2] : t.shape[4];
+      const int64_t H = chw ? t.shape[3] : t.shape[2];
+      const int64_t W = chw ? t.shape[4] : t.shape[3];
+      const bool u8 = t.dtype == client::DType::kUint8;
+      const float scale = u8 ? 1.0f / 255 : 1.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t f = 0; f < T; ++f) {
+          const int64_t frame = (i * T + f) * H * W * C;
+          std::vector<double> sum(static_cast<size_t>(pool * pool * C), 0.0);
+          std::vector<int64_t> cnt(static_cast<size_t>(pool * pool), 0);
+          for (int64_t y = 0; y < H; ++y) {
+            const int64_t py = y * pool / H;
+            for (int64_t xx = 0; xx < W; ++xx) {
+              const int64_t p = py * pool + xx * pool / W;
+              ++cnt[p];
+              for (int64_t c = 0; c < C; ++c) {
+                const int64_t idx = chw ? frame + (c * H + y) * W + xx : frame + (y * W + xx) * C + c;
+                sum[p * C + c] += u8 ? t.data[idx] : reinterpret_cast<const float*>(t.data)[idx];
+              }
+            }
+          }
+          for (size_t p = 0; p < cnt.size(); ++p) {
+            for (int64_t c = 0; c < C; ++c) {
+              rows[i].push_back(static_cast<float>(sum[p * C + c] / std::max<int64_t>(1, cnt[p])) * scale);
+            }
+          }
+        }
+      }
+      continue;
+    }
+    if (t.dtype == client::DType::kFloat32 && t.shape.size() >= 2 && t.shape.size() <= 3) {
+      const int64_t per = static_cast<int64_t>(t.bytes / 4) / n;
+      if (per > 256) continue;  // audio
+      const float* v = reinterpret_cast<const float*>(t.data);
+      for (int64_t i = 0; i < n; ++i) rows[i].insert(rows[i].end(), v + i * per, v + (i + 1) * per);
+    }
+  }
+  *per_sample = rows.empty() ? 0 : static_cast<int64_t>(rows[0].size()) + 1;  // + bias
+  x->clear();
+  for (auto& r : rows) {
+    if (static_cast<int64_t>(r.size()) + 1 != *per_sample) {
+      return absl::DataLossError("samples of one batch have different feature counts");
+    }
+    x->insert(x->end(), r.begin(), r.end());
+    x->push_back(1.0f);
+  }
+  return absl::OkStatus();
+}
+
+// A linear policy with Adam.
+struct Linear {
+  int64_t in = 0, out = 0;
+  std::vector<float> w, m, v;  // [out, in]
+  int64_t t = 0;
+
+  void Init(int64_t i, int64_t o) {
+    in = i;
+    out = o;
+    w.assign(static_cast<size_t>(i * o), 0.0f);
+    m.assign(w.size(), 0.0f);
+    v.assign(w.size(), 0.0f);
+  }
+  // MSE of x [n, in] -> y [n, out] against target; fills grad (d loss / d w, mean over n * out).
+  double Step(const std::vector<float>& x, const float* target, int64_t n, std::vector<float>* grad,
+              std::vector<float>* pred) const {
+    grad->assign(w.size(), 0.0f);
+    pred->resize(static_cast<size_t>(n * out));
+    double loss = 0;
+    const double norm = 2.0 / static_cast<double>(n * out);
+    std::vector<float> y(static_cast<size_t>(out));
+    for (int64_t s = 0; s < n; ++s) {
+      const float* xs = x.data() + s * in;
+      for (int64_t o = 0; o < out; ++o) {
+        const float* wo = w.data() + o * in;
+        float acc = 0;
+        for (int64_t k = 0; k < in; ++k) acc += wo[k] * xs[k];
+        (*pred)[s * out + o] = acc;
+        const float d = acc - target[s * out + o];
+        loss += static_cast<double>(d) * d;
+        const float g = static_cast<float>(norm * d);
+        float* go = grad->data() + o * in;
+        for (int64_t k = 0; k < in; ++k) go[k] += g * xs[k];
+      }
+    }
+    return loss / static_cast<double>(n * out);
+  }
+  void Adam(const std::vector<float>& g, double lr) {
+    ++t;
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    const double c1 = 1 - std::pow(b1, t), c2 = 1 - std::pow(b2, t);
+    for (size_t i = 0; i < w.size(); ++i) {
+      m[i] = static_cast<float>(b1 * m[i] + (1 - b1) * g[i]);
+      v[i] = static_cast<float>(b2 * v[i] + (1 - b2) * g[i] * g[i]);
+      w[i] -= static_cast<float>(lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps));
+    }
+  }
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(StrCat("cannot open config ", path));
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ShiftCameras(const std::string& yaml, const std::vector<std::string>& cameras,
+                                         double shift_s) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat("config: ", e.what()));
+  }
+  YAML::Node streams = root["streams"];
+  if (!streams || !streams.IsMap()) return absl::InvalidArgumentError("config has no streams: section");
+  int shifted = 0;
+  for (const std::string& cam : cameras) {
+    YAML::Node s = streams[cam];
+    if (!s) continue;
+    YAML::Node d = s["delta_timestamps"];
+    if (!d) {
+      s["delta_timestamps"] = std::vector<double>{shift_s};
+    } else if (d.IsSequence()) {
+      for (size_t i = 0; i < d.size(); ++i) d[i] = d[i].as<double>() + shift_s;
+    } else if (d.IsMap() && d["start"]) {
+      d["start"] = d["start"].as<double>() + shift_s;
+    } else {
+      return absl::InvalidArgumentError(StrCat("config: streams.", cam, ".delta_timestamps: cannot shift"));
+    }
+    ++shifted;
+  }
+  if (shifted == 0) return absl::InvalidArgumentError("--shift-frames: the config samples no camera");
+  YAML::Emitter out;
+  out << root;
+  return std::string(out.c_str()) + "\n";
+}
+
+absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
+  TrainResult r;
+  r.rank = static_cast<int>(o.client.consumer);
+  r.world_size = static_cast<int>(o.client.consumers);
+  if (o.steps < 1) return absl::InvalidArgumentError("--steps must be at least 1");
+  if (o.pool < 1 || o.pool > 16) return absl::InvalidArgumentError("--pool must be in [1, 16]");
+  client::ClientOptions co = o.client;
+  co.max_batches = static_cast<uint64_t>(o.steps);
+  co.device = o.device;
+  if (!o.config_path.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(o.config_path);
+    if (!text.ok()) return text.status();
+    co.config_yaml = *text;
+  }
+  if (o.shift_frames_steps != 0) {
+    if (co.config_yaml.empty()) return absl::InvalidArgumentError("--shift-frames needs --config FILE");
+    absl::StatusOr<conveyor::v1::InfoResponse> info = client::GetInfo(co);
+    if (!info.ok()) return info.status();
+    YAML::Node root = YAML::Load(co.config_yaml);
+    const std::string anchor = root["anchor"] ? root["anchor"].as<std::string>() : "action";
+    double rate = 0;
+    std::vector<std::string> cameras;
+    for (const auto& s : info->streams()) {
+      if (s.name() == anchor) rate = s.rate();
+      if (s.kind() == "video" || s.kind() == "image") cameras.push_back(s.name());
+    }
+    if (rate <= 0) return absl::InvalidArgumentError(StrCat("anchor stream '", anchor, "' has no rate"));
+    absl::StatusOr<std::string> shifted =
+        ShiftCameras(co.config_yaml, cameras, static_cast<double>(o.shift_frames_steps) / rate);
+    if (!shifted.ok()) return shifted.status();
+    co.config_yaml = *shifted;
+  }
+  r.config_sent = co.config_yaml;
+  absl::StatusOr<std::unique_ptr<Communicator>> comm =
+      CreateCommunicator(o.comm, r.rank, r.world_size, o.rendezvous, o.comm_timeout_s, o.comm_host);
+  if (!comm.ok()) return comm.status();
+  r.comm = (*comm)->name();
+  absl::StatusOr<std::unique_ptr<client::Client>> cl = client::Client::Create(co);
+  if (!cl.ok()) return cl.status();
+
+  Linear model;
+  std::vector<float> x, grad, target_sum;
+  uint64_t targets_seen = 0;
+  double final_sum = 0, mean_sum = 0, first_sum = 0, first_mean_sum = 0;
+  int64_t first_outputs = 0;  // the chunk's first step: [B, chunk, dim] -> dim
+  int64_t final_n = 0;
+  const int64_t final_from = o.steps - std::max<int64_t>(1, o.steps / 4);
+  const auto start = Clock::now();
+  uint64_t samples = 0;
+  for (int64_t step = 0; step < o.steps; ++step) {
+    StepTimes st;
+    const auto t0 = Clock::now();
+    absl::StatusOr<client::Batch> b = (*cl)->Next();
+    st.wait = Since(t0);
+    if (absl::IsOutOfRange(b.status())) break;
+    if (!b.ok()) return b.status();
+    auto t1 = Clock::now();
+#if CONVEYOR_TRAINER_CUDA
+    if (b->ready_event) cudaEventSynchronize(static_cast<cudaEvent_t>(b->ready_event));
+#endif
+    st.h2d = Since(t1);
+    t1 = Clock::now();
+    const client::Tensor* y = b->Find(o.action);
+    if (y == nullptr || y->dtype != client::DType::kFloat32) {
+      return absl::InvalidArgumentError(StrCat("the batch has no float32 tensor '", o.action, "' to predict"));
+    }
+    int64_t in = 0;
+    if (absl::Status s = Features(*b, o.pool, o.action, &x, &in); !s.ok()) return s;
+    const int64_t n = static_cast<int64_t>(b->ids.size());
+    const int64_t out = static_cast<int64_t>(y->bytes / 4) / n;
+    if (model.in == 0) {
+      model.Init(in, out);
+      first_outputs = y->shape.size() == 3 ? y->shape[2] : out;
+      target_sum.assign(static_cast<size_t>(out), 0.0f);
+      r.features = in;
+      r.outputs = out;
+    } else if (model.in != in || model.out != out) {
+      return absl::DataLossError(StrCat("batch ", b->cursor.ToString(), " has ", in, " features and ", out,
+                                        " outputs per sample; the first had ", model.in, " and ", model.out));
+    }
+    const float* target = reinterpret_cast<const float*>(y->data);
+    std::vector<float> pred;
+    st.loss = model.Step(x, target, n, &grad, &pred);
+    // The baseline: predicting the mean action seen so far (this rank's batches).
+    for (int64_t s = 0; s < n; ++s) {
+      for (int64_t k = 0; k < out; ++k) target_sum[k] += target[s * out + k];
+    }
+    targets_seen += n;
+    if (step >= final_from) {
+      double mse = 0, first = 0, first_mean = 0;
+      for (int64_t s = 0; s < n; ++s) {
+        for (int64_t k = 0; k < out; ++k) {
+          const double d = target[s * out + k] - target_sum[k] / targets_seen;
+          mse += d * d;
+          if (k < first_outputs) {
+            const double e = pred[s * out + k] - target[s * out + k];
+            first += e * e;
+            first_mean += d * d;
+          }
+        }
+      }
+      mean_sum += mse / static_cast<double>(n * out);
+      first_sum += first / static_cast<double>(n * first_outputs);
+      first_mean_sum += first_mean / static_cast<double>(n * first_outputs);
+      final_sum += st.loss;
+      ++final_n;
+    }
+    st.compute = Since(t1);
+    const auto t2 = Clock::now();
+    if (absl::Status s = (*comm)->AllreduceSum(grad.data(), grad.size()); !s.ok()) return s;
+    st.comm = Since(t2);
+    const auto t3 = Clock::now();
+    for (float& g : grad) g /= static_cast<float>(r.world_size);
+    model.Adam(grad, o.lr);
+    st.compute += Since(t3);
+    st.total = Since(t0);
+    st.samples = static_cast<uint64_t>(n);
+    samples += st.samples;
+    r.steps.push_back(st);
+    if (!o.quiet && r.rank == 0 && (step % o.print_every == 0 || step + 1 == o.steps)) {
+      std::fprintf(stderr,
+                   "train: step %4lld/%lld  loss %.5f  wait %6.1f ms  h2d %5.1f ms  compute %6.1f ms  "
+                   "comm %5.1f ms  (cursor %s)\n",
+                   static_cast<long long>(step + 1), static_cast<long long>(o.steps), st.loss,
+                   st.wait * 1e3, st.h2d * 1e3, st.compute * 1e3, st.comm * 1e3,
+                   b->next.ToString().c_str());
+    }
+  }
+  const double seconds = Since(start);
+  std::vector<double> w, h, c, m, t;
+  double wait_total = 0, step_total = 0;
+  for (const StepTimes& s : r.steps) {
+    w.push_back(s.wait);
+    h.push_back(s.h2d);
+    c.push_back(s.compute);
+    m.push_back(s.comm);
+    t.push_back(s.total);
+    wait_total += s.wait;
+    step_total += s.total;
+  }
+  r.wait = Summarize(w);
+  r.h2d = Summarize(h);
+  r.compute = Summarize(c);
+  r.comm_time = Summarize(m);
+  r.total = Summarize(t);
+  r.samples_per_s = samples / std::max(seconds, 1e-9);
+  r.wait_share = step_total > 0 ? wait_total / step_total : 0;
+  // Losses over all ranks.
+  float sums[5] = {static_cast<float>(final_sum), static_cast<float>(mean_sum), static_cast<float>(final_n),
+                   static_cast<float>(first_sum), static_cast<float>(first_mean_sum)};
+  if (absl::Status s = (*comm)->AllreduceSum(sums, 5); !s.ok()) return s;
+  r.final_loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+  r.mean_action_loss = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  r.first_step_loss = sums[2] > 0 ? sums[3] / sums[2] : 0;
+  r.first_step_mean_loss = sums[2] > 0 ? sums[4] / sums[2] : 0;
+  uint64_t fnv = 1469598103934665603ull;
+  for (const float& f : model.w) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&f);
+    for (size_t i = 0; i < sizeof f; ++i) fnv = (fnv ^ p[i]) * 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv));
+  r.weights_fnv1a = hex;
+  return r;
+}
+
+std::string ResultJson(const TrainResult& r) {
+  using json = nlohmann::json;
+  auto part = [](const PartSummary& p) { return json{{"mean_s", p.mean}, {"p50_s", p.p50}, {"p99_s", p.p99}}; };
+  json steps = json::array();
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const StepTimes& s = r.steps[i];
+    steps.push_back({{"step", i}, {"wait_s", s.wait}, {"h2d_s", s.h2d}, {"compute_s", s.compute},
+                     {"comm_s", s.comm}, {"total_s", s.total}, {"loss", s.loss}, {"samples", s.samples}});
+  }
+  json j = {{"rank", r.rank},
+            {"world_size", r.world_size},
+            {"comm", r.comm},
+            {"features", r.features},
+            {"outputs", r.outputs},
+            {"weights_fnv1a", r.weights_fnv1a},
+            {"summary",
+             {{"wait", part(r.wait)}, {"h2d", part(r.h2d)}, {"compute", part(r.compute)},
+              {"comm", part(r.comm_time)}, {"step", part(r.total)},
+              {"samples_per_s", r.samples_per_s}, {"wait_share", r.wait_share}}},
+            {"loss",
+             {{"final", r.final_loss}, {"mean_action", r.mean_action_loss},
+              {"ratio", r.mean_action_loss > 0 ? r.final_loss / r.mean_action_loss : 0},
+              {"first_step", r.first_step_loss}, {"first_step_mean_action", r.first_step_mean_loss},
+              {"first_step_ratio", r.first_step_mean_loss > 0 ? r.first_step_loss / r.first_step_mean_loss : 0}}},
+            {"steps", steps}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace conveyor::trainer
