@@ -61,16 +61,33 @@ absl::Status Features(const client::Batch& b, int pool, const std::string& actio
           const int64_t frame = (i * T + f) * H * W * C;
           std::vector<double> sum(static_cast<size_t>(pool * pool * C), 0.0);
           std::vector<int64_t> cnt(static_cast<size_t>(pool * pool), 0);
+          std::vector<int64_t> px(static_cast<size_t>(W));  // column -> patch column
+          for (int64_t xx = 0; xx < W; ++xx) px[xx] = xx * pool / W;
+          std::vector<double> row(static_cast<size_t>(pool * C));
           for (int64_t y = 0; y < H; ++y) {
             const int64_t py = y * pool / H;
-            for (int64_t xx = 0; xx < W; ++xx) {
-              const int64_t p = py * pool + xx * pool / W;
-              ++cnt[p];
+            std::fill(row.begin(), row.end(), 0.0);
+            if (!chw) {  // HWC: one pass along the row
+              const int64_t base = frame + y * W * C;
+              for (int64_t xx = 0; xx < W; ++xx) {
+                double* r = row.data() + px[xx] * C;
+                for (int64_t c = 0; c < C; ++c) {
+                  r[c] += u8 ? t.data[base + xx * C + c]
+                             : reinterpret_cast<const float*>(t.data)[base + xx * C + c];
+                }
+              }
+            } else {
               for (int64_t c = 0; c < C; ++c) {
-                const int64_t idx = chw ? frame + (c * H + y) * W + xx : frame + (y * W + xx) * C + c;
-                sum[p * C + c] += u8 ? t.data[idx] : reinterpret_cast<const float*>(t.data)[idx];
+                const int64_t base = frame + (c * H + y) * W;
+                for (int64_t xx = 0; xx < W; ++xx) {
+                  row[px[xx] * C + c] += u8 ? t.data[base + xx] : reinterpret_cast<const float*>(t.data)[base + xx];
+                }
               }
             }
+            for (int64_t q = 0; q < pool; ++q) {
+              for (int64_t c = 0; c < C; ++c) sum[(py * pool + q) * C + c] += row[q * C + c];
+            }
+            for (int64_t xx = 0; xx < W; ++xx) ++cnt[py * pool + px[xx]];
           }
           for (size_t p = 0; p < cnt.size(); ++p) {
             for (int64_t c = 0; c < C; ++c) {
