@@ -1,0 +1,311 @@
+"""Conveyor for Python: batches from `conveyor serve` as numpy arrays, without copies.
+
+    import conveyor
+    loader = conveyor.Loader(servers="10.0.0.5:7070", config="examples/pipeline.yaml")
+    for batch in loader:            # dict: tensor name -> numpy array, plus "_" metadata keys
+        frames = batch["cam0"]      # uint8 [B, T, H, W, 3], a view of the received batch
+        ...
+        checkpoint["loader"] = loader.state_dict()
+
+The C++ client (client/client.h, built as `conveyor._conveyor`) receives and prefetches batches on
+its own thread; Python only wraps the received buffers into numpy arrays. See docs/python.md.
+
+Each yielded batch is a dict with, in this order:
+  - one numpy array per tensor, in the server's batch order (e.g. "cam0", "cam0_is_pad",
+    "observation.state", "action", "action_is_pad", ...): C-contiguous, 64-byte aligned views
+    of the block the C++ client received the batch into (no copy in Python), writable, kept
+    alive by their `base` (a capsule owning the batch's storage) for as long as any array of the
+    batch lives, after the Loader is gone too;
+  - "_cursor": (epoch, step) of this batch; "_next": (epoch, step) right after it;
+  - "_consumer", "_consumers": the slice this rank got (rank, world size);
+  - "_ids": int64 array [n, 3] of (dataset sample index, episode, anchor step) per sample;
+  - "_server": the address that sent it; "_packed_sequences", "_fill_ratio": packing (0 else).
+"""
+
+import os
+import warnings
+
+from ._conveyor import (  # noqa: F401  (re-exported)
+    METADATA_KEYS,
+    Client,
+    ConveyorError,
+    __version__,
+    device_supported,
+    get_info as _get_info,
+    protocol_version,
+)
+
+__all__ = ["Loader", "Client", "ConveyorError", "METADATA_KEYS", "tensors", "to_torch", "info",
+           "parse_servers", "STATE_VERSION", "__version__", "device_supported",
+           "protocol_version"]
+
+# state_dict() layout version; load_state_dict() refuses others.
+STATE_VERSION = 1
+
+try:  # A torch IterableDataset when torch is there, so DataLoader and Stateful loaders accept it.
+    from torch.utils.data import IterableDataset as _Base
+    _HAVE_TORCH = True
+except ImportError:  # pragma: no cover - numpy-only installs
+    _Base = object
+    _HAVE_TORCH = False
+
+
+def parse_servers(servers=None):
+    """A list of addresses from a list, a comma-separated string, or $CONVEYOR_SERVERS."""
+    if servers is None:
+        servers = os.environ.get("CONVEYOR_SERVERS", "")
+    if isinstance(servers, str):
+        servers = servers.split(",")
+    out = [s.strip() for s in servers if s and s.strip()]
+    if not out:
+        raise ValueError("no server given: pass servers=['HOST:PORT', ...] or set CONVEYOR_SERVERS")
+    return out
+
+
+def _parse_cursor(start):
+    if start is None:
+        return (0, 0)
+    if isinstance(start, str):
+        parts = start.split(":")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"cursor {start!r}: expected 'EPOCH:STEP', e.g. '0:0'")
+        return (int(parts[0]), int(parts[1]))
+    epoch, step = start
+    epoch, step = int(epoch), int(step)
+    if epoch < 0 or step < 0:
+        raise ValueError(f"cursor {start!r}: epoch and step must be >= 0")
+    return (epoch, step)
+
+
+def _read_config(config):
+    """YAML text from a path (str or os.PathLike) or the text itself.
+
+    A str is a path when it has no newline and names an existing file or ends in .yaml/.yml (a
+    missing file is then an error here, not a YAML error from the server); otherwise it is YAML.
+    """
+    if config is None:
+        return ""
+    if isinstance(config, os.PathLike) or (
+            isinstance(config, str) and "\n" not in config
+            and (os.path.isfile(config) or config.endswith((".yaml", ".yml")))):
+        with open(config, encoding="utf-8") as f:
+            return f.read()
+    if isinstance(config, str):
+        return config
+    raise TypeError(f"config must be a path or YAML text, not {type(config).__name__}")
+
+
+def _env_int(name, default):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"${name}={value!r} is not an integer") from None
+
+
+def tensors(batch):
+    """The tensors of a batch, without the "_" metadata keys."""
+    return {k: v for k, v in batch.items() if k not in METADATA_KEYS}
+
+
+def to_torch(batch, device=None, non_blocking=True):
+    """The tensors of a batch as torch tensors sharing the numpy arrays' memory (torch.from_numpy,
+    no copy), moved to `device` when given (a copy then; non_blocking from pinned memory only).
+    Metadata keys pass through unchanged."""
+    import torch
+
+    out = {}
+    for k, v in batch.items():
+        if k in METADATA_KEYS:
+            out[k] = v
+            continue
+        t = torch.from_numpy(v)
+        out[k] = t if device is None else t.to(device, non_blocking=non_blocking)
+    return out
+
+
+# 64-bit integer fields of conveyor.v1.InfoResponse, which the proto3 JSON mapping writes as
+# strings.
+_INFO_INT_FIELDS = {"episodes", "max_message_bytes", "active_streams", "samples_per_epoch",
+                    "steps_per_epoch", "global_batch_size", "shape"}
+
+
+def _info_ints(value, key=None):
+    if isinstance(value, dict):
+        return {k: _info_ints(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_info_ints(v, key) for v in value]
+    if key in _INFO_INT_FIELDS and isinstance(value, str):
+        return int(value)
+    return value
+
+
+def info(servers=None, auth_token=None):
+    """What the first server that answers serves: conveyor.v1.InfoResponse as a dict (dataset
+    name and fingerprint, episodes, streams, and per config its digest, samples_per_epoch,
+    steps_per_epoch, global_batch_size)."""
+    import json
+
+    text = _get_info(servers=parse_servers(servers), auth_token=auth_token or "")
+    return _info_ints(json.loads(text))
+
+
+class Loader(_Base):
+    """The batches of one training rank, from one or more data servers.
+
+    Arguments:
+      servers: list of "HOST:PORT" (any gRPC target) or a comma-separated string; default
+        $CONVEYOR_SERVERS. The client fails over between them (same dataset and config on each).
+      job: job name, for the server's logs and metrics.
+      rank, world_size: this rank's consumer slice; default $RANK and $WORLD_SIZE (what
+        torch.distributed.run sets), else 0 and 1. Not $LOCAL_RANK: that picks the GPU of a
+        process on its node, while the consumer slice is global. The global batch size of the
+        config must be a multiple of world_size.
+      config: a path to a YAML config, or YAML text, sent to the server; config_name: one of the
+        configs the server was started with. Neither: the server's default (first) config.
+      start: cursor (epoch, step) or "EPOCH:STEP" to begin at; default 0:0. load_state_dict()
+        replaces it.
+      max_batches: stop each iteration after this many batches (0: until the server's
+        max_epochs, or forever).
+      prefetch: batches the C++ client keeps received ahead of the trainer (its own thread; no
+        DataLoader workers needed). prefetch_bytes bounds them in bytes.
+      auth_token: bearer token, when the server asks for one (--auth-token-file).
+      reconnect_timeout_s: give up after this long without a batch from any server.
+      **client_options: passed on to conveyor.Client (dataset, tls, tls_ca_pem, tls_cert_pem,
+        tls_key_pem, tls_server_name, max_message_bytes).
+
+    Iterating yields dicts (see the module's doc). Every iteration starts a stream at the cursor
+    after the last batch yielded so far (or `start`), so iterating again continues where the last
+    iteration stopped, and after load_state_dict() it resumes exactly there. One iteration at a
+    time: starting a new one closes the previous iterator.
+
+    Use it directly, or through torch.utils.data.DataLoader(loader, batch_size=None,
+    num_workers=0) (or torchdata's StatefulDataLoader, which calls state_dict()). DataLoader
+    workers would each stream the same slice and keep the cursor in another process, so they are
+    refused: the prefetch already runs in the C++ client.
+    """
+
+    def __init__(self, servers=None, job="default", rank=None, world_size=None, config=None,
+                 config_name=None, start=None, max_batches=0, prefetch=4, auth_token=None,
+                 reconnect_timeout_s=60.0, prefetch_bytes=1 << 30, **client_options):
+        super().__init__()
+        self.servers = parse_servers(servers)
+        self.job = str(job)
+        self.rank = _env_int("RANK", 0) if rank is None else int(rank)
+        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} of world_size {self.world_size}: need "
+                             f"0 <= rank < world_size")
+        if config is not None and config_name is not None:
+            raise ValueError("give config or config_name, not both")
+        self.config_yaml = _read_config(config)
+        self.config_name = config_name or ""
+        self.max_batches = int(max_batches)
+        self.prefetch = max(1, int(prefetch))
+        self.prefetch_bytes = int(prefetch_bytes)
+        self.auth_token = auth_token or ""
+        self.reconnect_timeout_s = float(reconnect_timeout_s)
+        self.client_options = client_options
+        self._cursor = _parse_cursor(start)
+        self._iterator = None   # the running iteration's generator, closed by the next one
+        self._client = None     # its client, for stats()
+        self._last_stats = {}
+
+    # --- iteration -------------------------------------------------------------------------
+
+    def _make_client(self):
+        return Client(servers=self.servers, job=self.job, consumer=self.rank,
+                      consumers=self.world_size, start=self._cursor, config_yaml=self.config_yaml,
+                      config_name=self.config_name, max_batches=self.max_batches,
+                      prefetch_batches=self.prefetch, prefetch_bytes=self.prefetch_bytes,
+                      auth_token=self.auth_token, reconnect_timeout_s=self.reconnect_timeout_s,
+                      **self.client_options)
+
+    def __iter__(self):
+        if _HAVE_TORCH:
+            from torch.utils.data import get_worker_info
+            if get_worker_info() is not None:
+                raise RuntimeError(
+                    "conveyor.Loader runs in the main process: use DataLoader(loader, "
+                    "batch_size=None, num_workers=0). The C++ client already prefetches on its "
+                    "own thread; in workers every worker would stream the same slice and the "
+                    "cursor (state_dict) would live in another process.")
+        self.close()
+        self._iterator = self._generate(self._make_client())
+        return self._iterator
+
+    def _generate(self, client):
+        self._client = client
+        try:
+            while True:
+                try:
+                    batch = client.next()
+                except StopIteration:
+                    return
+                # The cursor after the last batch handed out, set before the trainer sees it:
+                # a state_dict() taken while it holds this batch resumes after it.
+                self._cursor = batch["_next"]
+                yield batch
+                del batch  # the trainer's references decide when the batch's block is released
+        finally:
+            self._last_stats = client.stats()
+            client.close()
+
+    def close(self):
+        """Ends the running iteration (its stream); yielded arrays stay valid."""
+        it, self._iterator = self._iterator, None
+        if it is not None:
+            it.close()
+
+    def stats(self):
+        """The C++ client's counters for the current (or last) iteration: batches, bytes,
+        messages, reconnects, wait_seconds (time next() waited), server."""
+        if self._client is None or self._client.closed:
+            return dict(self._last_stats)
+        return self._client.stats()
+
+    # --- state -------------------------------------------------------------------------------
+
+    @property
+    def cursor(self):
+        """(epoch, step) after the last batch yielded: where the next iteration starts."""
+        return self._cursor
+
+    def state_dict(self):
+        """{"version", "cursor": [epoch, step], "job", "rank", "world_size"}; plain JSON types.
+
+        The cursor is global (a step of the global batch), the same on every rank; a job may
+        resume it with another world_size when the global batch size stays a multiple of it.
+        """
+        return {"version": STATE_VERSION, "cursor": [int(self._cursor[0]), int(self._cursor[1])],
+                "job": self.job, "rank": self.rank, "world_size": self.world_size}
+
+    def load_state_dict(self, state_dict):
+        """Resume: the next iteration starts at the saved cursor."""
+        version = state_dict.get("version")
+        if version != STATE_VERSION:
+            raise ValueError(f"conveyor.Loader state version {version!r}, this release reads "
+                             f"{STATE_VERSION}")
+        if state_dict.get("job", self.job) != self.job:
+            warnings.warn(f"conveyor.Loader: state of job {state_dict['job']!r} loaded into job "
+                          f"{self.job!r}", stacklevel=2)
+        self.close()
+        self._cursor = _parse_cursor(state_dict["cursor"])
+
+    def __getstate__(self):  # a copy (pickle, DataLoader worker) gets the settings and cursor
+        state = dict(self.__dict__)
+        state["_iterator"] = None
+        state["_client"] = None
+        return state
+
+    def __repr__(self):
+        return (f"conveyor.Loader(servers={self.servers!r}, job={self.job!r}, rank={self.rank}, "
+                f"world_size={self.world_size}, cursor={self._cursor[0]}:{self._cursor[1]})")
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass

@@ -1,0 +1,280 @@
+// conveyor._conveyor: the C++ client (client/client.h) for Python, without copying batch data.
+//
+// Client.next() waits for a batch with the GIL released and returns a dict: one numpy array per
+// tensor, in batch order, each a view of the batch's block (the client parses the received payload
+// straight into one aligned block per batch, client/client.h) whose `base` is a capsule
+// holding the batch's storage (one capsule per batch, shared by its arrays), so the bytes live
+// as long as any array of the batch does, after the Client is gone too; then the metadata keys
+// (see kMetaKeys). The arrays are writable: the buffer belongs to this batch alone (nothing else
+// reads it once Next() has returned it), and torch.from_numpy / from_dlpack refuse or warn on
+// read-only arrays.
+//
+// Errors are ConveyorError (a RuntimeError) with the status code name in `.code` and the
+// client's or server's message; the end of the stream (OUT_OF_RANGE) is StopIteration.
+#include <google/protobuf/util/json_util.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/client.h"
+#include "conveyor/v1/service.pb.h"
+
+namespace py = pybind11;
+namespace cc = conveyor::client;
+
+namespace {
+
+// conveyor._conveyor.ConveyorError; created at import, never freed (it outlives every caller).
+PyObject* g_error = nullptr;
+
+constexpr const char* kMetaKeys[] = {"_cursor", "_next",   "_consumer",         "_consumers",
+                                     "_ids",    "_server", "_packed_sequences", "_fill_ratio"};
+
+[[noreturn]] void Raise(const absl::Status& s) {
+  const std::string code(absl::StatusCodeToString(s.code()));
+  py::object error =
+      py::reinterpret_borrow<py::object>(g_error)(code + ": " + std::string(s.message()));
+  error.attr("code") = code;
+  PyErr_SetObject(g_error, error.ptr());
+  throw py::error_already_set();
+}
+
+py::dtype NumpyType(cc::DType t) {
+  switch (t) {
+    case cc::DType::kUint8:
+      return py::dtype::of<uint8_t>();
+    case cc::DType::kBool:
+      return py::dtype::of<bool>();
+    case cc::DType::kFloat32:
+      return py::dtype::of<float>();
+    case cc::DType::kInt32:
+      return py::dtype::of<int32_t>();
+  }
+  return py::dtype::of<uint8_t>();
+}
+
+py::tuple CursorTuple(const cc::Cursor& c) { return py::make_tuple(c.epoch, c.step); }
+
+// Tensors as views (batch order), then metadata.
+py::dict ToDict(cc::Batch&& b) {
+  py::dict out;
+  // One owner for all arrays of the batch: each array holds a reference to the capsule, the
+  // capsule holds the storage (the batch's block, back to the client's pool when released).
+  auto* holder = new std::shared_ptr<void>(std::move(b.storage));
+  py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<void>*>(p); });
+  for (const cc::Tensor& t : b.tensors) {
+    std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
+    std::vector<py::ssize_t> strides(shape.size());
+    py::ssize_t stride = static_cast<py::ssize_t>(cc::DTypeSize(t.dtype));
+    for (size_t i = shape.size(); i-- > 0;) {
+      strides[i] = stride;
+      stride *= shape[i];
+    }
+    if (out.contains(t.name)) {
+      Raise(absl::DataLossError("batch " + b.cursor.ToString() + " has two tensors named '" +
+                                t.name + "'"));
+    }
+    // A null pointer (empty tensor) makes numpy allocate an empty array of its own.
+    out[py::str(t.name)] = py::array(NumpyType(t.dtype), std::move(shape), std::move(strides),
+                                     t.data, t.data ? py::handle(base) : py::handle());
+  }
+  for (const char* key : kMetaKeys) {
+    if (out.contains(key)) {
+      Raise(absl::InvalidArgumentError(std::string("batch tensor '") + key +
+                                       "' collides with the metadata key of that name"));
+    }
+  }
+  py::array_t<int64_t> ids({static_cast<py::ssize_t>(b.ids.size()), static_cast<py::ssize_t>(3)});
+  auto w = ids.mutable_unchecked<2>();
+  for (size_t i = 0; i < b.ids.size(); ++i) {
+    w(i, 0) = static_cast<int64_t>(b.ids[i].index);
+    w(i, 1) = static_cast<int64_t>(b.ids[i].episode);
+    w(i, 2) = static_cast<int64_t>(b.ids[i].step);
+  }
+  out["_cursor"] = CursorTuple(b.cursor);
+  out["_next"] = CursorTuple(b.next);
+  out["_consumer"] = b.consumer;
+  out["_consumers"] = b.consumers;
+  out["_ids"] = std::move(ids);
+  out["_server"] = b.server;
+  out["_packed_sequences"] = b.packed_sequences;
+  out["_fill_ratio"] = b.fill_ratio;
+  return out;
+}
+
+class PyClient {
+ public:
+  explicit PyClient(cc::ClientOptions o) {
+    absl::StatusOr<std::unique_ptr<cc::Client>> c = cc::Client::Create(std::move(o));
+    if (!c.ok()) Raise(c.status());
+    client_ = std::shared_ptr<cc::Client>(std::move(*c));
+  }
+
+  ~PyClient() { Close(); }
+
+  py::dict Next() {
+    std::shared_ptr<cc::Client> c = Get();  // a close() from another thread waits for us
+    absl::StatusOr<cc::Batch> b;
+    {
+      py::gil_scoped_release release;
+      b = c->Next();
+    }
+    if (absl::IsOutOfRange(b.status())) throw py::stop_iteration(std::string(b.status().message()));
+    if (!b.ok()) Raise(b.status());
+    return ToDict(std::move(*b));
+  }
+
+  py::tuple Cursor() const { return CursorTuple(Get()->cursor()); }
+
+  py::dict Stats() const {
+    const cc::ClientStats s = Get()->stats();
+    py::dict d;
+    d["batches"] = s.batches;
+    d["bytes"] = s.bytes;
+    d["messages"] = s.messages;
+    d["reconnects"] = s.reconnects;
+    d["wait_seconds"] = s.wait_seconds;
+    d["server"] = s.server;
+    return d;
+  }
+
+  // Cancels the stream and joins the client's thread (GIL released). Arrays already returned
+  // stay valid. A next() blocked in another thread keeps the client alive until it returns.
+  void Close() {
+    std::shared_ptr<cc::Client> c = std::move(client_);
+    client_.reset();
+    if (c) {
+      py::gil_scoped_release release;
+      c.reset();
+    }
+  }
+
+  bool closed() const { return client_ == nullptr; }
+
+ private:
+  std::shared_ptr<cc::Client> Get() const {
+    if (!client_) Raise(absl::FailedPreconditionError("the client is closed"));
+    return client_;
+  }
+
+  std::shared_ptr<cc::Client> client_;
+};
+
+cc::ClientOptions MakeOptions(std::vector<std::string> servers, std::string job, uint32_t consumer,
+                              uint32_t consumers, std::pair<uint64_t, uint64_t> start,
+                              std::string config_yaml, std::string config_name,
+                              uint64_t max_batches, size_t prefetch_batches,
+                              uint64_t prefetch_bytes, uint64_t max_message_bytes,
+                              std::string auth_token, double reconnect_timeout_s,
+                              std::string dataset, bool tls, std::string tls_ca_pem,
+                              std::string tls_cert_pem, std::string tls_key_pem,
+                              std::string tls_server_name) {
+  cc::ClientOptions o;
+  o.servers = std::move(servers);
+  o.job = std::move(job);
+  o.consumer = consumer;
+  o.consumers = consumers;
+  o.start = {start.first, start.second};
+  o.config_yaml = std::move(config_yaml);
+  o.config_name = std::move(config_name);
+  o.max_batches = max_batches;
+  o.prefetch_batches = prefetch_batches;
+  o.prefetch_bytes = prefetch_bytes;
+  o.max_message_bytes = max_message_bytes;
+  o.auth_token = std::move(auth_token);
+  o.reconnect_timeout_s = reconnect_timeout_s;
+  o.dataset = std::move(dataset);
+  o.tls = tls || !tls_ca_pem.empty() || !tls_cert_pem.empty();
+  o.tls_ca_pem = std::move(tls_ca_pem);
+  o.tls_cert_pem = std::move(tls_cert_pem);
+  o.tls_key_pem = std::move(tls_key_pem);
+  o.tls_server_name = std::move(tls_server_name);
+  return o;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_conveyor, m) {
+  m.doc() = "Conveyor's C++ client (client/client.h) for Python; use the `conveyor` package.";
+  g_error = PyErr_NewExceptionWithDoc(
+      "conveyor._conveyor.ConveyorError",
+      "An error from the Conveyor client or a data server; `.code` is the status code name "
+      "(INVALID_ARGUMENT, UNAVAILABLE, ...).",
+      PyExc_RuntimeError, nullptr);
+  if (g_error == nullptr) throw py::error_already_set();
+  m.attr("ConveyorError") = py::handle(g_error);  // the module takes its own reference
+  m.attr("__version__") = CONVEYOR_VERSION;
+  m.attr("METADATA_KEYS") =
+      py::tuple(py::cast(std::vector<std::string>(std::begin(kMetaKeys), std::end(kMetaKeys))));
+  m.def("protocol_version", &cc::ProtocolVersion, "The conveyor.v1 protocol version spoken.");
+  m.def("device_supported", &cc::Client::device_supported,
+        "Whether the client was built with CUDA.");
+
+  py::class_<PyClient>(m, "Client",
+                       "One stream of batches (client/client.h). next() returns a dict of numpy "
+                       "views plus metadata; StopIteration at the end of the stream.")
+      .def(py::init([](std::vector<std::string> servers, std::string job, uint32_t consumer,
+                       uint32_t consumers, std::pair<uint64_t, uint64_t> start,
+                       std::string config_yaml, std::string config_name, uint64_t max_batches,
+                       size_t prefetch_batches, uint64_t prefetch_bytes, uint64_t max_message_bytes,
+                       std::string auth_token, double reconnect_timeout_s, std::string dataset,
+                       bool tls, std::string tls_ca_pem, std::string tls_cert_pem,
+                       std::string tls_key_pem, std::string tls_server_name) {
+             return std::make_unique<PyClient>(MakeOptions(
+                 std::move(servers), std::move(job), consumer, consumers, start,
+                 std::move(config_yaml), std::move(config_name), max_batches, prefetch_batches,
+                 prefetch_bytes, max_message_bytes, std::move(auth_token), reconnect_timeout_s,
+                 std::move(dataset), tls, std::move(tls_ca_pem), std::move(tls_cert_pem),
+                 std::move(tls_key_pem), std::move(tls_server_name)));
+           }),
+           py::kw_only(), py::arg("servers"), py::arg("job") = "default", py::arg("consumer") = 0,
+           py::arg("consumers") = 1, py::arg("start") = std::pair<uint64_t, uint64_t>{0, 0},
+           py::arg("config_yaml") = "", py::arg("config_name") = "", py::arg("max_batches") = 0,
+           py::arg("prefetch_batches") = 4, py::arg("prefetch_bytes") = uint64_t{1} << 30,
+           py::arg("max_message_bytes") = 0, py::arg("auth_token") = "",
+           py::arg("reconnect_timeout_s") = 60.0, py::arg("dataset") = "", py::arg("tls") = false,
+           py::arg("tls_ca_pem") = "", py::arg("tls_cert_pem") = "", py::arg("tls_key_pem") = "",
+           py::arg("tls_server_name") = "")
+      .def("next", &PyClient::Next,
+           "The next batch: {tensor name: numpy view, ..., '_cursor': (epoch, step), '_next': "
+           "(epoch, step), '_consumer', '_consumers', '_ids': int64 [n, 3] (index, episode, "
+           "step), '_server', '_packed_sequences', '_fill_ratio'}. Waits with the GIL released.")
+      .def("__next__", &PyClient::Next)
+      .def("__iter__", [](py::object self) { return self; })
+      .def("cursor", &PyClient::Cursor,
+           "(epoch, step) right after the last batch next() returned: resume from it.")
+      .def("stats", &PyClient::Stats)
+      .def("close", &PyClient::Close, "Cancels the stream; arrays already returned stay valid.")
+      .def_property_readonly("closed", &PyClient::closed)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](PyClient& c, py::args) { c.Close(); });
+
+  m.def(
+      "get_info",
+      [](std::vector<std::string> servers, std::string auth_token) {
+        cc::ClientOptions o;
+        o.servers = std::move(servers);
+        o.auth_token = std::move(auth_token);
+        absl::StatusOr<conveyor::v1::InfoResponse> info;
+        {
+          py::gil_scoped_release release;
+          info = cc::GetInfo(o);
+        }
+        if (!info.ok()) Raise(info.status());
+        std::string json;
+        google::protobuf::util::JsonPrintOptions jo;
+        jo.preserve_proto_field_names = true;
+        jo.always_print_primitive_fields = true;
+        (void)google::protobuf::util::MessageToJsonString(*info, &json, jo);
+        return json;
+      },
+      py::kw_only(), py::arg("servers"), py::arg("auth_token") = "",
+      "Info from the first server that answers, as JSON text (conveyor.v1.InfoResponse).");
+}

@@ -1,0 +1,411 @@
+"""conveyor.Loader and conveyor._conveyor against a real `conveyor serve` on a synthetic dataset.
+
+  CONVEYOR_CLI=build/tools/conveyor PYTHONPATH=build/python \
+      /usr/bin/python3 -m unittest discover -s python/tests -v
+
+Checks: batches equal `conveyor batches --digest` and `conveyor fetch --digest` (same SHA-256 over
+the numpy arrays); arrays are views of the received buffers (no copy), also through torch
+(from_numpy, from_dlpack, DataLoader); arrays outlive the loader; state_dict() resumes exactly;
+DataLoader(batch_size=None); next() releases the GIL; RANK/WORLD_SIZE pick the consumer slice;
+errors carry the server's message.
+"""
+
+import gc
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import unittest
+import warnings
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+
+import conveyor
+import conveyor_test_support as support
+
+try:
+    import torch
+    import torch.utils.data
+except ImportError:  # pragma: no cover
+    torch = None
+
+REF_STEPS = 6
+ENV = {}  # filled by setUpModule: dir, dataset, server, address, ref, ref_1of2
+
+
+def setUpModule():
+    support.start_watchdog()
+    d = Path(tempfile.mkdtemp(prefix="conveyor_pyloader_"))
+    unittest.addModuleCleanup(shutil.rmtree, d, ignore_errors=True)
+    dataset = support.synth(d / "ds")
+    server = support.Server(dataset, d)
+    unittest.addModuleCleanup(server.stop)
+    ENV.update(dir=d, dataset=dataset, server=server, address=server.address,
+               ref=support.cli_batches(dataset, REF_STEPS),
+               ref_1of2=support.cli_batches(dataset, 2, consumer=1, consumers=2))
+
+
+def tearDownModule():
+    support.stop_watchdog()
+
+
+def loader(**kwargs):
+    kwargs.setdefault("servers", [ENV["address"]])
+    kwargs.setdefault("reconnect_timeout_s", 30)
+    return conveyor.Loader(**kwargs)
+
+
+def round_up(n, to=64):
+    return (n + to - 1) // to * to
+
+
+class BatchesTest(unittest.TestCase):
+    def test_batches_equal_cli_digests(self):
+        """(a) The Loader's batches hash to what `conveyor batches` and `conveyor fetch` print."""
+        want = ENV["ref"][:4]
+        fetched, _ = support.cli_fetch(ENV["address"], 4)
+        self.assertEqual(fetched, want, "conveyor fetch --digest == conveyor batches --digest")
+        got = [support.summary(b) for b in loader(max_batches=4)]
+        self.assertEqual(got, want)
+        # The same config sent inline (a path, read and sent as YAML), and servers from a string.
+        got = [support.summary(b) for b in conveyor.Loader(
+            servers=f" {ENV['address']} ,", config=str(support.PIPELINE_YAML), max_batches=2)]
+        self.assertEqual(got, want[:2])
+
+    def test_batch_layout_and_metadata(self):
+        b = next(iter(loader(max_batches=1)))
+        names = [k for k in b if k not in conveyor.METADATA_KEYS]
+        self.assertEqual(list(b)[:len(names)], names, "tensors first, in batch order")
+        self.assertEqual(b["_cursor"], (0, 0))
+        self.assertEqual(b["_next"], (0, 1))
+        self.assertEqual((b["_consumer"], b["_consumers"]), (0, 1))
+        self.assertEqual(b["_server"], ENV["address"])
+        self.assertEqual(b["_ids"].dtype, np.int64)
+        self.assertEqual(b["_ids"].shape, (32, 3))
+        self.assertEqual(b["cam0"].dtype, np.uint8)
+        self.assertEqual(b["cam0"].shape, (32, 2, 224, 224, 3))
+        self.assertEqual(b["action"].dtype, np.float32)
+        self.assertEqual(b["action_is_pad"].dtype, np.bool_)
+        for name in names:
+            self.assertTrue(b[name].flags.c_contiguous, name)
+            self.assertTrue(b[name].flags.aligned, name)
+            self.assertTrue(b[name].flags.writeable, name)
+
+    def test_start_cursor(self):
+        for start in [(0, 5), "0:5"]:
+            b = next(iter(loader(start=start, max_batches=1)))
+            self.assertEqual(support.summary(b), ENV["ref"][5], start)
+        with self.assertRaises(ValueError):
+            loader(start="5")
+
+    def test_end_of_stream_and_client(self):
+        self.assertEqual(len(list(loader(max_batches=2))), 2)
+        c = conveyor.Client(servers=[ENV["address"]], max_batches=2, start=(0, 1))
+        self.assertEqual(c.cursor(), (0, 1))
+        self.assertEqual(support.summary(c.next()), ENV["ref"][1])
+        self.assertEqual(support.summary(next(c)), ENV["ref"][2])
+        self.assertEqual(c.cursor(), (0, 3))
+        with self.assertRaises(StopIteration):
+            c.next()
+        s = c.stats()
+        self.assertEqual(s["batches"], 2)
+        self.assertEqual(s["server"], ENV["address"])
+        self.assertGreater(s["bytes"], 0)
+        c.close()
+        self.assertTrue(c.closed)
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            c.next()
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+
+    def test_info(self):
+        info = conveyor.info([ENV["address"]])
+        self.assertEqual(info["episodes"], 2)
+        self.assertEqual(info["configs"][0]["global_batch_size"], 32)
+        self.assertEqual(info["configs"][0]["name"], "pipeline")
+
+
+class ZeroCopyTest(unittest.TestCase):
+    def test_views_of_received_buffers(self):
+        """(b) Arrays are views of the batch block the C++ client received the payload into: no
+        copy in Python, the tensors where the payload puts them, whether the server sent the batch
+        in one message or split into many."""
+        for max_message in [64 << 20, 0]:  # one message per batch; the server's 4 MiB
+            l = loader(max_batches=1, max_message_bytes=max_message)
+            batch = next(iter(l))
+            messages = l.stats()["messages"]
+            if max_message:
+                self.assertEqual(messages, 1)
+            else:
+                self.assertGreater(messages, 1)
+            arrays = conveyor.tensors(batch)
+            bases = {id(a.base) for a in arrays.values()}
+            self.assertEqual(len(bases), 1, "one owner (the batch's storage) for all arrays")
+            for name, a in arrays.items():
+                self.assertFalse(a.flags.owndata, name)
+                self.assertEqual(type(a.base).__name__, "PyCapsule", name)
+                self.assertEqual(a.ctypes.data % 64, 0, name)
+            # The tensors lie in one buffer exactly as in the batch payload (64-byte aligned
+            # offsets, in order): the received batch, viewed in place.
+            items = list(arrays.items())
+            for (name, a), (next_name, b) in zip(items, items[1:]):
+                self.assertEqual(b.ctypes.data - a.ctypes.data, round_up(a.nbytes),
+                                 f"{next_name} follows {name} in the received payload")
+            self.assertEqual(support.digest(batch), ENV["ref"][0]["sha256"])
+        if torch is None:
+            self.skipTest("torch is not installed")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # e.g. torch's warning about non-writable arrays
+            for name, a in arrays.items():
+                self.assertEqual(torch.from_numpy(a).data_ptr(), a.ctypes.data, name)
+                # numpy 1.24 exports no bool through DLPack: view the bytes, then as bool.
+                dl = torch.from_dlpack(a.view(np.uint8) if a.dtype == np.bool_ else a)
+                self.assertEqual(dl.data_ptr(), a.ctypes.data, name)
+            t = conveyor.to_torch(batch)
+            self.assertEqual(t["cam1"].data_ptr(), arrays["cam1"].ctypes.data)
+            self.assertEqual(t["_cursor"], (0, 0))
+        # Shared, not copied: a write through torch shows in numpy.
+        a = arrays["action"]
+        before = float(a[0, 0, 0])
+        torch.from_dlpack(a)[0, 0, 0] += 1.0
+        self.assertEqual(float(a[0, 0, 0]), before + 1.0)
+
+    def test_arrays_outlive_the_loader(self):
+        """(c) The storage lives as long as any array: delete the loader, collect, churn memory."""
+        for max_message in [0, 64 << 20]:
+            l = loader(max_batches=3, max_message_bytes=max_message)
+            it = iter(l)
+            batch = next(it)
+            next(it)  # the client has moved on, and may reuse its buffers
+            kept = {"cam2": batch["cam2"], "action": batch["action"],
+                    "audio_is_pad": batch["audio_is_pad"]}
+            want = support.digest(kept)
+            del it, l, batch
+            gc.collect()
+            churn = [np.full(16 << 20, i, dtype=np.uint8) for i in range(8)]
+            other = [support.digest(b) for b in loader(max_batches=2, start=(0, 4))]
+            del churn
+            gc.collect()
+            self.assertEqual(support.digest(kept), want, f"max_message_bytes {max_message}")
+            self.assertEqual(other, [r["sha256"] for r in ENV["ref"][4:6]])
+
+
+class StateTest(unittest.TestCase):
+    def test_state_dict_round_trip(self):
+        """(d) Three batches, save, a new Loader loads the state: its first batch is batch 4."""
+        l = loader()
+        it = iter(l)
+        first = [support.summary(next(it)) for _ in range(3)]
+        self.assertEqual(first, ENV["ref"][:3])
+        state = l.state_dict()
+        self.assertEqual(state, {"version": conveyor.STATE_VERSION, "cursor": [0, 3],
+                                 "job": "default", "rank": 0, "world_size": 1})
+        l.close()
+        state = json.loads(json.dumps(state))  # plain JSON types
+        resumed = loader(max_batches=1)
+        resumed.load_state_dict(state)
+        self.assertEqual(resumed.cursor, (0, 3))
+        self.assertEqual([support.summary(b) for b in resumed], [ENV["ref"][3]])
+        self.assertEqual(resumed.state_dict()["cursor"], [0, 4])
+        with self.assertRaises(ValueError):
+            resumed.load_state_dict({"version": 99, "cursor": [0, 0]})
+
+    def test_iterating_again_continues(self):
+        """Breaking out of a loop and iterating again continues after the last batch yielded;
+        a new iteration closes the previous iterator."""
+        l = loader()
+        seen = []
+        for b in l:
+            seen.append(support.summary(b))
+            if len(seen) == 2:
+                break
+        for b in l:
+            seen.append(support.summary(b))
+            break
+        self.assertEqual(seen, ENV["ref"][:3])
+        first = iter(l)
+        self.assertEqual(support.summary(next(first)), ENV["ref"][3])
+        second = iter(l)
+        with self.assertRaises(StopIteration):
+            next(first)  # closed by the new iteration
+        self.assertEqual(support.summary(next(second)), ENV["ref"][4])
+        l.close()
+
+
+@unittest.skipIf(torch is None, "torch is not installed (Debian: python3-torch)")
+class DataLoaderTest(unittest.TestCase):
+    def test_dataloader_batch_size_none(self):
+        """(e) DataLoader(loader, batch_size=None) yields the same batches, as torch tensors,
+        without warnings."""
+        l = loader(max_batches=4)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = list(torch.utils.data.DataLoader(l, batch_size=None))
+        self.assertEqual([str(w.message) for w in caught], [])
+        self.assertIsInstance(got[0]["cam0"], torch.Tensor)
+        self.assertEqual(got[0]["cam0"].dtype, torch.uint8)
+        self.assertEqual([support.summary(b) for b in got], ENV["ref"][:4])
+        self.assertEqual(l.state_dict()["cursor"], [0, 4])
+
+    def test_dataloader_workers_refused(self):
+        l = loader(max_batches=1)
+        with self.assertRaisesRegex(RuntimeError, "num_workers=0"):
+            list(torch.utils.data.DataLoader(l, batch_size=None, num_workers=1))
+
+    @unittest.skipUnless(importlib.util.find_spec("torchdata"),
+                         "torchdata is not installed (Debian 12 packages no torchdata)")
+    def test_stateful_dataloader(self):  # pragma: no cover - not on Debian 12
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        dl = StatefulDataLoader(loader(), batch_size=None)
+        it = iter(dl)
+        for _ in range(3):
+            next(it)
+        state = dl.state_dict()
+        dl2 = StatefulDataLoader(loader(max_batches=1), batch_size=None)
+        dl2.load_state_dict(state)
+        self.assertEqual([support.summary(b) for b in dl2], [ENV["ref"][3]])
+
+
+class GilTest(unittest.TestCase):
+    def test_next_releases_the_gil(self):
+        """(f) While next() waits (here for a server that is not there, until
+        reconnect_timeout_s), other Python threads run: the main thread's loop never stalls."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{s.getsockname()[1]}"  # closed again when the block ends
+        l = conveyor.Loader(servers=[dead], reconnect_timeout_s=1.0)
+        result = {}
+
+        def wait_for_batch():
+            t0 = time.monotonic()
+            try:
+                next(iter(l))
+            except conveyor.ConveyorError as e:
+                result["error"] = e
+            result["seconds"] = time.monotonic() - t0
+
+        thread = threading.Thread(target=wait_for_batch)
+        count, max_gap = 0, 0.0
+        thread.start()
+        last = time.monotonic()
+        while thread.is_alive():
+            count += 1
+            now = time.monotonic()
+            max_gap = max(max_gap, now - last)
+            last = now
+        thread.join()
+        self.assertIn("error", result)
+        self.assertEqual(result["error"].code, "UNAVAILABLE")
+        self.assertIn(dead, str(result["error"]))
+        self.assertGreaterEqual(result["seconds"], 0.9, "next() waited for the reconnect timeout")
+        self.assertGreater(count, 10000, "the main thread ran while next() waited")
+        self.assertLess(max_gap, result["seconds"] / 3,
+                        f"the main thread stalled {max_gap:.3f} s of the {result['seconds']:.3f} "
+                        f"s next() waited: the GIL was held")
+
+
+class RankTest(unittest.TestCase):
+    def test_rank_and_world_size_from_env(self):
+        """(g) RANK / WORLD_SIZE give consumer / consumers; CONVEYOR_SERVERS the servers."""
+        env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "CONVEYOR_SERVERS": ENV["address"]}
+        with mock.patch.dict(os.environ, env):
+            l = conveyor.Loader(max_batches=2)
+        self.assertEqual((l.rank, l.world_size, l.servers), (1, 2, [ENV["address"]]))
+        got = [support.summary(b) for b in l]
+        self.assertEqual(got, ENV["ref_1of2"])
+        self.assertEqual(got[0]["samples"], 16)
+        self.assertEqual(l.state_dict()["world_size"], 2)
+        with mock.patch.dict(os.environ, {"RANK": "0"}):
+            os.environ.pop("WORLD_SIZE", None)
+            self.assertEqual(loader().world_size, 1)
+        self.assertEqual(loader(rank=0, world_size=4).world_size, 4)
+
+
+class ErrorTest(unittest.TestCase):
+    def test_bad_config(self):
+        """(h) The server's message reaches Python: file, line, the unknown key."""
+        text = support.PIPELINE_YAML.read_text() + "\nbogus_key: 1\n"
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            next(iter(loader(config=text)))
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("bogus_key", str(e.exception))
+        self.assertIsInstance(e.exception, RuntimeError)
+
+    def test_other_errors(self):
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            next(iter(loader(config_name="no_such_config")))
+        self.assertEqual(e.exception.code, "NOT_FOUND")
+        self.assertIn("no_such_config", str(e.exception))
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            next(iter(loader(rank=0, world_size=3)))  # 32 is not a multiple of 3
+        self.assertIn("multiple", str(e.exception))
+        with self.assertRaises(ValueError):
+            loader(rank=2, world_size=2)
+        with self.assertRaises(ValueError):
+            loader(config="a: 1", config_name="pipeline")
+        with self.assertRaises(FileNotFoundError):
+            loader(config=str(ENV["dir"] / "missing.yaml"))
+        with mock.patch.dict(os.environ, {}, clear=True):
+            with self.assertRaisesRegex(ValueError, "CONVEYOR_SERVERS"):
+                conveyor.Loader()
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            conveyor.Client(servers=[ENV["address"]], consumer=2, consumers=2)
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+
+
+class JaxTest(unittest.TestCase):
+    def test_make_global_batch_calls_jax(self):
+        """The helper's calls, against a stand-in jax module (the real one is tested below when
+        installed): one make_array_from_process_local_data per tensor, metadata left out."""
+        import sys
+        import types
+
+        calls = []
+        fake = types.ModuleType("jax")
+        fake.make_array_from_process_local_data = lambda sharding, a: calls.append(
+            (sharding, a)) or ("global", a.shape)
+        sharding_mod = types.ModuleType("jax.sharding")
+        sharding_mod.NamedSharding = lambda mesh, spec: ("named", mesh, spec)
+        sharding_mod.PartitionSpec = lambda *axes: ("pspec",) + axes
+        fake.sharding = sharding_mod
+        batch = {"cam0": np.zeros((4, 2), np.uint8), "action": np.zeros((4, 3), np.float32),
+                 "_cursor": (0, 0), "_ids": np.zeros((4, 3), np.int64)}
+        with mock.patch.dict(sys.modules, {"jax": fake, "jax.sharding": sharding_mod}):
+            from conveyor.jax import make_global_batch
+
+            g = make_global_batch(batch, "mesh", ("pspec", "data"))
+            self.assertEqual(g, {"cam0": ("global", (4, 2)), "action": ("global", (4, 3))})
+            self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data"))] * 2)
+            self.assertIs(calls[0][1], batch["cam0"])
+            calls.clear()
+            g = make_global_batch(batch, "mesh", {"cam0": ("pspec", "data")})
+            self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data")),
+                                                     ("named", "mesh", ("pspec",))])
+
+    @unittest.skipUnless(importlib.util.find_spec("jax"),
+                         "jax is not installed (Debian 12 packages no jax): "
+                         "make_global_batch is tested against a stand-in only")
+    def test_make_global_batch(self):  # pragma: no cover - not on Debian 12
+        import jax
+        from jax.sharding import Mesh, PartitionSpec
+
+        from conveyor.jax import make_global_batch
+
+        batch = next(iter(loader(max_batches=1)))
+        mesh = Mesh(np.array(jax.devices()), ("data",))
+        g = make_global_batch(batch, mesh, PartitionSpec("data"))
+        self.assertNotIn("_cursor", g)
+        for name, a in conveyor.tensors(batch).items():
+            self.assertEqual(g[name].shape, a.shape, name)
+            np.testing.assert_array_equal(np.asarray(g[name]), a)
+
+
+if __name__ == "__main__":
+    unittest.main()
