@@ -1,5 +1,6 @@
 // `conveyor serve`: runs the data server until SIGTERM or SIGINT, then drains (docs/serving.md).
 #include <signal.h>
+#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -22,6 +23,8 @@ absl::Status RunServe(const ServeOptions& o) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  // Logs go to stderr, so stdout stays free for whoever runs the server.
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("conveyor-serve"));
   ServerOptions so;
   so.dataset = o.dataset;
   so.config_paths = o.configs;
