@@ -526,10 +526,18 @@ Client::~Client() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-absl::StatusOr<Batch> Client::Next() {
+absl::StatusOr<Batch> Client::Next() { return Next(-1); }
+
+absl::StatusOr<Batch> Client::Next(double timeout_s) {
   const auto t0 = Clock::now();
   std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->cv.wait(lock, [&] { return !impl_->queue.empty() || impl_->done; });
+  auto ready = [&] { return !impl_->queue.empty() || impl_->done; };
+  if (timeout_s < 0) {
+    impl_->cv.wait(lock, ready);
+  } else if (!impl_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), ready)) {
+    impl_->stats.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    return absl::DeadlineExceededError(absl::StrCat("no batch within ", timeout_s, " s"));
+  }
   impl_->stats.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   if (impl_->queue.empty()) return impl_->final_status;
   Batch b = std::move(impl_->queue.front());
@@ -538,6 +546,19 @@ absl::StatusOr<Batch> Client::Next() {
   impl_->delivered = b.next;
   impl_->cv.notify_all();
   return b;
+}
+
+void Client::Cancel() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->stop = true;
+  if (impl_->active) impl_->active->TryCancel();
+  if (!impl_->done) {
+    impl_->done = true;
+    impl_->final_status = absl::CancelledError("the client was cancelled");
+  }
+  impl_->queue.clear();
+  impl_->queue_bytes = 0;
+  impl_->cv.notify_all();
 }
 
 Cursor Client::cursor() const {

@@ -132,8 +132,13 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // The next batch. OUT_OF_RANGE at the end of the stream (max_batches or the server's
-  // max_epochs); any other error is final for this client.
+  // max_epochs); CANCELLED after Cancel(); any other error is final for this client.
   absl::StatusOr<Batch> Next();
+  // As Next(), but DEADLINE_EXCEEDED (not final: call again) when no batch came within
+  // `timeout_s`, so a caller can check for interrupts (Python's Ctrl-C) while it waits.
+  absl::StatusOr<Batch> Next(double timeout_s);
+  // Thread-safe: ends the stream; a Next() waiting in another thread returns CANCELLED at once.
+  void Cancel();
 
   Cursor cursor() const;
   ClientStats stats() const;

@@ -122,9 +122,14 @@ class PyClient {
   py::dict Next() {
     std::shared_ptr<cc::Client> c = Get();  // a close() from another thread waits for us
     absl::StatusOr<cc::Batch> b;
-    {
-      py::gil_scoped_release release;
-      b = c->Next();
+    for (;;) {
+      {
+        py::gil_scoped_release release;
+        b = c->Next(0.1);
+      }
+      if (!absl::IsDeadlineExceeded(b.status())) break;
+      // Waiting: let Python run its signal handlers (Ctrl-C raises KeyboardInterrupt here).
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
     if (absl::IsOutOfRange(b.status())) throw py::stop_iteration(std::string(b.status().message()));
     if (!b.ok()) Raise(b.status());
@@ -146,11 +151,12 @@ class PyClient {
   }
 
   // Cancels the stream and joins the client's thread (GIL released). Arrays already returned
-  // stay valid. A next() blocked in another thread keeps the client alive until it returns.
+  // stay valid. A next() waiting in another thread returns at once with an error.
   void Close() {
     std::shared_ptr<cc::Client> c = std::move(client_);
     client_.reset();
     if (c) {
+      c->Cancel();  // wakes a next() waiting in another thread (it gets CANCELLED)
       py::gil_scoped_release release;
       c.reset();
     }

@@ -250,14 +250,22 @@ class Loader(_Base):
                 yield batch
                 del batch  # the trainer's references decide when the batch's block is released
         finally:
-            self._last_stats = client.stats()
+            if not client.closed:
+                self._last_stats = client.stats()
             client.close()
 
     def close(self):
-        """Ends the running iteration (its stream); yielded arrays stay valid."""
+        """Ends the running iteration (its stream); yielded arrays stay valid. Thread-safe: a
+        next() waiting in another thread raises ConveyorError (code CANCELLED) at once."""
+        client = self._client
+        if client is not None and not client.closed:
+            client.close()
         it, self._iterator = self._iterator, None
         if it is not None:
-            it.close()
+            try:
+                it.close()
+            except ValueError:
+                pass  # running in another thread: it ends there with the cancellation
 
     def stats(self):
         """The C++ client's counters for the current (or last) iteration: batches, bytes,

@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import socket
+import signal
 import tempfile
 import threading
 import time
@@ -270,6 +271,37 @@ class DataLoaderTest(unittest.TestCase):
         dl2 = StatefulDataLoader(loader(max_batches=1), batch_size=None)
         dl2.load_state_dict(state)
         self.assertEqual([support.summary(b) for b in dl2], [ENV["ref"][3]])
+
+
+class InterruptTest(unittest.TestCase):
+    """A next() waiting on a server that never answers ends on Ctrl-C and on close()."""
+
+    def dead_address(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return f"127.0.0.1:{s.getsockname()[1]}"
+
+    def test_ctrl_c_interrupts_a_waiting_next(self):
+        l = conveyor.Loader(servers=[self.dead_address()], reconnect_timeout_s=30.0)
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        t0 = time.monotonic()
+        timer.start()
+        with self.assertRaises(KeyboardInterrupt):
+            next(iter(l))
+        timer.join()
+        self.assertLess(time.monotonic() - t0, 5.0, "Ctrl-C waited for the reconnect timeout")
+
+    def test_close_from_another_thread_wakes_next(self):
+        l = conveyor.Loader(servers=[self.dead_address()], reconnect_timeout_s=30.0)
+        it = iter(l)
+        timer = threading.Timer(0.3, l.close)
+        t0 = time.monotonic()
+        timer.start()
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            next(it)
+        timer.join()
+        self.assertEqual(e.exception.code, "CANCELLED")
+        self.assertLess(time.monotonic() - t0, 5.0)
 
 
 class GilTest(unittest.TestCase):
