@@ -162,4 +162,18 @@ struct TrainCliOptions {
 // The reference trainer (docs/trainer.md).
 absl::Status RunTrain(const TrainCliOptions& options);
 
+struct BenchOptions {
+  std::string dataset;
+  std::string config;          // empty: every stream with its defaults
+  std::string modality = "all";  // video, image, audio, lowdim or all
+  std::vector<int> threads = {1, 2};
+  double seconds = 3;          // per figure
+  bool serve = true;           // end to end through a server and a client
+  std::string json;
+  std::string plot;            // PNG (matplotlib)
+};
+
+// Throughput per modality beside the limits measured in the same run (docs/bench.md).
+absl::Status RunBench(const BenchOptions& options);
+
 }  // namespace conveyor::tools

@@ -201,10 +201,23 @@ int main(int argc, char** argv) {
   tr->add_option("--json", train.json, "Write per-step times and the summary as JSON");
   tr->add_flag("--quiet", train.quiet, "No progress output");
 
+  // bench
+  conveyor::tools::BenchOptions bench;
+  bool bench_no_serve = false;
+  CLI::App* be = app.add_subcommand("bench", "Throughput per modality on this dataset, each figure beside its limit (docs/bench.md)");
+  be->add_option("dataset", bench.dataset, "Dataset path or URL")->required();
+  be->add_option("--config", bench.config, "Config (YAML); default: every stream with its defaults");
+  be->add_option("--modality", bench.modality, "video, image, audio, lowdim or all")->capture_default_str();
+  be->add_option("--threads", bench.threads, "Thread counts, e.g. 1,2")->delimiter(',')->capture_default_str();
+  be->add_option("--seconds", bench.seconds, "Seconds per figure")->capture_default_str();
+  be->add_flag("--no-serve", bench_no_serve, "Skip the end-to-end run through a server");
+  be->add_option("--json", bench.json, "Write every figure as JSON");
+  be->add_option("--plot", bench.plot, "Write a PNG plot (needs python3-matplotlib)");
+
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
   if (!known) {
-    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch or train; see --help)\n", argv[1]);
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch, train or bench; see --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -235,6 +248,10 @@ int main(int argc, char** argv) {
   if (*sv) return Report("serve", conveyor::tools::RunServe(serve));
   if (*fe) return Report("fetch", conveyor::tools::RunFetch(fetch));
   if (*tr) return Report("train", conveyor::tools::RunTrain(train));
+  if (*be) {
+    bench.serve = !bench_no_serve;
+    return Report("bench", conveyor::tools::RunBench(bench));
+  }
   if (*sa) {
     sample.progress = !sample_quiet;
     return Report("sample", conveyor::tools::RunSample(sample));

@@ -18,6 +18,8 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools iperf3 openssl
   # the Python package (python/, docs/python.md) and its tests
   pybind11-dev python3-dev python3-torch python3-av
+  # plots (conveyor bench --plot, bench/peers)
+  python3-matplotlib
 )
 
 missing=()

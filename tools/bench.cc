@@ -1,0 +1,625 @@
+// `conveyor bench`: throughput per modality on the user's own dataset, each figure beside its
+// limit measured in the same run (docs/bench.md).
+//
+//   read      packets of the modality's first stream from storage      vs `cat` of the shards
+//   decode    video frames / audio seconds / images / low-dim steps     vs the ffmpeg CLI (one
+//             process per thread) on the same stream extracted to a file; low-dim has no limit
+//   assemble  samples of a spec holding only this modality's streams, in index order and
+//             shuffled (naive and GOP-scheduled)                        vs the decode bound
+//   serve     the whole config through an in-process server to a client vs the offline pipeline
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "client/client.h"
+#include "decoders/audio_decoder.h"
+#include "decoders/image_decoder.h"
+#include "decoders/sample_assembler.h"
+#include "decoders/video_decoder.h"
+#include "nlohmann/json.hpp"
+#include "readers/dataset.h"
+#include "server/server.h"
+#include "shuffle/pipeline.h"
+#include "tools/commands.h"
+
+namespace conveyor::tools {
+namespace {
+
+namespace pb = ::conveyor::format::v1;
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string KindName(pb::StreamKind k) {
+  switch (k) {
+    case pb::VIDEO: return "video";
+    case pb::IMAGE: return "image";
+    case pb::AUDIO: return "audio";
+    case pb::LOWDIM: return "lowdim";
+    default: return "";
+  }
+}
+
+// Runs shell commands in parallel (one process each) and returns the wall seconds of the batch.
+double RunParallel(const std::vector<std::string>& cmds) {
+  const auto t0 = Clock::now();
+  std::vector<pid_t> pids;
+  for (const std::string& c : cmds) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", c.c_str(), nullptr);
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t p : pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  return ok ? Since(t0) : -1;
+}
+
+struct Row {
+  std::string modality, stage, order;
+  int threads = 1;
+  double value = 0;
+  std::string unit;
+  std::string limit_name;
+  double limit = 0;
+  json stages;  // assemble/serve: where the time went
+};
+
+class Bench {
+ public:
+  Bench(const BenchOptions& o, const Dataset& ds, std::string work) : o_(o), ds_(ds), work_(std::move(work)) {}
+
+  absl::Status Run(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text) {
+    const Manifest& m = ds_.manifest();
+    std::vector<std::string> wanted;
+    for (const std::string k : {"video", "image", "audio", "lowdim"}) {
+      if (o_.modality == "all" || o_.modality == k) wanted.push_back(k);
+    }
+    if (wanted.empty()) {
+      return absl::InvalidArgumentError(StrCat("--modality '", o_.modality, "': expected video, image, audio, lowdim or all"));
+    }
+    ASSIGN_OR_RETURN(index_, SampleIndex::Build(ds_, spec.anchor_stream));
+    RETURN_IF_ERROR(MeasureCat());
+    for (const std::string& kind : wanted) {
+      int stream = -1;
+      for (size_t i = 0; i < m.streams.size(); ++i) {
+        if (KindName(m.streams[i].kind) == kind) {
+          stream = static_cast<int>(i);
+          break;
+        }
+      }
+      if (stream < 0) {
+        Progress(StrCat(kind, ": the dataset has no ", kind, " stream; skipped"));
+        continue;
+      }
+      if (kind != "lowdim") {  // low-dim blocks are read (and decompressed) by decode
+        for (int t : o_.threads) RETURN_IF_ERROR(Read(kind, stream, t));
+      }
+      for (int t : o_.threads) RETURN_IF_ERROR(Decode(kind, stream, t));
+      SampleSpec only = spec;
+      only.streams.erase(std::remove_if(only.streams.begin(), only.streams.end(),
+                                        [&](const StreamSpec& s) { return KindName(s.kind) != kind; }),
+                         only.streams.end());
+      if (only.streams.empty()) {
+        Progress(StrCat(kind, ": the config samples no ", kind, " stream; assembly skipped"));
+        continue;
+      }
+      for (int t : o_.threads) RETURN_IF_ERROR(AssembleInOrder(kind, only, t));
+      for (int t : o_.threads) {
+        for (const char* order : {"naive", "gop"}) {
+          if (std::string(order) == "gop" && kind != "video") continue;  // no GOPs to schedule
+          RETURN_IF_ERROR(AssembleShuffled(kind, only, po, order, t));
+        }
+      }
+    }
+    if (o_.serve) {
+      for (int t : o_.threads) RETURN_IF_ERROR(Serve(spec, po, config_text, t));
+    }
+    return absl::OkStatus();
+  }
+
+  const std::vector<Row>& rows() const { return rows_; }
+  double cat_bytes_per_s() const { return cat_; }
+
+ private:
+  void Progress(const std::string& s) {
+    std::fprintf(stderr, "bench: %s\n", s.c_str());
+    std::fflush(stderr);
+  }
+
+  void Add(Row r) {
+    std::string line = StrCat(r.modality, " ", r.stage, r.order.empty() ? "" : StrCat(" (", r.order, ")"),
+                              ", ", r.threads, " thread", r.threads > 1 ? "s" : "", ": ");
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%.1f %s", r.value, r.unit.c_str());
+    line += buf;
+    if (r.limit > 0) {
+      std::snprintf(buf, sizeof buf, " (%s %.1f, ratio %.2f)", r.limit_name.c_str(), r.limit, r.value / r.limit);
+      line += buf;
+    }
+    Progress(line);
+    rows_.push_back(std::move(r));
+  }
+
+  // `cat` of every shard: the raw storage limit (local datasets).
+  absl::Status MeasureCat() {
+    std::string files;
+    uint64_t bytes = 0;
+    for (const ShardInfo& s : ds_.manifest().shards) {
+      const std::string path = ds_.uri() + "/" + s.path;
+      if (!std::filesystem::exists(path)) return absl::OkStatus();  // not local: no cat limit
+      files += " '" + path + "'";
+      bytes += s.bytes;
+    }
+    RunParallel({"cat" + files + " > /dev/null"});  // warm the page cache
+    // Enough passes for about 512 MB, so that starting `cat` does not count.
+    const uint64_t passes = std::max<uint64_t>(1, (512ull << 20) / std::max<uint64_t>(bytes, 1));
+    const double s = RunParallel({StrCat("for i in $(seq ", passes, "); do cat", files, "; done > /dev/null")});
+    cat_ = s > 0 ? passes * bytes / s : 0;
+    Progress(StrCat("cat of the shards: ", static_cast<int64_t>(cat_ / 1e6), " MB/s"));
+    return absl::OkStatus();
+  }
+
+  // Episodes for thread t of n: t, t + n, ...
+  std::vector<size_t> EpisodesOf(int t, int n) const {
+    std::vector<size_t> out;
+    for (size_t e = static_cast<size_t>(t); e < ds_.num_episodes(); e += static_cast<size_t>(n)) out.push_back(e);
+    if (out.empty() && ds_.num_episodes() > 0) out.push_back(static_cast<size_t>(t) % ds_.num_episodes());
+    return out;
+  }
+
+  // Runs body(thread, &units, &bytes) on `threads` threads until each returns or the time budget
+  // ends (body checks `stop`); returns units/s and bytes/s.
+  template <typename Body>
+  absl::Status Parallel(int threads, Body body, double* units_per_s, double* bytes_per_s) {
+    std::atomic<bool> stop{false};
+    std::vector<absl::Status> st(static_cast<size_t>(threads));
+    std::vector<uint64_t> units(static_cast<size_t>(threads)), bytes(static_cast<size_t>(threads));
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] { st[t] = body(t, stop, &units[t], &bytes[t]); });
+    }
+    std::thread timer([&] {
+      while (!stop && Since(t0) < o_.seconds) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      stop = true;
+    });
+    for (auto& th : pool) th.join();
+    stop = true;
+    timer.join();
+    const double s = Since(t0);
+    uint64_t u = 0, b = 0;
+    for (int t = 0; t < threads; ++t) {
+      RETURN_IF_ERROR(st[t]);
+      u += units[t];
+      b += bytes[t];
+    }
+    *units_per_s = u / s;
+    *bytes_per_s = b / s;
+    return absl::OkStatus();
+  }
+
+  absl::Status Read(const std::string& kind, int stream, int threads) {
+    double ups = 0, bps = 0;
+    RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t* bytes) -> absl::Status {
+      std::string buf;
+      for (int pass = 0; !stop; ++pass) {
+        for (size_t e : EpisodesOf(t, threads)) {
+          ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+          const int n = index->streams(stream).packets().size_size();
+          for (int k = 0; k < n && !stop; ++k) {
+            RETURN_IF_ERROR(ds_.ReadPacket(*index, stream, static_cast<size_t>(k), &buf));
+            ++*units;
+            *bytes += buf.size();
+          }
+        }
+      }
+      return absl::OkStatus();
+    }, &ups, &bps));
+    Add(Row{kind, "read", "", threads, bps / 1e6, "MB/s", "cat", cat_ / 1e6, {}});
+    return absl::OkStatus();
+  }
+
+  // The stream of episode `e` as a file the ffmpeg CLI reads (conveyor extract).
+  absl::StatusOr<std::string> Extracted(const std::string& kind, int stream, size_t e) {
+    const std::string ext = kind == "video" ? ".mp4" : kind == "audio" ? ".mka" : "";
+    const std::string path = StrCat(work_, "/", kind, "-", e, ext);
+    if (!std::filesystem::exists(path)) {
+      ExtractOptions x;
+      x.dataset = ds_.uri();
+      x.episode = static_cast<int64_t>(e);
+      x.stream = ds_.manifest().streams[stream].name;
+      x.out = path;
+      RETURN_IF_ERROR(RunExtract(x));
+    }
+    return path;
+  }
+
+  absl::Status Decode(const std::string& kind, int stream, int threads) {
+    double ups = 0, bps = 0;
+    const DecodeLimits limits;
+    std::string unit, limit_name;
+    double limit = 0;
+    if (kind == "video" || kind == "image") {
+      RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
+        VideoDecoder video;
+        ImageDecoder image;
+        std::vector<RgbImage> out;
+        RgbImage one;
+        std::string bytes;
+        while (!stop) {
+          for (size_t e : EpisodesOf(t, threads)) {
+            ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+            const pb::StreamIndex& s = index->streams(stream);
+            auto read = [&](size_t packet, std::string* b) { return ds_.ReadPacket(*index, stream, packet, b); };
+            if (kind == "video") {
+              ASSIGN_OR_RETURN(const FrameTable table, FrameTable::Build(s));
+              for (int64_t k = 0; k < static_cast<int64_t>(table.size()) && !stop; ++k) {
+                RETURN_IF_ERROR(video.Decode(e, s, table, read, std::span<const int64_t>(&k, 1), VideoOutput{}, limits, &out));
+                ++*units;
+              }
+            } else {
+              for (int k = 0; k < s.packets().size_size() && !stop; ++k) {
+                RETURN_IF_ERROR(read(static_cast<size_t>(k), &bytes));
+                RETURN_IF_ERROR(image.Decode(s.codec().codec(), bytes, 0, 0, limits, &one));
+                ++*units;
+              }
+            }
+          }
+        }
+        return absl::OkStatus();
+      }, &ups, &bps));
+      unit = "frames/s";
+      if (kind == "video") {
+        // The ffmpeg CLI, one process (one thread) per thread, each on its own episode's file.
+        // Loops enough for about as many frames as we decoded in the budget, so that the CLI's
+        // start-up does not count.
+        std::vector<std::string> cmds;
+        int64_t frames = 0;
+        for (int t = 0; t < threads; ++t) {
+          const size_t e = EpisodesOf(t, threads).front();
+          ASSIGN_OR_RETURN(const std::string f, Extracted(kind, stream, e));
+          ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+          const int64_t n = std::max(1, index->streams(stream).packets().size_size());
+          const int64_t loops = std::max<int64_t>(1, static_cast<int64_t>(ups / threads * o_.seconds) / n);
+          frames += n * loops;
+          cmds.push_back(StrCat("ffmpeg -hide_banner -loglevel error -nostdin -threads 1 -stream_loop ",
+                                loops - 1, " -i '", f, "' -pix_fmt rgb24 -f null - "));
+        }
+        const double s = RunParallel(cmds);
+        limit = s > 0 ? frames / s : 0;
+        limit_name = "ffmpeg -threads 1 -pix_fmt rgb24";
+      }
+    } else if (kind == "audio") {
+      const double rate = ds_.manifest().streams[stream].rate;
+      RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
+        AudioDecoder decoder;
+        std::vector<float> pcm;
+        std::vector<uint8_t> pad;
+        while (!stop) {
+          for (size_t e : EpisodesOf(t, threads)) {
+            ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+            const pb::StreamIndex& s = index->streams(stream);
+            auto read = [&](size_t packet, std::string* b) { return ds_.ReadPacket(*index, stream, packet, b); };
+            const double seconds = ds_.episodes().record(e).duration_s;
+            for (int w = 0; w + 1 <= seconds && !stop; ++w) {
+              RETURN_IF_ERROR(decoder.DecodeWindow(s, read, w, static_cast<int64_t>(rate), static_cast<int>(rate), 0, limits, &pcm, &pad));
+              ++*units;  // one second of audio
+            }
+          }
+        }
+        return absl::OkStatus();
+      }, &ups, &bps));
+      unit = "audio s/s";
+      std::vector<std::string> cmds;
+      double audio_s = 0;
+      for (int t = 0; t < threads; ++t) {
+        const size_t e = EpisodesOf(t, threads).front();
+        ASSIGN_OR_RETURN(const std::string f, Extracted(kind, stream, e));
+        const double d = std::max(1.0, ds_.episodes().record(e).duration_s);
+        const int64_t loops = std::max<int64_t>(1, static_cast<int64_t>(ups / threads * o_.seconds / d));
+        audio_s += loops * d;
+        cmds.push_back(StrCat("ffmpeg -hide_banner -loglevel error -nostdin -threads 1 -stream_loop ",
+                              loops - 1, " -i '", f, "' -f null - "));
+      }
+      const double s = RunParallel(cmds);
+      limit = s > 0 ? audio_s / s : 0;
+      limit_name = "ffmpeg -threads 1";
+    } else {  // lowdim: 50-step windows at every step
+      RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
+        std::vector<float> out;
+        while (!stop) {
+          for (size_t e : EpisodesOf(t, threads)) {
+            ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+            const size_t steps = static_cast<size_t>(ds_.episodes().record(e).lengths[stream]);
+            for (size_t k = 0; k + 50 <= steps && !stop; ++k) {
+              RETURN_IF_ERROR(ds_.ReadLowdim(*index, stream, k, 50, &out));
+              ++*units;
+            }
+          }
+        }
+        return absl::OkStatus();
+      }, &ups, &bps));
+      unit = "windows/s (50 steps)";
+    }
+    Add(Row{kind, "decode", "", threads, ups, unit, limit_name, limit, {}});
+    if (kind == "video") video_fps_limit_[threads] = limit;
+    return absl::OkStatus();
+  }
+
+  double FramesPerSample(const SampleSpec& spec) const {
+    double f = 0;
+    for (const StreamSpec& s : spec.streams) {
+      if (s.kind == pb::VIDEO) f += static_cast<double>(s.deltas.size());
+    }
+    return f;
+  }
+
+  absl::Status AssembleInOrder(const std::string& kind, const SampleSpec& spec, int threads) {
+    const uint64_t n = index_.size();
+    double ups = 0, bps = 0;
+    RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
+      SampleAssembler a(ds_, spec, index_);
+      const uint64_t begin = n * t / threads, end = n * (t + 1) / threads;
+      for (uint64_t i = begin; !stop; i = (i + 1 < end) ? i + 1 : begin) {
+        ASSIGN_OR_RETURN(Sample s, a.Assemble(i, 0, 0));
+        ++*units;
+      }
+      return absl::OkStatus();
+    }, &ups, &bps));
+    Add(Row{kind, "assemble", "in order", threads, ups, "samples/s", "", 0, {}});
+    return absl::OkStatus();
+  }
+
+  absl::Status AssembleShuffled(const std::string& kind, const SampleSpec& spec, PipelineOptions po,
+                                const std::string& order, int threads) {
+    po.threads = threads;
+    po.packing.reset();
+    po.consumer = 0;
+    po.consumers = 1;
+    po.order = order == "naive" ? OrderOptions{} : (po.order.naive() ? OrderOptions{0, 0} : po.order);
+    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(ds_, spec, po, Cursor{}));
+    const auto t0 = Clock::now();
+    uint64_t samples = 0;
+    while (Since(t0) < o_.seconds) {
+      absl::StatusOr<Batch> b = p->Next();
+      if (!b.ok()) return b.status();
+      samples += b->ids.size();
+    }
+    const double s = Since(t0);
+    const PipelineStats st = p->stats();
+    Row r{kind, "assemble", StrCat("shuffled, ", order), threads, samples / s, "samples/s", "", 0, {}};
+    if (kind == "video" && video_fps_limit_.count(threads) && st.amplification() > 0) {
+      // The most samples/s `threads` ffmpeg-speed decoders allow at this amplification.
+      r.limit_name = "decode bound (ffmpeg rate / decoded frames per sample)";
+      r.limit = video_fps_limit_[threads] / (st.amplification() * FramesPerSample(spec));
+    }
+    r.stages = {{"decode_s", st.decode_seconds}, {"assemble_s", st.assemble_seconds},
+                {"batch_s", st.batch_seconds}, {"wait_s", st.wait_seconds},
+                {"worker_idle_s", st.worker_idle_seconds}, {"amplification", st.amplification()},
+                {"seconds", s}};
+    Add(std::move(r));
+    return absl::OkStatus();
+  }
+
+  absl::Status Serve(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text, int threads) {
+    // Offline first: the limit.
+    PipelineOptions off = po;
+    off.threads = threads;
+    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(ds_, spec, off, Cursor{}));
+    auto t0 = Clock::now();
+    uint64_t offline = 0;
+    while (Since(t0) < o_.seconds) {
+      ASSIGN_OR_RETURN(Batch b, p->Next());
+      offline += b.ids.size();
+    }
+    const double offline_rate = offline / Since(t0);
+    p.reset();
+    const std::string cfg = work_ + "/bench-config.yaml";
+    std::ofstream(cfg) << config_text;
+    ServerOptions so;
+    so.dataset = ds_.uri();
+    so.config_paths = {cfg};
+    so.listen = "127.0.0.1:0";
+    so.threads = threads;
+    so.queue_bytes = po.queue_bytes;
+    ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
+    client::ClientOptions co;
+    co.servers = {server->address()};
+    co.job = "bench";
+    ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
+    t0 = Clock::now();
+    uint64_t samples = 0, bytes = 0;
+    while (Since(t0) < o_.seconds) {
+      absl::StatusOr<client::Batch> b = c->Next();
+      if (!b.ok()) return b.status();
+      samples += b->ids.size();
+      bytes += b->bytes();
+    }
+    const double s = Since(t0);
+    const client::ClientStats cs = c->stats();
+    c.reset();
+    server->Shutdown(1);
+    Row r{"all", "serve", "gRPC to a client", threads, samples / s, "samples/s", "offline pipeline", offline_rate, {}};
+    r.stages = {{"mb_per_s", bytes / 1e6 / s}, {"client_wait_s", cs.wait_seconds}, {"seconds", s}};
+    Add(std::move(r));
+    return absl::OkStatus();
+  }
+
+  const BenchOptions& o_;
+  const Dataset& ds_;
+  std::string work_;
+  SampleIndex index_;
+  double cat_ = 0;
+  std::map<int, double> video_fps_limit_;
+  std::vector<Row> rows_;
+};
+
+// A grouped bar chart: one panel per modality, bars per (stage, order) and thread count, the
+// limits drawn as black ticks. Debian's python3-matplotlib, run by /usr/bin/python3.
+constexpr char kPlotScript[] = R"PY(
+import json, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+rows = json.load(open(sys.argv[1]))["rows"]
+mods = [m for m in ["video", "image", "audio", "lowdim", "all"] if any(r["modality"] == m for r in rows)]
+fig, axes = plt.subplots(1, len(mods), figsize=(5 * len(mods), 4.5), squeeze=False)
+for ax, m in zip(axes[0], mods):
+    rs = [r for r in rows if r["modality"] == m]
+    labels = []
+    for r in rs:
+        key = r["stage"] + ("\n" + r["order"] if r["order"] else "")
+        if key not in labels:
+            labels.append(key)
+    threads = sorted({r["threads"] for r in rs})
+    w = 0.8 / len(threads)
+    for j, t in enumerate(threads):
+        for i, key in enumerate(labels):
+            for r in rs:
+                k = r["stage"] + ("\n" + r["order"] if r["order"] else "")
+                if k == key and r["threads"] == t:
+                    x = i + (j - (len(threads) - 1) / 2) * w
+                    ax.bar(x, r["value"], w, color="C%d" % j, label="%d thread%s" % (t, "s" if t > 1 else "") if i == 0 else None)
+                    if r["limit"] > 0:
+                        ax.plot([x - w / 2, x + w / 2], [r["limit"]] * 2, color="black", lw=2)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_title(m + " (black: the limit in the same run)")
+    ax.set_ylabel("per second (units in the table)")
+    ax.legend(fontsize=7)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=110)
+)PY";
+
+}  // namespace
+
+absl::Status RunBench(const BenchOptions& o) {
+  if (o.threads.empty()) return absl::InvalidArgumentError("--threads needs at least one count");
+  for (int t : o.threads) {
+    if (t < 1 || t > 256) return absl::InvalidArgumentError(StrCat("--threads ", t, ": expected 1..256"));
+  }
+  if (o.seconds <= 0) return absl::InvalidArgumentError("--seconds must be > 0");
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(o.dataset));
+  spdlog::set_level(spdlog::level::warn);  // the in-process server's per-stream lines
+  std::string text;
+  SampleSpec spec;
+  if (!o.config.empty()) {
+    std::ifstream f(o.config, std::ios::binary);
+    if (!f) return absl::NotFoundError(StrCat("cannot open config ", o.config));
+    std::stringstream s;
+    s << f.rdbuf();
+    text = s.str();
+    ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, ds->manifest(), o.config));
+  } else {
+    // Every stream: frames and low-dim steps at the anchor time, one second of audio before it.
+    ASSIGN_OR_RETURN(const SampleSpec defaults, SampleSpec::Default(ds->manifest()));
+    text = StrCat("anchor: ", defaults.anchor, "\nstreams:\n");
+    for (const StreamInfo& s : ds->manifest().streams) {
+      const std::string kind = KindName(s.kind);
+      StrAppend(&text, "  ", s.name, ": ",
+                kind == "audio" ? "{delta_timestamps: [-1.0, 0.0]}"
+                : kind.empty()  ? "{}"
+                                : "{delta_timestamps: [0.0]}",
+                "\n");
+    }
+    ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, ds->manifest(), "the default bench spec"));
+  }
+  PipelineOptions po;
+  RETURN_IF_ERROR(po.MergeYaml(text, spec, ds->manifest(), o.config.empty() ? "default spec" : o.config));
+  RETURN_IF_ERROR(ResolveSchedule(*ds, spec, &po));
+  const std::string work = (std::filesystem::temp_directory_path() /
+                            StrCat("conveyor-bench-", getpid())).string();
+  std::filesystem::create_directories(work);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{work};
+
+  std::fprintf(stderr, "bench: %s (%zu episodes), %s, threads", o.dataset.c_str(), ds->num_episodes(),
+               o.config.empty() ? "the default spec" : o.config.c_str());
+  for (int t : o.threads) std::fprintf(stderr, " %d", t);
+  std::fprintf(stderr, ", %.1f s per figure\n", o.seconds);
+  Bench bench(o, *ds, work);
+  RETURN_IF_ERROR(bench.Run(spec, po, text));
+
+  std::printf("\n%-7s %-9s %-20s %7s %12s %-22s %12s %7s\n", "modality", "stage", "order", "threads",
+              "value", "unit", "limit", "ratio");
+  json rows = json::array();
+  for (const Row& r : bench.rows()) {
+    std::printf("%-7s  %-9s %-20s %7d %12.1f %-22s %12s %7s\n", r.modality.c_str(), r.stage.c_str(),
+                r.order.c_str(), r.threads, r.value, r.unit.c_str(),
+                r.limit > 0 ? StrCat(static_cast<int64_t>(r.limit)).c_str() : "-",
+                r.limit > 0 ? StrCat(std::round(100 * r.value / r.limit) / 100).c_str() : "-");
+    rows.push_back({{"modality", r.modality}, {"stage", r.stage}, {"order", r.order}, {"threads", r.threads},
+                    {"value", r.value}, {"unit", r.unit}, {"limit_name", r.limit_name}, {"limit", r.limit},
+                    {"ratio", r.limit > 0 ? r.value / r.limit : 0}, {"stages", r.stages}});
+  }
+  std::printf("\nwhere the time goes (seconds summed over workers; shares of their sum):\n");
+  for (const Row& r : bench.rows()) {
+    if (!r.stages.contains("decode_s")) continue;
+    const double d = r.stages["decode_s"], a = r.stages["assemble_s"], b = r.stages["batch_s"],
+                 w = r.stages["wait_s"], i = r.stages["worker_idle_s"];
+    const double sum = std::max(d + a + b + w + i, 1e-9);
+    std::printf("  %-7s %-20s %d thread%s: pre-decode %3.0f%%, assemble (decode, resize, augment) %3.0f%%, "
+                "batch/pack %3.0f%%, consumer waited %3.0f%%, workers idle %3.0f%%; amplification %.2f\n",
+                r.modality.c_str(), r.order.c_str(), r.threads, r.threads > 1 ? "s" : "", 100 * d / sum,
+                100 * a / sum, 100 * b / sum, 100 * w / sum, 100 * i / sum,
+                r.stages["amplification"].get<double>());
+  }
+  for (const Row& r : bench.rows()) {
+    if (r.stage != "serve") continue;
+    std::printf("  serve %d thread%s: %.1f MB/s to the client, which waited %.2f of %.2f s\n", r.threads,
+                r.threads > 1 ? "s" : "", r.stages["mb_per_s"].get<double>(),
+                r.stages["client_wait_s"].get<double>(), r.stages["seconds"].get<double>());
+  }
+  std::printf("\nlimits: cat = `cat` of the shards (page cache warm); ffmpeg = the CLI with one "
+              "thread per process, one process per thread, on the same stream extracted to a file; "
+              "decode bound = ffmpeg's rate / (amplification x frames per sample); serve is beside "
+              "the offline pipeline with the same threads.\n");
+  const json doc = {{"dataset", o.dataset}, {"config", o.config}, {"cat_bytes_per_s", bench.cat_bytes_per_s()},
+                    {"nproc", std::thread::hardware_concurrency()}, {"rows", rows}};
+  std::string json_path = o.json;
+  if (json_path.empty() && !o.plot.empty()) json_path = work + "/bench.json";
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << doc.dump(2) << "\n";
+    if (!f) return absl::InternalError(StrCat("cannot write ", json_path));
+    if (!o.json.empty()) std::printf("wrote %s\n", o.json.c_str());
+  }
+  if (!o.plot.empty()) {
+    const std::string script = work + "/plot.py";
+    std::ofstream(script) << kPlotScript;
+    const std::string cmd = "/usr/bin/python3 '" + script + "' '" + json_path + "' '" + o.plot + "'";
+    if (std::system(cmd.c_str()) != 0) {
+      return absl::FailedPreconditionError(StrCat("the plot needs /usr/bin/python3 with matplotlib "
+                                                  "(apt-get install python3-matplotlib): ", cmd, " failed"));
+    }
+    std::printf("wrote %s\n", o.plot.c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace conveyor::tools
