@@ -58,3 +58,15 @@ for b in pipeline_bench packing_bench upload_bench stream_bench; do
   "$build_dir/bench/$b" --json="$out_dir/$b.json"
   echo "run_all: wrote $out_dir/$b.json"
 done
+
+# `conveyor bench` on the pipeline benchmark's synthetic dataset: one table per modality, JSON and
+# the plot (docs/bench.md); bench/RESULTS.md quotes the Markdown.
+ds="${CONVEYOR_BENCH_DATASET:-/tmp/conveyor-pipeline-bench/ds}"
+if [[ -f "$ds/manifest.json" ]]; then
+  echo
+  echo "== conveyor bench"
+  echo "\$ conveyor bench $ds --config examples/pipeline.yaml --json $out_dir/conveyor_bench.json --plot bench/conveyor_bench.png --markdown $out_dir/conveyor_bench.md"
+  "$build_dir/tools/conveyor" bench "$ds" --config "$bench_dir/../examples/pipeline.yaml" \
+    --json "$out_dir/conveyor_bench.json" --plot "$bench_dir/conveyor_bench.png" \
+    --markdown "$out_dir/conveyor_bench.md"
+fi

@@ -310,6 +310,34 @@ class Bench {
         const double s = RunParallel(cmds);
         limit = s > 0 ? frames / s : 0;
         limit_name = "ffmpeg -threads 1 -pix_fmt rgb24";
+      } else {
+        // libjpeg-turbo's tjbench on the stream's first image, one process per thread.
+        ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(0));
+        const pb::StreamIndex& st = index->streams(stream);
+        const std::string codec = st.codec().codec();
+        if ((codec == "mjpeg" || codec == "jpeg") && st.packets().size_size() > 0) {
+          std::string bytes;
+          RETURN_IF_ERROR(ds_.ReadPacket(*index, stream, 0, &bytes));
+          const std::string jpg = work_ + "/image-0.jpg";
+          std::ofstream(jpg, std::ios::binary) << bytes;
+          std::vector<std::string> cmds;
+          for (int t = 0; t < threads; ++t) {
+            cmds.push_back(StrCat("tjbench '", jpg, "' -rgb -benchtime ", o_.seconds, " -warmup 0.2 -nowrite > '",
+                                  work_, "/tjbench-", t, ".txt' 2>&1"));
+          }
+          if (RunParallel(cmds) > 0) {
+            for (int t = 0; t < threads; ++t) {
+              std::ifstream f(StrCat(work_, "/tjbench-", t, ".txt"));
+              std::stringstream out;
+              out << f.rdbuf();
+              const std::string text = out.str();
+              const size_t pos = text.find("Frame rate:");
+              double fps = 0;
+              if (pos != std::string::npos && std::sscanf(text.c_str() + pos, "Frame rate: %lf", &fps) == 1) limit += fps;
+            }
+            limit_name = "tjbench -rgb (first image)";
+          }
+        }
       }
     } else if (kind == "audio") {
       const double rate = ds_.manifest().streams[stream].rate;
@@ -608,6 +636,31 @@ absl::Status RunBench(const BenchOptions& o) {
     f << doc.dump(2) << "\n";
     if (!f) return absl::InternalError(StrCat("cannot write ", json_path));
     if (!o.json.empty()) std::printf("wrote %s\n", o.json.c_str());
+  }
+  if (!o.markdown.empty()) {
+    // One table per modality, for bench/RESULTS.md.
+    std::ofstream md(o.markdown);
+    md << "Command: `conveyor bench " << o.dataset << (o.config.empty() ? "" : " --config " + o.config)
+       << " --seconds " << o.seconds << "`; " << std::thread::hardware_concurrency() << " cores; `cat` of the shards "
+       << static_cast<int64_t>(bench.cat_bytes_per_s() / 1e6) << " MB/s.\n";
+    std::string current;
+    for (const Row& r : bench.rows()) {
+      if (r.modality != current) {
+        current = r.modality;
+        md << "\n**" << (current == "all" ? "end to end (the whole config)" : current) << "**\n\n"
+           << "| stage | order | threads | figure | unit | limit | limit figure | ratio |\n"
+           << "|---|---|---|---|---|---|---|---|\n";
+      }
+      char line[512];
+      std::snprintf(line, sizeof line, "| %s | %s | %d | %.1f | %s | %s | %s | %s |\n", r.stage.c_str(),
+                    r.order.c_str(), r.threads, r.value, r.unit.c_str(),
+                    r.limit > 0 ? r.limit_name.c_str() : "-",
+                    r.limit > 0 ? StrCat(std::round(10 * r.limit) / 10).c_str() : "-",
+                    r.limit > 0 ? StrCat(std::round(100 * r.value / r.limit) / 100).c_str() : "-");
+      md << line;
+    }
+    if (!md) return absl::InternalError(StrCat("cannot write ", o.markdown));
+    std::printf("wrote %s\n", o.markdown.c_str());
   }
   if (!o.plot.empty()) {
     const std::string script = work + "/plot.py";

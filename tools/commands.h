@@ -171,6 +171,7 @@ struct BenchOptions {
   bool serve = true;           // end to end through a server and a client
   std::string json;
   std::string plot;            // PNG (matplotlib)
+  std::string markdown;        // one table per modality
 };
 
 // Throughput per modality beside the limits measured in the same run (docs/bench.md).

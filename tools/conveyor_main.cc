@@ -213,6 +213,7 @@ int main(int argc, char** argv) {
   be->add_flag("--no-serve", bench_no_serve, "Skip the end-to-end run through a server");
   be->add_option("--json", bench.json, "Write every figure as JSON");
   be->add_option("--plot", bench.plot, "Write a PNG plot (needs python3-matplotlib)");
+  be->add_option("--markdown", bench.markdown, "Write one Markdown table per modality");
 
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
