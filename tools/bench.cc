@@ -6,7 +6,12 @@
 //             process per thread) on the same stream extracted to a file; low-dim has no limit
 //   assemble  samples of a spec holding only this modality's streams, in index order and
 //             shuffled (naive and GOP-scheduled)                        vs the decode bound
-//   serve     the whole config through an in-process server to a client vs the offline pipeline
+//   serve     the whole config through an in-process server to a client vs the offline pipeline,
+//             and its bytes/s                                            vs iperf3 over loopback
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,6 +79,43 @@ double RunParallel(const std::vector<std::string>& cmds) {
     ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
   return ok ? Since(t0) : -1;
+}
+
+// iperf3 over loopback (one TCP stream for `seconds`), MB/s received; 0 when iperf3 is missing.
+double Iperf3MBps(double seconds) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  if (port == 0) return 0;
+  const pid_t server = fork();
+  if (server == 0) {
+    execlp("sh", "sh", "-c", StrCat("exec iperf3 -s -1 -p ", port, " > /dev/null 2>&1").c_str(), nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::string out;
+  if (FILE* p = popen(StrCat("iperf3 -c 127.0.0.1 -p ", port, " -t ", std::max(1, static_cast<int>(seconds)),
+                             " -J 2>/dev/null").c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  kill(server, SIGTERM);
+  waitpid(server, nullptr, 0);
+  try {
+    return json::parse(out)["end"]["sum_received"]["bits_per_second"].get<double>() / 8 / 1e6;
+  } catch (...) {
+    return 0;
+  }
 }
 
 struct Row {
@@ -492,6 +534,9 @@ class Bench {
     Row r{"all", "serve", "gRPC to a client", threads, samples / s, "samples/s", "offline pipeline", offline_rate, {}};
     r.stages = {{"mb_per_s", bytes / 1e6 / s}, {"client_wait_s", cs.wait_seconds}, {"seconds", s}};
     Add(std::move(r));
+    if (iperf_ == 0) iperf_ = Iperf3MBps(o_.seconds);
+    Add(Row{"all", "serve", "bytes to the client", threads, bytes / 1e6 / s, "MB/s",
+            iperf_ > 0 ? "iperf3 loopback" : "", iperf_, {}});
     return absl::OkStatus();
   }
 
@@ -500,6 +545,7 @@ class Bench {
   std::string work_;
   SampleIndex index_;
   double cat_ = 0;
+  double iperf_ = 0;
   std::map<int, double> video_fps_limit_;
   std::vector<Row> rows_;
 };
@@ -607,7 +653,7 @@ absl::Status RunBench(const BenchOptions& o) {
   }
   std::printf("\nwhere the time goes (seconds summed over workers; shares of their sum):\n");
   for (const Row& r : bench.rows()) {
-    if (!r.stages.contains("decode_s")) continue;
+    if (!r.stages.is_object() || !r.stages.contains("decode_s")) continue;
     const double d = r.stages["decode_s"], a = r.stages["assemble_s"], b = r.stages["batch_s"],
                  w = r.stages["wait_s"], i = r.stages["worker_idle_s"];
     const double sum = std::max(d + a + b + w + i, 1e-9);
@@ -618,7 +664,7 @@ absl::Status RunBench(const BenchOptions& o) {
                 r.stages["amplification"].get<double>());
   }
   for (const Row& r : bench.rows()) {
-    if (r.stage != "serve") continue;
+    if (r.stage != "serve" || !r.stages.is_object()) continue;
     std::printf("  serve %d thread%s: %.1f MB/s to the client, which waited %.2f of %.2f s\n", r.threads,
                 r.threads > 1 ? "s" : "", r.stages["mb_per_s"].get<double>(),
                 r.stages["client_wait_s"].get<double>(), r.stages["seconds"].get<double>());
