@@ -263,6 +263,55 @@ TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
   EXPECT_EQ(got, Offline(small(), kSteps + 2));
 }
 
+TEST_F(ServerE2ETest, ManyConsumersAndJobsAtOnceEachGetTheirOwnExactSlices) {
+  auto server = Serve({"--threads", "1"});
+  ASSERT_TRUE(server->ok());
+  // Two jobs (two configs), each with 2 consumers, plus a third job of 4 consumers of the first
+  // config: 8 streams at once, every one checked line by line against the offline pipeline.
+  struct Stream {
+    std::string config_name, config_path;
+    int consumer, consumers;
+    std::string job;
+    std::vector<std::string> got;
+    absl::Status status;
+  };
+  std::vector<Stream> streams;
+  for (int c = 0; c < 2; ++c) streams.push_back({"small", small(), c, 2, "job-a", {}, {}});
+  for (int c = 0; c < 2; ++c) streams.push_back({"lowdim", lowdim(), c, 2, "job-b", {}, {}});
+  for (int c = 0; c < 4; ++c) streams.push_back({"small", small(), c, 4, "job-c", {}, {}});
+  std::vector<std::thread> threads;
+  for (Stream& st : streams) {
+    threads.emplace_back([&] {
+      client::ClientOptions o = Options({server->address()});
+      o.job = st.job;
+      o.config_name = st.config_name;
+      o.consumer = static_cast<uint32_t>(st.consumer);
+      o.consumers = static_cast<uint32_t>(st.consumers);
+      o.max_batches = 6;
+      auto c = client::Client::Create(o);
+      if (!c.ok()) {
+        st.status = c.status();
+        return;
+      }
+      for (;;) {
+        absl::StatusOr<client::Batch> b = (*c)->Next();
+        if (absl::IsOutOfRange(b.status())) break;
+        if (!b.ok()) {
+          st.status = b.status();
+          return;
+        }
+        st.got.push_back(Line(*b));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const Stream& st : streams) {
+    ASSERT_TRUE(st.status.ok()) << st.job << " " << st.consumer << ": " << st.status;
+    EXPECT_EQ(st.got, Offline(st.config_path, 6, "0:0", st.consumer, st.consumers))
+        << st.job << " consumer " << st.consumer << "/" << st.consumers;
+  }
+}
+
 int ActiveStreams(const std::string& address) {
   client::ClientOptions o;
   o.servers = {address};
