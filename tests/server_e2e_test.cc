@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <set>
 #include <thread>
@@ -349,13 +350,16 @@ TEST_F(ServerE2ETest, ThousandConnectCancelCyclesLeaveFdsAndThreadsAtBaseline) {
     if (HasFatalFailure()) return;
   }
   ASSERT_TRUE(WaitIdle(server->address())) << "streams still open after their clients left";
-  // Closed connections take the server a moment to notice; the sync server's thread manager may
-  // keep a poller or two more than at the baseline. A leak would show hundreds.
-  for (int i = 0; i < 250 && (server->CountFds() > fds || server->CountThreads() > threads); ++i) {
+  // Closed connections take the server a moment to notice, and gRPC's callback executor shrinks
+  // its pool lazily after a burst (more so on a loaded machine). A leak would show hundreds: one
+  // producer thread or one socket per cycle.
+  for (int i = 0; i < 500 && (server->CountFds() > fds || server->CountThreads() > threads); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_LE(server->CountThreads(), threads + 2) << "baseline " << threads;
-  EXPECT_LE(server->CountFds(), fds + 1) << "baseline " << fds;
+  std::printf("after 1000 cycles: %d threads (baseline %d), %d fds (baseline %d)\n",
+              server->CountThreads(), threads, server->CountFds(), fds);
+  EXPECT_LE(server->CountThreads(), threads + 4) << "baseline " << threads;
+  EXPECT_LE(server->CountFds(), fds + 2) << "baseline " << fds;
   EXPECT_EQ(server->Poll(), -2) << server->log();
 }
 
