@@ -1,7 +1,7 @@
 // stream_bench: what the wire costs.
 //
-//  1. Transport: GB/s and batches/s of conveyor.v1 over loopback (the server's batch encoder and
-//     reactor, a gRPC server, the C++ client with its prefetch and parsing) for a batch of the default
+//  1. Transport: GB/s and batches/s of conveyor.v1 over loopback (the server's batch encoder, a
+//     gRPC server, the C++ client with its prefetch and reassembly) for a batch of the default
 //     robot spec (taken once from the pipeline, then resent) and for one large synthetic tensor,
 //     beside iperf3 over loopback in the same run. Goal: at least 0.7 of iperf3.
 //  2. End to end: samples/s from a `conveyor serve` process (1 and 2 worker threads) to a client,
@@ -31,7 +31,6 @@
 #include "nlohmann/json.hpp"
 #include "readers/dataset.h"
 #include "server/batch_encoder.h"
-#include "server/producer_reactor.h"
 #include "shuffle/pipeline.h"
 
 namespace conveyor {
@@ -96,32 +95,26 @@ double Iperf3(double seconds) {
   return 0;
 }
 
-// Streams the same batch (cursor advancing) through the server's encoder and its reactor.
-class RepeatService final : public pb::Conveyor::WithRawCallbackMethod_StreamBatches<pb::Conveyor::Service> {
+// Streams the same batch forever (cursor advancing), through the server's encoder.
+class RepeatService final : public pb::Conveyor::Service {
  public:
   RepeatService(const Batch* batch, uint64_t max_message) : batch_(batch), max_message_(max_message) {}
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamBatches(grpc::CallbackServerContext*,
-                                                            const grpc::ByteBuffer* request) override {
-    auto req = std::make_shared<pb::StreamBatchesRequest>();
-    grpc::ByteBuffer copy(*request);
-    (void)grpc::SerializationTraits<pb::StreamBatchesRequest>::Deserialize(&copy, req.get());
-    return new ProducerReactor(
-        [this, req](ProducerReactor* w) {
-          pb::StreamBatchesResponse start;
-          start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
-          start.mutable_start()->set_steps_per_epoch(1u << 30);
-          if (!w->Write(EncodeMessage(start))) return grpc::Status::CANCELLED;
-          Batch b = *batch_;
-          for (uint64_t i = 0; i < req->max_batches(); ++i) {
-            b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
-            for (grpc::ByteBuffer& m : EncodeBatch(b, Cursor{b.cursor.epoch, b.cursor.step + 1}, max_message_,
-                                                   [](std::string_view) { return pb::DATA; })) {
-              if (!w->Write(std::move(m))) return grpc::Status::CANCELLED;
-            }
-          }
-          return grpc::Status::OK;
-        },
-        nullptr, nullptr);
+  grpc::Status StreamBatches(grpc::ServerContext*, const pb::StreamBatchesRequest* req,
+                             grpc::ServerWriter<pb::StreamBatchesResponse>* w) override {
+    pb::StreamBatchesResponse start;
+    start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
+    start.mutable_start()->set_steps_per_epoch(1u << 30);
+    if (!w->Write(start)) return grpc::Status::CANCELLED;
+    Batch b = *batch_;
+    for (uint64_t i = 0; i < req->max_batches(); ++i) {
+      b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
+      const bool ok = EncodeBatch(
+          b, Cursor{b.cursor.epoch, b.cursor.step + 1}, max_message_,
+          [](std::string_view) { return pb::DATA; },
+          [&](const pb::StreamBatchesResponse& m) { return w->Write(m); });
+      if (!ok) return grpc::Status::CANCELLED;
+    }
+    return grpc::Status::OK;
   }
 
  private:

@@ -1,8 +1,6 @@
 #include "server/batch_encoder.h"
 
 #include <algorithm>
-#include <memory>
-#include <string>
 #include <vector>
 
 namespace conveyor {
@@ -22,32 +20,9 @@ pb::DType ToProto(DType t) {
 
 }  // namespace
 
-namespace {
-
-// The field tag and length that precede `data` (field 4, length-delimited) on the wire.
-std::string DataPrefix(uint64_t size) {
-  std::string p(1, static_cast<char>((4 << 3) | 2));
-  do {
-    uint8_t byte = size & 0x7f;
-    size >>= 7;
-    if (size) byte |= 0x80;
-    p.push_back(static_cast<char>(byte));
-  } while (size);
-  return p;
-}
-
-void ReleaseBuffer(void* keep) { delete static_cast<std::shared_ptr<HostBuffer>*>(keep); }
-
-}  // namespace
-
-grpc::ByteBuffer EncodeMessage(const pb::StreamBatchesResponse& message) {
-  const std::string bytes = message.SerializeAsString();
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-std::vector<grpc::ByteBuffer> EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
-                                          const std::function<pb::TensorRole(std::string_view)>& role) {
+bool EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
+                 const std::function<pb::TensorRole(std::string_view)>& role,
+                 const std::function<bool(const pb::StreamBatchesResponse&)>& write) {
   std::vector<const TensorView*> order;
   for (const TensorView& t : b.tensors) order.push_back(&t);
   std::sort(order.begin(), order.end(),
@@ -92,8 +67,7 @@ std::vector<grpc::ByteBuffer> EncodeBatch(const Batch& b, Cursor next, uint64_t 
     for (size_t i = 0; i < n; ++i) used += v[i] != 0;
     pk->set_fill_ratio(n ? static_cast<double>(used) / n : 0);
   }
-  std::vector<grpc::ByteBuffer> out;
-  uint8_t* data = b.buffer ? b.buffer->data() + base : nullptr;
+  const uint8_t* data = b.buffer ? b.buffer->data() + base : nullptr;
   uint64_t begin = 0;
   do {
     uint64_t end = std::min(payload, begin + max_message);
@@ -105,24 +79,14 @@ std::vector<grpc::ByteBuffer> EncodeBatch(const Batch& b, Cursor next, uint64_t 
         break;
       }
     }
-    // Fields 2 (header, first message only), 3 (offset) and 5 (last) from protobuf, then field
-    // 4 (data) by hand: its tag and length, and a slice over the batch buffer. Protobuf parsers
-    // accept fields in any order.
     msg.set_offset(begin);
+    msg.set_data(data + begin, end - begin);
     msg.set_last(end >= payload);
-    std::string head = msg.SerializeAsString();
-    head += DataPrefix(end - begin);
-    std::vector<grpc::Slice> slices;
-    slices.emplace_back(head);
-    if (end > begin) {
-      slices.emplace_back(data + begin, end - begin, &ReleaseBuffer,
-                          new std::shared_ptr<HostBuffer>(b.buffer));
-    }
-    out.emplace_back(slices.data(), slices.size());
+    if (!write(msg)) return false;
     msg.Clear();
     begin = end;
   } while (begin < payload);
-  return out;
+  return true;
 }
 
 }  // namespace conveyor

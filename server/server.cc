@@ -26,7 +26,6 @@
 #include "readers/dataset.h"
 #include "server/batch_encoder.h"
 #include "server/metrics.h"
-#include "server/producer_reactor.h"
 #include "shuffle/pipeline.h"
 
 namespace conveyor {
@@ -123,11 +122,11 @@ absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Dataset& ds, std::st
   return c;
 }
 
-// One open stream, registered so that a cancellation (the client went away, or the server is
-// shutting down) can cancel its pipeline, which wakes a producer blocked in decoding.
+// One open stream, registered so that the reaper can cancel its pipeline when the client goes
+// away (the sync API offers no callback) or the server shuts down.
 struct ActiveStream {
+  grpc::ServerContext* ctx = nullptr;
   Pipeline* pipeline = nullptr;  // guarded by the registry's mutex
-  bool cancelled = false;        // guarded by the registry's mutex
 };
 
 }  // namespace
@@ -141,9 +140,7 @@ bool IsLoopbackAddress(const std::string& listen) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-// StreamBatches runs on gRPC's callback API with raw messages (each batch's payload is sent from
-// its own buffer, never copied); Info stays synchronous.
-struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatches<pb::Conveyor::Service> {
+struct DataServer::Impl : public pb::Conveyor::Service {
   ServerOptions o;
   std::unique_ptr<Dataset> dataset;
   std::vector<std::shared_ptr<Config>> configs;
@@ -156,6 +153,8 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
   std::condition_variable cv;
   std::set<ActiveStream*> streams;
   bool shutting_down = false;
+  bool reaper_stop = false;
+  std::thread reaper;
   std::once_flag shutdown_once;
 
   // Aggregates for the amplification gauge.
@@ -166,7 +165,7 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
     return grpc::Status(code, std::move(message));
   }
 
-  grpc::Status Authorize(grpc::ServerContextBase* ctx) {
+  grpc::Status Authorize(grpc::ServerContext* ctx) {
     if (token.empty()) return grpc::Status::OK;
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
@@ -183,11 +182,16 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
     return grpc::Status::OK;
   }
 
-  // Cancels one stream's pipeline (OnCancel), or all of them (shutdown).
-  void CancelStream(ActiveStream* entry) {
-    std::lock_guard<std::mutex> lock(mu);
-    entry->cancelled = true;
-    if (entry->pipeline) entry->pipeline->Cancel();
+  // The reaper: cancels the pipelines of streams whose client went away, so that a stream
+  // blocked in Pipeline::Next() ends promptly, and all of them at shutdown.
+  void Reap() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!reaper_stop) {
+      for (ActiveStream* s : streams) {
+        if (s->pipeline && (shutting_down || s->ctx->IsCancelled())) s->pipeline->Cancel();
+      }
+      cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
   }
 
   grpc::Status Info(grpc::ServerContext* ctx, const pb::InfoRequest*, pb::InfoResponse* r) override {
@@ -238,27 +242,8 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
     return pb::DATA;
   }
 
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* StreamBatches(grpc::CallbackServerContext* ctx,
-                                                            const grpc::ByteBuffer* request) override {
-    auto req = std::make_shared<pb::StreamBatchesRequest>();
-    grpc::ByteBuffer copy(*request);
-    const bool parsed = grpc::SerializationTraits<pb::StreamBatchesRequest>::Deserialize(&copy, req.get()).ok();
-    auto entry = std::make_shared<ActiveStream>();
-    return new ProducerReactor(
-        [this, ctx, req, entry, parsed](ProducerReactor* sink) {
-          if (!parsed) return Reject(grpc::StatusCode::INVALID_ARGUMENT, "malformed StreamBatchesRequest");
-          return Handle(ctx, req.get(), entry.get(), sink);
-        },
-        [this, entry] { CancelStream(entry.get()); },
-        [this, entry] {
-          std::lock_guard<std::mutex> lock(mu);
-          streams.erase(entry.get());
-        });
-  }
-
-  grpc::Status Handle(grpc::CallbackServerContext* ctx, const pb::StreamBatchesRequest* req,
-                      ActiveStream* entry_ptr, ProducerReactor* writer) {
-    ActiveStream& entry = *entry_ptr;
+  grpc::Status StreamBatches(grpc::ServerContext* ctx, const pb::StreamBatchesRequest* req,
+                             grpc::ServerWriter<pb::StreamBatchesResponse>* writer) override {
     if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
     if (req->protocol_version() != pb::PROTOCOL_VERSION_CURRENT) {
       return Reject(grpc::StatusCode::FAILED_PRECONDITION,
@@ -322,6 +307,8 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
     po.pinned = false;
     const Cursor start{req->start().epoch(), req->start().step()};
 
+    ActiveStream entry;
+    entry.ctx = ctx;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (shutting_down) {
@@ -336,7 +323,7 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
     }
     metrics->streams_active.Increment();
     std::string outcome = "ok";
-    grpc::Status result = Serve(writer, *req, *config, po, start, max_message, &entry, &outcome);
+    grpc::Status result = Serve(ctx, writer, *req, *config, po, start, max_message, &entry, &outcome);
     {
       std::lock_guard<std::mutex> lock(mu);
       streams.erase(&entry);
@@ -349,9 +336,9 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
     return result;
   }
 
-  using Writer = ProducerReactor;
+  using Writer = grpc::ServerWriter<pb::StreamBatchesResponse>;
 
-  grpc::Status Serve(Writer* writer, const pb::StreamBatchesRequest& req,
+  grpc::Status Serve(grpc::ServerContext* ctx, Writer* writer, const pb::StreamBatchesRequest& req,
                      const Config& config, const PipelineOptions& po, Cursor start,
                      uint64_t max_message, ActiveStream* entry, std::string* outcome) {
     absl::StatusOr<std::unique_ptr<Pipeline>> created =
@@ -364,7 +351,7 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
     {
       std::lock_guard<std::mutex> lock(mu);
       entry->pipeline = pipeline.get();
-      if (shutting_down || entry->cancelled) pipeline->Cancel();
+      if (shutting_down) pipeline->Cancel();
     }
     const uint64_t steps = pipeline->steps_per_epoch();
     pb::StreamBatchesResponse first;
@@ -386,7 +373,7 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
       *outcome = what;
       return s;
     };
-    if (!writer->Write(EncodeMessage(first))) return finish(grpc::Status::CANCELLED, "cancelled");
+    if (!writer->Write(first)) return finish(grpc::Status::CANCELLED, "cancelled");
 
     uint64_t sent = 0;
     Cursor cursor = start;
@@ -409,7 +396,7 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
                                           cursor.epoch, ":", cursor.step, " on another server")),
                       "shutdown");
       }
-      if (writer->cancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
+      if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
       if (absl::IsOutOfRange(b.status())) return finish(grpc::Status::OK, "ok");
       if (!b.ok()) {
         spdlog::error("job={} consumer={}/{}: {}", req.job(), req.consumer(), req.consumers(),
@@ -458,11 +445,10 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
     const bool packed = b.Find("segment_ids") != nullptr;
     Cursor next{b.cursor.epoch, b.cursor.step + 1};
     if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
-    for (grpc::ByteBuffer& m : EncodeBatch(b, next, max_message, [&](std::string_view name) {
-           return Role(std::string(name), packed);
-         })) {
-      if (!writer->Write(std::move(m))) return false;
-    }
+    const bool sent = EncodeBatch(
+        b, next, max_message, [&](std::string_view name) { return Role(std::string(name), packed); },
+        [&](const pb::StreamBatchesResponse& m) { return writer->Write(m); });
+    if (!sent) return false;
     std::map<std::string, uint64_t> modality_bytes;
     for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
     metrics->Batch(job, b.ids.size());
@@ -476,7 +462,15 @@ struct DataServer::Impl : public pb::Conveyor::WithRawCallbackMethod_StreamBatch
 
 DataServer::DataServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-DataServer::~DataServer() { Shutdown(0); }
+DataServer::~DataServer() {
+  Shutdown(0);
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->reaper_stop = true;
+    impl_->cv.notify_all();
+  }
+  if (impl_->reaper.joinable()) impl_->reaper.join();
+}
 
 std::string DataServer::address() const { return impl_->address; }
 std::string DataServer::metrics_address() const { return impl_->metrics->address(); }
@@ -488,12 +482,8 @@ void DataServer::Shutdown(double grace_seconds) {
       health->Shutdown();
     }
     {
-      // Streams end after their current batch; cancelling the pipelines wakes those decoding.
       std::lock_guard<std::mutex> lock(impl_->mu);
       impl_->shutting_down = true;
-      for (ActiveStream* s : impl_->streams) {
-        if (s->pipeline) s->pipeline->Cancel();
-      }
       impl_->cv.notify_all();
     }
     const auto deadline = std::chrono::system_clock::now() +
@@ -598,6 +588,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
     health->SetServingStatus(kServiceName, true);
   }
   m.o = std::move(o);
+  m.reaper = std::thread([&m] { m.Reap(); });
   return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));
 }
 

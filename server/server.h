@@ -5,8 +5,6 @@
 //  - Stateless beyond its configuration: a stream is a Pipeline (shuffle/pipeline.h) built from
 //    the request, so any server with the same dataset and config serves the same bytes, and a
 //    client can fail over to any of them from its last cursor.
-//  - Streams run on gRPC's callback API with raw messages: a producer thread per stream, payloads
-//    sent as slices of the batch buffer (no copy).
 //  - Flow control: each stream has one write outstanding and a pipeline bounded by
 //    `queue_bytes`; a consumer that stops reading stops its own pipeline (backpressure to the
 //    readers) and costs at most queue_bytes + one message, without slowing other streams.
