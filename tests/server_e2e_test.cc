@@ -350,9 +350,9 @@ TEST_F(ServerE2ETest, ThousandConnectCancelCyclesLeaveFdsAndThreadsAtBaseline) {
     if (HasFatalFailure()) return;
   }
   ASSERT_TRUE(WaitIdle(server->address())) << "streams still open after their clients left";
-  // Closed connections take the server a moment to notice, and gRPC's callback executor shrinks
-  // its pool lazily after a burst (more so on a loaded machine). A leak would show hundreds: one
-  // producer thread or one socket per cycle.
+  // Closed connections take the server a moment to notice, and gRPC's thread pools shrink lazily
+  // after a burst (more so on a loaded machine). A leak would show hundreds: one thread or one
+  // socket per cycle.
   for (int i = 0; i < 500 && (server->CountFds() > fds || server->CountThreads() > threads); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
