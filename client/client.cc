@@ -241,6 +241,12 @@ struct Client::Impl {
     int failures_in_row = 0;
     bool first_stream = true;
     for (;;) {
+      // Every batch asked for has arrived (the stream failed before its end was confirmed): a
+      // request for 0 more would mean "no limit", so end here.
+      if (o.max_batches && received >= o.max_batches) {
+        return Finish(absl::OutOfRangeError(absl::StrCat("end of stream after batch ",
+                                                         expected.ToString(), " (exclusive)")));
+      }
       const std::string& target = o.servers[server];
       pb::StreamBatchesRequest req;
       req.set_protocol_version(ProtocolVersion());

@@ -1,0 +1,77 @@
+// A stream that breaks right after its last batch (the server died before its OK reached the
+// client) must end the client's stream, not reconnect asking for "0 more", which the protocol
+// reads as no limit. The failing server is an in-process stand-in that sends N batches, then
+// UNAVAILABLE: a fault a real server only shows by chance of timing.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "client/client.h"
+#include "conveyor/v1/service.grpc.pb.h"
+#include "server/batch_encoder.h"
+
+namespace conveyor {
+namespace {
+
+namespace pb = ::conveyor::v1;
+
+class BreaksAfterLastBatch final : public pb::Conveyor::Service {
+ public:
+  grpc::Status StreamBatches(grpc::ServerContext*, const pb::StreamBatchesRequest* req,
+                             grpc::ServerWriter<pb::StreamBatchesResponse>* w) override {
+    ++calls;
+    pb::StreamBatchesResponse start;
+    start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
+    start.mutable_start()->set_dataset_fingerprint("f");
+    start.mutable_start()->set_steps_per_epoch(1000);
+    w->Write(start);
+    Batch b;
+    b.buffer = HostBuffer::Allocate(64, false);
+    b.tensors.push_back(TensorView{"x", DType::kUint8, {1, 64}, 0, 64});
+    b.ids.push_back(SampleId{});
+    const uint64_t n = req->max_batches() ? req->max_batches() : 1000;
+    for (uint64_t i = 0; i < n; ++i) {
+      b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
+      EncodeBatch(b, Cursor{b.cursor.epoch, b.cursor.step + 1}, 1 << 20,
+                  [](std::string_view) { return pb::DATA; },
+                  [&](const pb::StreamBatchesResponse& m) { return w->Write(m); });
+    }
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server died after its last batch");
+  }
+  std::atomic<int> calls{0};
+};
+
+TEST(ClientEndOfStreamTest, AllBatchesReceivedThenTheStreamBreaks) {
+  BreaksAfterLastBatch service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  client::ClientOptions o;
+  o.servers = {"127.0.0.1:" + std::to_string(port)};
+  o.max_batches = 5;
+  o.reconnect_timeout_s = 5;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  int got = 0;
+  absl::Status end;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<client::Batch> b = (*c)->Next();
+    if (!b.ok()) {
+      end = b.status();
+      break;
+    }
+    EXPECT_EQ(b->cursor.step, static_cast<uint64_t>(got));
+    ++got;
+  }
+  EXPECT_EQ(got, 5);
+  EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
+  EXPECT_EQ(service.calls.load(), 1) << "reconnected after every batch had arrived";
+  server->Shutdown();
+}
+
+}  // namespace
+}  // namespace conveyor
