@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/device_copy.h"
 #include "client/wire.h"
 #include "conveyor/v1/service.grpc.pb.h"
@@ -200,6 +201,14 @@ size_t Batch::bytes() const {
 }
 
 uint32_t ProtocolVersion() { return pb::PROTOCOL_VERSION_CURRENT; }
+
+std::vector<std::string> ParseServers(std::string_view list) {
+  std::string text(list);
+  if (text.empty()) {
+    if (const char* env = std::getenv("CONVEYOR_SERVERS")) text = env;
+  }
+  return absl::StrSplit(text, ',', absl::SkipEmpty());
+}
 
 bool Client::device_supported() { return DeviceCopySupported(); }
 

@@ -150,6 +150,9 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
+// A comma-separated list of server addresses; an empty `list` means $CONVEYOR_SERVERS.
+std::vector<std::string> ParseServers(std::string_view list);
+
 // Info from the first server that answers.
 absl::StatusOr<conveyor::v1::InfoResponse> GetInfo(const ClientOptions& options);
 

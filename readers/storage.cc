@@ -1,5 +1,8 @@
 #include "readers/storage.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "base/strings.h"
 #include "base/status_macros.h"
 
@@ -21,6 +24,14 @@ absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(std::string_view uri, const
         StrCat(uri, ": unknown URL scheme (expected a path, file://, http://, https://)"));
   }
   return NewLocalStorage(std::string(uri));
+}
+
+absl::StatusOr<std::string> ReadLocalFile(const std::string& path, std::string_view what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return absl::NotFoundError(StrCat("cannot open ", what, " ", path));
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 absl::StatusOr<std::string> ReadWholeFile(Storage& storage, std::string_view relpath) {

@@ -82,4 +82,7 @@ absl::StatusOr<std::unique_ptr<Storage>> NewHttpStorage(std::string base_url,
 // Reads a whole file (for small files such as the manifest).
 absl::StatusOr<std::string> ReadWholeFile(Storage& storage, std::string_view relpath);
 
+// Reads a small local file (a config, a token, a certificate); NOT_FOUND names `what` and `path`.
+absl::StatusOr<std::string> ReadLocalFile(const std::string& path, std::string_view what);
+
 }  // namespace conveyor

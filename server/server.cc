@@ -24,6 +24,8 @@
 #include "base/strings.h"
 #include "conveyor/v1/service.grpc.pb.h"
 #include "readers/dataset.h"
+#include "readers/format.h"
+#include "readers/storage.h"
 #include "server/batch_encoder.h"
 #include "server/metrics.h"
 #include "shuffle/pipeline.h"
@@ -65,14 +67,6 @@ const char* CodeName(grpc::StatusCode c) {
   }
 }
 
-absl::StatusOr<std::string> ReadText(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(StrCat("cannot open ", what, " ", path));
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -84,17 +78,6 @@ std::string Sha256Hex(std::string_view data) {
     s.push_back(kHex[md[i] & 15]);
   }
   return s;
-}
-
-std::string KindName(format::v1::StreamKind k) {
-  switch (k) {
-    case format::v1::VIDEO: return "video";
-    case format::v1::IMAGE: return "image";
-    case format::v1::AUDIO: return "audio";
-    case format::v1::LOWDIM: return "lowdim";
-    case format::v1::TEXT: return "text";
-    default: return "unknown";
-  }
 }
 
 // A resolved config: the sample spec and pipeline options of one config text.
@@ -207,7 +190,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     for (const StreamInfo& s : m.streams) {
       pb::StreamInfo* p = r->add_streams();
       p->set_name(s.name);
-      p->set_kind(KindName(s.kind));
+      p->set_kind(std::string(format::StreamKindName(s.kind)));
       p->set_codec(s.codec);
       p->set_rate(s.rate);
       for (int64_t d : s.shape) p->add_shape(d);
@@ -231,7 +214,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     if (tensor.size() > 7 && tensor.ends_with("_is_pad")) return "mask";
     const int i = dataset->manifest().StreamIndex(tensor);
     if (i < 0) return "packing";
-    return KindName(dataset->manifest().streams[i].kind);
+    return std::string(format::StreamKindName(dataset->manifest().streams[i].kind));
   }
 
   pb::TensorRole Role(const std::string& tensor, bool packed) const {
@@ -518,7 +501,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
         "--tls-cert/--tls-key, or listen on 127.0.0.1"));
   }
   if (!o.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string t, ReadText(o.auth_token_file, "token file"));
+    ASSIGN_OR_RETURN(std::string t, ReadLocalFile(o.auth_token_file, "token file"));
     while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
     while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.erase(t.begin());
     if (t.size() < 16) {
@@ -529,7 +512,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   }
   ASSIGN_OR_RETURN(m.dataset, Dataset::Open(o.dataset));
   for (const std::string& path : o.config_paths) {
-    ASSIGN_OR_RETURN(std::string text, ReadText(path, "config"));
+    ASSIGN_OR_RETURN(std::string text, ReadLocalFile(path, "config"));
     const std::string name = std::filesystem::path(path).stem().string();
     for (const auto& c : m.configs) {
       if (c->name == name) {
@@ -555,11 +538,11 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
                                               ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                               : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-    ASSIGN_OR_RETURN(pair.private_key, ReadText(o.tls_key_file, "TLS key"));
-    ASSIGN_OR_RETURN(pair.cert_chain, ReadText(o.tls_cert_file, "TLS certificate"));
+    ASSIGN_OR_RETURN(pair.private_key, ReadLocalFile(o.tls_key_file, "TLS key"));
+    ASSIGN_OR_RETURN(pair.cert_chain, ReadLocalFile(o.tls_cert_file, "TLS certificate"));
     ssl.pem_key_cert_pairs.push_back(pair);
     if (!o.tls_client_ca_file.empty()) {
-      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadText(o.tls_client_ca_file, "client CA"));
+      ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadLocalFile(o.tls_client_ca_file, "client CA"));
     }
     creds = grpc::SslServerCredentials(ssl);
   }

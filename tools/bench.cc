@@ -37,6 +37,8 @@
 #include "decoders/video_decoder.h"
 #include "nlohmann/json.hpp"
 #include "readers/dataset.h"
+#include "readers/format.h"
+#include "readers/storage.h"
 #include "server/server.h"
 #include "shuffle/pipeline.h"
 #include "tools/commands.h"
@@ -50,15 +52,7 @@ using json = nlohmann::json;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string KindName(pb::StreamKind k) {
-  switch (k) {
-    case pb::VIDEO: return "video";
-    case pb::IMAGE: return "image";
-    case pb::AUDIO: return "audio";
-    case pb::LOWDIM: return "lowdim";
-    default: return "";
-  }
-}
+std::string KindName(pb::StreamKind k) { return std::string(format::StreamKindName(k)); }
 
 // Runs shell commands in parallel (one process each) and returns the wall seconds of the batch.
 double RunParallel(const std::vector<std::string>& cmds) {
@@ -601,11 +595,7 @@ absl::Status RunBench(const BenchOptions& o) {
   std::string text;
   SampleSpec spec;
   if (!o.config.empty()) {
-    std::ifstream f(o.config, std::ios::binary);
-    if (!f) return absl::NotFoundError(StrCat("cannot open config ", o.config));
-    std::stringstream s;
-    s << f.rdbuf();
-    text = s.str();
+    ASSIGN_OR_RETURN(text, ReadLocalFile(o.config, "config"));
     ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, ds->manifest(), o.config));
   } else {
     // Every stream: frames and low-dim steps at the anchor time, one second of audio before it.
@@ -614,9 +604,9 @@ absl::Status RunBench(const BenchOptions& o) {
     for (const StreamInfo& s : ds->manifest().streams) {
       const std::string kind = KindName(s.kind);
       StrAppend(&text, "  ", s.name, ": ",
-                kind == "audio" ? "{delta_timestamps: [-1.0, 0.0]}"
-                : kind.empty()  ? "{}"
-                                : "{delta_timestamps: [0.0]}",
+                kind == "audio"                        ? "{delta_timestamps: [-1.0, 0.0]}"
+                : kind == "text" || kind == "unknown" ? "{}"
+                                                       : "{delta_timestamps: [0.0]}",
                 "\n");
     }
     ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, ds->manifest(), "the default bench spec"));

@@ -2,9 +2,6 @@
 // exactly the lines `conveyor batches --digest` prints for the same config, consumer and cursor.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <google/protobuf/util/json_util.h>
@@ -13,42 +10,14 @@
 #include "base/strings.h"
 #include "client/client.h"
 #include "conveyor/v1/service.pb.h"
+#include "readers/storage.h"
 #include "tools/batch_line.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
-namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(StrCat("cannot open ", what, " ", path));
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    size_t e = s.find(',', b);
-    if (e == std::string::npos) e = s.size();
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
-}  // namespace
-
 absl::Status RunFetch(const FetchOptions& o) {
   client::ClientOptions c;
-  std::string servers = o.servers;
-  if (servers.empty()) {
-    const char* env = std::getenv("CONVEYOR_SERVERS");
-    if (env) servers = env;
-  }
-  c.servers = Split(servers);
+  c.servers = client::ParseServers(o.servers);
   if (c.servers.empty()) {
     return absl::InvalidArgumentError("no server given: --servers HOST:PORT[,HOST:PORT...] or CONVEYOR_SERVERS");
   }
@@ -63,23 +32,23 @@ absl::Status RunFetch(const FetchOptions& o) {
   ASSIGN_OR_RETURN(c.start, client::Cursor::Parse(o.cursor));
   c.max_batches = static_cast<uint64_t>(o.steps);
   if (!o.config.empty()) {
-    ASSIGN_OR_RETURN(c.config_yaml, ReadFile(o.config, "config"));
+    ASSIGN_OR_RETURN(c.config_yaml, ReadLocalFile(o.config, "config"));
   }
   c.config_name = o.config_name;
   if (!o.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string t, ReadFile(o.auth_token_file, "token file"));
+    ASSIGN_OR_RETURN(std::string t, ReadLocalFile(o.auth_token_file, "token file"));
     while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
     c.auth_token = t;
   }
   c.tls = o.tls || !o.tls_ca.empty() || !o.tls_cert.empty();
   if (!o.tls_ca.empty()) {
-    ASSIGN_OR_RETURN(c.tls_ca_pem, ReadFile(o.tls_ca, "TLS CA"));
+    ASSIGN_OR_RETURN(c.tls_ca_pem, ReadLocalFile(o.tls_ca, "TLS CA"));
   }
   if (!o.tls_cert.empty()) {
-    ASSIGN_OR_RETURN(c.tls_cert_pem, ReadFile(o.tls_cert, "TLS certificate"));
+    ASSIGN_OR_RETURN(c.tls_cert_pem, ReadLocalFile(o.tls_cert, "TLS certificate"));
   }
   if (!o.tls_key.empty()) {
-    ASSIGN_OR_RETURN(c.tls_key_pem, ReadFile(o.tls_key, "TLS key"));
+    ASSIGN_OR_RETURN(c.tls_key_pem, ReadLocalFile(o.tls_key, "TLS key"));
   }
   c.tls_server_name = o.tls_server_name;
   c.prefetch_batches = static_cast<size_t>(std::max<int64_t>(1, o.prefetch));

@@ -6,6 +6,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "readers/storage.h"
 #include "tools/commands.h"
 #include "trainer/trainer.h"
 
@@ -20,25 +21,11 @@ int64_t EnvInt(const char* name, int64_t fallback) {
   return (end && *end == '\0') ? x : fallback;
 }
 
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= s.size()) {
-    size_t e = s.find(',', b);
-    if (e == std::string::npos) e = s.size();
-    if (e > b) out.push_back(s.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 absl::Status RunTrain(const TrainCliOptions& o) {
   trainer::TrainOptions t;
-  std::string servers = o.servers;
-  if (servers.empty() && std::getenv("CONVEYOR_SERVERS")) servers = std::getenv("CONVEYOR_SERVERS");
-  t.client.servers = SplitComma(servers);
+  t.client.servers = client::ParseServers(o.servers);
   if (t.client.servers.empty()) {
     return absl::InvalidArgumentError("no server given: --servers HOST:PORT[,...] or CONVEYOR_SERVERS");
   }
@@ -54,11 +41,12 @@ absl::Status RunTrain(const TrainCliOptions& o) {
   ASSIGN_OR_RETURN(t.client.start, client::Cursor::Parse(o.cursor));
   t.client.config_name = o.config_name;
   if (!o.auth_token_file.empty()) {
-    std::ifstream f(o.auth_token_file);
-    if (!f) return absl::NotFoundError(StrCat("cannot open token file ", o.auth_token_file));
-    std::getline(f, t.client.auth_token);
+    ASSIGN_OR_RETURN(std::string token, ReadLocalFile(o.auth_token_file, "token file"));
+    t.client.auth_token = token.substr(0, token.find_first_of("\r\n"));
   }
-  t.config_path = o.config;
+  if (!o.config.empty()) {
+    ASSIGN_OR_RETURN(t.config_yaml, ReadLocalFile(o.config, "config"));
+  }
   t.steps = o.steps;
   t.lr = o.lr;
   t.shift_frames_steps = o.shift_frames;

@@ -166,14 +166,6 @@ struct Linear {
   }
 };
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return absl::NotFoundError(StrCat("cannot open config ", path));
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> ShiftCameras(const std::string& yaml, const std::vector<std::string>& cameras,
@@ -217,11 +209,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   client::ClientOptions co = o.client;
   co.max_batches = static_cast<uint64_t>(o.steps);
   co.device = o.device;
-  if (!o.config_path.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(o.config_path);
-    if (!text.ok()) return text.status();
-    co.config_yaml = *text;
-  }
+  if (!o.config_yaml.empty()) co.config_yaml = o.config_yaml;
   if (o.shift_frames_steps != 0) {
     if (co.config_yaml.empty()) return absl::InvalidArgumentError("--shift-frames needs --config FILE");
     absl::StatusOr<conveyor::v1::InfoResponse> info = client::GetInfo(co);

@@ -20,7 +20,7 @@ namespace conveyor::trainer {
 
 struct TrainOptions {
   client::ClientOptions client;   // servers, job, consumer = rank, consumers = world size, ...
-  std::string config_path;        // sent inline; empty: the server's config (config_name)
+  std::string config_yaml;        // sent inline; empty: the server's config (config_name)
   int64_t steps = 200;
   double lr = 3e-3;
   int pool = 2;                   // each frame pooled to pool x pool patches per channel
