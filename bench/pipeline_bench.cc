@@ -68,8 +68,9 @@ RunResult RunPipeline(const Dataset& ds, const SampleSpec& spec, PipelineOptions
       std::cerr << "batch: " << b.status() << "\n";
       std::exit(1);
     }
-    samples += b->ids.size();
-    bytes += b->bytes();
+    if (!b->has_value()) break;
+    samples += (*b)->ids.size();
+    bytes += (*b)->bytes();
   }
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   r.samples_per_s = samples / secs;

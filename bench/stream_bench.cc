@@ -148,8 +148,8 @@ Transport StreamRepeated(const Batch& batch, uint64_t max_message, double second
     uint64_t bytes = 0, got = 0;
     for (;;) {
       auto b = (*c)->Next();
-      if (!b.ok()) break;
-      bytes += b->bytes();
+      if (!b.ok() || !b->has_value()) break;
+      bytes += (*b)->bytes();
       ++got;
     }
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -204,11 +204,9 @@ double ServedSamplesPerSecond(const std::string& cli, const std::string& ds, con
     uint64_t samples = 0;
     for (;;) {
       auto b = (*c)->Next();
-      if (!b.ok()) {
-        if (!absl::IsOutOfRange(b.status())) std::cerr << b.status() << "\n";
-        break;
-      }
-      samples += b->ids.size();
+      if (!b.ok()) std::cerr << b.status() << "\n";
+      if (!b.ok() || !b->has_value()) break;
+      samples += (*b)->ids.size();
     }
     rate = samples / std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -229,8 +227,8 @@ double OfflineSamplesPerSecond(const Dataset& ds, const SampleSpec& spec, Pipeli
   uint64_t samples = 0;
   for (int i = 0; i < steps; ++i) {
     auto b = (*p)->Next();
-    if (!b.ok()) break;
-    samples += b->ids.size();
+    if (!b.ok() || !b->has_value()) break;
+    samples += (*b)->ids.size();
   }
   return samples / std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -286,11 +284,11 @@ int main(int argc, char** argv) {
   {
     auto p = Pipeline::Create(**ds, *spec, base, Cursor{});
     auto b = (*p)->Next();
-    if (!b.ok()) {
+    if (!b.ok() || !b->has_value()) {
       std::cerr << b.status() << "\n";
       return 1;
     }
-    robot = std::move(*b);
+    robot = std::move(**b);
   }
   Batch large;
   {

@@ -83,7 +83,8 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const ClientOptions& o) {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& o, const std::string& target) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // the server bounds its messages (max_message_bytes)
+  // The server splits batches into messages of at most 64 MiB (its cap); nothing larger is read.
+  args.SetMaxReceiveMessageSize(65 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);  // notice a dead server within ~15 s
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -160,33 +161,6 @@ struct BatchStorage {
 
 }  // namespace
 
-std::string Cursor::ToString() const { return absl::StrCat(epoch, ":", step); }
-
-absl::StatusOr<Cursor> Cursor::Parse(std::string_view text) {
-  Cursor c;
-  const std::string s(text);
-  char extra = 0;
-  unsigned long long e = 0, st = 0;
-  if (std::sscanf(s.c_str(), "%llu:%llu%c", &e, &st, &extra) != 2 || s.empty() || s[0] == '-') {
-    return absl::InvalidArgumentError(absl::StrCat("cursor '", s, "': expected EPOCH:STEP, e.g. 0:0"));
-  }
-  c.epoch = e;
-  c.step = st;
-  return c;
-}
-
-std::string_view DTypeName(DType t) {
-  switch (t) {
-    case DType::kUint8: return "uint8";
-    case DType::kBool: return "bool";
-    case DType::kFloat32: return "float32";
-    case DType::kInt32: return "int32";
-  }
-  return "?";
-}
-
-size_t DTypeSize(DType t) { return (t == DType::kFloat32 || t == DType::kInt32) ? 4 : 1; }
-
 const Tensor* Batch::Find(std::string_view name) const {
   for (const Tensor& t : tensors) {
     if (t.name == name) return &t;
@@ -220,7 +194,7 @@ struct Client::Impl {
   std::condition_variable cv;
   std::deque<Batch> queue;  // received, not yet handed out
   uint64_t queue_bytes = 0;
-  absl::Status final_status;  // set once the stream is over (OUT_OF_RANGE at its end)
+  absl::Status final_status;  // set once the stream is over: OK at its end, else the error
   bool done = false;
   bool stop = false;
   grpc::ClientContext* active = nullptr;  // to cancel from the destructor
@@ -252,10 +226,7 @@ struct Client::Impl {
     for (;;) {
       // Every batch asked for has arrived (the stream failed before its end was confirmed): a
       // request for 0 more would mean "no limit", so end here.
-      if (o.max_batches && received >= o.max_batches) {
-        return Finish(absl::OutOfRangeError(absl::StrCat("end of stream after batch ",
-                                                         expected.ToString(), " (exclusive)")));
-      }
+      if (o.max_batches && received >= o.max_batches) return Finish(absl::OkStatus());
       const std::string& target = o.servers[server];
       pb::StreamBatchesRequest req;
       req.set_protocol_version(ProtocolVersion());
@@ -359,15 +330,25 @@ struct Client::Impl {
                                                      " where ", expected.ToString(), " was due"));
             break;
           }
-          if (m.header->payload_bytes() > (64ull << 30)) {
-            local = absl::DataLossError(absl::StrCat("server ", target, ": a batch of ",
-                                                     m.header->payload_bytes(), " bytes"));
+          // The server is not trusted with this process's memory: a batch larger than the
+          // client's cap is refused before anything is allocated for it.
+          if (m.header->payload_bytes() > o.max_batch_bytes) {
+            local = absl::ResourceExhaustedError(absl::StrCat(
+                "server ", target, " announced a batch of ", m.header->payload_bytes(),
+                " bytes; this client accepts at most ", o.max_batch_bytes,
+                " (ClientOptions::max_batch_bytes)"));
             break;
           }
           header = std::move(*m.header);
           storage = std::make_shared<BatchStorage>();
           storage->pool = pool;
           storage->block = pool->Take(header.payload_bytes(), &storage->capacity);
+          if (!storage->block) {
+            local = absl::ResourceExhaustedError(absl::StrCat(
+                "cannot allocate ", header.payload_bytes(), " bytes for batch ", expected.ToString(),
+                " from server ", target));
+            break;
+          }
           filled = 0;
         } else if (!storage) {
           local = absl::DataLossError(absl::StrCat("server ", target, " sent batch data without a header"));
@@ -433,10 +414,7 @@ struct Client::Impl {
         if (stop) return;
       }
       if (!local.ok()) return Finish(std::move(local));
-      if (status.ok()) {
-        return Finish(absl::OutOfRangeError(absl::StrCat("end of stream after batch ",
-                                                         expected.ToString(), " (exclusive)")));
-      }
+      if (status.ok()) return Finish(absl::OkStatus());  // the server reached the real end
       if (!Retryable(status.error_code())) return Finish(FromGrpc(status, target));
       last_error[target] = absl::StrCat(status.error_code(), " ", status.error_message());
       const double idle = std::chrono::duration<double>(Clock::now() - last_progress).count();
@@ -479,8 +457,17 @@ struct Client::Impl {
                                                 " lies outside its batch payload"));
       }
       uint64_t elements = 1;
-      for (int64_t d : t.shape()) elements *= static_cast<uint64_t>(std::max<int64_t>(d, 0));
-      if (elements * DTypeSize(FromProto(t.dtype())) != t.bytes()) {
+      bool valid = t.shape_size() <= 32;
+      for (int64_t d : t.shape()) {
+        valid = valid && d >= 0 && CheckedMul(elements, static_cast<uint64_t>(d), &elements);
+      }
+      uint64_t bytes = 0;
+      if (!valid || !CheckedMul(elements, DTypeSize(FromProto(t.dtype())), &bytes)) {
+        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(),
+                                                " has an impossible shape (negative, over 32 "
+                                                "dimensions, or more than 2^64 bytes)"));
+      }
+      if (bytes != t.bytes()) {
         return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(), " has ",
                                                 t.bytes(), " bytes for its shape"));
       }
@@ -541,9 +528,9 @@ Client::~Client() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-absl::StatusOr<Batch> Client::Next() { return Next(-1); }
+absl::StatusOr<std::optional<Batch>> Client::Next() { return Next(-1); }
 
-absl::StatusOr<Batch> Client::Next(double timeout_s) {
+absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   const auto t0 = Clock::now();
   std::unique_lock<std::mutex> lock(impl_->mu);
   auto ready = [&] { return !impl_->queue.empty() || impl_->done; };
@@ -554,13 +541,16 @@ absl::StatusOr<Batch> Client::Next(double timeout_s) {
     return absl::DeadlineExceededError(absl::StrCat("no batch within ", timeout_s, " s"));
   }
   impl_->stats.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  if (impl_->queue.empty()) return impl_->final_status;
+  if (impl_->queue.empty()) {
+    if (impl_->final_status.ok()) return std::optional<Batch>();  // the end
+    return impl_->final_status;
+  }
   Batch b = std::move(impl_->queue.front());
   impl_->queue.pop_front();
   impl_->queue_bytes -= b.bytes();
   impl_->delivered = b.next;
   impl_->cv.notify_all();
-  return b;
+  return std::optional<Batch>(std::move(b));
 }
 
 void Client::Cancel() {

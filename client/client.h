@@ -27,11 +27,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/types.h"
 
 namespace conveyor::v1 {
 class InfoResponse;
@@ -40,17 +42,12 @@ class StreamStart;
 
 namespace conveyor::client {
 
-struct Cursor {
-  uint64_t epoch = 0;
-  uint64_t step = 0;
-  bool operator==(const Cursor&) const = default;
-  std::string ToString() const;  // "EPOCH:STEP"
-  static absl::StatusOr<Cursor> Parse(std::string_view text);
-};
-
-enum class DType : uint8_t { kUint8, kBool, kFloat32, kInt32 };
-std::string_view DTypeName(DType t);  // "uint8", "bool", "float32", "int32"
-size_t DTypeSize(DType t);
+// The shared vocabulary (base/types.h): one Cursor parser, one DType, one SampleId everywhere.
+using ::conveyor::Cursor;
+using ::conveyor::DType;
+using ::conveyor::DTypeName;
+using ::conveyor::DTypeSize;
+using ::conveyor::SampleId;
 
 enum class TensorRole : uint8_t { kData, kPaddingMask, kSegmentIds, kPositions, kSampleInfo };
 
@@ -62,12 +59,6 @@ struct Tensor {
   const uint8_t* data = nullptr;  // host memory owned by the Batch
   size_t bytes = 0;
   void* device_data = nullptr;    // device memory when ClientOptions::device (CUDA builds)
-};
-
-struct SampleId {
-  uint64_t index = 0;
-  uint64_t episode = 0;
-  uint32_t step = 0;
 };
 
 struct Batch {
@@ -102,6 +93,9 @@ struct ClientOptions {
   size_t prefetch_batches = 4;
   uint64_t prefetch_bytes = 1ull << 30;
   uint64_t max_message_bytes = 0;    // 0: the server's default
+  // The largest batch this client accepts (its payload is allocated once the header arrives); a
+  // larger one ends the stream with RESOURCE_EXHAUSTED instead of exhausting memory.
+  uint64_t max_batch_bytes = 8ull << 30;
   std::string auth_token;            // sent as "authorization: Bearer TOKEN"
   // TLS: any of these set switches the channel to TLS.
   bool tls = false;
@@ -131,12 +125,13 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // The next batch. OUT_OF_RANGE at the end of the stream (max_batches or the server's
-  // max_epochs); CANCELLED after Cancel(); any other error is final for this client.
-  absl::StatusOr<Batch> Next();
+  // The next batch; std::nullopt at the end of the stream (max_batches, or the server's
+  // max_epochs), which is not an error. CANCELLED after Cancel(); any error is final for this
+  // client, OUT_OF_RANGE included (a start cursor past the end of the data).
+  absl::StatusOr<std::optional<Batch>> Next();
   // As Next(), but DEADLINE_EXCEEDED (not final: call again) when no batch came within
   // `timeout_s`, so a caller can check for interrupts (Python's Ctrl-C) while it waits.
-  absl::StatusOr<Batch> Next(double timeout_s);
+  absl::StatusOr<std::optional<Batch>> Next(double timeout_s);
   // Thread-safe: ends the stream; a Next() waiting in another thread returns CANCELLED at once.
   void Cancel();
 

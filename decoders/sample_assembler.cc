@@ -14,26 +14,6 @@ namespace conveyor {
 
 namespace pb = format::v1;
 
-size_t DTypeSize(DType t) { return t == DType::kFloat32 || t == DType::kInt32 ? 4 : 1; }
-std::string_view DTypeName(DType t) {
-  switch (t) {
-    case DType::kUint8: return "uint8";
-    case DType::kBool: return "bool";
-    case DType::kFloat32: return "float32";
-    case DType::kInt32: return "int32";
-  }
-  return "?";
-}
-std::string_view NumpyDescr(DType t) {
-  switch (t) {
-    case DType::kUint8: return "|u1";
-    case DType::kBool: return "|b1";
-    case DType::kFloat32: return "<f4";
-    case DType::kInt32: return "<i4";
-  }
-  return "?";
-}
-
 size_t Tensor::num_elements() const {
   size_t n = 1;
   for (int64_t d : shape) n *= static_cast<size_t>(d);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/types.h"
 #include "decoders/audio_decoder.h"
 #include "decoders/image_decoder.h"
 #include "decoders/sample_spec.h"
@@ -21,11 +22,6 @@
 #include "readers/dataset.h"
 
 namespace conveyor {
-
-enum class DType : uint8_t { kUint8, kBool, kFloat32, kInt32 };
-size_t DTypeSize(DType t);
-std::string_view DTypeName(DType t);   // "uint8", "bool", "float32", "int32"
-std::string_view NumpyDescr(DType t);  // "|u1", "|b1", "<f4", "<i4"
 
 struct Tensor {
   std::string name;

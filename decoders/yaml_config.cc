@@ -14,6 +14,50 @@ std::string JoinNames(const std::set<std::string>& names) {
 }
 
 absl::StatusOr<YAML::Node> Load(std::string_view text, std::string_view source) {
+  // Configs come from requests too: bound the nesting before the recursive parser sees it (a
+  // config is a few levels deep; thousands of '[' would only cost stack and time).
+  constexpr int kMaxDepth = 32;
+  constexpr size_t kMaxIndent = 128;
+  int depth = 0, line = 1;
+  size_t indent = 0;
+  bool at_line_start = true, in_comment = false;
+  char quote = 0;
+  for (char c : text) {
+    if (c == '\n') {
+      ++line;
+      at_line_start = true;
+      indent = 0;
+      in_comment = false;
+      continue;
+    }
+    if (at_line_start) {
+      if (c == ' ') {
+        if (++indent > kMaxIndent) {
+          return absl::InvalidArgumentError(StrCat(source, ":", line, ": indented more than ",
+                                                   kMaxIndent, " columns: too deeply nested"));
+        }
+        continue;
+      }
+      at_line_start = false;
+    }
+    if (in_comment) continue;
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '#') {
+      in_comment = true;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) {
+        return absl::InvalidArgumentError(StrCat(source, ":", line, ": more than ", kMaxDepth,
+                                                 " nested [ or {: too deeply nested"));
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
   try {
     return YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {

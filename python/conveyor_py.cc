@@ -10,7 +10,8 @@
 // read-only arrays.
 //
 // Errors are ConveyorError (a RuntimeError) with the status code name in `.code` and the
-// client's or server's message; the end of the stream (OUT_OF_RANGE) is StopIteration.
+// client's or server's message; the end of the stream (a std::nullopt from Next) is StopIteration,
+// and OUT_OF_RANGE (a cursor past the end of the data) is an error like any other.
 #include <google/protobuf/util/json_util.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -121,7 +122,7 @@ class PyClient {
 
   py::dict Next() {
     std::shared_ptr<cc::Client> c = Get();  // a close() from another thread waits for us
-    absl::StatusOr<cc::Batch> b;
+    absl::StatusOr<std::optional<cc::Batch>> b;
     for (;;) {
       {
         py::gil_scoped_release release;
@@ -131,9 +132,9 @@ class PyClient {
       // Waiting: let Python run its signal handlers (Ctrl-C raises KeyboardInterrupt here).
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
-    if (absl::IsOutOfRange(b.status())) throw py::stop_iteration(std::string(b.status().message()));
-    if (!b.ok()) Raise(b.status());
-    return ToDict(std::move(*b));
+    if (!b.ok()) Raise(b.status());  // every error, OUT_OF_RANGE (a cursor past the end) included
+    if (!b->has_value()) throw py::stop_iteration("end of the stream");
+    return ToDict(std::move(**b));
   }
 
   py::tuple Cursor() const { return CursorTuple(Get()->cursor()); }

@@ -1,5 +1,7 @@
 #include "readers/dataset.h"
 
+#include <algorithm>
+
 #include "base/strings.h"
 #include "base/status_macros.h"
 #include "readers/format.h"
@@ -19,10 +21,14 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::string_view uri,
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::unique_ptr<Storage> storage,
                                                        std::string uri) {
   std::unique_ptr<Dataset> ds(new Dataset());
-  ds->uri_ = std::move(uri);
+  ds->uri_ = RedactUri(uri);  // for messages and Info: never a credential
   ds->storage_ = std::move(storage);
   const std::string manifest_name = ds->storage_->Describe(kManifestFile);
-  auto manifest_text = ReadWholeFile(*ds->storage_, kManifestFile);
+  // Caps on the two files read whole: their real sizes are far below (a manifest lists streams
+  // and shards; the episode table is tens of bytes per episode and stream).
+  constexpr uint64_t kMaxManifestBytes = 64ull << 20;
+  constexpr uint64_t kMaxEpisodeTableBytes = 1ull << 30;
+  auto manifest_text = ReadWholeFile(*ds->storage_, kManifestFile, kMaxManifestBytes);
   if (!manifest_text.ok()) {
     if (manifest_text.status().code() == absl::StatusCode::kNotFound) {
       return absl::NotFoundError(StrCat(
@@ -34,7 +40,9 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::unique_ptr<Storage> 
   ASSIGN_OR_RETURN(ds->manifest_, ManifestFromJson(*manifest_text, manifest_name));
 
   const std::string table_name = ds->storage_->Describe(kEpisodeTableFile);
-  ASSIGN_OR_RETURN(std::string table, ReadWholeFile(*ds->storage_, kEpisodeTableFile));
+  ASSIGN_OR_RETURN(std::string table,
+                   ReadWholeFile(*ds->storage_, kEpisodeTableFile,
+                                 std::min(kMaxEpisodeTableBytes, ds->manifest_.episode_table_bytes)));
   if (table.size() != ds->manifest_.episode_table_bytes ||
       format::ChecksumHex(format::Checksum(table)) != ds->manifest_.episode_table_xxh3) {
     return absl::DataLossError(StrCat(
@@ -193,7 +201,25 @@ absl::Status Dataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size
                                               " steps; asked for [", first, ", ", first + count,
                                               ")"));
   }
+  // The index is untrusted: every count is checked against the others and against the caps
+  // before anything of that size is allocated.
+  constexpr uint64_t kMaxDim = 1 << 20;
+  constexpr uint64_t kMaxValues = 1ull << 31;  // per read and per block (8 GiB of float32)
   const size_t dim = static_cast<size_t>(b.dim());
+  const int blocks = b.first_step_size();
+  if (dim == 0 || dim > kMaxDim || b.num_steps_size() != blocks || b.offset_size() != blocks ||
+      b.size_size() != blocks || b.xxh3_size() != blocks) {
+    return absl::DataLossError(StrCat("episode ", index.episode_id(), " stream '", s.name(),
+                                      "': malformed lowdim block index (dim ", dim, ", ", blocks,
+                                      " first_step, ", b.num_steps_size(), " num_steps, ",
+                                      b.offset_size(), " offset, ", b.size_size(), " size, ",
+                                      b.xxh3_size(), " xxh3 entries)"));
+  }
+  if (count > kMaxValues / dim) {
+    return absl::InvalidArgumentError(StrCat("episode ", index.episode_id(), " stream '", s.name(),
+                                             "': a read of ", count, " steps of ", dim,
+                                             " values is too large"));
+  }
   out->resize(count * dim);
   if (count == 0) return absl::OkStatus();
   const uint32_t shard = episodes_.shard(index.episode_id());
@@ -202,7 +228,17 @@ absl::Status Dataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size
   std::vector<float> decoded;
   for (int i = 0; i < b.first_step_size(); ++i) {
     const size_t lo = b.first_step(i), n = b.num_steps(i);
+    if (lo > s.num_frames() || n > s.num_frames() - lo || n > kMaxValues / dim) {
+      return absl::DataLossError(StrCat("episode ", index.episode_id(), " stream '", s.name(),
+                                        "': block ", i, " claims steps [", lo, ", ", lo + n,
+                                        ") of an episode of ", s.num_frames(), " steps"));
+    }
     if (lo + n <= first || lo >= first + count) continue;
+    if (b.size(i) > file->size()) {
+      return absl::DataLossError(StrCat("shard ", file->name(), ", episode ", index.episode_id(),
+                                        ", stream '", s.name(), "': block ", i, " claims ", b.size(i),
+                                        " bytes, more than the shard's ", file->size()));
+    }
     block.resize(b.size(i));
     RETURN_IF_ERROR(file->Read(b.offset(i), b.size(i), block.data()));
     const std::string where = StrCat("shard ", file->name(), ", episode ", index.episode_id(),
@@ -211,6 +247,7 @@ absl::Status Dataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size
     if (format::Checksum(block) != b.xxh3(i)) {
       return absl::DataLossError(StrCat("checksum mismatch in ", where));
     }
+    RETURN_IF_ERROR(CheckLowdimBlockSize(block, n * dim, where));  // before allocating for it
     decoded.resize(n * dim);
     RETURN_IF_ERROR(DecodeLowdimBlock(block, decoded.data(), n * dim, where));
     const size_t from = std::max(lo, first), to = std::min(lo + n, first + count);

@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "base/cancel.h"
 #include "base/strings.h"
 #include "readers/storage.h"
 
@@ -67,8 +68,8 @@ AttemptResult Permanent(absl::Status status) { return {std::move(status), false}
 
 // What a request is, for messages: "GET http://h/f.bin bytes=0-99" or "HEAD http://h/f.bin".
 std::string RequestName(const std::string& url, uint64_t offset, size_t n, bool head) {
-  if (head) return StrCat("HEAD ", url);
-  return StrCat("GET ", url, " bytes=", offset, "-", offset + n - 1);
+  if (head) return StrCat("HEAD ", RedactUri(url));
+  return StrCat("GET ", RedactUri(url), " bytes=", offset, "-", offset + n - 1);
 }
 
 // Turns a failed libcurl transfer into an attempt result. `error_buffer` is CURLOPT_ERRORBUFFER,
@@ -79,6 +80,8 @@ AttemptResult CurlFailure(CURLcode code, const char* error_buffer, const std::st
       StrCat(request, ": curl error ", static_cast<int>(code), " (", curl_easy_strerror(code), ")");
   if (error_buffer[0] != '\0') StrAppend(&msg, ": ", error_buffer);
   switch (code) {
+    case CURLE_ABORTED_BY_CALLBACK:  // Progress() saw the caller's cancellation
+      return Permanent(absl::CancelledError(StrCat(request, ": cancelled")));
     case CURLE_OPERATION_TIMEDOUT:
       return Transient(absl::DeadlineExceededError(msg));
     case CURLE_COULDNT_CONNECT:
@@ -183,18 +186,21 @@ bool ContentRangeMatches(absl::string_view value, uint64_t first, uint64_t last)
 
 class HttpStorage;
 
+int Progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return CancelRequested() ? 1 : 0; }
+
 class HttpFile final : public RandomAccessFile {
  public:
   HttpFile(const HttpStorage* storage, std::string url, uint64_t size)
-      : storage_(storage), url_(std::move(url)), size_(size) {}
+      : storage_(storage), url_(std::move(url)), name_(RedactUri(url_)), size_(size) {}
 
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override;
   uint64_t size() const override { return size_; }
-  const std::string& name() const override { return url_; }
+  const std::string& name() const override { return name_; }
 
  private:
   const HttpStorage* storage_;  // outlives its files, as with every Storage
-  const std::string url_;
+  const std::string url_;   // what is requested
+  const std::string name_;  // what messages say: the URL without credentials
   const uint64_t size_;
 };
 
@@ -208,7 +214,8 @@ class HttpStorage final : public Storage {
   }
 
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(std::string_view relpath) override {
-    std::string url = Describe(relpath);
+    while (!relpath.empty() && relpath.front() == '/') relpath.remove_prefix(1);
+    std::string url = StrCat(base_url_, relpath);
     const std::string request = RequestName(url, 0, 0, /*head=*/true);
     uint64_t size = 0;
     absl::Status status =
@@ -219,7 +226,7 @@ class HttpStorage final : public Storage {
 
   std::string Describe(std::string_view relpath) const override {
     while (!relpath.empty() && relpath.front() == '/') relpath.remove_prefix(1);
-    return StrCat(base_url_, relpath);
+    return RedactUri(StrCat(base_url_, relpath));
   }
 
   StorageStats stats() const override {
@@ -255,8 +262,15 @@ class HttpStorage final : public Storage {
     for (int k = 1; k <= max_attempts; ++k) {
       if (k > 1) {
         retries_.fetch_add(1, std::memory_order_relaxed);
-        std::this_thread::sleep_for(Backoff(k - 1));
+        // The backoff ends early when the caller is cancelled (base/cancel.h).
+        const auto until = std::chrono::steady_clock::now() + Backoff(k - 1);
+        while (std::chrono::steady_clock::now() < until) {
+          if (CancelRequested()) return absl::CancelledError(StrCat(request, ": cancelled"));
+          std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+              std::chrono::milliseconds(10), until - std::chrono::steady_clock::now()));
+        }
       }
+      if (CancelRequested()) return absl::CancelledError(StrCat(request, ": cancelled"));
       CurlHandle handle = AcquireHandle();
       if (handle == nullptr)
         return absl::ResourceExhaustedError(request + ": curl_easy_init failed");
@@ -317,11 +331,16 @@ class HttpStorage final : public Storage {
     curl_easy_setopt(handle, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(handle, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(options_.connect_timeout_ms));
-    // A transfer slower than 1 byte/s for this many seconds is a stall. libcurl counts in whole
-    // seconds, so the stall timeout is rounded up.
+    // A transfer slower than min_bytes_per_s for this many seconds is a stall. libcurl counts in
+    // whole seconds, so the stall timeout is rounded up.
     const long stall_s = std::max(1L, static_cast<long>((options_.stall_timeout_ms + 999) / 1000));
-    curl_easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(handle, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(options_.min_bytes_per_s));
     curl_easy_setopt(handle, CURLOPT_LOW_SPEED_TIME, stall_s);
+    curl_easy_setopt(handle, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout_ms));
+    // Called about once a second (and on every chunk): aborts the transfer when the calling
+    // thread's pipeline was cancelled (base/cancel.h), so SIGTERM drains within its grace time.
+    curl_easy_setopt(handle, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, &Progress);
     curl_easy_setopt(handle, CURLOPT_TCP_KEEPALIVE, 1L);
     // Larger reads from the socket than the 16 KiB default; fewer callbacks on big ranges.
     curl_easy_setopt(handle, CURLOPT_BUFFERSIZE, 256L * 1024);
@@ -406,7 +425,7 @@ class HttpStorage final : public Storage {
 
 absl::Status HttpFile::Read(uint64_t offset, size_t n, char* dst) const {
   if (offset > size_ || n > size_ - offset) {
-    return absl::OutOfRangeError(StrCat(url_, ": read of ", n, " bytes at offset ", offset,
+    return absl::OutOfRangeError(StrCat(name_, ": read of ", n, " bytes at offset ", offset,
                                         " is past the end of the file (", size_, " bytes)"));
   }
   if (n == 0) {
@@ -425,10 +444,11 @@ absl::StatusOr<std::unique_ptr<Storage>> NewHttpStorage(std::string base_url,
         StrCat(base_url, ": an HTTP storage root must start with http:// or https://"));
   }
   if (options.max_attempts < 1 || options.connect_timeout_ms < 1 || options.stall_timeout_ms < 1 ||
+      options.min_bytes_per_s < 1 || options.request_timeout_ms < 1 ||
       options.base_backoff_ms < 0 || options.max_backoff_ms < 0 ||
       options.max_idle_connections < 0) {
     return absl::InvalidArgumentError(
-        StrCat(base_url,
+        StrCat(RedactUri(base_url),
                ": invalid HttpOptions (max_attempts, connect_timeout_ms and stall_timeout_ms "
                "must be >= 1; backoffs and max_idle_connections >= 0)"));
   }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "base/strings.h"
 
 namespace conveyor {
@@ -45,14 +46,24 @@ std::string EncodeLowdimBlock(const float* values, size_t count, int level) {
   return out;
 }
 
+absl::Status CheckLowdimBlockSize(std::string_view block, size_t count, std::string_view where) {
+  const size_t bytes = count * sizeof(float);
+  unsigned long long content = ZSTD_getFrameContentSize(block.data(), block.size());
+  if (content == ZSTD_CONTENTSIZE_ERROR || content == ZSTD_CONTENTSIZE_UNKNOWN || content != bytes) {
+    return absl::DataLossError(StrCat(
+        where, ": zstd block holds ",
+        content == ZSTD_CONTENTSIZE_ERROR ? std::string("no valid frame")
+        : content == ZSTD_CONTENTSIZE_UNKNOWN ? std::string("an unknown number of bytes")
+                                              : StrCat(content, " bytes"),
+        ", expected ", bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DecodeLowdimBlock(std::string_view block, float* out, size_t count,
                                std::string_view where) {
   const size_t bytes = count * sizeof(float);
-  unsigned long long content = ZSTD_getFrameContentSize(block.data(), block.size());
-  if (content == ZSTD_CONTENTSIZE_ERROR || (content != ZSTD_CONTENTSIZE_UNKNOWN && content != bytes)) {
-    return absl::DataLossError(StrCat(where, ": zstd block holds ", content == ZSTD_CONTENTSIZE_ERROR ? 0 : content,
-                                            " bytes, expected ", bytes));
-  }
+  RETURN_IF_ERROR(CheckLowdimBlockSize(block, count, where));
   std::vector<unsigned char> shuffled(bytes);
   size_t n = ZSTD_decompressDCtx(ThreadDCtx(), shuffled.data(), bytes, block.data(), block.size());
   if (ZSTD_isError(n)) {

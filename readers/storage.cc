@@ -34,8 +34,25 @@ absl::StatusOr<std::string> ReadLocalFile(const std::string& path, std::string_v
   return s.str();
 }
 
-absl::StatusOr<std::string> ReadWholeFile(Storage& storage, std::string_view relpath) {
+std::string RedactUri(std::string_view uri) {
+  const size_t scheme = uri.find("://");
+  if (scheme == std::string_view::npos) return std::string(uri);
+  const size_t host = scheme + 3;
+  const size_t end = uri.find_first_of("/?#", host);
+  const std::string_view authority = uri.substr(host, end == std::string_view::npos ? uri.npos : end - host);
+  const size_t at = authority.rfind('@');
+  if (at == std::string_view::npos) return std::string(uri);
+  return StrCat(uri.substr(0, host), "***@", uri.substr(host + at + 1));
+}
+
+absl::StatusOr<std::string> ReadWholeFile(Storage& storage, std::string_view relpath,
+                                          uint64_t max_bytes) {
   ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, storage.Open(relpath));
+  if (file->size() > max_bytes) {
+    return absl::FailedPreconditionError(StrCat(file->name(), " is ", file->size(),
+                                                " bytes, more than the ", max_bytes,
+                                                " this file may have"));
+  }
   std::string out(file->size(), '\0');
   RETURN_IF_ERROR(file->Read(0, out.size(), out.data()));
   return out;

@@ -56,8 +56,12 @@ class Storage {
 struct HttpOptions {
   // Time to establish a TCP (and TLS) connection.
   int connect_timeout_ms = 5000;
-  // A transfer that receives no bytes for this long is abandoned (and retried).
+  // A transfer slower than `min_bytes_per_s` for this long is abandoned (and retried): a store
+  // trickling bytes holds a worker no longer than this per attempt.
   int stall_timeout_ms = 10000;
+  int min_bytes_per_s = 1024;
+  // Deadline of one attempt (connect, request and the whole body), however fast bytes arrive.
+  int request_timeout_ms = 120000;
   // Attempts per request, the first included. Retries happen on 5xx, 408, 429, connection
   // resets, a body cut short, and timeouts; never on other 4xx.
   int max_attempts = 5;
@@ -69,6 +73,10 @@ struct HttpOptions {
   int max_idle_connections = 16;
 };
 
+// `uri` with any user:password@ removed, for messages, logs, metrics and Info responses: a
+// credential in a dataset URL never leaves the process that was given it.
+std::string RedactUri(std::string_view uri);
+
 // Opens the root named by `uri`: a local path, file://PATH, http://..., https://...
 // s3:// is recognised and answered with UNIMPLEMENTED (planned backend).
 absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(std::string_view uri,
@@ -79,8 +87,11 @@ std::unique_ptr<Storage> NewLocalStorage(std::string root_dir);
 absl::StatusOr<std::unique_ptr<Storage>> NewHttpStorage(std::string base_url,
                                                         const HttpOptions& options);
 
-// Reads a whole file (for small files such as the manifest).
-absl::StatusOr<std::string> ReadWholeFile(Storage& storage, std::string_view relpath);
+// Reads a whole file (for small files such as the manifest). A file larger than `max_bytes` is
+// an error naming it, its size and the cap, before anything is allocated: a lying
+// Content-Length cannot make the process allocate it.
+absl::StatusOr<std::string> ReadWholeFile(Storage& storage, std::string_view relpath,
+                                          uint64_t max_bytes = 256ull << 20);
 
 // Reads a small local file (a config, a token, a certificate); NOT_FOUND names `what` and `path`.
 absl::StatusOr<std::string> ReadLocalFile(const std::string& path, std::string_view what);

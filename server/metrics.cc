@@ -90,8 +90,21 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::
 void ServerMetrics::StreamEnded(const std::string& outcome) { streams_.Add({{"outcome", outcome}}).Increment(); }
 void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"code", code}}).Increment(); }
 void ServerMetrics::Batch(const std::string& job, uint64_t samples) {
-  batches_.Add({{"job", job}}).Increment();
-  job_samples_.Add({{"job", job}}).Increment(static_cast<double>(samples));
+  // Bounded label cardinality: the first kMaxJobLabels job names get series of their own, later
+  // ones share "_other" (a client inventing a job name per request cannot grow the registry).
+  std::string label = job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!jobs_.count(job)) {
+      if (jobs_.size() < kMaxJobLabels) {
+        jobs_.insert(job);
+      } else {
+        label = "_other";
+      }
+    }
+  }
+  batches_.Add({{"job", label}}).Increment();
+  job_samples_.Add({{"job", label}}).Increment(static_cast<double>(samples));
 }
 void ServerMetrics::Bytes(const std::string& modality, uint64_t bytes) {
   bytes_.Add({{"modality", modality}}).Increment(static_cast<double>(bytes));

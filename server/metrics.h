@@ -12,8 +12,10 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 
 namespace conveyor {
@@ -48,7 +50,9 @@ class ServerMetrics {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::string address_;
-  std::mutex mu_;  // Family::Add is thread-safe; this only orders label creation
+  std::mutex mu_;  // Family::Add is thread-safe; this guards jobs_
+  static constexpr size_t kMaxJobLabels = 256;
+  std::set<std::string> jobs_ ABSL_GUARDED_BY(mu_);  // job names with series of their own
   prometheus::Family<prometheus::Counter>& streams_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Counter>& batches_;

@@ -7,8 +7,14 @@
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <new>
+#include <optional>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -109,18 +115,52 @@ absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Dataset& ds, std::st
 // away (the sync API offers no callback) or the server shuts down.
 struct ActiveStream {
   grpc::ServerContext* ctx = nullptr;
+  std::string peer;              // client IP address (no port), for the per-peer limit
   Pipeline* pipeline = nullptr;  // guarded by the registry's mutex
 };
+
+// The client's address without its port: "ipv4:10.0.0.5:51234" -> "ipv4:10.0.0.5".
+std::string PeerHost(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  const size_t first = peer.find(':');
+  if (colon == std::string::npos || colon == first) return peer;
+  return peer.substr(0, colon);
+}
 
 }  // namespace
 
 bool IsLoopbackAddress(const std::string& listen) {
   if (listen.rfind("unix:", 0) == 0) return true;
-  std::string host = listen;
-  const size_t colon = listen.rfind(':');
-  if (colon != std::string::npos && listen.find(']') == std::string::npos) host = listen.substr(0, colon);
-  if (!host.empty() && host.front() == '[') host = host.substr(1, host.find(']') - 1);
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  std::string host;
+  if (!listen.empty() && listen.front() == '[') {
+    const size_t close = listen.find(']');
+    if (close == std::string::npos) return false;
+    host = listen.substr(1, close - 1);
+  } else {
+    const size_t colon = listen.rfind(':');
+    host = colon == std::string::npos ? listen : listen.substr(0, colon);
+  }
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
+absl::Status ValidateJobName(const std::string& job) {
+  constexpr size_t kMax = 128;
+  if (job.empty() || job.size() > kMax) {
+    return absl::InvalidArgumentError(StrCat("job name of ", job.size(), " characters: give 1 to ",
+                                             kMax, " characters of [A-Za-z0-9._:/@-]"));
+  }
+  for (size_t i = 0; i < job.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(job[i]);
+    if (!(std::isalnum(c) || c == '.' || c == '_' || c == ':' || c == '/' || c == '@' || c == '-')) {
+      return absl::InvalidArgumentError(StrCat("job name has character ", static_cast<int>(c),
+                                               " at position ", i, ": use only [A-Za-z0-9._:/@-]"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 struct DataServer::Impl : public pb::Conveyor::Service {
@@ -134,7 +174,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::set<ActiveStream*> streams;
+  std::set<ActiveStream*> streams;  // guarded by mu; entries removed by StreamSlot's destructor
   bool shutting_down = false;
   bool reaper_stop = false;
   std::thread reaper;
@@ -225,6 +265,109 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     return pb::DATA;
   }
 
+  using Writer = grpc::ServerWriter<pb::StreamBatchesResponse>;
+
+  // A stream's place in the registry, released however the stream ends (an early return, an
+  // error, an exception): the slot is freed and the reaper never sees a dangling entry.
+  class StreamSlot {
+   public:
+    StreamSlot(Impl* server, ActiveStream* entry) : server_(server), entry_(entry) {}
+    ~StreamSlot() {
+      {
+        std::lock_guard<std::mutex> lock(server_->mu);
+        server_->streams.erase(entry_);
+      }
+      server_->metrics->streams_active.Decrement();
+    }
+    StreamSlot(const StreamSlot&) = delete;
+    StreamSlot& operator=(const StreamSlot&) = delete;
+
+   private:
+    Impl* server_;
+    ActiveStream* entry_;
+  };
+
+  // Admission, before anything is read or resolved: shutdown, the stream limit, the per-peer
+  // limit. OK: `entry` is registered and *slot releases it.
+  grpc::Status Admit(ActiveStream* entry, std::optional<StreamSlot>* slot) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (shutting_down) {
+      return Reject(grpc::StatusCode::UNAVAILABLE, "server is shutting down: use another server");
+    }
+    if (static_cast<int>(streams.size()) >= o.max_streams) {
+      return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                    StrCat("server is at its limit of ", o.max_streams,
+                           " streams (--max-streams): use another server or raise the limit"));
+    }
+    int from_peer = 0;
+    for (const ActiveStream* s : streams) from_peer += s->peer == entry->peer ? 1 : 0;
+    if (from_peer >= o.limits.max_streams_per_peer) {
+      return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                    StrCat("client ", entry->peer, " already has ", from_peer,
+                           " streams open, the limit per client address "
+                           "(--max-streams-per-peer ", o.limits.max_streams_per_peer, ")"));
+    }
+    streams.insert(entry);
+    metrics->streams_active.Increment();
+    slot->emplace(this, entry);
+    return grpc::Status::OK;
+  }
+
+  // The ceilings of ServerLimits, applied to a resolved config and this request's options.
+  // Lowers the config's decode limits to the server's; refuses what cannot fit.
+  grpc::Status CheckCeilings(SampleSpec* spec, const PipelineOptions& po) {
+    const ServerLimits& l = o.limits;
+    spec->limits.max_pixels = std::min(spec->limits.max_pixels, l.max_pixels);
+    spec->limits.max_frames_per_sample = std::min(spec->limits.max_frames_per_sample, l.max_frames_per_sample);
+    spec->limits.max_audio_samples = std::min(spec->limits.max_audio_samples, l.max_audio_samples);
+    spec->limits.max_sample_bytes =
+        std::min<int64_t>(spec->limits.max_sample_bytes, static_cast<int64_t>(l.max_sample_bytes));
+    if (po.global_batch_size > l.max_global_batch_size) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                    StrCat("pipeline.global_batch_size is ", po.global_batch_size,
+                           "; this server's ceiling is ", l.max_global_batch_size,
+                           " (--max-global-batch-size)"));
+    }
+    for (const StreamSpec& st : spec->streams) {
+      if (st.kind != format::v1::VIDEO && st.kind != format::v1::IMAGE) continue;
+      if (static_cast<int64_t>(st.deltas.size()) > l.max_frames_per_sample) {
+        return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                      StrCat("streams.", dataset->manifest().streams[st.stream].name, " asks for ",
+                             st.deltas.size(), " frames per sample; this server's ceiling is ",
+                             l.max_frames_per_sample, " (--max-frames-per-sample)"));
+      }
+      if (static_cast<int64_t>(st.height) * st.width > l.max_pixels) {
+        return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                      StrCat("streams.", dataset->manifest().streams[st.stream].name, " asks for ",
+                             st.width, "x", st.height, " frames; this server's ceiling is ",
+                             l.max_pixels, " pixels (--max-pixels)"));
+      }
+    }
+    const MemoryEstimate e = EstimateMemory(*dataset, *spec, po);
+    if (e.sample_bytes > l.max_sample_bytes) {
+      return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                    StrCat("one sample of this config is about ", e.sample_bytes,
+                           " bytes; this server's ceiling is ", l.max_sample_bytes,
+                           " (--max-sample-bytes): ask for fewer or smaller frames"));
+    }
+    if (e.batch_bytes > l.max_batch_bytes) {
+      return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                    StrCat("one consumer batch of this config is about ", e.batch_bytes,
+                           " bytes; this server's ceiling is ", l.max_batch_bytes,
+                           " (--max-batch-bytes): use more consumers or a smaller batch"));
+    }
+    if (e.total > l.stream_memory_bytes) {
+      return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                    StrCat("this stream would hold about ", e.total, " bytes (pre-decoded frames ",
+                           e.frame_cache_bytes, ", samples in flight ", e.in_flight_bytes,
+                           ", batch buffers 2 x ", e.batch_bytes,
+                           "); this server gives a stream at most ", l.stream_memory_bytes,
+                           " (--stream-memory-bytes): lower pipeline.queue_bytes, the schedule's "
+                           "window_blocks or the batch size"));
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status StreamBatches(grpc::ServerContext* ctx, const pb::StreamBatchesRequest* req,
                              grpc::ServerWriter<pb::StreamBatchesResponse>* writer) override {
     if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
@@ -235,27 +378,76 @@ struct DataServer::Impl : public pb::Conveyor::Service {
                            req->protocol_version() == 0 ? " (not set: an old or hand-made client?)" : "",
                            ": use a client of the same release as the server"));
     }
+    const std::string job = req->job().empty() ? "default" : req->job();
+    if (absl::Status s = ValidateJobName(job); !s.ok()) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
+    }
+    if (req->has_config_yaml() && req->config_yaml().size() > o.max_config_bytes) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                    StrCat("the request's config is ", req->config_yaml().size(),
+                           " bytes; this server accepts at most ", o.max_config_bytes,
+                           ": send a sample spec, not data"));
+    }
+    ActiveStream entry;
+    entry.ctx = ctx;
+    entry.peer = PeerHost(ctx->peer());
+    std::optional<StreamSlot> slot;
+    if (grpc::Status s = Admit(&entry, &slot); !s.ok()) return s;
+    std::string outcome = "ok";
+    grpc::Status result;
+    // No exception leaves a stream: a failed allocation (a batch larger than memory) or any other
+    // throw ends this stream alone, its slot and memory freed by RAII on the way out.
+    try {
+      result = StartAndServe(ctx, *req, job, writer, &entry, &outcome);
+    } catch (const std::bad_alloc&) {
+      outcome = "error";
+      result = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "the server ran out of memory for this stream; lower the batch size or "
+                            "the frame sizes");
+    } catch (const std::exception& e) {
+      outcome = "error";
+      result = grpc::Status(grpc::StatusCode::INTERNAL, StrCat("internal error in this stream: ", e.what()));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      entry.pipeline = nullptr;
+    }
+    slot.reset();
+    metrics->StreamEnded(outcome);
+    if (!result.ok() && outcome == "error") metrics->Error(CodeName(result.error_code()));
+    spdlog::info("stream job={} consumer={}/{} from {} ended: {} {}", job, req->consumer(),
+                 req->consumers(), ctx->peer(), CodeName(result.error_code()), result.error_message());
+    return result;
+  }
+
+  // Resolves an admitted request into a pipeline and serves it.
+  grpc::Status StartAndServe(grpc::ServerContext* ctx, const pb::StreamBatchesRequest& req,
+                             const std::string& job, Writer* writer, ActiveStream* entry,
+                             std::string* outcome) {
+    *outcome = "rejected";
     const Manifest& m = dataset->manifest();
-    if (!req->dataset().empty() && req->dataset() != m.name && req->dataset() != m.fingerprint) {
+    if (!req.dataset().empty() && req.dataset() != m.name && req.dataset() != m.fingerprint) {
       return Reject(grpc::StatusCode::NOT_FOUND,
-                    StrCat("unknown dataset '", req->dataset(), "': this server serves '", m.name,
-                           "' (fingerprint ", m.fingerprint, ")"));
+                    StrCat("unknown dataset '", req.dataset().substr(0, 256), "': this server serves '",
+                           m.name, "' (fingerprint ", m.fingerprint, ")"));
+    }
+    if (req.consumers() == 0) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT, "consumers must be at least 1");
+    }
+    if (req.consumer() >= req.consumers()) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                    StrCat("consumer index ", req.consumer(), " is out of range for ", req.consumers(),
+                           " consumers (0 <= consumer < consumers)"));
     }
     // The config: one the server was started with, or the request's own.
     std::shared_ptr<Config> config;
-    if (req->has_config_yaml()) {
-      if (req->config_yaml().size() > o.max_config_bytes) {
-        return Reject(grpc::StatusCode::INVALID_ARGUMENT,
-                      StrCat("the request's config is ", req->config_yaml().size(),
-                             " bytes; this server accepts at most ", o.max_config_bytes,
-                             ": send a sample spec, not data"));
-      }
+    if (req.has_config_yaml()) {
       absl::StatusOr<std::shared_ptr<Config>> c =
-          ResolveConfig(*dataset, "inline", req->config_yaml(), "request config");
+          ResolveConfig(*dataset, "inline", req.config_yaml(), "request config");
       if (!c.ok()) return Reject(ToGrpc(c.status()).error_code(), std::string(c.status().message()));
       config = *c;
     } else {
-      const std::string name = req->config_name();
+      const std::string& name = req.config_name();
       for (const auto& c : configs) {
         if (name.empty() || c->name == name) {
           config = c;
@@ -266,66 +458,32 @@ struct DataServer::Impl : public pb::Conveyor::Service {
         std::vector<std::string> names;
         for (const auto& c : configs) names.push_back(c->name);
         return Reject(grpc::StatusCode::NOT_FOUND,
-                      StrCat("unknown config '", name, "': this server has ", absl::StrJoin(names, ", ")));
+                      StrCat("unknown config '", name.substr(0, 256), "': this server has ",
+                             absl::StrJoin(names, ", ")));
       }
     }
-    if (req->consumers() == 0) {
-      return Reject(grpc::StatusCode::INVALID_ARGUMENT, "consumers must be at least 1");
-    }
-    if (req->consumer() >= req->consumers()) {
-      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
-                    StrCat("consumer index ", req->consumer(), " is out of range for ", req->consumers(),
-                           " consumers (0 <= consumer < consumers)"));
-    }
     const uint64_t max_message =
-        req->max_message_bytes() == 0
+        req.max_message_bytes() == 0
             ? o.max_message_bytes
-            : std::clamp<uint64_t>(req->max_message_bytes(), kMinMessageBytes, kMaxMessageCap);
-
+            : std::clamp<uint64_t>(req.max_message_bytes(), kMinMessageBytes, kMaxMessageCap);
     PipelineOptions po = config->options;
-    po.consumer = req->consumer();
-    po.consumers = req->consumers();
+    po.consumer = req.consumer();
+    po.consumers = req.consumers();
     po.threads = o.threads;
     po.queue_bytes = std::min(po.queue_bytes, o.queue_bytes);
     po.pinned = false;
-    const Cursor start{req->start().epoch(), req->start().step()};
-
-    ActiveStream entry;
-    entry.ctx = ctx;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (shutting_down) {
-        return Reject(grpc::StatusCode::UNAVAILABLE, "server is shutting down: use another server");
-      }
-      if (static_cast<int>(streams.size()) >= o.max_streams) {
-        return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      StrCat("server is at its limit of ", o.max_streams,
-                             " streams (--max-streams): use another server or raise the limit"));
-      }
-      streams.insert(&entry);
-    }
-    metrics->streams_active.Increment();
-    std::string outcome = "ok";
-    grpc::Status result = Serve(ctx, writer, *req, *config, po, start, max_message, &entry, &outcome);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      streams.erase(&entry);
-    }
-    metrics->streams_active.Decrement();
-    metrics->StreamEnded(outcome);
-    if (!result.ok() && outcome == "error") metrics->Error(CodeName(result.error_code()));
-    spdlog::info("stream job={} consumer={}/{} from {} ended: {} {}", req->job(), req->consumer(),
-                 req->consumers(), ctx->peer(), CodeName(result.error_code()), result.error_message());
-    return result;
+    SampleSpec spec = config->spec;  // with the server's ceilings applied
+    if (grpc::Status s = CheckCeilings(&spec, po); !s.ok()) return s;
+    const Cursor start{req.start().epoch(), req.start().step()};
+    *outcome = "ok";
+    return Serve(ctx, writer, req, job, *config, spec, po, start, max_message, entry, outcome);
   }
 
-  using Writer = grpc::ServerWriter<pb::StreamBatchesResponse>;
-
   grpc::Status Serve(grpc::ServerContext* ctx, Writer* writer, const pb::StreamBatchesRequest& req,
-                     const Config& config, const PipelineOptions& po, Cursor start,
-                     uint64_t max_message, ActiveStream* entry, std::string* outcome) {
-    absl::StatusOr<std::unique_ptr<Pipeline>> created =
-        Pipeline::Create(*dataset, config.spec, po, start);
+                     const std::string& job, const Config& config, const SampleSpec& spec,
+                     const PipelineOptions& po, Cursor start, uint64_t max_message,
+                     ActiveStream* entry, std::string* outcome) {
+    absl::StatusOr<std::unique_ptr<Pipeline>> created = Pipeline::Create(*dataset, spec, po, start);
     if (!created.ok()) {
       *outcome = "rejected";
       return Reject(ToGrpc(created.status()).error_code(), std::string(created.status().message()));
@@ -336,6 +494,16 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       entry->pipeline = pipeline.get();
       if (shutting_down) pipeline->Cancel();
     }
+    // Declared after `pipeline`, so destroyed before it however Serve ends (an exception too):
+    // the reaper never cancels a pipeline that is gone.
+    struct Unregister {
+      Impl* server;
+      ActiveStream* entry;
+      ~Unregister() {
+        std::lock_guard<std::mutex> lock(server->mu);
+        entry->pipeline = nullptr;
+      }
+    } unregister{this, entry};
     const uint64_t steps = pipeline->steps_per_epoch();
     pb::StreamBatchesResponse first;
     pb::StreamStart* st = first.mutable_start();
@@ -363,7 +531,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     for (;;) {
       if (req.max_batches() && sent >= req.max_batches()) return finish(grpc::Status::OK, "ok");
       const auto t0 = Clock::now();
-      absl::StatusOr<Batch> b = pipeline->Next();
+      absl::StatusOr<std::optional<Batch>> b = pipeline->Next();
       metrics->pipeline_wait_seconds.Increment(Seconds(t0, Clock::now()));
       const PipelineStats now = pipeline->stats();
       Account(last, now);
@@ -380,15 +548,16 @@ struct DataServer::Impl : public pb::Conveyor::Service {
                       "shutdown");
       }
       if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
-      if (absl::IsOutOfRange(b.status())) return finish(grpc::Status::OK, "ok");
       if (!b.ok()) {
-        spdlog::error("job={} consumer={}/{}: {}", req.job(), req.consumer(), req.consumers(),
+        spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
                       std::string(b.status().message()));
         return finish(ToGrpc(Annotate(b.status(), StrCat("batch ", cursor.epoch, ":", cursor.step))),
                       "error");
       }
+      if (!b->has_value()) return finish(grpc::Status::OK, "ok");  // the real end: max_epochs
+      const Batch& batch = **b;
       const auto t1 = Clock::now();
-      if (!SendBatch(writer, *b, steps, max_message, req.job())) {
+      if (!SendBatch(writer, batch, steps, max_message, job)) {
         return finish(grpc::Status::CANCELLED, "cancelled");
       }
       const double send = Seconds(t1, Clock::now());
@@ -396,7 +565,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       metrics->send_blocked_seconds.Increment(send);
       metrics->Stage("send", send);
       ++sent;
-      cursor = b->cursor;
+      cursor = batch.cursor;
       cursor.step += 1;
       if (cursor.step >= steps) cursor = Cursor{cursor.epoch + 1, 0};
     }
@@ -494,11 +663,31 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   if (!o.tls_client_ca_file.empty() && !tls) {
     return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
   }
-  if (!IsLoopbackAddress(o.listen) && o.auth_token_file.empty() && !tls) {
-    return absl::FailedPreconditionError(StrCat(
-        "refusing to listen on ", o.listen, " without protection: anyone who can reach it could "
-        "read the dataset. Give --auth-token-file FILE (a bearer token clients must send) or "
-        "--tls-cert/--tls-key, or listen on 127.0.0.1"));
+  if (!IsLoopbackAddress(o.listen) && o.auth_token_file.empty()) {
+    if (!tls) {
+      return absl::FailedPreconditionError(StrCat(
+          "refusing to listen on ", o.listen, " without protection: anyone who can reach it could "
+          "read the dataset. Give --auth-token-file FILE (a bearer token clients must send) or "
+          "TLS with client certificates (--tls-cert, --tls-key, --tls-client-ca), or listen on "
+          "127.0.0.1"));
+    }
+    if (o.tls_client_ca_file.empty()) {
+      return absl::FailedPreconditionError(StrCat(
+          "refusing to listen on ", o.listen, " with TLS but without client verification: TLS "
+          "encrypts, yet anyone who can reach the port could still read the dataset. Add "
+          "--tls-client-ca CA.pem (clients must present a certificate it signed) or "
+          "--auth-token-file FILE"));
+    }
+  }
+  if (o.limits.max_streams_per_peer < 1) {
+    return absl::InvalidArgumentError("--max-streams-per-peer must be at least 1");
+  }
+  if (o.limits.max_global_batch_size < 1 || o.limits.max_pixels < 1 ||
+      o.limits.max_frames_per_sample < 1 || o.limits.max_audio_samples < 1 ||
+      o.limits.max_sample_bytes < 1 || o.limits.max_batch_bytes < 1 ||
+      o.limits.stream_memory_bytes < o.queue_bytes) {
+    return absl::InvalidArgumentError(
+        "every ceiling must be at least 1, and --stream-memory-bytes at least --queue-bytes");
   }
   if (!o.auth_token_file.empty()) {
     ASSIGN_OR_RETURN(std::string t, ReadLocalFile(o.auth_token_file, "token file"));
@@ -549,11 +738,19 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // Handler threads are bounded: each open stream holds one (the sync API), plus a few for Info,
+  // health and streams being refused. Past that gRPC answers RESOURCE_EXHAUSTED itself.
+  grpc::ResourceQuota quota("conveyor-server");
+  quota.SetMaxThreads(o.max_streams + 16);
+  builder.SetResourceQuota(quota);
   int port = 0;
   builder.AddListeningPort(o.listen, creds, &port);
   builder.RegisterService(&m);
-  // Larger than any config we accept, so an oversized config gets our own clear error.
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  // Requests are small: a few times the largest config we accept, so that an oversized config
+  // still gets our own clear error, while nobody (authenticated or not) can make the server
+  // buffer more than this per call.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::clamp<uint64_t>(4 * o.max_config_bytes, 1 << 20, 64 << 20)));
   builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageCap + (1 << 20)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);

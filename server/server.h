@@ -8,9 +8,16 @@
 //  - Flow control: each stream has one write outstanding and a pipeline bounded by
 //    `queue_bytes`; a consumer that stops reading stops its own pipeline (backpressure to the
 //    readers) and costs at most queue_bytes + one message, without slowing other streams.
-//  - Security: listening beyond loopback requires a bearer token or TLS. The token is checked on
-//    every Conveyor call (UNAUTHENTICATED otherwise). grpc.health.v1 and reflection stay open so
-//    that load balancers and kubelet can probe (they reveal no data).
+//  - Security: listening beyond loopback (127.0.0.0/8, ::1) requires a bearer token or TLS with
+//    verified client certificates; TLS alone encrypts but lets anyone in, so it is refused like
+//    no protection. The token is checked on every Conveyor call (UNAUTHENTICATED otherwise).
+//    grpc.health.v1 and reflection stay open so that load balancers and kubelet can probe (they
+//    reveal no data).
+//  - Hostile input: nothing a request asks for can crash the server or take more than its
+//    ceilings (ServerLimits): a stream is admitted (stream count, per-peer count) before anything
+//    is read or resolved; every size is estimated and checked before decoding or allocating; an
+//    exception in a stream ends that stream only (INTERNAL / RESOURCE_EXHAUSTED) and frees its
+//    slot. docs/serving.md lists the ceilings and what each bad input gets.
 //  - Shutdown(): health goes NOT_SERVING, open streams end with UNAVAILABLE (clients resume on
 //    another server), then the server stops.
 #pragma once
@@ -23,6 +30,22 @@
 #include "absl/status/statusor.h"
 
 namespace conveyor {
+
+// Ceilings no request can raise. A request over one gets INVALID_ARGUMENT (a value no server
+// would accept) or RESOURCE_EXHAUSTED (more memory than this server gives a stream), naming the
+// key, its value and the ceiling. Decode limits a config asks for are lowered to these.
+struct ServerLimits {
+  uint64_t max_global_batch_size = 16384;
+  int64_t max_pixels = 7680 * 4320;          // per decoded frame and per output image
+  int64_t max_frames_per_sample = 256;       // per stream and sample
+  int64_t max_audio_samples = 48000 * 60;    // per audio window, per channel
+  uint64_t max_sample_bytes = 512ull << 20;  // one sample's tensors (estimated, then enforced)
+  uint64_t max_batch_bytes = 2ull << 30;     // one consumer batch
+  // Per stream: pre-decoded frames + samples in flight + batch buffers, estimated from the spec
+  // before the stream starts (shuffle/pipeline.h EstimateMemory).
+  uint64_t stream_memory_bytes = 2ull << 30;
+  int max_streams_per_peer = 16;             // by client IP address
+};
 
 struct ServerOptions {
   std::string dataset;                    // directory or URL (readers/dataset.h)
@@ -37,6 +60,7 @@ struct ServerOptions {
   uint64_t max_message_bytes = 4ull << 20;
   int max_streams = 64;
   uint64_t max_config_bytes = 1ull << 20;  // inline configs larger than this are refused
+  ServerLimits limits;
   std::string version = "dev";
 };
 
@@ -61,7 +85,12 @@ class DataServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// True for 127.0.0.0/8, ::1 and localhost.
+// True when the host of `listen` (HOST:PORT, [V6]:PORT or unix:PATH) is an address in
+// 127.0.0.0/8 or ::1, or a unix socket. Names are not loopback: "localhost" may resolve
+// anywhere, and "127.example.com" is not 127.0.0.1.
 bool IsLoopbackAddress(const std::string& listen);
+
+// Job names become metric labels and log fields: 1 to 128 characters of [A-Za-z0-9._:/@-].
+absl::Status ValidateJobName(const std::string& job);
 
 }  // namespace conveyor

@@ -10,24 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "decoders/sample_assembler.h"
+#include "base/types.h"
 
 namespace conveyor {
-
-// The position in the global sequence: batch `step` of epoch `epoch`. Resuming from a cursor
-// gives exactly the batches an uninterrupted run gives from there.
-struct Cursor {
-  uint64_t epoch = 0;
-  uint64_t step = 0;
-  bool operator==(const Cursor&) const = default;
-};
-
-struct SampleId {
-  uint64_t index = 0;    // sample index in the dataset (SampleIndex)
-  uint64_t episode = 0;
-  uint32_t step = 0;     // anchor step in the episode
-  bool operator==(const SampleId&) const = default;
-};
 
 // Host memory for a batch's tensors: one block aligned to 4096 bytes, pinned (page-locked) when
 // built with CUDA and a GPU is present. Released blocks of 1 MiB and more are kept in a small

@@ -1,8 +1,10 @@
 #include "shuffle/order.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "base/mix.h"
+#include "base/types.h"
 
 namespace conveyor {
 
@@ -49,8 +51,11 @@ EpochOrder::EpochOrder(uint64_t num_samples, uint64_t key, uint64_t epoch, Order
   options_.window_blocks = std::max<uint64_t>(1, options_.window_blocks);
   full_blocks_ = n_ / options_.block_steps;
   tail_ = n_ % options_.block_steps;
-  window_samples_ = options_.block_steps * options_.window_blocks;
-  windows_ = (full_blocks_ + options_.window_blocks - 1) / options_.window_blocks;
+  // Saturates rather than wraps: a window larger than the epoch is the whole epoch.
+  if (!CheckedMul(options_.block_steps, options_.window_blocks, &window_samples_)) {
+    window_samples_ = std::numeric_limits<uint64_t>::max();
+  }
+  windows_ = full_blocks_ / options_.window_blocks + (full_blocks_ % options_.window_blocks ? 1 : 0);
   if (windows_ == 0 && n_ > 0) windows_ = 1;  // only the tail
   blocks_ = KeyedPermutation(full_blocks_, Mix64(key_ ^ 0xb10cb10cb10cb10cull));
 }

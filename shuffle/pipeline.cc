@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -16,6 +17,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/cancel.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/yaml_config.h"
@@ -97,7 +99,9 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
       RETURN_IF_ERROR(yaml::CheckKeys(source, p, "pipeline",
                                       {"seed", "global_batch_size", "threads", "queue_bytes",
                                        "schedule", "max_epochs"}));
-      auto uint = [&](const char* key, uint64_t min, uint64_t* out) -> absl::Status {
+      // Ceilings that keep config arithmetic far from overflow (and a typo from asking for a
+      // billion threads); a server applies its own, lower ceilings on top (server/server.h).
+      auto uint = [&](const char* key, uint64_t min, uint64_t max, uint64_t* out) -> absl::Status {
         if (!p[key]) return absl::OkStatus();
         int64_t v = 0;
         try {
@@ -105,18 +109,20 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
         } catch (const YAML::Exception&) {
           return yaml::ConfigError(source, p[key], StrCat("pipeline.", key, " must be an integer"));
         }
-        if (v < static_cast<int64_t>(min)) {
-          return yaml::ConfigError(source, p[key], StrCat("pipeline.", key, " must be >= ", min));
+        if (v < static_cast<int64_t>(min) || static_cast<uint64_t>(v) > max) {
+          return yaml::ConfigError(source, p[key], StrCat("pipeline.", key, " is ", v,
+                                                          "; it must be in [", min, ", ", max, "]"));
         }
         *out = static_cast<uint64_t>(v);
         return absl::OkStatus();
       };
-      RETURN_IF_ERROR(uint("seed", 0, &seed));
-      RETURN_IF_ERROR(uint("global_batch_size", 1, &global_batch_size));
-      RETURN_IF_ERROR(uint("queue_bytes", 1 << 20, &queue_bytes));
-      RETURN_IF_ERROR(uint("max_epochs", 0, &max_epochs));
+      constexpr uint64_t kAny = std::numeric_limits<int64_t>::max();
+      RETURN_IF_ERROR(uint("seed", 0, kAny, &seed));
+      RETURN_IF_ERROR(uint("global_batch_size", 1, kMaxGlobalBatchSize, &global_batch_size));
+      RETURN_IF_ERROR(uint("queue_bytes", 1 << 20, kMaxQueueBytes, &queue_bytes));
+      RETURN_IF_ERROR(uint("max_epochs", 0, kAny, &max_epochs));
       uint64_t t = static_cast<uint64_t>(threads);
-      RETURN_IF_ERROR(uint("threads", 0, &t));
+      RETURN_IF_ERROR(uint("threads", 0, kMaxThreads, &t));
       threads = static_cast<int>(t);
       if (const YAML::Node s = p["schedule"]) {
         RETURN_IF_ERROR(yaml::CheckKeys(source, s, "pipeline.schedule",
@@ -140,7 +146,10 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
             } catch (const YAML::Exception&) {
               return yaml::ConfigError(source, s[key], StrCat("pipeline.schedule.", key, " must be an integer"));
             }
-            if (v < 1) return yaml::ConfigError(source, s[key], StrCat("pipeline.schedule.", key, " must be >= 1"));
+            if (v < 1 || static_cast<uint64_t>(v) > kMaxScheduleValue) {
+              return yaml::ConfigError(source, s[key], StrCat("pipeline.schedule.", key, " is ", v,
+                                                              "; it must be in [1, ", kMaxScheduleValue, "]"));
+            }
             *out = static_cast<uint64_t>(v);
             return absl::OkStatus();
           };
@@ -162,27 +171,6 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
                                              ": ", e.msg));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<Cursor> ParseCursor(std::string_view text) {
-  const size_t colon = text.find(':');
-  Cursor c;
-  auto num = [](std::string_view s, uint64_t* out) {
-    if (s.empty() || s.size() > 19) return false;
-    uint64_t v = 0;
-    for (char ch : s) {
-      if (ch < '0' || ch > '9') return false;
-      v = v * 10 + static_cast<uint64_t>(ch - '0');
-    }
-    *out = v;
-    return true;
-  };
-  if (colon == std::string_view::npos || !num(text.substr(0, colon), &c.epoch) ||
-      !num(text.substr(colon + 1), &c.step)) {
-    return absl::InvalidArgumentError(
-        StrCat("cursor '", text, "' is not EPOCH:STEP (two non-negative integers, e.g. 0:120)"));
-  }
-  return c;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -222,6 +210,8 @@ struct Pipeline::Impl : public FrameCache {
   std::condition_variable result_cv;  // Next(): a result arrived
   std::condition_variable window_cv;  // sample tasks: a window's frames are ready
   bool cancelled = false;
+  std::atomic<bool> cancel_flag{false};  // `cancelled` for blocking I/O in workers (base/cancel.h)
+  absl::Status fatal;  // a worker failed outside any one sample: the pipeline is over
   // Generation: the next position to turn into tasks, as (epoch, step, j).
   uint64_t gen_epoch = 0, gen_step = 0, gen_j = 0, gen_seq = 0;
   bool gen_done = false;
@@ -242,6 +232,7 @@ struct Pipeline::Impl : public FrameCache {
     {
       std::lock_guard<std::mutex> lock(mu);
       cancelled = true;
+      cancel_flag = true;
     }
     work_cv.notify_all();
     result_cv.notify_all();
@@ -362,7 +353,44 @@ struct Pipeline::Impl : public FrameCache {
     }
   }
 
+  // A worker never lets an exception escape (it would terminate the process and every other
+  // stream with it): a throw while assembling a sample becomes that sample's error; anything
+  // else ends this pipeline with `fatal`, which Next() returns.
   void Worker(size_t id) {
+    CancelScope scope(&cancel_flag);  // Cancel() aborts this worker's storage reads in flight
+    try {
+      WorkerLoop(id);
+    } catch (const std::exception& e) {
+      Fail(absl::InternalError(StrCat("pipeline worker ", id, " failed: ", e.what())));
+    } catch (...) {
+      Fail(absl::InternalError(StrCat("pipeline worker ", id, " failed with an unknown exception")));
+    }
+  }
+
+  void Fail(absl::Status s) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (fatal.ok()) fatal = std::move(s);
+      cancelled = true;
+      cancel_flag = true;
+    }
+    work_cv.notify_all();
+    result_cv.notify_all();
+    window_cv.notify_all();
+  }
+
+  static absl::StatusOr<Sample> AssembleNoThrow(SampleAssembler& assembler, uint64_t sample,
+                                                uint64_t seed, uint64_t epoch) {
+    try {
+      return assembler.Assemble(sample, seed, epoch);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(StrCat("out of memory assembling sample ", sample));
+    } catch (const std::exception& e) {
+      return absl::InternalError(StrCat("sample ", sample, ": ", e.what()));
+    }
+  }
+
+  void WorkerLoop(size_t id) {
     SampleAssembler assembler(dataset, spec, index);
     if (scheduled) assembler.set_frame_cache(this);
     double idle = 0, decode = 0, assemble = 0;
@@ -422,7 +450,7 @@ struct Pipeline::Impl : public FrameCache {
         if (cancelled) break;
       }
       const auto t0 = Clock::now();
-      Result r{assembler.Assemble(task.sample, opt.seed, EpochOfSeq(task.seq)), 0};
+      Result r{AssembleNoThrow(assembler, task.sample, opt.seed, EpochOfSeq(task.seq)), 0};
       assemble += Seconds(t0, Clock::now());
       if (r.sample.ok()) r.bytes = r.sample->bytes();
       std::lock_guard<std::mutex> lock(mu);
@@ -497,6 +525,36 @@ absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec,
   return absl::OkStatus();
 }
 
+MemoryEstimate EstimateMemory(const Dataset& dataset, const SampleSpec& spec,
+                              const PipelineOptions& o) {
+  const Manifest& manifest = dataset.manifest();
+  auto mul = [](uint64_t a, uint64_t b) {
+    uint64_t r = 0;
+    return CheckedMul(a, b, &r) ? r : std::numeric_limits<uint64_t>::max();
+  };
+  auto add = [](uint64_t a, uint64_t b) {
+    uint64_t r = 0;
+    return CheckedAdd(a, b, &r) ? r : std::numeric_limits<uint64_t>::max();
+  };
+  MemoryEstimate e;
+  e.sample_bytes = EstimateSampleBytes(spec, manifest);
+  const uint64_t local = o.consumers > 0 ? o.global_batch_size / o.consumers : o.global_batch_size;
+  e.batch_bytes = mul(local, e.sample_bytes);
+  bool has_video = false;
+  for (const StreamSpec& s : spec.streams) has_video = has_video || s.kind == pb::VIDEO;
+  const bool scheduled = has_video && !o.order.naive();
+  if (scheduled) {
+    e.frame_cache_bytes =
+        mul(2, mul(o.order.window_blocks, EstimateBlockFrameBytes(spec, manifest, o.order.block_steps)));
+  }
+  const uint64_t threads = o.threads > 0 ? static_cast<uint64_t>(o.threads)
+                                         : std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t budget = scheduled ? o.queue_bytes / 2 : o.queue_bytes;
+  e.in_flight_bytes = std::max(mul(add(local, 2 * threads), e.sample_bytes), budget);
+  e.total = add(add(e.frame_cache_bytes, e.in_flight_bytes), mul(2, e.batch_bytes));
+  return e;
+}
+
 absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Dataset& dataset,
                                                            const SampleSpec& spec,
                                                            PipelineOptions options, Cursor start) {
@@ -559,29 +617,31 @@ void Pipeline::Cancel() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->cancelled = true;
+    impl_->cancel_flag = true;
   }
   impl_->work_cv.notify_all();
   impl_->result_cv.notify_all();
   impl_->window_cv.notify_all();
 }
 
-absl::StatusOr<Batch> Pipeline::Next() {
+absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
   Impl& m = *impl_;
   std::vector<Sample> samples;
   std::vector<SampleId> skipped;
   const uint64_t first = m.next_seq;
   const uint64_t steps_from_start = first / m.local + m.start.step;
   Cursor cursor{m.start.epoch + steps_from_start / m.steps, steps_from_start % m.steps};
-  if (m.opt.max_epochs > 0 && cursor.epoch >= m.opt.max_epochs) {
-    return absl::OutOfRangeError(StrCat("all ", m.opt.max_epochs, " epochs were delivered"));
-  }
+  if (m.opt.max_epochs > 0 && cursor.epoch >= m.opt.max_epochs) return std::nullopt;  // the end
   {
     std::unique_lock<std::mutex> lock(m.mu);
     for (uint64_t seq = first; seq < first + m.local; ++seq) {
       const auto t0 = Clock::now();
       m.result_cv.wait(lock, [&] { return m.cancelled || m.results.count(seq) > 0; });
       m.stats.wait_seconds += Seconds(t0, Clock::now());
-      if (m.cancelled) return absl::CancelledError("the pipeline was cancelled");
+      if (m.cancelled) {
+        if (!m.fatal.ok()) return m.fatal;
+        return absl::CancelledError("the pipeline was cancelled");
+      }
       auto node = m.results.extract(seq);
       Impl::Result& r = node.mapped();
       m.results_bytes -= r.bytes;
@@ -624,7 +684,7 @@ absl::StatusOr<Batch> Pipeline::Next() {
   m.stats.samples += batch->ids.size();
   m.stats.bytes += batch->bytes();
   m.stats.fill_ratio_sum += fill;
-  return batch;
+  return std::optional<Batch>(std::move(*batch));
 }
 
 PipelineStats Pipeline::stats() const {

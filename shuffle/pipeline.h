@@ -29,6 +29,12 @@
 
 namespace conveyor {
 
+// Ceilings on config values, whatever asks for them (a config file, a request, a flag).
+inline constexpr uint64_t kMaxGlobalBatchSize = 1ull << 20;
+inline constexpr uint64_t kMaxQueueBytes = 1ull << 40;
+inline constexpr uint64_t kMaxThreads = 1024;
+inline constexpr uint64_t kMaxScheduleValue = 1ull << 20;  // block_steps, window_blocks
+
 struct PipelineOptions {
   uint64_t seed = 0;
   uint64_t global_batch_size = 32;
@@ -74,16 +80,17 @@ struct PipelineStats {
 class Pipeline {
  public:
   // INVALID_ARGUMENT when the batch size is not a multiple of the consumer count, the consumer
-  // index is out of range, or an epoch has no full batch; OUT_OF_RANGE for a cursor past the
-  // last epoch.
+  // index is out of range, or an epoch has no full batch; OUT_OF_RANGE (an error, never "end")
+  // for a cursor past the end of an epoch or past the last epoch, naming the valid range.
   static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const Dataset& dataset,
                                                           const SampleSpec& spec,
                                                           PipelineOptions options, Cursor start);
   ~Pipeline();  // cancels and joins the workers
 
-  // The next batch, in order. OUT_OF_RANGE after max_epochs; CANCELLED after Cancel(); a sample
-  // error (on_error: fail) as it happened, naming the sample.
-  absl::StatusOr<Batch> Next();
+  // The next batch, in order; std::nullopt at the end of the data (after max_epochs), which is
+  // not an error (tf.data's end_of_sequence). CANCELLED after Cancel(); a sample error
+  // (on_error: fail) as it happened, naming the sample. Any error status is final.
+  absl::StatusOr<std::optional<Batch>> Next();
   void Cancel();
 
   uint64_t num_samples() const;
@@ -105,7 +112,18 @@ class Pipeline {
 // before it applies its own, smaller byte budget, so it serves the order the config names.
 absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec, PipelineOptions* options);
 
-// Parses "EPOCH:STEP".
-absl::StatusOr<Cursor> ParseCursor(std::string_view text);
+// The most memory one consumer's pipeline of these (resolved) options holds, estimated from the
+// spec and the manifest before anything is decoded, so that a server can refuse a request it
+// cannot afford instead of finding out while decoding it. Saturates at UINT64_MAX.
+struct MemoryEstimate {
+  uint64_t sample_bytes = 0;       // one sample's tensors
+  uint64_t batch_bytes = 0;        // one consumer batch (global_batch_size / consumers samples)
+  uint64_t frame_cache_bytes = 0;  // pre-decoded frames of two GOP windows (0 when naive)
+  uint64_t in_flight_bytes = 0;    // the reorder buffer: samples decoded ahead of Next()
+  uint64_t total = 0;              // frame cache + in flight + two batch buffers
+};
+MemoryEstimate EstimateMemory(const Dataset& dataset, const SampleSpec& spec,
+                              const PipelineOptions& options);
+
 
 }  // namespace conveyor

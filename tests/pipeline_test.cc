@@ -113,9 +113,12 @@ class PipelineTest : public ::testing::Test {
     std::vector<Line> out;
     if (!p.ok()) return out;
     for (int i = 0; i < steps; ++i) {
-      auto b = (*p)->Next();
-      EXPECT_TRUE(b.ok()) << b.status();
-      if (!b.ok()) break;
+      auto next = (*p)->Next();
+      EXPECT_TRUE(next.ok()) << next.status();
+      if (!next.ok()) break;
+      EXPECT_TRUE(next->has_value()) << "the stream ended early";
+      if (!next->has_value()) break;
+      const Batch* b = &**next;
       Line l{b->cursor, b->ids, {}};
       for (const TensorView& t : b->tensors) {
         l.tensors[t.name].assign(b->data(t), b->data(t) + t.bytes);
@@ -217,7 +220,10 @@ TEST_F(PipelineTest, GopSchedulingDecodesLessAndStaysWithinTheBudget) {
     o.queue_bytes = 48ull << 20;
     auto p = Pipeline::Create(*dataset_, *spec_, o, {0, 0});
     ASSERT_TRUE(p.ok()) << p.status();
-    for (int i = 0; i < 20; ++i) ASSERT_TRUE((*p)->Next().ok());
+    for (int i = 0; i < 20; ++i) {
+      auto b = (*p)->Next();
+      ASSERT_TRUE(b.ok() && b->has_value());
+    }
     const PipelineStats s = (*p)->stats();
     amp[gop] = s.amplification();
     EXPECT_LE(s.queue_bytes_peak, o.queue_bytes) << (gop ? "gop" : "naive");
@@ -250,9 +256,17 @@ TEST_F(PipelineTest, MaxEpochsEndsTheStream) {
   o.max_epochs = 1;
   auto p = Pipeline::Create(*dataset_, *spec_, o, {0, 38});
   ASSERT_TRUE(p.ok());
-  EXPECT_TRUE((*p)->Next().ok());
-  EXPECT_TRUE((*p)->Next().ok());
-  EXPECT_EQ((*p)->Next().status().code(), absl::StatusCode::kOutOfRange);
+  for (int i = 0; i < 2; ++i) {
+    auto b = (*p)->Next();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_TRUE(b->has_value());
+  }
+  auto end = (*p)->Next();
+  ASSERT_TRUE(end.ok()) << "the end of the data is not an error: " << end.status();
+  EXPECT_FALSE(end->has_value());
+  end = (*p)->Next();  // and it stays the end
+  ASSERT_TRUE(end.ok());
+  EXPECT_FALSE(end->has_value());
 }
 
 TEST_F(PipelineTest, BadOptionsSayWhatToFix) {

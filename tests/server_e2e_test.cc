@@ -186,9 +186,10 @@ TEST_F(ServerE2ETest, SigkilledServerFailsOverWithoutLossOrRepeat) {
   uint64_t samples = 0;
   std::set<std::string> servers;
   for (;;) {
-    absl::StatusOr<client::Batch> batch = (*c)->Next();
-    if (absl::IsOutOfRange(batch.status())) break;
-    ASSERT_TRUE(batch.ok()) << batch.status() << a->log() << b->log();
+    absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+    ASSERT_TRUE(next.ok()) << next.status() << a->log() << b->log();
+    if (!next->has_value()) break;
+    const client::Batch* batch = &**next;
     got.push_back(Line(*batch));
     servers.insert(batch->server);
     for (const client::SampleId& id : batch->ids) ids.insert(id.index);
@@ -217,9 +218,10 @@ TEST_F(ServerE2ETest, SigtermDrainsAndTheClientMovesOn) {
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<std::string> got;
   for (;;) {
-    absl::StatusOr<client::Batch> batch = (*c)->Next();
-    if (absl::IsOutOfRange(batch.status())) break;
-    ASSERT_TRUE(batch.ok()) << batch.status();
+    absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (!next->has_value()) break;
+    const client::Batch* batch = &**next;
     got.push_back(Line(*batch));
     if (got.size() == 2) {
       EXPECT_EQ(a->Stop(SIGTERM, 20), 0) << a->log();
@@ -239,9 +241,10 @@ TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
     auto c = client::Client::Create(o);
     ASSERT_TRUE(c.ok());
     for (int i = 0; i < 5; ++i) {
-      absl::StatusOr<client::Batch> batch = (*c)->Next();
+      absl::StatusOr<std::optional<client::Batch>> batch = (*c)->Next();
       ASSERT_TRUE(batch.ok()) << batch.status();
-      got.push_back(Line(*batch));
+      ASSERT_TRUE(batch->has_value());
+      got.push_back(Line(**batch));
     }
     saved = (*c)->cursor();  // what a trainer writes into its checkpoint
     c->reset();
@@ -256,9 +259,10 @@ TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
   auto c = client::Client::Create(o);
   ASSERT_TRUE(c.ok());
   for (;;) {
-    absl::StatusOr<client::Batch> batch = (*c)->Next();
-    if (absl::IsOutOfRange(batch.status())) break;
-    ASSERT_TRUE(batch.ok()) << batch.status();
+    absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (!next->has_value()) break;
+    const client::Batch* batch = &**next;
     got.push_back(Line(*batch));
   }
   EXPECT_EQ(got, Offline(small(), kSteps + 2));
@@ -295,13 +299,13 @@ TEST_F(ServerE2ETest, ManyConsumersAndJobsAtOnceEachGetTheirOwnExactSlices) {
         return;
       }
       for (;;) {
-        absl::StatusOr<client::Batch> b = (*c)->Next();
-        if (absl::IsOutOfRange(b.status())) break;
+        absl::StatusOr<std::optional<client::Batch>> b = (*c)->Next();
         if (!b.ok()) {
           st.status = b.status();
           return;
         }
-        st.got.push_back(Line(*b));
+        if (!b->has_value()) break;
+        st.got.push_back(Line(**b));
       }
     });
   }
@@ -338,8 +342,9 @@ TEST_F(ServerE2ETest, ThousandConnectCancelCyclesLeaveFdsAndThreadsAtBaseline) {
     auto c = client::Client::Create(o);
     ASSERT_TRUE(c.ok());
     if (i % 2 == 0) {
-      absl::StatusOr<client::Batch> b = (*c)->Next();  // mid-stream cancel
+      absl::StatusOr<std::optional<client::Batch>> b = (*c)->Next();  // mid-stream cancel
       ASSERT_TRUE(b.ok()) << b.status();
+      ASSERT_TRUE(b->has_value());
     }
   };  // the client's destructor cancels
   for (int i = 0; i < 20; ++i) cycle(i);

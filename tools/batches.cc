@@ -61,9 +61,10 @@ absl::Status RunBatches(const BatchesOptions& o) {
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
   ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(*ds, spec, po, cursor));
   for (int64_t i = 0; i < o.steps; ++i) {
-    absl::StatusOr<Batch> b = pipeline->Next();
-    if (absl::IsOutOfRange(b.status())) break;
-    if (!b.ok()) return b.status();
+    absl::StatusOr<std::optional<Batch>> next = pipeline->Next();
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;  // the end of the data (max_epochs)
+    const Batch* b = &**next;
     const std::vector<LineTensor> tensors = Tensors(*b);
     const std::vector<LineSample> ids = Ids(*b);
     ASSIGN_OR_RETURN(std::string line, BatchLine(b->cursor.epoch, b->cursor.step, b->consumer,

@@ -467,8 +467,8 @@ class Bench {
     const auto t0 = Clock::now();
     uint64_t samples = 0;
     while (Since(t0) < o_.seconds) {
-      absl::StatusOr<Batch> b = p->Next();
-      if (!b.ok()) return b.status();
+      ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
+      if (!b) break;  // max_epochs reached
       samples += b->ids.size();
     }
     const double s = Since(t0);
@@ -495,8 +495,9 @@ class Bench {
     auto t0 = Clock::now();
     uint64_t offline = 0;
     while (Since(t0) < o_.seconds) {
-      ASSIGN_OR_RETURN(Batch b, p->Next());
-      offline += b.ids.size();
+      ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
+      if (!b) break;
+      offline += b->ids.size();
     }
     const double offline_rate = offline / Since(t0);
     p.reset();
@@ -516,8 +517,8 @@ class Bench {
     t0 = Clock::now();
     uint64_t samples = 0, bytes = 0;
     while (Since(t0) < o_.seconds) {
-      absl::StatusOr<client::Batch> b = c->Next();
-      if (!b.ok()) return b.status();
+      ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
+      if (!b) break;
       samples += b->ids.size();
       bytes += b->bytes();
     }

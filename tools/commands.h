@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/server.h"
 
 namespace conveyor::tools {
 
@@ -107,6 +108,7 @@ struct ServeOptions {
   std::string ready_file;      // written with "ADDRESS [METRICS_ADDRESS]" once serving
   double grace_seconds = 10;
   std::string version;
+  ServerLimits limits;
 };
 
 // Serves until SIGTERM or SIGINT, then drains (docs/serving.md).

@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
   CLI::App* sv = app.add_subcommand("serve", "Serve batches over gRPC to training workers (docs/serving.md)");
   sv->add_option("dataset", serve.dataset, "Dataset path or URL")->required();
   sv->add_option("--config", serve.configs, "Config (YAML); repeat for several, named by file stem; the first is the default")->required();
-  sv->add_option("--listen", serve.listen, "Address to listen on (port 0: pick a free one); beyond loopback needs --auth-token-file or TLS")->capture_default_str();
+  sv->add_option("--listen", serve.listen, "Address to listen on (port 0: pick a free one); beyond loopback needs --auth-token-file or TLS with --tls-client-ca")->capture_default_str();
   sv->add_option("--metrics-listen", serve.metrics_listen, "Serve Prometheus metrics on http://ADDR/metrics");
   sv->add_option("--auth-token-file", serve.auth_token_file, "File holding the bearer token clients must send");
   sv->add_option("--tls-cert", serve.tls_cert, "TLS certificate chain (PEM)");
@@ -152,6 +152,15 @@ int main(int argc, char** argv) {
   sv->add_option("--max-streams", serve.max_streams, "Concurrent streams")->capture_default_str()->check(CLI::PositiveNumber);
   sv->add_option("--ready-file", serve.ready_file, "Write the bound address here once serving");
   sv->add_option("--grace-seconds", serve.grace_seconds, "Drain time on SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);
+  // Ceilings no request can raise (docs/serving.md "Ceilings").
+  sv->add_option("--stream-memory-bytes", serve.limits.stream_memory_bytes, "Per stream: pre-decoded frames + samples in flight + batch buffers, estimated before a stream starts")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--max-global-batch-size", serve.limits.max_global_batch_size, "Largest global batch a request may ask for")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--max-pixels", serve.limits.max_pixels, "Largest decoded frame or output image, in pixels")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--max-frames-per-sample", serve.limits.max_frames_per_sample, "Most frames per stream and sample")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--max-audio-samples", serve.limits.max_audio_samples, "Longest audio window, in samples per channel")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--max-sample-bytes", serve.limits.max_sample_bytes, "Largest sample (all its tensors)")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--max-batch-bytes", serve.limits.max_batch_bytes, "Largest consumer batch")->capture_default_str()->check(CLI::PositiveNumber);
+  sv->add_option("--max-streams-per-peer", serve.limits.max_streams_per_peer, "Concurrent streams per client address")->capture_default_str()->check(CLI::PositiveNumber);
 
   // fetch
   conveyor::tools::FetchOptions fetch;

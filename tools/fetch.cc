@@ -71,12 +71,13 @@ absl::Status RunFetch(const FetchOptions& o) {
   int64_t n = 0;
   uint64_t samples = 0;
   for (;;) {
-    absl::StatusOr<client::Batch> b = client->Next();
-    if (absl::IsOutOfRange(b.status())) break;
-    if (!b.ok()) {
-      return Annotate(b.status(), StrCat("after ", n, " batches; resume with --cursor ",
-                                         client->cursor().ToString()));
+    absl::StatusOr<std::optional<client::Batch>> next = client->Next();
+    if (!next.ok()) {
+      return Annotate(next.status(), StrCat("after ", n, " batches; resume with --cursor ",
+                                            client->cursor().ToString()));
     }
+    if (!next->has_value()) break;  // the end of the stream
+    const client::Batch* b = &**next;
     std::vector<LineTensor> tensors;
     for (const client::Tensor& t : b->tensors) {
       tensors.push_back({t.name, client::DTypeName(t.dtype), t.shape, t.data, t.bytes});

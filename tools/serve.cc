@@ -39,6 +39,7 @@ absl::Status RunServe(const ServeOptions& o) {
   so.max_message_bytes = o.max_message_bytes;
   so.max_streams = o.max_streams;
   so.version = o.version;
+  so.limits = o.limits;
   ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
   std::fprintf(stderr, "conveyor serve: serving %s on %s%s%s (%s)\n", o.dataset.c_str(),
                server->address().c_str(),

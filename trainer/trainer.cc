@@ -248,10 +248,11 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   for (int64_t step = 0; step < o.steps; ++step) {
     StepTimes st;
     const auto t0 = Clock::now();
-    absl::StatusOr<client::Batch> b = (*cl)->Next();
+    absl::StatusOr<std::optional<client::Batch>> next = (*cl)->Next();
     st.wait = Since(t0);
-    if (absl::IsOutOfRange(b.status())) break;
-    if (!b.ok()) return b.status();
+    if (!next.ok()) return next.status();
+    if (!next->has_value()) break;  // the end of the stream (max_epochs)
+    const client::Batch* b = &**next;
     auto t1 = Clock::now();
 #if CONVEYOR_TRAINER_CUDA
     if (b->ready_event) cudaEventSynchronize(static_cast<cudaEvent_t>(b->ready_event));

@@ -1,0 +1,53 @@
+#include "base/types.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace conveyor {
+
+std::string Cursor::ToString() const { return absl::StrCat(epoch, ":", step); }
+
+absl::StatusOr<Cursor> Cursor::Parse(std::string_view text) {
+  auto num = [](std::string_view s, uint64_t* out) {
+    if (s.empty() || s.size() > 19) return false;  // 19 digits always fit in 64 bits
+    uint64_t v = 0;
+    for (char ch : s) {
+      if (ch < '0' || ch > '9') return false;
+      v = v * 10 + static_cast<uint64_t>(ch - '0');
+    }
+    *out = v;
+    return true;
+  };
+  Cursor c;
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos || !num(text.substr(0, colon), &c.epoch) ||
+      !num(text.substr(colon + 1), &c.step)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cursor '", absl::string_view(text.data(), text.size()),
+        "' is not EPOCH:STEP (two non-negative integers, e.g. 0:120)"));
+  }
+  return c;
+}
+
+size_t DTypeSize(DType t) { return t == DType::kFloat32 || t == DType::kInt32 ? 4 : 1; }
+
+std::string_view DTypeName(DType t) {
+  switch (t) {
+    case DType::kUint8: return "uint8";
+    case DType::kBool: return "bool";
+    case DType::kFloat32: return "float32";
+    case DType::kInt32: return "int32";
+  }
+  return "?";
+}
+
+std::string_view NumpyDescr(DType t) {
+  switch (t) {
+    case DType::kUint8: return "|u1";
+    case DType::kBool: return "|b1";
+    case DType::kFloat32: return "<f4";
+    case DType::kInt32: return "<i4";
+  }
+  return "|u1";
+}
+
+}  // namespace conveyor

@@ -1,0 +1,51 @@
+// The vocabulary every layer shares: where a consumer is in the global sequence (Cursor), what a
+// sample is called (SampleId), and the element types of tensors (DType). One definition each, used
+// by the pipeline, the server, the client and the tools, so that a cursor a trainer saved parses
+// the same way everywhere. Header-only apart from absl; no FFmpeg, gRPC or protobuf.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace conveyor {
+
+// The position in the global sequence: batch `step` of epoch `epoch`. Resuming from a cursor gives
+// exactly the batches an uninterrupted run gives from there.
+struct Cursor {
+  uint64_t epoch = 0;
+  uint64_t step = 0;
+  bool operator==(const Cursor&) const = default;
+  std::string ToString() const;  // "EPOCH:STEP"
+  // "EPOCH:STEP": two decimal integers of at most 19 digits, nothing else (no sign, no spaces).
+  // INVALID_ARGUMENT naming the text otherwise.
+  static absl::StatusOr<Cursor> Parse(std::string_view text);
+};
+
+// Kept as a free function for the pipeline's callers.
+inline absl::StatusOr<Cursor> ParseCursor(std::string_view text) { return Cursor::Parse(text); }
+
+struct SampleId {
+  uint64_t index = 0;    // sample index in the dataset (SampleIndex)
+  uint64_t episode = 0;
+  uint32_t step = 0;     // anchor step in the episode
+  bool operator==(const SampleId&) const = default;
+};
+
+enum class DType : uint8_t { kUint8, kBool, kFloat32, kInt32 };
+size_t DTypeSize(DType t);             // bytes per element
+std::string_view DTypeName(DType t);   // "uint8", "bool", "float32", "int32"
+std::string_view NumpyDescr(DType t);  // "|u1", "|b1", "<f4", "<i4"
+
+// a * b, or false when it does not fit in 64 bits (config arithmetic, shape products).
+inline bool CheckedMul(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+inline bool CheckedAdd(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+
+}  // namespace conveyor
