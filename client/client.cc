@@ -452,24 +452,8 @@ struct Client::Impl {
     }
     b->tensors.reserve(h.tensors_size());
     for (const pb::TensorHeader& t : h.tensors()) {
-      if (t.offset() + t.bytes() > h.payload_bytes() || t.offset() + t.bytes() < t.offset()) {
-        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(),
-                                                " lies outside its batch payload"));
-      }
-      uint64_t elements = 1;
-      bool valid = t.shape_size() <= 32;
-      for (int64_t d : t.shape()) {
-        valid = valid && d >= 0 && CheckedMul(elements, static_cast<uint64_t>(d), &elements);
-      }
-      uint64_t bytes = 0;
-      if (!valid || !CheckedMul(elements, DTypeSize(FromProto(t.dtype())), &bytes)) {
-        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(),
-                                                " has an impossible shape (negative, over 32 "
-                                                "dimensions, or more than 2^64 bytes)"));
-      }
-      if (bytes != t.bytes()) {
-        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(), " has ",
-                                                t.bytes(), " bytes for its shape"));
+      if (std::optional<std::string> bad = wire::CheckTensor(t, h.payload_bytes())) {
+        return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(), " ", *bad));
       }
       Tensor out;
       out.name = t.name();

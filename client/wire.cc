@@ -102,4 +102,26 @@ bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m) {
 }
 
 
+uint64_t DTypeBytes(v1::DType t) { return t == v1::FLOAT32 || t == v1::INT32 ? 4 : 1; }
+
+std::optional<std::string> CheckTensor(const v1::TensorHeader& t, uint64_t payload_bytes) {
+  uint64_t end = 0;
+  if (__builtin_add_overflow(t.offset(), t.bytes(), &end) || end > payload_bytes) {
+    return "lies outside its batch payload";
+  }
+  if (t.shape_size() > 32) return "has more than 32 dimensions";
+  uint64_t elements = 1;
+  for (int64_t d : t.shape()) {
+    if (d < 0) return "has a negative dimension";
+    if (__builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements)) {
+      return "has a shape whose product overflows 64 bits";
+    }
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(elements, DTypeBytes(t.dtype()), &bytes) || bytes != t.bytes()) {
+    return "has a byte count that does not match its shape";
+  }
+  return std::nullopt;
+}
+
 }  // namespace conveyor::client::wire

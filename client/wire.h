@@ -45,4 +45,13 @@ struct Message {
 // parse). Unknown fields are skipped: newer servers may add some.
 bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m);
 
+// Bytes per element of a wire dtype (uint8 and bool 1, float32 and int32 4).
+uint64_t DTypeBytes(v1::DType t);
+
+// Checks a tensor header of a batch whose payload holds `payload_bytes`: it lies inside the
+// payload (no offset + bytes overflow), its shape has at most 32 non-negative dimensions, and
+// shape product x dtype size equals its bytes without overflowing 64 bits. The server is not
+// trusted: a violation is an error message for DATA_LOSS, never undefined behaviour.
+std::optional<std::string> CheckTensor(const v1::TensorHeader& t, uint64_t payload_bytes);
+
 }  // namespace conveyor::client::wire

@@ -107,5 +107,26 @@ TEST(ClientWireTest, TruncatedAndMalformedInputIsRefused) {
   }
 }
 
+TEST(ClientWireTest, TensorHeadersFromAnUntrustedServerAreChecked) {
+  auto tensor = [](std::vector<int64_t> shape, v1::DType dtype, uint64_t offset, uint64_t bytes) {
+    v1::TensorHeader t;
+    t.set_name("t");
+    t.set_dtype(dtype);
+    for (int64_t d : shape) t.add_shape(d);
+    t.set_offset(offset);
+    t.set_bytes(bytes);
+    return t;
+  };
+  EXPECT_EQ(CheckTensor(tensor({2, 3}, v1::FLOAT32, 64, 24), 128), std::nullopt);
+  EXPECT_EQ(CheckTensor(tensor({}, v1::UINT8, 0, 1), 1), std::nullopt);  // a scalar
+  // 2^32 x 2^32 x 4 bytes wraps to 0 modulo 2^64: the old check accepted it with bytes = 0.
+  EXPECT_NE(CheckTensor(tensor({1ll << 32, 1ll << 32}, v1::FLOAT32, 0, 0), 128), std::nullopt);
+  EXPECT_NE(CheckTensor(tensor({-1, 4}, v1::UINT8, 0, 4), 128), std::nullopt);
+  EXPECT_NE(CheckTensor(tensor({2, 3}, v1::FLOAT32, 120, 24), 128), std::nullopt);  // past the end
+  EXPECT_NE(CheckTensor(tensor({1}, v1::UINT8, ~uint64_t{0}, 2), 128), std::nullopt);  // wraps
+  EXPECT_NE(CheckTensor(tensor(std::vector<int64_t>(33, 1), v1::UINT8, 0, 1), 128), std::nullopt);
+  EXPECT_NE(CheckTensor(tensor({5}, v1::INT32, 0, 5), 128), std::nullopt);  // 5 int32s are 20 bytes
+}
+
 }  // namespace
 }  // namespace conveyor::client::wire

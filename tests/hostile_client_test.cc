@@ -451,7 +451,7 @@ TEST_F(HostileClientTest, BadCursorsFailTheCliWithTheValidRange) {
                                                      {"-1:0", "is not EPOCH:STEP"},
                                                      {"0:99999999999999999999", "is not EPOCH:STEP"},
                                                      {"abc", "is not EPOCH:STEP"}}) {
-    for (const std::string& cmd : {"fetch", "batches"}) {
+    for (const char* cmd : {"fetch", "batches"}) {
       std::vector<std::string> args = {kCli, cmd};
       if (std::string(cmd) == "fetch") {
         args.insert(args.end(), {"--servers", server.address()});

@@ -391,6 +391,16 @@ class ErrorTest(unittest.TestCase):
             conveyor.Client(servers=[ENV["address"]], consumer=2, consumers=2)
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
 
+    def test_cursor_past_the_end_is_an_error_not_an_empty_epoch(self):
+        """A checkpoint from another dataset resumes nowhere: an exception with the valid range."""
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            list(loader(start=(0, 99999)))
+        self.assertEqual(e.exception.code, "OUT_OF_RANGE")
+        self.assertIn("steps (0..", str(e.exception))
+        for bad in ("0:-1", "-1:0", "0: 5", "x"):
+            with self.assertRaises(ValueError):
+                loader(start=bad)
+
 
 class JaxTest(unittest.TestCase):
     def test_make_global_batch_calls_jax(self):

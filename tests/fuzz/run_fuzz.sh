@@ -11,6 +11,8 @@
 #     a header for a native-rate window and one for a 16 kHz mono window.
 #   client_wire_fuzz: a stream start and a batch message (header, data, last), hand-encoded,
 #     behind the slice-length byte.
+#   dataset_fuzz: a tiny real dataset's manifest, episode table and shard, length-prefixed.
+#   config_fuzz: the configs in examples/ and two low-dim configs for the target's own dataset.
 set -euo pipefail
 FUZZER="$1"; SECONDS_BUDGET="${2:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -18,6 +20,30 @@ CLI="${CONVEYOR_CLI:-$ROOT/build/tools/conveyor}"
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/corpus"
 case "$(basename "$FUZZER")" in
+  dataset_fuzz)
+    # A tiny real dataset (state, action, audio off, one 32x32 camera) packed as the target reads
+    # it: [u32 manifest length][manifest][u32 table length][table][shard].
+    if [[ -x "$CLI" ]]; then
+      "$CLI" synth --out "$WORK/ds" --episodes 2 --episode-seconds 1 --size 32x32 --cameras 1 \
+        --audio-codec none --episodes-per-shard 2 --quiet
+      /usr/bin/python3 - "$WORK/ds" "$WORK/corpus/synth" <<'PY'
+import glob, struct, sys
+d, out = sys.argv[1], sys.argv[2]
+m = open(d + "/manifest.json", "rb").read()
+t = open(d + "/episodes.bin", "rb").read()
+s = open(sorted(glob.glob(d + "/shards/*.cvs"))[0], "rb").read()
+open(out, "wb").write(struct.pack("<I", len(m)) + m + struct.pack("<I", len(t)) + t + s)
+PY
+    fi
+    printf '\x02\x00\x00\x00{}\x00\x00\x00\x00' > "$WORK/corpus/empty"
+    ;;
+  config_fuzz)
+    for f in "$ROOT"/examples/*.yaml; do cp "$f" "$WORK/corpus/"; done
+    printf 'anchor: action\nstreams:\n  observation.state: {delta_timestamps: [-0.1, 0.0], normalize: mean_std}\n  action:\n    delta_timestamps: {start: 0.0, step: 0.02, count: 10}\n  instruction: {}\npipeline: {global_batch_size: 8, seed: 1}\n' \
+      > "$WORK/corpus/lowdim.yaml"
+    printf 'anchor: action\nstreams:\n  action: {delta_timestamps: [0.0]}\npipeline: {global_batch_size: 4, schedule: {mode: gop, block_steps: 5, window_blocks: 3}}\npacking: {max_tokens: 64}\n' \
+      > "$WORK/corpus/packed.yaml"
+    ;;
   client_wire_fuzz)
     printf '\x07\x0a\x07\x08\x01\x22\x03abc' > "$WORK/corpus/start"
     printf '\x03\x12\x08\x0a\x04\x08\x03\x10\x04\x38\x10\x22\x100123456789abcdef\x28\x01' \

@@ -106,6 +106,21 @@ int ServerProcess::CountFds() const {
   return n;
 }
 
+std::string DescribeFds(pid_t pid) {
+  std::string out;
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(path.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      char target[256] = {};
+      const ssize_t n = readlink((path + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
+      out += std::string("  ") + e->d_name + " -> " + (n > 0 ? std::string(target, n) : "?") + "\n";
+    }
+    closedir(d);
+  }
+  return out;
+}
+
 int ServerProcess::CountThreads() const {
   int n = 0;
   const std::string path = "/proc/" + std::to_string(pid_) + "/task";

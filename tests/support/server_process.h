@@ -44,6 +44,9 @@ class ServerProcess {
   std::string address_, metrics_, log_path_;
 };
 
+// Every open file descriptor of `pid` and what it points at (socket:[...], anon_inode:...).
+std::string DescribeFds(pid_t pid);
+
 // Runs a command and returns its stdout (stderr to the same log), or "" with *exit_code set.
 std::string Capture(const std::string& command, int* exit_code, int timeout_s = 300);
 
