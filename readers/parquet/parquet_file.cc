@@ -581,14 +581,14 @@ absl::StatusOr<ParquetFile> ParquetFile::Open(std::string name, uint64_t file_si
     return absl::DataLossError(StrCat(n, ": not a Parquet file: the last 4 bytes (at ",
                                       file_size - 4, ") are not PAR1"));
   }
-  if (tail_offset == 0 && std::string_view(tail.data(), 4) != kMagic) {
-    return absl::DataLossError(StrCat(n, ": not a Parquet file: the first 4 bytes are not PAR1"));
-  }
   const uint64_t footer_len = LoadU32(tail.data() + tail_len - 8);
   if (footer_len > file_size - 12) {
     return absl::DataLossError(StrCat(n, ": footer length ", footer_len, " (at byte ",
                                       file_size - 8, ") exceeds the file's ", file_size,
                                       " bytes; truncated file?"));
+  }
+  if (tail_offset == 0 && std::string_view(tail.data(), 4) != kMagic) {
+    return absl::DataLossError(StrCat(n, ": not a Parquet file: the first 4 bytes are not PAR1"));
   }
   if (footer_len > options.max_footer_bytes) {
     return absl::ResourceExhaustedError(StrCat(n, ": footer of ", footer_len,
