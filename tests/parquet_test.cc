@@ -160,6 +160,7 @@ const char* const kFixtureFiles[] = {
     "lerobot_hyparquet_snappy.parquet",
     "lerobot_hyparquet_gzip.parquet",
     "nested_hyparquet.parquet",
+    "encodings_hyparquet.parquet",
 };
 
 class WrittenByAnotherWriter : public ::testing::TestWithParam<const char*> {};

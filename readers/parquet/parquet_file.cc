@@ -44,6 +44,7 @@ class Budget {
     left_ -= bytes;
     return absl::OkStatus();
   }
+  uint64_t left() const { return left_; }
 
  private:
   uint64_t left_;
@@ -968,6 +969,7 @@ absl::Status ParquetFile::Impl::ReadChunk(const ColumnDescriptor& col, int row_g
                 col.physical_type != PhysicalType::kInt64) {
               return absl::DataLossError(at("DELTA_BINARY_PACKED values for a non-integer column"));
             }
+            if (non_null == 0) break;
             std::vector<int64_t> decoded(non_null);
             size_t consumed = 0;
             RETURN_IF_ERROR(Annotate(internal::DecodeDeltaBinaryPacked(body, non_null,
@@ -980,6 +982,57 @@ absl::Status ParquetFile::Impl::ReadChunk(const ColumnDescriptor& col, int row_g
               v.reserve(non_null);
               for (int64_t x : decoded) v.push_back(static_cast<int32_t>(static_cast<uint32_t>(x)));
             }
+            break;
+          }
+          case Encoding::kDeltaLengthByteArray:
+          case Encoding::kDeltaByteArray: {
+            const bool lengths_only = encoding == static_cast<int32_t>(Encoding::kDeltaLengthByteArray);
+            const std::string_view name = internal::EncodingName(encoding);
+            if (col.physical_type != PhysicalType::kByteArray) {
+              return absl::DataLossError(at(StrCat(name, " values for a non-BYTE_ARRAY column")));
+            }
+            if (non_null == 0) break;
+            auto& v = std::get<BinaryValues>(page_values);
+            size_t consumed = 0;
+            RETURN_IF_ERROR(Annotate(
+                lengths_only ? internal::DecodeDeltaLengthByteArray(body, non_null, budget.left(),
+                                                                     &v, &consumed)
+                             : internal::DecodeDeltaByteArray(body, non_null, budget.left(), &v),
+                at(StrCat(name, " values"))));
+            RETURN_IF_ERROR(Annotate(budget.Take(v.data.size(), "the values"), at("")));
+            break;
+          }
+          case Encoding::kByteStreamSplit: {
+            const size_t width = PhysicalWidth(col.physical_type, col.type_length);
+            if (width == 0 || col.physical_type == PhysicalType::kInt96) {
+              return absl::DataLossError(
+                  at(StrCat("BYTE_STREAM_SPLIT values for a ",
+                            PhysicalTypeName(col.physical_type), " column")));
+            }
+            RETURN_IF_ERROR(std::visit(
+                [&](auto& v) -> absl::Status {
+                  using V = std::decay_t<decltype(v)>;
+                  if constexpr (std::is_same_v<V, BinaryValues>) {
+                    v.data.resize(non_null * width);
+                    RETURN_IF_ERROR(Annotate(
+                        internal::DecodeByteStreamSplit(body, non_null, width, v.data.data()),
+                        at("BYTE_STREAM_SPLIT values")));
+                    for (size_t i = 0; i < non_null; ++i) {
+                      v.offsets.push_back(static_cast<int64_t>((i + 1) * width));
+                    }
+                  } else {
+                    if (sizeof(typename V::value_type) != width) {
+                      return absl::InternalError(at("BYTE_STREAM_SPLIT width"));
+                    }
+                    v.resize(non_null);
+                    RETURN_IF_ERROR(Annotate(
+                        internal::DecodeByteStreamSplit(body, non_null, width,
+                                                        reinterpret_cast<char*>(v.data())),
+                        at("BYTE_STREAM_SPLIT values")));
+                  }
+                  return absl::OkStatus();
+                },
+                page_values));
             break;
           }
           default:

@@ -155,7 +155,7 @@ absl::Status DecodeDeltaBinaryPacked(std::string_view data, size_t count, int64_
                           " miniblocks"),
                    0);
   }
-  if (total < count) {
+  if (total != count) {
     return Corrupt(StrCat("delta block holds ", total, " values, ", count, " expected"), 0);
   }
   const uint64_t per_mini = block_size / miniblocks;
@@ -191,6 +191,72 @@ absl::Status DecodeDeltaBinaryPacked(std::string_view data, size_t count, int64_
     }
   }
   *consumed = pos;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeDeltaLengthByteArray(std::string_view data, size_t count, uint64_t max_bytes,
+                                        BinaryValues* out, size_t* consumed) {
+  std::vector<int64_t> lengths(count);
+  size_t pos = 0;
+  RETURN_IF_ERROR(Annotate(DecodeDeltaBinaryPacked(data, count, lengths.data(), &pos), "lengths"));
+  uint64_t total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (lengths[i] < 0 || static_cast<uint64_t>(lengths[i]) > data.size() - pos - total) {
+      return Corrupt(StrCat("value ", i, " of ", lengths[i], " bytes runs past the end"), pos);
+    }
+    total += static_cast<uint64_t>(lengths[i]);
+  }
+  if (total > max_bytes) {
+    return absl::ResourceExhaustedError(StrCat(total, " bytes of values exceed the limit"));
+  }
+  out->data.append(data.data() + pos, total);
+  int64_t offset = out->offsets.back();
+  for (size_t i = 0; i < count; ++i) out->offsets.push_back(offset += lengths[i]);
+  *consumed = pos + total;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeDeltaByteArray(std::string_view data, size_t count, uint64_t max_bytes,
+                                  BinaryValues* out) {
+  std::vector<int64_t> prefixes(count);
+  size_t pos = 0;
+  RETURN_IF_ERROR(
+      Annotate(DecodeDeltaBinaryPacked(data, count, prefixes.data(), &pos), "prefix lengths"));
+  BinaryValues suffixes;
+  size_t consumed = 0;
+  RETURN_IF_ERROR(Annotate(
+      DecodeDeltaLengthByteArray(data.substr(pos), count, max_bytes, &suffixes, &consumed),
+      "suffixes"));
+  std::string previous;
+  uint64_t total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (prefixes[i] < 0 || static_cast<uint64_t>(prefixes[i]) > previous.size()) {
+      return Corrupt(StrCat("value ", i, ": prefix of ", prefixes[i], " bytes, the previous value has ",
+                            previous.size()),
+                     0);
+    }
+    previous.resize(static_cast<size_t>(prefixes[i]));
+    const std::string_view suffix = suffixes[i];
+    previous.append(suffix.data(), suffix.size());
+    total += previous.size();
+    if (total > max_bytes) {
+      return absl::ResourceExhaustedError(StrCat("DELTA_BYTE_ARRAY values expand beyond ",
+                                                 max_bytes, " bytes"));
+    }
+    out->data += previous;
+    out->offsets.push_back(static_cast<int64_t>(out->data.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeByteStreamSplit(std::string_view data, size_t count, size_t width, char* out) {
+  if (width == 0 || count > data.size() / width) {
+    return Corrupt(StrCat(count, " values of ", width, " bytes with ", data.size(), " present"), 0);
+  }
+  for (size_t b = 0; b < width; ++b) {
+    const char* stream = data.data() + b * count;
+    for (size_t i = 0; i < count; ++i) out[i * width + b] = stream[i];
+  }
   return absl::OkStatus();
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "readers/parquet/parquet_file.h"
 
 namespace conveyor::parquet::internal {
 
@@ -28,8 +29,21 @@ absl::Status DecodeBitPackedLevels(std::string_view data, int bit_width, size_t 
 int BitWidth(uint64_t max_value);
 
 // DELTA_BINARY_PACKED: decodes exactly `count` values into `out` (int32 columns truncate to 32
-// bits, as the encoding's wrap-around arithmetic is defined). `*consumed` receives the bytes read.
+// bits, as the encoding's wrap-around arithmetic is defined). The header's value count must be
+// `count`. `*consumed` receives the bytes read.
 absl::Status DecodeDeltaBinaryPacked(std::string_view data, size_t count, int64_t* out,
                                      size_t* consumed);
+
+// DELTA_LENGTH_BYTE_ARRAY and DELTA_BYTE_ARRAY: append `count` values to `out`. Decoded bytes
+// beyond `max_bytes` are a RESOURCE_EXHAUSTED error (DELTA_BYTE_ARRAY's shared prefixes let a small
+// input expand without bound).
+absl::Status DecodeDeltaLengthByteArray(std::string_view data, size_t count, uint64_t max_bytes,
+                                        BinaryValues* out, size_t* consumed);
+absl::Status DecodeDeltaByteArray(std::string_view data, size_t count, uint64_t max_bytes,
+                                  BinaryValues* out);
+
+// BYTE_STREAM_SPLIT: `count` values of `width` bytes, byte b of value i at data[b * count + i],
+// written to `out` (count * width bytes) in the usual order.
+absl::Status DecodeByteStreamSplit(std::string_view data, size_t count, size_t width, char* out);
 
 }  // namespace conveyor::parquet::internal
