@@ -372,20 +372,20 @@ class LevelAssembler {
   int64_t rows_ = 0;
 };
 
-// Appends `page` (non-null values in order) to `out`, placing them at the slots
-// valid[first_slot..] that are 1 and a zero / empty value at the others.
-absl::Status Spread(ColumnValues& page, const std::vector<uint8_t>& valid, size_t first_slot,
-                    ColumnValues* out) {
-  return std::visit(
-      [&](auto& o) -> absl::Status {
+// Appends `page` (the non-null values in order) to `out`: at the slots valid[first_slot..] that
+// are 1 the next value, at the others a zero or empty value. Moves when nothing needs placing.
+void Spread(ColumnValues& page, const std::vector<uint8_t>& valid, size_t first_slot,
+            ColumnValues* out) {
+  std::visit(
+      [&](auto& o) {
         using V = std::decay_t<decltype(o)>;
         V& p = std::get<V>(page);
         const size_t slots = valid.size() - first_slot;
+        if (slots == p.size() && o.size() == 0) {
+          o = std::move(p);
+          return;
+        }
         if constexpr (std::is_same_v<V, BinaryValues>) {
-          if (o.size() == 0 && slots == p.size()) {
-            o = std::move(p);
-            return absl::OkStatus();
-          }
           size_t j = 0;
           for (size_t s = first_slot; s < valid.size(); ++s) {
             if (valid[s]) {
@@ -394,11 +394,9 @@ absl::Status Spread(ColumnValues& page, const std::vector<uint8_t>& valid, size_
             }
             o.offsets.push_back(static_cast<int64_t>(o.data.size()));
           }
+        } else if (slots == p.size()) {
+          o.insert(o.end(), p.begin(), p.end());
         } else {
-          if (slots == p.size()) {
-            o.insert(o.end(), p.begin(), p.end());
-            return absl::OkStatus();
-          }
           const size_t base = o.size();
           o.resize(base + slots);
           size_t j = 0;
@@ -406,7 +404,6 @@ absl::Status Spread(ColumnValues& page, const std::vector<uint8_t>& valid, size_
             o[base + s] = valid[first_slot + s] ? p[j++] : typename V::value_type{};
           }
         }
-        return absl::OkStatus();
       },
       *out);
 }
@@ -720,11 +717,365 @@ absl::StatusOr<Column> ParquetFile::ReadColumn(const ColumnDescriptor& column, i
   return out;
 }
 
+namespace {
+
+// Decodes the pages of one column chunk, in order, into a Column. One per chunk; not thread-safe.
+class ChunkDecoder {
+ public:
+  ChunkDecoder(std::string where, uint64_t chunk_offset, std::string_view chunk,
+               const internal::ColumnMetaData& meta, const std::vector<SchemaNode>& schema,
+               const ColumnDescriptor& col, Budget& budget, Column* out)
+      : where_(std::move(where)),
+        chunk_offset_(chunk_offset),
+        chunk_(chunk),
+        meta_(meta),
+        col_(col),
+        budget_(budget),
+        out_(out),
+        assembler_(schema, col, out),
+        rep_width_(internal::BitWidth(col.max_repetition_level)),
+        def_width_(internal::BitWidth(col.max_definition_level)) {}
+
+  // Decodes every page; then the values seen must be the chunk's num_values.
+  absl::Status Run() {
+    size_t pos = 0;
+    for (; pos < chunk_.size() && values_seen_ < meta_.num_values; ++page_index_) {
+      page_offset_ = chunk_offset_ + pos;
+      size_t header_size = 0;
+      absl::StatusOr<internal::PageHeader> header =
+          internal::DecodePageHeader(chunk_.substr(pos), page_offset_, &header_size);
+      if (!header.ok()) return Annotate(header.status(), At("page header"));
+      const size_t payload_at = pos + header_size;
+      const uint64_t payload_size = static_cast<uint64_t>(header->compressed_page_size);
+      if (payload_size > chunk_.size() - payload_at) {
+        return absl::DataLossError(At(StrCat("page of ", payload_size, " bytes runs past the ",
+                                             "column chunk's end (", chunk_.size() - payload_at,
+                                             " bytes left)")));
+      }
+      const std::string_view payload = chunk_.substr(payload_at, payload_size);
+      pos = payload_at + payload_size;
+      switch (static_cast<PageType>(header->type)) {
+        case PageType::kDictionaryPage:
+          RETURN_IF_ERROR(DictionaryPage(*header, payload));
+          break;
+        case PageType::kDataPage:
+        case PageType::kDataPageV2:
+          RETURN_IF_ERROR(DataPage(*header, payload));
+          break;
+        default:
+          break;  // index pages and unknown page types carry nothing we read
+      }
+    }
+    if (values_seen_ != meta_.num_values) {
+      return absl::DataLossError(StrCat(where_, ": the column chunk ends after ", values_seen_,
+                                        " of ", meta_.num_values, " values (", page_index_,
+                                        " pages, ", pos, " bytes)"));
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t rows() const { return assembler_.rows(); }
+
+ private:
+  // "<file>: row group R, column 'c', page P at byte O: <what>".
+  std::string At(std::string_view what) const {
+    return StrCat(where_, ", page ", page_index_, " at byte ", page_offset_,
+                  what.empty() ? "" : ": ", what);
+  }
+
+  // Decompresses `in` to exactly `size` bytes; the result stays valid until the next call.
+  absl::Status Decompress(std::string_view in, uint64_t size, std::string_view* result) {
+    if (meta_.codec == static_cast<int32_t>(internal::Codec::kUncompressed)) {
+      if (in.size() != size) {
+        return absl::DataLossError(
+            At(StrCat("uncompressed page of ", in.size(), " bytes, header says ", size)));
+      }
+      *result = in;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(Annotate(budget_.Take(size, "a decompressed page"), At("")));
+    page_buffer_.resize(size);
+    RETURN_IF_ERROR(Annotate(internal::Decompress(meta_.codec, in, page_buffer_.data(), size),
+                             At(StrCat(internal::CodecName(meta_.codec), " page"))));
+    *result = page_buffer_;
+    return absl::OkStatus();
+  }
+
+  absl::Status DictionaryPage(const internal::PageHeader& header, std::string_view payload) {
+    if (!header.dictionary_page) return absl::DataLossError(At("dictionary page without its header"));
+    if (dictionary_ || seen_data_page_) {
+      return absl::DataLossError(At("a second dictionary page, or one after data pages"));
+    }
+    const int32_t encoding = header.dictionary_page->encoding;
+    if (encoding != static_cast<int32_t>(Encoding::kPlain) &&
+        encoding != static_cast<int32_t>(Encoding::kPlainDictionary)) {
+      return absl::UnimplementedError(
+          At(StrCat("dictionary page encoding ", internal::EncodingName(encoding))));
+    }
+    std::string_view data;
+    RETURN_IF_ERROR(Decompress(payload, static_cast<uint64_t>(header.uncompressed_page_size), &data));
+    const uint64_t count = static_cast<uint64_t>(header.dictionary_page->num_values);
+    RETURN_IF_ERROR(Annotate(
+        budget_.Take(count * DecodedBytesPerValue(col_.physical_type, col_.type_length),
+                     "the dictionary"),
+        At("")));
+    dictionary_ = EmptyValues(col_.physical_type);
+    size_t consumed = 0;
+    return Annotate(
+        DecodePlain(data, col_.physical_type, col_.type_length, count, &*dictionary_, &consumed),
+        At("dictionary page"));
+  }
+
+  // Decodes `count` levels of one kind from a v1 page's `*data` (RLE with a 4-byte length, or the
+  // deprecated BIT_PACKED), advancing `*data` past them.
+  absl::Status LevelsV1(std::string_view* data, int width, int32_t encoding, size_t count,
+                        std::vector<uint32_t>& levels, std::string_view what) {
+    if (levels.empty()) return absl::OkStatus();
+    size_t consumed = 0;
+    if (encoding == static_cast<int32_t>(Encoding::kRle)) {
+      if (data->size() < 4) {
+        return absl::DataLossError(At(StrCat(what, ": length prefix past the page end")));
+      }
+      const uint32_t len = LoadU32(data->data());
+      if (len > data->size() - 4) {
+        return absl::DataLossError(
+            At(StrCat(what, " of ", len, " bytes, ", data->size() - 4, " left in the page")));
+      }
+      RETURN_IF_ERROR(Annotate(
+          internal::DecodeRleHybrid(data->substr(4, len), width, count, levels.data()), At(what)));
+      consumed = 4 + len;
+    } else if (encoding == static_cast<int32_t>(Encoding::kBitPacked)) {
+      RETURN_IF_ERROR(Annotate(
+          internal::DecodeBitPackedLevels(*data, width, count, levels.data(), &consumed), At(what)));
+    } else {
+      return absl::UnimplementedError(
+          At(StrCat(what, " in encoding ", internal::EncodingName(encoding))));
+    }
+    data->remove_prefix(consumed);
+    return absl::OkStatus();
+  }
+
+  absl::Status DataPage(const internal::PageHeader& header, std::string_view payload) {
+    seen_data_page_ = true;
+    const bool v2 = header.type == static_cast<int32_t>(PageType::kDataPageV2);
+    if (v2 ? !header.data_page_v2 : !header.data_page) {
+      return absl::DataLossError(At("data page without its header"));
+    }
+    const uint64_t num_values =
+        static_cast<uint64_t>(v2 ? header.data_page_v2->num_values : header.data_page->num_values);
+    const int32_t encoding = v2 ? header.data_page_v2->encoding : header.data_page->encoding;
+    const uint64_t uncompressed = static_cast<uint64_t>(header.uncompressed_page_size);
+    if (num_values > static_cast<uint64_t>(meta_.num_values - values_seen_)) {
+      return absl::DataLossError(At(StrCat(num_values, " values, beyond the ",
+                                           meta_.num_values - values_seen_,
+                                           " the column chunk has left")));
+    }
+    // Levels (4 bytes each while decoding) and the output slots: validity, value, list offsets.
+    const bool has_rep = col_.max_repetition_level > 0, has_def = col_.max_definition_level > 0;
+    const uint64_t per_value = DecodedBytesPerValue(col_.physical_type, col_.type_length) + 1 +
+                               8 * static_cast<uint64_t>(col_.max_repetition_level) +
+                               4 * has_rep + 4 * has_def;
+    RETURN_IF_ERROR(
+        Annotate(budget_.Take(num_values * per_value, StrCat(num_values, " values")), At("")));
+    rep_.resize(has_rep ? num_values : 0);
+    def_.resize(has_def ? num_values : 0);
+
+    std::string_view body;  // the values, after the levels, decompressed
+    if (v2) {
+      const internal::DataPageHeaderV2& h = *header.data_page_v2;
+      const uint64_t rep_len = static_cast<uint64_t>(h.repetition_levels_byte_length);
+      const uint64_t def_len = static_cast<uint64_t>(h.definition_levels_byte_length);
+      if (rep_len + def_len > payload.size() || rep_len + def_len > uncompressed) {
+        return absl::DataLossError(At(StrCat("levels of ", rep_len, " + ", def_len,
+                                             " bytes exceed the page's ", payload.size())));
+      }
+      if (has_rep) {
+        RETURN_IF_ERROR(Annotate(internal::DecodeRleHybrid(payload.substr(0, rep_len), rep_width_,
+                                                            num_values, rep_.data()),
+                                 At("repetition levels")));
+      }
+      if (has_def) {
+        RETURN_IF_ERROR(Annotate(internal::DecodeRleHybrid(payload.substr(rep_len, def_len),
+                                                            def_width_, num_values, def_.data()),
+                                 At("definition levels")));
+      }
+      const std::string_view values = payload.substr(rep_len + def_len);
+      const uint64_t values_size = uncompressed - rep_len - def_len;
+      if (values_size == 0 && values.empty()) {
+        body = values;  // all null: some writers compress nothing at all
+      } else if (h.is_compressed) {
+        RETURN_IF_ERROR(Decompress(values, values_size, &body));
+      } else if (values.size() != values_size) {
+        return absl::DataLossError(At("uncompressed v2 page values of the wrong size"));
+      } else {
+        body = values;
+      }
+    } else {
+      RETURN_IF_ERROR(Decompress(payload, uncompressed, &body));
+      const internal::DataPageHeader& h = *header.data_page;
+      RETURN_IF_ERROR(LevelsV1(&body, rep_width_, h.repetition_level_encoding, num_values, rep_,
+                               "repetition levels"));
+      RETURN_IF_ERROR(LevelsV1(&body, def_width_, h.definition_level_encoding, num_values, def_,
+                               "definition levels"));
+    }
+
+    const size_t first_slot = out_->valid.size();
+    size_t non_null = 0;
+    RETURN_IF_ERROR(Annotate(assembler_.Add(has_rep ? rep_.data() : nullptr,
+                                            has_def ? def_.data() : nullptr, num_values, &non_null),
+                             At("levels")));
+    ColumnValues page_values = EmptyValues(col_.physical_type);
+    RETURN_IF_ERROR(Values(encoding, body, non_null, &page_values));
+    if (ValuesSize(page_values) != non_null) {
+      return absl::InternalError(At("decoded value count differs from the levels'"));
+    }
+    Spread(page_values, out_->valid, first_slot, &out_->values);
+    values_seen_ += static_cast<int64_t>(num_values);
+    return absl::OkStatus();
+  }
+
+  // Decodes `non_null` values in `encoding` from `body` into `values`.
+  absl::Status Values(int32_t encoding, std::string_view body, size_t non_null,
+                      ColumnValues* values) {
+    const std::string_view name = internal::EncodingName(encoding);
+    const std::string what = StrCat(name, " values");
+    const PhysicalType type = col_.physical_type;
+    switch (static_cast<Encoding>(encoding)) {
+      case Encoding::kPlain: {
+        size_t consumed = 0;
+        return Annotate(DecodePlain(body, type, col_.type_length, non_null, values, &consumed),
+                        At(what));
+      }
+      case Encoding::kPlainDictionary:
+      case Encoding::kRleDictionary: {
+        if (!dictionary_) {
+          return absl::DataLossError(At("dictionary-encoded page without a dictionary page"));
+        }
+        if (non_null == 0) return absl::OkStatus();
+        if (body.empty()) return absl::DataLossError(At("dictionary indices missing"));
+        const int width = static_cast<uint8_t>(body[0]);
+        indices_.resize(non_null);
+        RETURN_IF_ERROR(Annotate(
+            internal::DecodeRleHybrid(body.substr(1), width, non_null, indices_.data()),
+            At("dictionary indices")));
+        return Annotate(GatherDictionary(*dictionary_, indices_.data(), non_null, values),
+                        At("dictionary indices"));
+      }
+      case Encoding::kRle: {  // booleans, with a 4-byte length
+        if (type != PhysicalType::kBoolean) {
+          return absl::UnimplementedError(At("RLE values for a non-boolean column"));
+        }
+        if (non_null == 0) return absl::OkStatus();
+        if (body.size() < 4) return absl::DataLossError(At("RLE booleans: no length prefix"));
+        const uint32_t len = LoadU32(body.data());
+        if (len > body.size() - 4) return absl::DataLossError(At("RLE booleans past the page end"));
+        indices_.resize(non_null);
+        RETURN_IF_ERROR(Annotate(
+            internal::DecodeRleHybrid(body.substr(4, len), 1, non_null, indices_.data()),
+            At("RLE booleans")));
+        std::get<std::vector<uint8_t>>(*values).assign(indices_.begin(), indices_.end());
+        return absl::OkStatus();
+      }
+      case Encoding::kDeltaBinaryPacked: {
+        if (type != PhysicalType::kInt32 && type != PhysicalType::kInt64) {
+          return absl::DataLossError(At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
+        }
+        if (non_null == 0) return absl::OkStatus();
+        std::vector<int64_t> decoded(non_null);
+        size_t consumed = 0;
+        RETURN_IF_ERROR(Annotate(
+            internal::DecodeDeltaBinaryPacked(body, non_null, decoded.data(), &consumed), At(what)));
+        if (type == PhysicalType::kInt64) {
+          std::get<std::vector<int64_t>>(*values) = std::move(decoded);
+        } else {
+          auto& v = std::get<std::vector<int32_t>>(*values);
+          v.reserve(non_null);
+          // int32 columns wrap modulo 2^32, as the encoding's arithmetic is defined.
+          for (int64_t x : decoded) v.push_back(static_cast<int32_t>(static_cast<uint32_t>(x)));
+        }
+        return absl::OkStatus();
+      }
+      case Encoding::kDeltaLengthByteArray:
+      case Encoding::kDeltaByteArray: {
+        if (type != PhysicalType::kByteArray) {
+          return absl::DataLossError(At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
+        }
+        if (non_null == 0) return absl::OkStatus();
+        auto& v = std::get<BinaryValues>(*values);
+        size_t consumed = 0;
+        RETURN_IF_ERROR(Annotate(
+            encoding == static_cast<int32_t>(Encoding::kDeltaLengthByteArray)
+                ? internal::DecodeDeltaLengthByteArray(body, non_null, budget_.left(), &v,
+                                                       &consumed)
+                : internal::DecodeDeltaByteArray(body, non_null, budget_.left(), &v),
+            At(what)));
+        return Annotate(budget_.Take(v.data.size(), "the values"), At(""));
+      }
+      case Encoding::kByteStreamSplit: {
+        const size_t width = PhysicalWidth(type, col_.type_length);
+        if (width == 0 || type == PhysicalType::kInt96) {
+          return absl::DataLossError(At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
+        }
+        return std::visit(
+            [&](auto& v) -> absl::Status {
+              using V = std::decay_t<decltype(v)>;
+              if constexpr (std::is_same_v<V, BinaryValues>) {  // FIXED_LEN_BYTE_ARRAY
+                v.data.resize(non_null * width);
+                RETURN_IF_ERROR(Annotate(
+                    internal::DecodeByteStreamSplit(body, non_null, width, v.data.data()),
+                    At(what)));
+                for (size_t i = 0; i < non_null; ++i) {
+                  v.offsets.push_back(static_cast<int64_t>((i + 1) * width));
+                }
+              } else {
+                if (sizeof(typename V::value_type) != width) {
+                  return absl::InternalError(At("BYTE_STREAM_SPLIT width"));
+                }
+                v.resize(non_null);
+                RETURN_IF_ERROR(Annotate(
+                    internal::DecodeByteStreamSplit(body, non_null, width,
+                                                    reinterpret_cast<char*>(v.data())),
+                    At(what)));
+              }
+              return absl::OkStatus();
+            },
+            *values);
+      }
+      default:
+        return absl::UnimplementedError(
+            At(StrCat("value encoding ", name, " (", encoding, ") is not supported")));
+    }
+  }
+
+  const std::string where_;
+  const uint64_t chunk_offset_;
+  const std::string_view chunk_;  // borrowed from ReadChunk, which outlives this decoder
+  const internal::ColumnMetaData& meta_;
+  const ColumnDescriptor& col_;
+  Budget& budget_;
+  Column* out_;
+  LevelAssembler assembler_;
+  const int rep_width_, def_width_;
+
+  std::optional<ColumnValues> dictionary_;
+  bool seen_data_page_ = false;
+  int64_t values_seen_ = 0;
+  int page_index_ = 0;
+  uint64_t page_offset_ = 0;
+  // Reused from page to page.
+  std::string page_buffer_;
+  std::vector<uint32_t> rep_, def_, indices_;
+};
+
+}  // namespace
+
 absl::Status ParquetFile::Impl::ReadChunk(const ColumnDescriptor& col, int row_group,
                                           Budget& budget, Column* out) const {
   const internal::RowGroup& rg = meta.row_groups[row_group];
   const internal::ColumnMetaData& m = *rg.columns[col.index].meta_data;
-  const std::string where = StrCat(name, ": row group ", row_group, ", column '", col.path, "'");
+  std::string where = StrCat(name, ": row group ", row_group, ", column '", col.path, "'");
+  // The chunk starts at its dictionary page when it has one (some writers put a dictionary page
+  // offset of 0 for "none").
   uint64_t start = static_cast<uint64_t>(m.data_page_offset);
   if (m.dictionary_page_offset && *m.dictionary_page_offset > 0 &&
       static_cast<uint64_t>(*m.dictionary_page_offset) < start) {
@@ -742,325 +1093,13 @@ absl::Status ParquetFile::Impl::ReadChunk(const ColumnDescriptor& col, int row_g
     return absl::DataLossError(StrCat(where, ": read ", chunk.size(), " bytes at ", start,
                                       ", asked for ", length));
   }
-
-  LevelAssembler assembler(schema, col, out);
-  assembler.StartChunk();
-  std::optional<ColumnValues> dictionary;
-  const int rep_width = internal::BitWidth(col.max_repetition_level);
-  const int def_width = internal::BitWidth(col.max_definition_level);
-  const uint64_t slot_bytes = DecodedBytesPerValue(col.physical_type, col.type_length) + 1 +
-                              8 * static_cast<uint64_t>(col.max_repetition_level);
-  std::vector<uint32_t> rep, def, indices;
-  std::string page_buffer;
-  int64_t values_seen = 0;
-  size_t pos = 0;
-  int page_index = 0;
-  bool seen_data_page = false;
-  for (; pos < chunk.size() && values_seen < m.num_values; ++page_index) {
-    const uint64_t page_offset = start + pos;
-    auto at = [&](std::string_view what) {
-      return StrCat(where, ", page ", page_index, " at byte ", page_offset, ": ", what);
-    };
-    size_t header_size = 0;
-    absl::StatusOr<internal::PageHeader> header =
-        internal::DecodePageHeader(std::string_view(chunk).substr(pos), page_offset, &header_size);
-    if (!header.ok()) return Annotate(header.status(), at("page header"));
-    const size_t payload_at = pos + header_size;
-    const uint64_t payload_size = static_cast<uint64_t>(header->compressed_page_size);
-    if (payload_size > chunk.size() - payload_at) {
-      return absl::DataLossError(at(StrCat("page of ", payload_size, " bytes runs past the column ",
-                                           "chunk's end (", chunk.size() - payload_at,
-                                           " bytes left)")));
-    }
-    const std::string_view payload = std::string_view(chunk).substr(payload_at, payload_size);
-    pos = payload_at + payload_size;
-    const uint64_t uncompressed = static_cast<uint64_t>(header->uncompressed_page_size);
-
-    auto decompress = [&](std::string_view in, uint64_t size,
-                          std::string_view* result) -> absl::Status {
-      if (m.codec == static_cast<int32_t>(internal::Codec::kUncompressed)) {
-        if (in.size() != size) {
-          return absl::DataLossError(at(StrCat("uncompressed page of ", in.size(),
-                                               " bytes, header says ", size)));
-        }
-        *result = in;
-        return absl::OkStatus();
-      }
-      RETURN_IF_ERROR(Annotate(budget.Take(size, "a decompressed page"), at("")));
-      page_buffer.resize(size);
-      RETURN_IF_ERROR(Annotate(internal::Decompress(m.codec, in, page_buffer.data(), size),
-                               at(StrCat(internal::CodecName(m.codec), " page"))));
-      *result = page_buffer;
-      return absl::OkStatus();
-    };
-
-
-    switch (static_cast<PageType>(header->type)) {
-      case PageType::kDictionaryPage: {
-        if (!header->dictionary_page) {
-          return absl::DataLossError(at("dictionary page without its header"));
-        }
-        if (dictionary || seen_data_page) {
-          return absl::DataLossError(at("a second dictionary page, or one after data pages"));
-        }
-        const int32_t enc = header->dictionary_page->encoding;
-        if (enc != static_cast<int32_t>(Encoding::kPlain) &&
-            enc != static_cast<int32_t>(Encoding::kPlainDictionary)) {
-          return absl::UnimplementedError(
-              at(StrCat("dictionary page encoding ", internal::EncodingName(enc))));
-        }
-        std::string_view data;
-        RETURN_IF_ERROR(decompress(payload, uncompressed, &data));
-        const uint64_t count = static_cast<uint64_t>(header->dictionary_page->num_values);
-        RETURN_IF_ERROR(Annotate(
-            budget.Take(count * DecodedBytesPerValue(col.physical_type, col.type_length),
-                        "the dictionary"),
-            at("")));
-        dictionary = EmptyValues(col.physical_type);
-        size_t consumed = 0;
-        RETURN_IF_ERROR(Annotate(DecodePlain(data, col.physical_type, col.type_length, count,
-                                             &*dictionary, &consumed),
-                                 at("dictionary page")));
-        break;
-      }
-      case PageType::kDataPage:
-      case PageType::kDataPageV2: {
-        seen_data_page = true;
-        const bool v2 = header->type == static_cast<int32_t>(PageType::kDataPageV2);
-        if (v2 ? !header->data_page_v2 : !header->data_page) {
-          return absl::DataLossError(at("data page without its header"));
-        }
-        const uint64_t num_values = static_cast<uint64_t>(
-            v2 ? header->data_page_v2->num_values : header->data_page->num_values);
-        const int32_t encoding = v2 ? header->data_page_v2->encoding : header->data_page->encoding;
-        if (num_values > static_cast<uint64_t>(m.num_values - values_seen)) {
-          return absl::DataLossError(at(StrCat(num_values, " values, beyond the ",
-                                               m.num_values - values_seen,
-                                               " the column chunk has left")));
-        }
-        RETURN_IF_ERROR(Annotate(
-            budget.Take(num_values * (slot_bytes + 4 * (col.max_repetition_level > 0) +
-                                      4 * (col.max_definition_level > 0)),
-                        StrCat(num_values, " values")),
-            at("")));
-        rep.resize(col.max_repetition_level > 0 ? num_values : 0);
-        def.resize(col.max_definition_level > 0 ? num_values : 0);
-
-        std::string_view body;  // what follows the levels
-        if (v2) {
-          const internal::DataPageHeaderV2& h = *header->data_page_v2;
-          const uint64_t rep_len = static_cast<uint64_t>(h.repetition_levels_byte_length);
-          const uint64_t def_len = static_cast<uint64_t>(h.definition_levels_byte_length);
-          if (rep_len + def_len > payload.size() || rep_len + def_len > uncompressed) {
-            return absl::DataLossError(at(StrCat("levels of ", rep_len, " + ", def_len,
-                                                 " bytes exceed the page's ", payload.size())));
-          }
-          if (!rep.empty()) {
-            RETURN_IF_ERROR(Annotate(internal::DecodeRleHybrid(payload.substr(0, rep_len),
-                                                                rep_width, num_values, rep.data()),
-                                     at("repetition levels")));
-          }
-          if (!def.empty()) {
-            RETURN_IF_ERROR(Annotate(
-                internal::DecodeRleHybrid(payload.substr(rep_len, def_len), def_width, num_values,
-                                          def.data()),
-                at("definition levels")));
-          }
-          const std::string_view values = payload.substr(rep_len + def_len);
-          const uint64_t values_size = uncompressed - rep_len - def_len;
-          if (values_size == 0 && values.empty()) {
-            body = values;  // all null: some writers compress nothing at all
-          } else if (h.is_compressed) {
-            RETURN_IF_ERROR(decompress(values, values_size, &body));
-          } else {
-            if (values.size() != values_size) {
-              return absl::DataLossError(at("uncompressed v2 page values of the wrong size"));
-            }
-            body = values;
-          }
-        } else {
-          std::string_view data;
-          RETURN_IF_ERROR(decompress(payload, uncompressed, &data));
-          const internal::DataPageHeader& h = *header->data_page;
-          auto levels = [&](std::vector<uint32_t>& out_levels, int width, int32_t level_encoding,
-                            std::string_view what) -> absl::Status {
-            if (out_levels.empty()) return absl::OkStatus();
-            size_t consumed = 0;
-            if (level_encoding == static_cast<int32_t>(Encoding::kRle)) {
-              if (data.size() < 4) {
-                return absl::DataLossError(at(StrCat(what, ": length prefix past the page end")));
-              }
-              const uint32_t len = LoadU32(data.data());
-              if (len > data.size() - 4) {
-                return absl::DataLossError(at(StrCat(what, " of ", len, " bytes, ",
-                                                     data.size() - 4, " left in the page")));
-              }
-              RETURN_IF_ERROR(Annotate(internal::DecodeRleHybrid(data.substr(4, len), width,
-                                                                  num_values, out_levels.data()),
-                                       at(what)));
-              consumed = 4 + len;
-            } else if (level_encoding == static_cast<int32_t>(Encoding::kBitPacked)) {
-              RETURN_IF_ERROR(Annotate(internal::DecodeBitPackedLevels(
-                                           data, width, num_values, out_levels.data(), &consumed),
-                                       at(what)));
-            } else {
-              return absl::UnimplementedError(
-                  at(StrCat(what, " in encoding ", internal::EncodingName(level_encoding))));
-            }
-            data.remove_prefix(consumed);
-            return absl::OkStatus();
-          };
-          RETURN_IF_ERROR(levels(rep, rep_width, h.repetition_level_encoding, "repetition levels"));
-          RETURN_IF_ERROR(levels(def, def_width, h.definition_level_encoding, "definition levels"));
-          body = data;
-        }
-
-        const size_t first_slot = out->valid.size();
-        size_t non_null = 0;
-        RETURN_IF_ERROR(Annotate(assembler.Add(rep.empty() ? nullptr : rep.data(),
-                                               def.empty() ? nullptr : def.data(), num_values,
-                                               &non_null),
-                                 at("levels")));
-        ColumnValues page_values = EmptyValues(col.physical_type);
-        switch (static_cast<Encoding>(encoding)) {
-          case Encoding::kPlain: {
-            size_t consumed = 0;
-            RETURN_IF_ERROR(Annotate(DecodePlain(body, col.physical_type, col.type_length,
-                                                 non_null, &page_values, &consumed),
-                                     at("PLAIN values")));
-            break;
-          }
-          case Encoding::kPlainDictionary:
-          case Encoding::kRleDictionary: {
-            if (!dictionary) {
-              return absl::DataLossError(at("dictionary-encoded page without a dictionary page"));
-            }
-            if (non_null > 0) {
-              if (body.empty()) return absl::DataLossError(at("dictionary indices missing"));
-              const int width = static_cast<uint8_t>(body[0]);
-              indices.resize(non_null);
-              RETURN_IF_ERROR(Annotate(internal::DecodeRleHybrid(body.substr(1), width, non_null,
-                                                                  indices.data()),
-                                       at("dictionary indices")));
-              RETURN_IF_ERROR(Annotate(
-                  GatherDictionary(*dictionary, indices.data(), non_null, &page_values),
-                  at("dictionary indices")));
-            }
-            break;
-          }
-          case Encoding::kRle: {
-            if (col.physical_type != PhysicalType::kBoolean) {
-              return absl::UnimplementedError(at("RLE values for a non-boolean column"));
-            }
-            if (body.size() < 4) return absl::DataLossError(at("RLE booleans: no length prefix"));
-            const uint32_t len = LoadU32(body.data());
-            if (len > body.size() - 4) {
-              return absl::DataLossError(at("RLE booleans run past the page end"));
-            }
-            indices.resize(non_null);
-            RETURN_IF_ERROR(Annotate(internal::DecodeRleHybrid(body.substr(4, len), 1, non_null,
-                                                                indices.data()),
-                                     at("RLE booleans")));
-            std::get<std::vector<uint8_t>>(page_values).assign(indices.begin(), indices.end());
-            break;
-          }
-          case Encoding::kDeltaBinaryPacked: {
-            if (col.physical_type != PhysicalType::kInt32 &&
-                col.physical_type != PhysicalType::kInt64) {
-              return absl::DataLossError(at("DELTA_BINARY_PACKED values for a non-integer column"));
-            }
-            if (non_null == 0) break;
-            std::vector<int64_t> decoded(non_null);
-            size_t consumed = 0;
-            RETURN_IF_ERROR(Annotate(internal::DecodeDeltaBinaryPacked(body, non_null,
-                                                                        decoded.data(), &consumed),
-                                     at("DELTA_BINARY_PACKED values")));
-            if (col.physical_type == PhysicalType::kInt64) {
-              std::get<std::vector<int64_t>>(page_values) = std::move(decoded);
-            } else {
-              auto& v = std::get<std::vector<int32_t>>(page_values);
-              v.reserve(non_null);
-              for (int64_t x : decoded) v.push_back(static_cast<int32_t>(static_cast<uint32_t>(x)));
-            }
-            break;
-          }
-          case Encoding::kDeltaLengthByteArray:
-          case Encoding::kDeltaByteArray: {
-            const bool lengths_only = encoding == static_cast<int32_t>(Encoding::kDeltaLengthByteArray);
-            const std::string_view name = internal::EncodingName(encoding);
-            if (col.physical_type != PhysicalType::kByteArray) {
-              return absl::DataLossError(at(StrCat(name, " values for a non-BYTE_ARRAY column")));
-            }
-            if (non_null == 0) break;
-            auto& v = std::get<BinaryValues>(page_values);
-            size_t consumed = 0;
-            RETURN_IF_ERROR(Annotate(
-                lengths_only ? internal::DecodeDeltaLengthByteArray(body, non_null, budget.left(),
-                                                                     &v, &consumed)
-                             : internal::DecodeDeltaByteArray(body, non_null, budget.left(), &v),
-                at(StrCat(name, " values"))));
-            RETURN_IF_ERROR(Annotate(budget.Take(v.data.size(), "the values"), at("")));
-            break;
-          }
-          case Encoding::kByteStreamSplit: {
-            const size_t width = PhysicalWidth(col.physical_type, col.type_length);
-            if (width == 0 || col.physical_type == PhysicalType::kInt96) {
-              return absl::DataLossError(
-                  at(StrCat("BYTE_STREAM_SPLIT values for a ",
-                            PhysicalTypeName(col.physical_type), " column")));
-            }
-            RETURN_IF_ERROR(std::visit(
-                [&](auto& v) -> absl::Status {
-                  using V = std::decay_t<decltype(v)>;
-                  if constexpr (std::is_same_v<V, BinaryValues>) {
-                    v.data.resize(non_null * width);
-                    RETURN_IF_ERROR(Annotate(
-                        internal::DecodeByteStreamSplit(body, non_null, width, v.data.data()),
-                        at("BYTE_STREAM_SPLIT values")));
-                    for (size_t i = 0; i < non_null; ++i) {
-                      v.offsets.push_back(static_cast<int64_t>((i + 1) * width));
-                    }
-                  } else {
-                    if (sizeof(typename V::value_type) != width) {
-                      return absl::InternalError(at("BYTE_STREAM_SPLIT width"));
-                    }
-                    v.resize(non_null);
-                    RETURN_IF_ERROR(Annotate(
-                        internal::DecodeByteStreamSplit(body, non_null, width,
-                                                        reinterpret_cast<char*>(v.data())),
-                        at("BYTE_STREAM_SPLIT values")));
-                  }
-                  return absl::OkStatus();
-                },
-                page_values));
-            break;
-          }
-          default:
-            return absl::UnimplementedError(
-                at(StrCat("value encoding ", internal::EncodingName(encoding), " (", encoding,
-                          ") is not supported")));
-        }
-        if (ValuesSize(page_values) != non_null) {
-          return absl::InternalError(at("decoded value count differs from the levels'"));
-        }
-        RETURN_IF_ERROR(Spread(page_values, out->valid, first_slot, &out->values));
-        values_seen += static_cast<int64_t>(num_values);
-        break;
-      }
-      default:
-        break;  // index pages and unknown page types carry nothing we read
-    }
-  }
-  if (values_seen != m.num_values) {
-    return absl::DataLossError(StrCat(where, ": the column chunk ends after ", values_seen, " of ",
-                                      m.num_values, " values (", page_index, " pages, ", pos,
-                                      " bytes)"));
-  }
-  if (assembler.rows() != rg.num_rows) {
-    return absl::DataLossError(StrCat(where, ": ", assembler.rows(), " rows, the row group has ",
+  ChunkDecoder decoder(where, start, chunk, m, schema, col, budget, out);
+  RETURN_IF_ERROR(decoder.Run());
+  if (decoder.rows() != rg.num_rows) {
+    return absl::DataLossError(StrCat(where, ": ", decoder.rows(), " rows, the row group has ",
                                       rg.num_rows));
   }
-  out->num_rows += assembler.rows();
+  out->num_rows += decoder.rows();
   return absl::OkStatus();
 }
 
