@@ -12,7 +12,8 @@
 #   client_wire_fuzz: a stream start and a batch message (header, data, last), hand-encoded,
 #     behind the slice-length byte.
 #   parquet_fuzz: the committed seeds in tests/fuzz/seeds/parquet/ (nested lists, nulls, v1 and v2
-#     pages, from parquet-wasm and hyparquet-writer), and when npm is installed every fixture of
+#     pages, delta and byte-stream-split encodings, from parquet-wasm and hyparquet-writer), and
+#     when npm is installed every fixture of
 #     tests/parquet_test.cc under 64 KiB (tests/fixtures/parquet/make_fixtures.sh).
 set -euo pipefail
 FUZZER="$1"; SECONDS_BUDGET="${2:-60}"
