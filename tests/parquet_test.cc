@@ -2,8 +2,6 @@
 // parquet-wasm (arrow-rs) and hyparquet-writer, made at test time by
 // tests/fixtures/parquet/make_fixtures.sh, whose expected.json holds the values each writer was
 // given; and against hand-made malformed files, each of which must give a clear error.
-#include "readers/parquet/parquet_file.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,11 +9,11 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "readers/parquet/parquet_file.h"
 #include "readers/storage.h"
 #include "tests/support/test_env.h"
 
@@ -25,17 +23,20 @@ namespace {
 using ::conveyor::testing::ReadFile;
 using ::conveyor::testing::RunCommand;
 using ::conveyor::testing::ShellQuote;
-using ::conveyor::testing::TempDir;
 using json = nlohmann::json;
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures from the independent writers.
 
+// The fixtures live in the build tree (CONVEYOR_PARQUET_NPM_DIR/fixtures), written by the first
+// test process that needs them and reused while the script and the writers are unchanged.
 struct Fixtures {
   std::string skip_reason;  // non-empty: npm is not installed
   std::string error;        // non-empty: the script failed
-  std::unique_ptr<TempDir> dir;
+  std::string dir;
   json expected;
+
+  std::string Join(const std::string& file) const { return dir + "/" + file; }
 };
 
 const Fixtures& GetFixtures() {
@@ -45,28 +46,28 @@ const Fixtures& GetFixtures() {
       f->skip_reason = "npm/node not installed: the Parquet fixtures are written by npm packages";
       return f;
     }
-    f->dir = std::make_unique<TempDir>();
+    f->dir = std::string(CONVEYOR_PARQUET_NPM_DIR) + "/fixtures";
     const std::string script =
         std::string(CONVEYOR_SOURCE_DIR) + "/tests/fixtures/parquet/make_fixtures.sh";
-    const auto result = RunCommand("bash " + ShellQuote(script) + " " +
-                                       ShellQuote(CONVEYOR_PARQUET_NPM_DIR) + " " +
-                                       ShellQuote(f->dir->path()),
-                                   600);
+    const auto result =
+        RunCommand("bash " + ShellQuote(script) + " " + ShellQuote(CONVEYOR_PARQUET_NPM_DIR) + " " +
+                       ShellQuote(f->dir),
+                   600);
     if (result.exit_code != 0) {
       f->error = "make_fixtures.sh failed:\n" + result.output;
       return f;
     }
-    f->expected = json::parse(ReadFile(f->dir->Join("expected.json")));
+    f->expected = json::parse(ReadFile(f->Join("expected.json")));
     return f;
   }();
   return *fixtures;
 }
 
-#define REQUIRE_FIXTURES()                                          \
-  do {                                                              \
-    if (!GetFixtures().skip_reason.empty()) {                       \
-      GTEST_SKIP() << GetFixtures().skip_reason;                    \
-    }                                                               \
+#define REQUIRE_FIXTURES()                                           \
+  do {                                                               \
+    if (!GetFixtures().skip_reason.empty()) {                        \
+      GTEST_SKIP() << GetFixtures().skip_reason;                     \
+    }                                                                \
     ASSERT_TRUE(GetFixtures().error.empty()) << GetFixtures().error; \
   } while (0)
 
@@ -141,7 +142,7 @@ const json& ExpectedFile(const std::string& file) {
 
 absl::StatusOr<ParquetFile> OpenFixture(const std::string& file,
                                         const ParquetReadOptions& options = {}) {
-  return ParquetFile::OpenBytes(file, ReadFile(GetFixtures().dir->Join(file)), options);
+  return ParquetFile::OpenBytes(file, ReadFile(GetFixtures().Join(file)), options);
 }
 
 // Every fixture make_fixtures.mjs writes (the test checks that expected.json lists exactly these).
@@ -188,21 +189,20 @@ TEST_P(WrittenByAnotherWriter, EveryColumnEqualsWhatTheWriterWasGiven) {
     for (size_t r = 0; r < rows.size() && mismatches < 5; ++r) {
       if (rows[r] != want[r]) {
         ++mismatches;
-        ADD_FAILURE() << file << " column " << name << " row " << r << ": read "
-                      << rows[r].dump() << ", written " << want[r].dump();
+        ADD_FAILURE() << file << " column " << name << " row " << r << ": read " << rows[r].dump()
+                      << ", written " << want[r].dump();
       }
     }
     // The type the reader reports agrees with what was written.
     const bool is_list = type.rfind("list<", 0) == 0;
     EXPECT_EQ(c->descriptor.max_repetition_level,
               is_list ? (type.rfind("list<list<", 0) == 0 ? 2 : 1) : 0);
-    const std::string leaf = is_list ? type.substr(type.rfind('<') + 1, type.find('>') -
-                                                                           type.rfind('<') - 1)
-                                     : type;
+    const std::string leaf =
+        is_list ? type.substr(type.rfind('<') + 1, type.find('>') - type.rfind('<') - 1) : type;
     const std::map<std::string, PhysicalType> physical = {
-        {"float", PhysicalType::kFloat},   {"double", PhysicalType::kDouble},
-        {"int32", PhysicalType::kInt32},   {"int64", PhysicalType::kInt64},
-        {"bool", PhysicalType::kBoolean},  {"string", PhysicalType::kByteArray},
+        {"float", PhysicalType::kFloat},     {"double", PhysicalType::kDouble},
+        {"int32", PhysicalType::kInt32},     {"int64", PhysicalType::kInt64},
+        {"bool", PhysicalType::kBoolean},    {"string", PhysicalType::kByteArray},
         {"binary", PhysicalType::kByteArray}};
     EXPECT_EQ(c->descriptor.physical_type, physical.at(leaf)) << leaf;
     if (leaf == "string") {
@@ -255,8 +255,7 @@ TEST(ParquetFixtures, ReadingRowGroupsOneByOneEqualsReadingTheWholeColumn) {
 TEST(ParquetFixtures, SchemaOfALeRobotTable) {
   REQUIRE_FIXTURES();
   // arrow-rs names the list element "item"; hyparquet (like pyarrow today) "element".
-  for (const auto& [file, element] :
-       std::vector<std::pair<std::string, std::string>>{
+  for (const auto& [file, element] : std::vector<std::pair<std::string, std::string>>{
            {"lerobot_arrow_v1_snappy.parquet", "item"},
            {"lerobot_hyparquet_snappy.parquet", "element"}}) {
     SCOPED_TRACE(file);
@@ -276,7 +275,8 @@ TEST(ParquetFixtures, SchemaOfALeRobotTable) {
     ASSERT_TRUE(by_leaf.ok());
     EXPECT_EQ(*by_leaf, *state);
     // The group node carries the LIST annotation.
-    const SchemaNode& group = pf->schema()[pf->schema()[pf->schema()[(*state)->node].parent].parent];
+    const SchemaNode& group =
+        pf->schema()[pf->schema()[pf->schema()[(*state)->node].parent].parent];
     EXPECT_EQ(group.name, "observation.state");
     EXPECT_EQ(group.converted_type, ConvertedType::kList);
     EXPECT_EQ(pf->schema()[0].children.size(), 11u);
@@ -290,15 +290,15 @@ TEST(ParquetFixtures, SchemaOfALeRobotTable) {
   ASSERT_TRUE(nested.ok()) << nested.status();
   absl::StatusOr<const ColumnDescriptor*> point = nested->FindColumn("point");
   EXPECT_EQ(point.status().code(), absl::StatusCode::kInvalidArgument) << point.status();
-  absl::StatusOr<const ColumnDescriptor*> ts = OpenFixture("lerobot_arrow_v1_snappy.parquet")
-                                                   ->FindColumn("timestamp");
+  absl::StatusOr<const ColumnDescriptor*> ts =
+      OpenFixture("lerobot_arrow_v1_snappy.parquet")->FindColumn("timestamp");
   ASSERT_TRUE(ts.ok());
   EXPECT_EQ((*ts)->max_definition_level, 1);  // arrow-rs writes nullable fields as OPTIONAL
 }
 
 TEST(ParquetFixtures, RangeReadsTouchTheFooterAndTheRequestedColumnOnly) {
   REQUIRE_FIXTURES();
-  const std::string bytes = ReadFile(GetFixtures().dir->Join("lerobot_arrow_v1_zstd.parquet"));
+  const std::string bytes = ReadFile(GetFixtures().Join("lerobot_arrow_v1_zstd.parquet"));
   struct Counter {
     int reads = 0;
     uint64_t bytes = 0;
@@ -315,7 +315,8 @@ TEST(ParquetFixtures, RangeReadsTouchTheFooterAndTheRequestedColumnOnly) {
   };
   ParquetReadOptions options;
   options.footer_read_hint = 1024;  // smaller than this footer: Open needs a second read
-  absl::StatusOr<ParquetFile> pf = ParquetFile::Open("counted.parquet", bytes.size(), read, options);
+  absl::StatusOr<ParquetFile> pf =
+      ParquetFile::Open("counted.parquet", bytes.size(), read, options);
   ASSERT_TRUE(pf.ok()) << pf.status();
   EXPECT_EQ(counter->reads, 2);
   *counter = Counter();
@@ -327,7 +328,7 @@ TEST(ParquetFixtures, RangeReadsTouchTheFooterAndTheRequestedColumnOnly) {
 
 TEST(ParquetFixtures, ReadsThroughTheStorageSeam) {
   REQUIRE_FIXTURES();
-  std::unique_ptr<Storage> storage = NewLocalStorage(GetFixtures().dir->path());
+  std::unique_ptr<Storage> storage = NewLocalStorage(GetFixtures().dir);
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
       storage->Open("lerobot_hyparquet_gzip.parquet");
   ASSERT_TRUE(file.ok()) << file.status();
@@ -351,9 +352,9 @@ TEST(ParquetFixtures, ReadsThroughTheStorageSeam) {
 // fuzz build's sanitizers) never undefined behaviour.
 TEST(ParquetFixtures, CorruptedBytesGiveErrorsNotCrashes) {
   REQUIRE_FIXTURES();
-  for (const char* file : {"nested_arrow_v1.parquet", "nested_arrow_v2.parquet",
-                           "nested_hyparquet.parquet"}) {
-    const std::string good = ReadFile(GetFixtures().dir->Join(file));
+  for (const char* file :
+       {"nested_arrow_v1.parquet", "nested_arrow_v2.parquet", "nested_hyparquet.parquet"}) {
+    const std::string good = ReadFile(GetFixtures().Join(file));
     int errors = 0;
     for (size_t pos = 0; pos < good.size(); pos += 3) {
       std::string bad = good;
@@ -583,8 +584,8 @@ TEST(ParquetHandMade, TruncatedFile) {
     return v;
   }();
   const size_t footer_start = good.size() - 8 - footer_len;
-  const std::string cut = good.substr(0, footer_start + footer_len / 2) +
-                          Le32(footer_len / 2) + "PAR1";
+  const std::string cut =
+      good.substr(0, footer_start + footer_len / 2) + Le32(footer_len / 2) + "PAR1";
   ExpectError(ReadX(cut), absl::StatusCode::kDataLoss, {"hand.parquet: footer", "at byte"});
 }
 

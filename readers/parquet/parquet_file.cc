@@ -135,8 +135,8 @@ absl::Status DecodePlain(std::string_view data, PhysicalType type, int32_t type_
     case PhysicalType::kFixedLenByteArray: {
       const size_t width = PhysicalWidth(type, type_length);
       if (width != 0 && count > data.size() / width) {
-        return absl::DataLossError(StrCat(count, " values of ", width, " bytes with ",
-                                          data.size(), " bytes present"));
+        return absl::DataLossError(
+            StrCat(count, " values of ", width, " bytes with ", data.size(), " bytes present"));
       }
       auto& v = std::get<BinaryValues>(*out);
       v.data.append(data.data(), count * width);
@@ -218,14 +218,22 @@ uint64_t DecodedBytesPerValue(PhysicalType type, int32_t type_length) {
 
 std::string_view PhysicalTypeName(PhysicalType type) {
   switch (type) {
-    case PhysicalType::kBoolean: return "BOOLEAN";
-    case PhysicalType::kInt32: return "INT32";
-    case PhysicalType::kInt64: return "INT64";
-    case PhysicalType::kInt96: return "INT96";
-    case PhysicalType::kFloat: return "FLOAT";
-    case PhysicalType::kDouble: return "DOUBLE";
-    case PhysicalType::kByteArray: return "BYTE_ARRAY";
-    case PhysicalType::kFixedLenByteArray: return "FIXED_LEN_BYTE_ARRAY";
+    case PhysicalType::kBoolean:
+      return "BOOLEAN";
+    case PhysicalType::kInt32:
+      return "INT32";
+    case PhysicalType::kInt64:
+      return "INT64";
+    case PhysicalType::kInt96:
+      return "INT96";
+    case PhysicalType::kFloat:
+      return "FLOAT";
+    case PhysicalType::kDouble:
+      return "DOUBLE";
+    case PhysicalType::kByteArray:
+      return "BYTE_ARRAY";
+    case PhysicalType::kFixedLenByteArray:
+      return "FIXED_LEN_BYTE_ARRAY";
   }
   return "unknown";
 }
@@ -234,29 +242,48 @@ std::string LogicalTypeName(const LogicalType& t) {
   using K = LogicalType::Kind;
   auto unit = [&] {
     switch (t.unit) {
-      case LogicalType::TimeUnit::kMillis: return "MILLIS";
-      case LogicalType::TimeUnit::kMicros: return "MICROS";
-      case LogicalType::TimeUnit::kNanos: return "NANOS";
+      case LogicalType::TimeUnit::kMillis:
+        return "MILLIS";
+      case LogicalType::TimeUnit::kMicros:
+        return "MICROS";
+      case LogicalType::TimeUnit::kNanos:
+        return "NANOS";
     }
     return "?";
   };
   switch (t.kind) {
-    case K::kNone: return "";
-    case K::kString: return "STRING";
-    case K::kMap: return "MAP";
-    case K::kList: return "LIST";
-    case K::kEnum: return "ENUM";
-    case K::kDecimal: return StrCat("DECIMAL(", t.decimal_precision, ",", t.decimal_scale, ")");
-    case K::kDate: return "DATE";
-    case K::kTime: return StrCat("TIME(", unit(), t.adjusted_to_utc ? ",UTC)" : ")");
-    case K::kTimestamp: return StrCat("TIMESTAMP(", unit(), t.adjusted_to_utc ? ",UTC)" : ")");
-    case K::kInteger: return StrCat("INT(", t.bit_width, t.is_signed ? ",signed)" : ",unsigned)");
-    case K::kNull: return "NULL";
-    case K::kJson: return "JSON";
-    case K::kBson: return "BSON";
-    case K::kUuid: return "UUID";
-    case K::kFloat16: return "FLOAT16";
-    case K::kOther: return "OTHER";
+    case K::kNone:
+      return "";
+    case K::kString:
+      return "STRING";
+    case K::kMap:
+      return "MAP";
+    case K::kList:
+      return "LIST";
+    case K::kEnum:
+      return "ENUM";
+    case K::kDecimal:
+      return StrCat("DECIMAL(", t.decimal_precision, ",", t.decimal_scale, ")");
+    case K::kDate:
+      return "DATE";
+    case K::kTime:
+      return StrCat("TIME(", unit(), t.adjusted_to_utc ? ",UTC)" : ")");
+    case K::kTimestamp:
+      return StrCat("TIMESTAMP(", unit(), t.adjusted_to_utc ? ",UTC)" : ")");
+    case K::kInteger:
+      return StrCat("INT(", t.bit_width, t.is_signed ? ",signed)" : ",unsigned)");
+    case K::kNull:
+      return "NULL";
+    case K::kJson:
+      return "JSON";
+    case K::kBson:
+      return "BSON";
+    case K::kUuid:
+      return "UUID";
+    case K::kFloat16:
+      return "FLOAT16";
+    case K::kOther:
+      return "OTHER";
   }
   return "";
 }
@@ -316,12 +343,12 @@ class LevelAssembler {
       const uint32_t d = def != nullptr ? def[i] : static_cast<uint32_t>(max_def_);
       const uint32_t r = rep != nullptr ? rep[i] : 0;
       if (d > static_cast<uint32_t>(max_def_)) {
-        return absl::DataLossError(StrCat("definition level ", d, " above the maximum ", max_def_,
-                                          " (value ", i, ")"));
+        return absl::DataLossError(
+            StrCat("definition level ", d, " above the maximum ", max_def_, " (value ", i, ")"));
       }
       if (r > static_cast<uint32_t>(max_rep_)) {
-        return absl::DataLossError(StrCat("repetition level ", r, " above the maximum ", max_rep_,
-                                          " (value ", i, ")"));
+        return absl::DataLossError(
+            StrCat("repetition level ", r, " above the maximum ", max_rep_, " (value ", i, ")"));
       }
       if (!chunk_started_ && r != 0) {
         return absl::DataLossError("a column chunk starts inside a row (repetition level > 0)");
@@ -440,8 +467,8 @@ absl::Status ParquetFile::Impl::BuildSchema() {
       const SchemaNode& parent = schema[node.parent];
       node.path = node.parent == 0 ? e.name : StrCat(parent.path, ".", e.name);
       if (!e.repetition_type || *e.repetition_type < 0 || *e.repetition_type > 2) {
-        return absl::DataLossError(StrCat(name, ": schema element '", node.path,
-                                          "' has no valid repetition type"));
+        return absl::DataLossError(
+            StrCat(name, ": schema element '", node.path, "' has no valid repetition type"));
       }
       node.repetition = static_cast<Repetition>(*e.repetition_type);
       def[i] = def[node.parent] + (node.repetition != Repetition::kRequired ? 1 : 0);
@@ -461,12 +488,12 @@ absl::Status ParquetFile::Impl::BuildSchema() {
     const bool is_leaf = e.type.has_value() && i != 0;
     if (is_leaf) {
       if (e.num_children != 0) {
-        return absl::DataLossError(StrCat(name, ": schema element '", node.path,
-                                          "' has both a type and children"));
+        return absl::DataLossError(
+            StrCat(name, ": schema element '", node.path, "' has both a type and children"));
       }
       if (*e.type < 0 || *e.type > 7) {
-        return absl::DataLossError(StrCat(name, ": column '", node.path, "' has unknown type ",
-                                          *e.type));
+        return absl::DataLossError(
+            StrCat(name, ": column '", node.path, "' has unknown type ", *e.type));
       }
       node.physical_type = static_cast<PhysicalType>(*e.type);
       if (node.physical_type == PhysicalType::kFixedLenByteArray &&
@@ -540,14 +567,15 @@ absl::Status ParquetFile::Impl::CheckRowGroups() const {
         return absl::DataLossError(StrCat(at, ": its chunk names another path"));
       }
       if (m.type != static_cast<int32_t>(col.physical_type)) {
-        return absl::DataLossError(StrCat(at, ": chunk type ", m.type, " differs from the schema's ",
+        return absl::DataLossError(StrCat(at, ": chunk type ", m.type,
+                                          " differs from the schema's ",
                                           PhysicalTypeName(col.physical_type)));
       }
     }
   }
   if (rows != meta.num_rows) {
-    return absl::DataLossError(StrCat(name, ": the row groups hold ", rows, " rows, the footer says ",
-                                      meta.num_rows));
+    return absl::DataLossError(
+        StrCat(name, ": the row groups hold ", rows, " rows, the footer says ", meta.num_rows));
   }
   return absl::OkStatus();
 }
@@ -564,20 +592,21 @@ absl::StatusOr<ParquetFile> ParquetFile::Open(std::string name, uint64_t file_si
     return absl::DataLossError(
         StrCat(n, ": ", file_size, " bytes is too small to be a Parquet file (at least 12)"));
   }
-  const uint64_t tail_len = std::min<uint64_t>(file_size, std::max<uint64_t>(8, options.footer_read_hint));
+  const uint64_t tail_len =
+      std::min<uint64_t>(file_size, std::max<uint64_t>(8, options.footer_read_hint));
   const uint64_t tail_offset = file_size - tail_len;
   ASSIGN_OR_RETURN(std::string tail, impl->read(tail_offset, tail_len));
   if (tail.size() != tail_len) {
-    return absl::DataLossError(StrCat(n, ": read ", tail.size(), " bytes at ", tail_offset,
-                                      ", asked for ", tail_len));
+    return absl::DataLossError(
+        StrCat(n, ": read ", tail.size(), " bytes at ", tail_offset, ", asked for ", tail_len));
   }
   const std::string_view magic(tail.data() + tail_len - 4, 4);
   if (magic == "PARE") {
     return absl::UnimplementedError(StrCat(n, ": encrypted footers (PARE) are not supported"));
   }
   if (magic != kMagic) {
-    return absl::DataLossError(StrCat(n, ": not a Parquet file: the last 4 bytes (at ",
-                                      file_size - 4, ") are not PAR1"));
+    return absl::DataLossError(
+        StrCat(n, ": not a Parquet file: the last 4 bytes (at ", file_size - 4, ") are not PAR1"));
   }
   const uint64_t footer_len = LoadU32(tail.data() + tail_len - 8);
   if (footer_len > file_size - 12) {
@@ -589,8 +618,8 @@ absl::StatusOr<ParquetFile> ParquetFile::Open(std::string name, uint64_t file_si
     return absl::DataLossError(StrCat(n, ": not a Parquet file: the first 4 bytes are not PAR1"));
   }
   if (footer_len > options.max_footer_bytes) {
-    return absl::ResourceExhaustedError(StrCat(n, ": footer of ", footer_len,
-                                               " bytes exceeds max_footer_bytes"));
+    return absl::ResourceExhaustedError(
+        StrCat(n, ": footer of ", footer_len, " bytes exceeds max_footer_bytes"));
   }
   const uint64_t footer_offset = file_size - 8 - footer_len;
   std::string footer_storage;
@@ -606,8 +635,7 @@ absl::StatusOr<ParquetFile> ParquetFile::Open(std::string name, uint64_t file_si
     footer = footer_storage;
   }
   impl->data_end = footer_offset;
-  absl::StatusOr<internal::FileMetaData> meta =
-      internal::DecodeFileMetaData(footer, footer_offset);
+  absl::StatusOr<internal::FileMetaData> meta = internal::DecodeFileMetaData(footer, footer_offset);
   if (!meta.ok()) return Annotate(meta.status(), StrCat(n, ": footer"));
   if (meta->encrypted) {
     return absl::UnimplementedError(StrCat(n, ": encrypted files are not supported"));
@@ -675,9 +703,9 @@ absl::StatusOr<const ColumnDescriptor*> ParquetFile::FindColumn(std::string_view
     if (leaves.size() > 1) break;
   }
   if (leaves.size() != 1) {
-    return absl::InvalidArgumentError(StrCat(
-        impl_->name, ": '", path, "' is a group with ",
-        leaves.empty() ? "no leaf columns" : "several leaf columns; name one of them"));
+    return absl::InvalidArgumentError(
+        StrCat(impl_->name, ": '", path, "' is a group with ",
+               leaves.empty() ? "no leaf columns" : "several leaf columns; name one of them"));
   }
   return &impl_->columns[leaves[0]];
 }
@@ -696,8 +724,8 @@ absl::StatusOr<Column> ParquetFile::ReadColumn(const ColumnDescriptor& column, i
                                                int num_row_groups) const {
   if (column.index < 0 || static_cast<size_t>(column.index) >= impl_->columns.size() ||
       impl_->columns[column.index].path != column.path) {
-    return absl::InvalidArgumentError(StrCat(impl_->name, ": column '", column.path,
-                                             "' is not one of this file's"));
+    return absl::InvalidArgumentError(
+        StrCat(impl_->name, ": column '", column.path, "' is not one of this file's"));
   }
   if (first_row_group < 0 || num_row_groups < 0 ||
       first_row_group > this->num_row_groups() - num_row_groups) {
@@ -748,9 +776,9 @@ class ChunkDecoder {
       const size_t payload_at = pos + header_size;
       const uint64_t payload_size = static_cast<uint64_t>(header->compressed_page_size);
       if (payload_size > chunk_.size() - payload_at) {
-        return absl::DataLossError(At(StrCat("page of ", payload_size, " bytes runs past the ",
-                                             "column chunk's end (", chunk_.size() - payload_at,
-                                             " bytes left)")));
+        return absl::DataLossError(
+            At(StrCat("page of ", payload_size, " bytes runs past the ", "column chunk's end (",
+                      chunk_.size() - payload_at, " bytes left)")));
       }
       const std::string_view payload = chunk_.substr(payload_at, payload_size);
       pos = payload_at + payload_size;
@@ -802,7 +830,8 @@ class ChunkDecoder {
   }
 
   absl::Status DictionaryPage(const internal::PageHeader& header, std::string_view payload) {
-    if (!header.dictionary_page) return absl::DataLossError(At("dictionary page without its header"));
+    if (!header.dictionary_page)
+      return absl::DataLossError(At("dictionary page without its header"));
     if (dictionary_ || seen_data_page_) {
       return absl::DataLossError(At("a second dictionary page, or one after data pages"));
     }
@@ -813,12 +842,13 @@ class ChunkDecoder {
           At(StrCat("dictionary page encoding ", internal::EncodingName(encoding))));
     }
     std::string_view data;
-    RETURN_IF_ERROR(Decompress(payload, static_cast<uint64_t>(header.uncompressed_page_size), &data));
+    RETURN_IF_ERROR(
+        Decompress(payload, static_cast<uint64_t>(header.uncompressed_page_size), &data));
     const uint64_t count = static_cast<uint64_t>(header.dictionary_page->num_values);
-    RETURN_IF_ERROR(Annotate(
-        budget_.Take(count * DecodedBytesPerValue(col_.physical_type, col_.type_length),
-                     "the dictionary"),
-        At("")));
+    RETURN_IF_ERROR(
+        Annotate(budget_.Take(count * DecodedBytesPerValue(col_.physical_type, col_.type_length),
+                              "the dictionary"),
+                 At("")));
     dictionary_ = EmptyValues(col_.physical_type);
     size_t consumed = 0;
     return Annotate(
@@ -845,8 +875,9 @@ class ChunkDecoder {
           internal::DecodeRleHybrid(data->substr(4, len), width, count, levels.data()), At(what)));
       consumed = 4 + len;
     } else if (encoding == static_cast<int32_t>(Encoding::kBitPacked)) {
-      RETURN_IF_ERROR(Annotate(
-          internal::DecodeBitPackedLevels(*data, width, count, levels.data(), &consumed), At(what)));
+      RETURN_IF_ERROR(
+          Annotate(internal::DecodeBitPackedLevels(*data, width, count, levels.data(), &consumed),
+                   At(what)));
     } else {
       return absl::UnimplementedError(
           At(StrCat(what, " in encoding ", internal::EncodingName(encoding))));
@@ -866,15 +897,15 @@ class ChunkDecoder {
     const int32_t encoding = v2 ? header.data_page_v2->encoding : header.data_page->encoding;
     const uint64_t uncompressed = static_cast<uint64_t>(header.uncompressed_page_size);
     if (num_values > static_cast<uint64_t>(meta_.num_values - values_seen_)) {
-      return absl::DataLossError(At(StrCat(num_values, " values, beyond the ",
-                                           meta_.num_values - values_seen_,
-                                           " the column chunk has left")));
+      return absl::DataLossError(
+          At(StrCat(num_values, " values, beyond the ", meta_.num_values - values_seen_,
+                    " the column chunk has left")));
     }
     // Levels (4 bytes each while decoding) and the output slots: validity, value, list offsets.
     const bool has_rep = col_.max_repetition_level > 0, has_def = col_.max_definition_level > 0;
     const uint64_t per_value = DecodedBytesPerValue(col_.physical_type, col_.type_length) + 1 +
-                               8 * static_cast<uint64_t>(col_.max_repetition_level) +
-                               4 * has_rep + 4 * has_def;
+                               8 * static_cast<uint64_t>(col_.max_repetition_level) + 4 * has_rep +
+                               4 * has_def;
     RETURN_IF_ERROR(
         Annotate(budget_.Take(num_values * per_value, StrCat(num_values, " values")), At("")));
     rep_.resize(has_rep ? num_values : 0);
@@ -891,12 +922,12 @@ class ChunkDecoder {
       }
       if (has_rep) {
         RETURN_IF_ERROR(Annotate(internal::DecodeRleHybrid(payload.substr(0, rep_len), rep_width_,
-                                                            num_values, rep_.data()),
+                                                           num_values, rep_.data()),
                                  At("repetition levels")));
       }
       if (has_def) {
         RETURN_IF_ERROR(Annotate(internal::DecodeRleHybrid(payload.substr(rep_len, def_len),
-                                                            def_width_, num_values, def_.data()),
+                                                           def_width_, num_values, def_.data()),
                                  At("definition levels")));
       }
       const std::string_view values = payload.substr(rep_len + def_len);
@@ -955,9 +986,9 @@ class ChunkDecoder {
         if (body.empty()) return absl::DataLossError(At("dictionary indices missing"));
         const int width = static_cast<uint8_t>(body[0]);
         indices_.resize(non_null);
-        RETURN_IF_ERROR(Annotate(
-            internal::DecodeRleHybrid(body.substr(1), width, non_null, indices_.data()),
-            At("dictionary indices")));
+        RETURN_IF_ERROR(
+            Annotate(internal::DecodeRleHybrid(body.substr(1), width, non_null, indices_.data()),
+                     At("dictionary indices")));
         return Annotate(GatherDictionary(*dictionary_, indices_.data(), non_null, values),
                         At("dictionary indices"));
       }
@@ -970,21 +1001,23 @@ class ChunkDecoder {
         const uint32_t len = LoadU32(body.data());
         if (len > body.size() - 4) return absl::DataLossError(At("RLE booleans past the page end"));
         indices_.resize(non_null);
-        RETURN_IF_ERROR(Annotate(
-            internal::DecodeRleHybrid(body.substr(4, len), 1, non_null, indices_.data()),
-            At("RLE booleans")));
+        RETURN_IF_ERROR(
+            Annotate(internal::DecodeRleHybrid(body.substr(4, len), 1, non_null, indices_.data()),
+                     At("RLE booleans")));
         std::get<std::vector<uint8_t>>(*values).assign(indices_.begin(), indices_.end());
         return absl::OkStatus();
       }
       case Encoding::kDeltaBinaryPacked: {
         if (type != PhysicalType::kInt32 && type != PhysicalType::kInt64) {
-          return absl::DataLossError(At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
+          return absl::DataLossError(
+              At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
         }
         if (non_null == 0) return absl::OkStatus();
         std::vector<int64_t> decoded(non_null);
         size_t consumed = 0;
-        RETURN_IF_ERROR(Annotate(
-            internal::DecodeDeltaBinaryPacked(body, non_null, decoded.data(), &consumed), At(what)));
+        RETURN_IF_ERROR(
+            Annotate(internal::DecodeDeltaBinaryPacked(body, non_null, decoded.data(), &consumed),
+                     At(what)));
         if (type == PhysicalType::kInt64) {
           std::get<std::vector<int64_t>>(*values) = std::move(decoded);
         } else {
@@ -998,32 +1031,34 @@ class ChunkDecoder {
       case Encoding::kDeltaLengthByteArray:
       case Encoding::kDeltaByteArray: {
         if (type != PhysicalType::kByteArray) {
-          return absl::DataLossError(At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
+          return absl::DataLossError(
+              At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
         }
         if (non_null == 0) return absl::OkStatus();
         auto& v = std::get<BinaryValues>(*values);
         size_t consumed = 0;
-        RETURN_IF_ERROR(Annotate(
-            encoding == static_cast<int32_t>(Encoding::kDeltaLengthByteArray)
-                ? internal::DecodeDeltaLengthByteArray(body, non_null, budget_.left(), &v,
-                                                       &consumed)
-                : internal::DecodeDeltaByteArray(body, non_null, budget_.left(), &v),
-            At(what)));
+        RETURN_IF_ERROR(
+            Annotate(encoding == static_cast<int32_t>(Encoding::kDeltaLengthByteArray)
+                         ? internal::DecodeDeltaLengthByteArray(body, non_null, budget_.left(), &v,
+                                                                &consumed)
+                         : internal::DecodeDeltaByteArray(body, non_null, budget_.left(), &v),
+                     At(what)));
         return Annotate(budget_.Take(v.data.size(), "the values"), At(""));
       }
       case Encoding::kByteStreamSplit: {
         const size_t width = PhysicalWidth(type, col_.type_length);
         if (width == 0 || type == PhysicalType::kInt96) {
-          return absl::DataLossError(At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
+          return absl::DataLossError(
+              At(StrCat(what, " for a ", PhysicalTypeName(type), " column")));
         }
         return std::visit(
             [&](auto& v) -> absl::Status {
               using V = std::decay_t<decltype(v)>;
               if constexpr (std::is_same_v<V, BinaryValues>) {  // FIXED_LEN_BYTE_ARRAY
                 v.data.resize(non_null * width);
-                RETURN_IF_ERROR(Annotate(
-                    internal::DecodeByteStreamSplit(body, non_null, width, v.data.data()),
-                    At(what)));
+                RETURN_IF_ERROR(
+                    Annotate(internal::DecodeByteStreamSplit(body, non_null, width, v.data.data()),
+                             At(what)));
                 for (size_t i = 0; i < non_null; ++i) {
                   v.offsets.push_back(static_cast<int64_t>((i + 1) * width));
                 }
@@ -1032,10 +1067,10 @@ class ChunkDecoder {
                   return absl::InternalError(At("BYTE_STREAM_SPLIT width"));
                 }
                 v.resize(non_null);
-                RETURN_IF_ERROR(Annotate(
-                    internal::DecodeByteStreamSplit(body, non_null, width,
-                                                    reinterpret_cast<char*>(v.data())),
-                    At(what)));
+                RETURN_IF_ERROR(
+                    Annotate(internal::DecodeByteStreamSplit(body, non_null, width,
+                                                             reinterpret_cast<char*>(v.data())),
+                             At(what)));
               }
               return absl::OkStatus();
             },
@@ -1090,14 +1125,14 @@ absl::Status ParquetFile::Impl::ReadChunk(const ColumnDescriptor& col, int row_g
   RETURN_IF_ERROR(Annotate(budget.Take(length, "the column chunk"), where));
   ASSIGN_OR_RETURN(const std::string chunk, read(start, length));
   if (chunk.size() != length) {
-    return absl::DataLossError(StrCat(where, ": read ", chunk.size(), " bytes at ", start,
-                                      ", asked for ", length));
+    return absl::DataLossError(
+        StrCat(where, ": read ", chunk.size(), " bytes at ", start, ", asked for ", length));
   }
   ChunkDecoder decoder(where, start, chunk, m, schema, col, budget, out);
   RETURN_IF_ERROR(decoder.Run());
   if (decoder.rows() != rg.num_rows) {
-    return absl::DataLossError(StrCat(where, ": ", decoder.rows(), " rows, the row group has ",
-                                      rg.num_rows));
+    return absl::DataLossError(
+        StrCat(where, ": ", decoder.rows(), " rows, the row group has ", rg.num_rows));
   }
   out->num_rows += decoder.rows();
   return absl::OkStatus();

@@ -91,8 +91,8 @@ struct LogicalType {
   enum class TimeUnit { kMillis, kMicros, kNanos };
 
   Kind kind = Kind::kNone;
-  int32_t decimal_scale = 0;      // kDecimal
-  int32_t decimal_precision = 0;  // kDecimal
+  int32_t decimal_scale = 0;          // kDecimal
+  int32_t decimal_precision = 0;      // kDecimal
   TimeUnit unit = TimeUnit::kMillis;  // kTime, kTimestamp
   bool adjusted_to_utc = false;       // kTime, kTimestamp
   int32_t bit_width = 0;              // kInteger: 8, 16, 32 or 64

@@ -29,8 +29,8 @@ absl::Status Snappy(std::string_view in, char* out, size_t out_size) {
     return absl::DataLossError("snappy: corrupt length header");
   }
   if (length != out_size) {
-    return absl::DataLossError(StrCat("snappy: ", length, " bytes inside, page header says ",
-                                      out_size));
+    return absl::DataLossError(
+        StrCat("snappy: ", length, " bytes inside, page header says ", out_size));
   }
   if (!snappy::RawUncompress(in.data(), in.size(), out)) {
     return absl::DataLossError("snappy: corrupt compressed data");
@@ -54,7 +54,8 @@ absl::Status Gzip(std::string_view in, char* out, size_t out_size) {
   z_stream stream;
   std::memset(&stream, 0, sizeof(stream));
   // 15 + 32: a gzip or zlib header, detected (Parquet says gzip; some writers wrote zlib).
-  if (inflateInit2(&stream, 15 + 32) != Z_OK) return absl::InternalError("zlib: inflateInit2 failed");
+  if (inflateInit2(&stream, 15 + 32) != Z_OK)
+    return absl::InternalError("zlib: inflateInit2 failed");
   std::unique_ptr<z_stream, InflateEnd> guard(&stream);
   stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
   stream.next_out = reinterpret_cast<Bytef*>(out);
@@ -70,15 +71,15 @@ absl::Status Gzip(std::string_view in, char* out, size_t out_size) {
       continue;
     }
     if (rc == Z_OK) continue;  // progress was made
-    if (rc == Z_BUF_ERROR) {  // no progress possible: output full, or input exhausted
+    if (rc == Z_BUF_ERROR) {   // no progress possible: output full, or input exhausted
       if (stream.avail_out == 0) {
-        return absl::DataLossError(StrCat("gzip: more than ", out_size,
-                                          " bytes inside, the page header's size"));
+        return absl::DataLossError(
+            StrCat("gzip: more than ", out_size, " bytes inside, the page header's size"));
       }
       return absl::DataLossError("gzip: compressed data cut short");
     }
-    return absl::DataLossError(StrCat("gzip: ", stream.msg != nullptr ? stream.msg : "inflate",
-                                      " (zlib error ", rc, ")"));
+    return absl::DataLossError(
+        StrCat("gzip: ", stream.msg != nullptr ? stream.msg : "inflate", " (zlib error ", rc, ")"));
   }
   if (stream.avail_out != 0) {
     return absl::DataLossError(StrCat("gzip: ", out_size - stream.avail_out,
@@ -93,8 +94,8 @@ absl::Status Decompress(int32_t codec, std::string_view in, char* out, size_t ou
   switch (static_cast<Codec>(codec)) {
     case Codec::kUncompressed:
       if (in.size() != out_size) {
-        return absl::DataLossError(StrCat("uncompressed page of ", in.size(),
-                                          " bytes, header says ", out_size));
+        return absl::DataLossError(
+            StrCat("uncompressed page of ", in.size(), " bytes, header says ", out_size));
       }
       if (out_size > 0) std::memcpy(out, in.data(), out_size);
       return absl::OkStatus();
@@ -105,8 +106,8 @@ absl::Status Decompress(int32_t codec, std::string_view in, char* out, size_t ou
     case Codec::kGzip:
       return Gzip(in, out, out_size);
     default:
-      return absl::UnimplementedError(StrCat("compression codec ", CodecName(codec), " (", codec,
-                                             ") is not supported"));
+      return absl::UnimplementedError(
+          StrCat("compression codec ", CodecName(codec), " (", codec, ") is not supported"));
   }
 }
 

@@ -93,8 +93,8 @@ absl::Status DecodeRleHybrid(std::string_view data, int bit_width, size_t count,
       // Some writers end the last run early; take the values whose bits are all present.
       const size_t available = std::min<uint64_t>(run_bytes, data.size() - pos);
       const uint64_t run_values = bit_width == 0 ? groups * 8 : available * 8 / bit_width;
-      const size_t take = std::min<uint64_t>(std::min<uint64_t>(run_values, groups * 8),
-                                             count - done);
+      const size_t take =
+          std::min<uint64_t>(std::min<uint64_t>(run_values, groups * 8), count - done);
       UnpackLsb(bytes + pos, bit_width, take, out + done);
       done += take;
       pos += available;
@@ -107,7 +107,8 @@ absl::Status DecodeRleHybrid(std::string_view data, int bit_width, size_t count,
       if (run == 0) return Corrupt("empty RLE run", run_start);
       if (value_bytes > data.size() - pos) return Corrupt("RLE run value past the end", run_start);
       uint32_t value = 0;
-      for (size_t b = 0; b < value_bytes; ++b) value |= static_cast<uint32_t>(bytes[pos + b]) << (8 * b);
+      for (size_t b = 0; b < value_bytes; ++b)
+        value |= static_cast<uint32_t>(bytes[pos + b]) << (8 * b);
       pos += value_bytes;
       if (bit_width < 32 && (value >> bit_width) != 0) {
         return Corrupt(StrCat("RLE value ", value, " wider than ", bit_width, " bits"), run_start);
@@ -127,7 +128,8 @@ absl::Status DecodeBitPackedLevels(std::string_view data, int bit_width, size_t 
   const uint64_t bits = static_cast<uint64_t>(count) * bit_width;
   const uint64_t bytes = (bits + 7) / 8;
   if (bytes > data.size()) {
-    return Corrupt(StrCat("bit-packed levels need ", bytes, " bytes, ", data.size(), " present"), 0);
+    return Corrupt(StrCat("bit-packed levels need ", bytes, " bytes, ", data.size(), " present"),
+                   0);
   }
   const auto* in = reinterpret_cast<const uint8_t*>(data.data());
   uint64_t bit = 0;
@@ -151,9 +153,8 @@ absl::Status DecodeDeltaBinaryPacked(std::string_view data, size_t count, int64_
   ASSIGN_OR_RETURN(const uint64_t first_zz, ReadUleb(data, &pos));
   if (block_size == 0 || block_size % 128 != 0 || block_size > (1u << 15) || miniblocks == 0 ||
       block_size % miniblocks != 0 || (block_size / miniblocks) % 32 != 0) {
-    return Corrupt(StrCat("delta header with block size ", block_size, " and ", miniblocks,
-                          " miniblocks"),
-                   0);
+    return Corrupt(
+        StrCat("delta header with block size ", block_size, " and ", miniblocks, " miniblocks"), 0);
   }
   if (total != count) {
     return Corrupt(StrCat("delta block holds ", total, " values, ", count, " expected"), 0);
@@ -172,7 +173,8 @@ absl::Status DecodeDeltaBinaryPacked(std::string_view data, size_t count, int64_
     const size_t block_start = pos;
     ASSIGN_OR_RETURN(const uint64_t min_zz, ReadUleb(data, &pos));
     const uint64_t min_delta = (min_zz >> 1) ^ (~(min_zz & 1) + 1);
-    if (miniblocks > data.size() - pos) return Corrupt("delta bit widths past the end", block_start);
+    if (miniblocks > data.size() - pos)
+      return Corrupt("delta bit widths past the end", block_start);
     const uint8_t* widths = bytes + pos;
     pos += miniblocks;
     for (uint64_t m = 0; m < miniblocks && remaining > 0 && done < count; ++m) {
@@ -224,15 +226,15 @@ absl::Status DecodeDeltaByteArray(std::string_view data, size_t count, uint64_t 
       Annotate(DecodeDeltaBinaryPacked(data, count, prefixes.data(), &pos), "prefix lengths"));
   BinaryValues suffixes;
   size_t consumed = 0;
-  RETURN_IF_ERROR(Annotate(
-      DecodeDeltaLengthByteArray(data.substr(pos), count, max_bytes, &suffixes, &consumed),
-      "suffixes"));
+  RETURN_IF_ERROR(
+      Annotate(DecodeDeltaLengthByteArray(data.substr(pos), count, max_bytes, &suffixes, &consumed),
+               "suffixes"));
   std::string previous;
   uint64_t total = 0;
   for (size_t i = 0; i < count; ++i) {
     if (prefixes[i] < 0 || static_cast<uint64_t>(prefixes[i]) > previous.size()) {
-      return Corrupt(StrCat("value ", i, ": prefix of ", prefixes[i], " bytes, the previous value has ",
-                            previous.size()),
+      return Corrupt(StrCat("value ", i, ": prefix of ", prefixes[i],
+                            " bytes, the previous value has ", previous.size()),
                      0);
     }
     previous.resize(static_cast<size_t>(prefixes[i]));
@@ -240,8 +242,8 @@ absl::Status DecodeDeltaByteArray(std::string_view data, size_t count, uint64_t 
     previous.append(suffix.data(), suffix.size());
     total += previous.size();
     if (total > max_bytes) {
-      return absl::ResourceExhaustedError(StrCat("DELTA_BYTE_ARRAY values expand beyond ",
-                                                 max_bytes, " bytes"));
+      return absl::ResourceExhaustedError(
+          StrCat("DELTA_BYTE_ARRAY values expand beyond ", max_bytes, " bytes"));
     }
     out->data += previous;
     out->offsets.push_back(static_cast<int64_t>(out->data.size()));
