@@ -437,6 +437,7 @@ std::string Le32(uint32_t v) {
 // One INT32 column "x" (REQUIRED, or OPTIONAL), one row group, an optional dictionary page and one
 // uncompressed v1 data page with the given body. Fields can be made to lie.
 struct HandMade {
+  int32_t type = 1;  // INT32
   bool optional = false;
   int32_t num_values = 3;
   int64_t rows = 3;
@@ -486,7 +487,7 @@ struct HandMade {
     f.I32(5, 1);
     f.EndStruct();
     f.BeginElement();
-    f.I32(1, 1);  // INT32
+    f.I32(1, type);
     f.I32(3, optional ? 1 : 0);
     f.Binary(4, "x");
     f.EndStruct();
@@ -497,7 +498,7 @@ struct HandMade {
     f.BeginElement();
     f.I64(2, 0);
     f.BeginStruct(3);
-    f.I32(1, 1);
+    f.I32(1, type);
     f.List(2, 5, 1);
     f.Varint(0);
     f.List(3, 8, 1);
@@ -631,6 +632,22 @@ TEST(ParquetHandMade, RunLengthClaimingBillionsOfValuesHitsTheBudget) {
   options.max_column_bytes = 16 << 20;
   ExpectError(ReadX(h.Build(), options), absl::StatusCode::kResourceExhausted,
               {"page 0", "max_column_bytes"});
+}
+
+TEST(ParquetHandMade, ARunRepeatingALongDictionaryStringHitsTheBudget) {
+  HandMade h;
+  h.type = 6;  // BYTE_ARRAY
+  h.num_values = 1 << 20;
+  h.claimed_num_values = 1 << 20;
+  h.rows = 1 << 20;
+  h.encoding = 8;
+  h.dictionary = Le32(4096) + std::string(4096, 'a');
+  h.dictionary_count = 1;
+  h.body = std::string("\x00\x80\x80\x80\x01", 5);  // bit width 0, an RLE run of 2^20 zeros
+  ParquetReadOptions options;
+  options.max_column_bytes = 256 << 20;  // enough for the slots, not for 4 GiB of strings
+  ExpectError(ReadX(h.Build(), options), absl::StatusCode::kResourceExhausted,
+              {"page 1", "strings from the dictionary"});
 }
 
 TEST(ParquetHandMade, ValuesMissingFromThePage) {

@@ -170,8 +170,10 @@ absl::Status DecodePlain(std::string_view data, PhysicalType type, int32_t type_
 }
 
 // Appends dict[indices[i]] for each index to `out` (same alternative as `dict`).
+// Strings cost their bytes, charged to `budget` first: a run of a few bytes can repeat a long
+// dictionary entry a billion times.
 absl::Status GatherDictionary(const ColumnValues& dict, const uint32_t* indices, size_t count,
-                              ColumnValues* out) {
+                              Budget& budget, ColumnValues* out) {
   const size_t dict_size = ValuesSize(dict);
   for (size_t i = 0; i < count; ++i) {
     if (indices[i] >= dict_size) {
@@ -184,6 +186,9 @@ absl::Status GatherDictionary(const ColumnValues& dict, const uint32_t* indices,
         using V = std::decay_t<decltype(o)>;
         const V& d = std::get<V>(dict);
         if constexpr (std::is_same_v<V, BinaryValues>) {
+          uint64_t bytes = 0;
+          for (size_t i = 0; i < count; ++i) bytes += d[indices[i]].size();
+          RETURN_IF_ERROR(budget.Take(bytes, "strings from the dictionary"));
           for (size_t i = 0; i < count; ++i) {
             const std::string_view s = d[indices[i]];
             o.data.append(s.data(), s.size());
@@ -904,7 +909,7 @@ class ChunkDecoder {
     // Levels (4 bytes each while decoding) and the output slots: validity, value, list offsets.
     const bool has_rep = col_.max_repetition_level > 0, has_def = col_.max_definition_level > 0;
     const uint64_t per_value = DecodedBytesPerValue(col_.physical_type, col_.type_length) + 1 +
-                               8 * static_cast<uint64_t>(col_.max_repetition_level) + 4 * has_rep +
+                               9 * static_cast<uint64_t>(col_.max_repetition_level) + 4 * has_rep +
                                4 * has_def;
     RETURN_IF_ERROR(
         Annotate(budget_.Take(num_values * per_value, StrCat(num_values, " values")), At("")));
@@ -989,7 +994,7 @@ class ChunkDecoder {
         RETURN_IF_ERROR(
             Annotate(internal::DecodeRleHybrid(body.substr(1), width, non_null, indices_.data()),
                      At("dictionary indices")));
-        return Annotate(GatherDictionary(*dictionary_, indices_.data(), non_null, values),
+        return Annotate(GatherDictionary(*dictionary_, indices_.data(), non_null, budget_, values),
                         At("dictionary indices"));
       }
       case Encoding::kRle: {  // booleans, with a 4-byte length
