@@ -341,7 +341,7 @@ class LevelAssembler {
 
   // Consumes `n` level pairs (rep may be null when max_rep is 0, def null when max_def is 0).
   // `non_null` receives the count of slots with a value (def == max_def); values are appended by
-  // the caller afterwards with Spread. Returns rows started.
+  // the caller afterwards with Spread.
   absl::Status Add(const uint32_t* rep, const uint32_t* def, size_t n, size_t* non_null) {
     size_t present = 0;
     for (size_t i = 0; i < n; ++i) {
