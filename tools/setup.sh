@@ -13,6 +13,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus-cpp-dev
   # well-kept libraries instead of our own code
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libabsl-dev
+  # Parquet page codecs (readers/parquet)
+  libsnappy-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-numpy libgloo-dev
   python3-grpcio python3-grpc-tools iperf3 openssl

@@ -13,6 +13,10 @@
 #     behind the slice-length byte.
 #   dataset_fuzz: a tiny real dataset's manifest, episode table and shard, length-prefixed.
 #   config_fuzz: the configs in examples/ and two low-dim configs for the target's own dataset.
+#   parquet_fuzz: the committed seeds in tests/fuzz/seeds/parquet/ (nested lists, nulls, v1 and v2
+#     pages, delta and byte-stream-split encodings, from parquet-wasm and hyparquet-writer), and
+#     when npm is installed every fixture of
+#     tests/parquet_test.cc under 64 KiB (tests/fixtures/parquet/make_fixtures.sh).
 set -euo pipefail
 FUZZER="$1"; SECONDS_BUDGET="${2:-60}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -48,6 +52,17 @@ PY
     printf '\x07\x0a\x07\x08\x01\x22\x03abc' > "$WORK/corpus/start"
     printf '\x03\x12\x08\x0a\x04\x08\x03\x10\x04\x38\x10\x22\x100123456789abcdef\x28\x01' \
       > "$WORK/corpus/batch"
+    ;;
+  parquet_fuzz)
+    cp "$ROOT"/tests/fuzz/seeds/parquet/*.parquet "$WORK/corpus/"
+    if command -v npm >/dev/null && command -v node >/dev/null; then
+      npm_dir="${CONVEYOR_PARQUET_NPM_DIR:-$(dirname "$FUZZER")/parquet_npm}"
+      if bash "$ROOT/tests/fixtures/parquet/make_fixtures.sh" "$npm_dir" "$WORK/fixtures" >/dev/null; then
+        find "$WORK/fixtures" -name '*.parquet' -size -64k -exec cp {} "$WORK/corpus/" \;
+      else
+        echo "fuzz: make_fixtures.sh failed; the committed seeds only" >&2
+      fi
+    fi
     ;;
   shard_index_fuzz)
     if [[ -x "$CLI" ]]; then
@@ -124,7 +139,8 @@ PY
     vf 4 1 mjpeg.mkv -c:v mjpeg -pix_fmt yuvj420p
     ;;
 esac
-# Inputs that once failed stay in the corpus: tests/fuzz/regressions/<video|audio|image|shard>_*.
+# Inputs that once failed stay in the corpus:
+# tests/fuzz/regressions/<video|audio|image|shard|parquet>_*.
 prefix="$(basename "$FUZZER")"; prefix="${prefix%%_*}"
 for f in "$ROOT"/tests/fuzz/regressions/"$prefix"_*; do
   if [[ -f "$f" ]]; then cp "$f" "$WORK/corpus/"; fi
