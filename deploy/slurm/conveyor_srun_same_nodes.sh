@@ -11,8 +11,8 @@
 #   the ranks on that node have nowhere to go.
 # FAILOVER=1: the ranks also list the other nodes' servers at their NodeAddr (CONVEYOR_SERVERS=
 #   127.0.0.1:7700,10.1.0.12:7700,...) and fail over to them. Those must be reachable over the
-#   network, so every server listens on 0.0.0.0:7700, and a non-loopback listener needs a bearer token: it is
-#   generated per job into SHARED_DIR and every client (the local one too) presents it.
+#   network, so every server listens on 0.0.0.0:7700, and a non-loopback listener needs a bearer
+#   token: it is generated per job into SHARED_DIR and every client (the local one too) presents it.
 #
 #SBATCH --job-name=conveyor-train
 #SBATCH --time=12:00:00
