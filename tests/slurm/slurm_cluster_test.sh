@@ -185,19 +185,33 @@ submit() {
     --gpus-per-node=0 "$JOB_SCRIPT"
 }
 
-job_state() { scontrol show job "$1" 2> /dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -n 1; }
+# The job's state: its components' states, distinct, e.g. "COMPLETED" or "RUNNING".
+job_state() {
+  scontrol show job "$1" 2> /dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | sort -u |
+    paste -sd ' ' -
+}
 
-# wait_state JOB TIMEOUT_S STATE...: polls until the job is in one of STATEs.
+# wait_state JOB TIMEOUT_S STATE: polls until every component of the job is in STATE and none is
+# still completing (its processes are gone); fails at once when the job ended in another state.
 wait_state() {
-  local job=$1 timeout=$2 st=""
-  shift 2
+  local job=$1 timeout=$2 want=$3 st=""
   for _ in $(seq $((timeout * 10))); do
     st=$(job_state "$job")
-    for want in "$@"; do [[ $st != "$want" ]] || return 0; done
-    case $st in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) break ;; esac
+    if [[ $st == "$want" && -z $(squeue -h -j "$job" -t COMPLETING -o %i 2> /dev/null) ]]; then
+      return 0
+    fi
+    case $st in *COMPLETED* | *FAILED* | *CANCELLED* | *TIMEOUT* | *NODE_FAIL* | *OUT_OF_MEMORY*)
+      [[ $st == "$want" ]] || break ;;
+    esac
     sleep 0.1
   done
-  fail "job $job is $st, expected $* (within ${timeout}s)"
+  fail "job $job is '$st', expected $want (within ${timeout}s)"
+}
+
+# exit_ok JOB: every component's exit code is 0:0.
+exit_ok() {
+  [[ $(scontrol show job "$1" | grep -o 'ExitCode=[0-9:]*' | sort -u) == "ExitCode=0:0" ]] ||
+    fail "job $1 exit codes: $(scontrol show job "$1" | grep -o 'ExitCode=[0-9:]*' | paste -sd ' ' -)"
 }
 
 # wait_lines FILE N TIMEOUT_S: polls until FILE has at least N lines.
@@ -229,7 +243,7 @@ job=$(submit train TRAINER=train STEPS=20 RESULTS_DIR="$T/train")
 log "1. submitted job $job (TRAINER=train, 2 servers on n1, 2 conveyor train ranks on n2)"
 wait_state "$job" 120 COMPLETED
 out=$T/job-train-$job.out
-grep -q 'ExitCode=0:0' <(scontrol show job "$job") || fail "job $job exit code is not 0:0"
+exit_ok "$job"
 grep -q "conveyor: 2 servers ready: 127.0.0.1:[0-9]*,127.0.0.1:[0-9]*$" "$out" ||
   fail "the consumers were not given the servers' published addresses"
 for r in 0 1; do
@@ -256,7 +270,7 @@ kill -KILL "$victim"
 log "2. kill -9 server 0 (pid $victim on $node) while consumer 0 is at batch $(wc -l < "$T/kill/fetch-0.out")"
 wait_state "$job" 120 COMPLETED
 out=$T/job-kill-$job.out
-grep -q 'ExitCode=0:0' <(scontrol show job "$job") || fail "job $job exit code is not 0:0"
+exit_ok "$job"
 reconnects=$(sed -n 's/.* \([0-9]*\) reconnects.*/\1/p' "$out" | sort -n | head -n 1)
 [[ $(grep -c ' reconnects' "$out") -eq 2 && ${reconnects:-0} -ge 1 ]] ||
   fail "expected both consumers to reconnect after the kill: $(grep ' reconnects' "$out")"
