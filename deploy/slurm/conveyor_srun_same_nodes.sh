@@ -70,7 +70,15 @@ fi
 SERVERS_PID=""
 stop_servers() {
   if [[ -n $SERVERS_PID ]] && kill -0 "$SERVERS_PID" 2>/dev/null; then
-    kill -TERM "$SERVERS_PID" 2>/dev/null || true   # srun forwards it: the servers drain and exit
+    # SIGTERM to the servers' step, so that every server drains (health NOT_SERVING, streams end,
+    # clients move on) and exits. Not to srun: srun answers SIGTERM by killing its tasks outright.
+    local step
+    step=$(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' | awk '$2 == "conveyor-servers" {print $1}')
+    if [[ -n $step ]]; then
+      scancel --signal=TERM "$step" 2>/dev/null || true
+    else
+      kill -TERM "$SERVERS_PID" 2>/dev/null || true
+    fi
     for _ in $(seq $((GRACE + 15))); do
       kill -0 "$SERVERS_PID" 2>/dev/null || break
       sleep 1
@@ -84,7 +92,8 @@ trap stop_servers EXIT
 trap 'exit 143' TERM INT
 
 # One server per node. --overlap lets this step share CPUs, memory and GPUs with the trainer step.
-srun --overlap --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=0 \
+srun --overlap --job-name=conveyor-servers --nodes="$SLURM_NNODES" --ntasks-per-node=1 \
+  --kill-on-bad-exit=0 \
   --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
   bash -c 'exec "$CONVEYOR" serve "$DATASET" --config "$CONFIG" --listen "$LISTEN" \
     ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"} --threads "$THREADS" --grace-seconds "$GRACE" \

@@ -200,8 +200,9 @@ wait_state() {
     if [[ $st == "$want" && -z $(squeue -h -j "$job" -t COMPLETING -o %i 2> /dev/null) ]]; then
       return 0
     fi
-    case $st in *COMPLETED* | *FAILED* | *CANCELLED* | *TIMEOUT* | *NODE_FAIL* | *OUT_OF_MEMORY*)
-      [[ $st == "$want" ]] || break ;;
+    case $st in
+      *PENDING* | *RUNNING* | *COMPLETING* | *CONFIGURING*) ;;
+      *) [[ $st == "$want" ]] || break ;;
     esac
     sleep 0.1
   done
@@ -252,10 +253,12 @@ for r in 0 1; do
 done
 [[ $(grep -c '^  waiting for data ' "$out") -eq 2 && $(grep -c '^  communication ' "$out") -eq 2 ]] ||
   fail "the attribution tables lack their rows"
+[[ $(grep -c '^conveyor serve: stopped$' "$out") -eq 2 ]] ||
+  fail "the servers did not both drain and stop when the trainers were done"
 w0=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/train/train-0.json")
 w1=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/train/train-1.json")
 [[ -n $w0 && $w0 == "$w1" ]] || fail "the ranks' final weights differ ($w0, $w1): gradients not averaged"
-log "1. job $job COMPLETED: 2 ranks x 20 steps, attribution tables in its output, equal weights"
+log "1. job $job COMPLETED: 2 ranks x 20 steps, attribution tables in its output, equal weights, servers drained"
 grep -E '^  (part|waiting for data|compute|communication|step) ' "$out" | head -n 5
 
 # ---- 2. kill -9 of a server mid-epoch ----------------------------------------------------------
