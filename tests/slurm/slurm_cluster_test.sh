@@ -12,6 +12,8 @@
 #      its slice, and every sample id of the epoch appears exactly once.
 #   3. scancel mid-epoch, then the same job resubmitted with RESUME=1: each consumer continues
 #      from its log (its checkpoint) and the two runs together equal an uninterrupted one.
+#   4. resubmission with 4 ranks instead of 2 from the cursor where 3's first run was cancelled
+#      (START_CURSOR), at the same global batch: the same global order continues.
 #
 # Needs: slurmctld, slurmd, sbatch, scontrol (Debian: slurmctld slurmd slurm-client); skipped
 # with exit code 77 (ctest SKIP_RETURN_CODE) when they are missing.
@@ -175,13 +177,14 @@ log "offline reference: $EPOCH_STEPS steps per consumer"
 # submit NAME VAR=VALUE...: sbatch the deploy script as its header says, resources overridden on
 # the command line per component; prints the job id.
 submit() {
-  local name=$1
+  local name=$1 ranks=2 arg
   shift
+  for arg in "$@"; do [[ $arg != RANKS_PER_NODE=* ]] || ranks=${arg#*=}; done
   env "$@" CONVEYOR="$CLI" DATASET="$T/ds" CONFIG="$T/train.yaml" SHARED_DIR="$T/shared" \
     PORT=0 THREADS=1 GRACE=2 READY_TIMEOUT=60 \
     sbatch --parsable --job-name="$name" --output="$T/job-$name-%j.out" --time=5 \
     --partition=debug --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mem=500M : \
-    --partition=debug --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --mem=500M \
+    --partition=debug --nodes=1 --ntasks-per-node="$ranks" --cpus-per-task=1 --mem=500M \
     --gpus-per-node=0 "$JOB_SCRIPT"
 }
 
@@ -289,7 +292,9 @@ wait_lines "$T/resume/fetch-1.out" 5 120
 scancel "$job"
 wait_state "$job" 60 CANCELLED
 log "3. job $job cancelled after $(wc -l < "$T/resume/fetch-0.out") and $(wc -l < "$T/resume/fetch-1.out") batches"
-[[ $(wc -l < "$T/resume/fetch-0.out") -lt $EPOCH_STEPS ]] || fail "consumer 0 finished before the cancel"
+CANCELLED_AT=$(wc -l < "$T/resume/fetch-0.out")
+[[ $CANCELLED_AT -eq $(wc -l < "$T/resume/fetch-1.out") && $CANCELLED_AT -lt $EPOCH_STEPS ]] ||
+  fail "the ranks were not both stalled at the same step when cancelled"
 job=$(submit resume2 TRAINER=fetch FETCH_IDS=1 STEPS=0 RESULTS_DIR="$T/resume" RESUME=1)
 log "3. resubmitted as job $job"
 wait_state "$job" 120 COMPLETED
@@ -297,5 +302,24 @@ grep -q "rank 0 resumes at cursor 0:5 after 5 batches" "$T/job-resume2-$job.out"
   fail "consumer 0 did not resume at 0:5"
 check_epoch "$T/resume"
 log "3. job $job COMPLETED: cancelled + resubmitted = one uninterrupted epoch"
+
+# ---- 4. resubmission with 4 ranks instead of 2, at the same global batch ----------------------
+# Job 3's first run was cancelled with both ranks at the same step: 4 ranks start there and
+# continue the same global order (ranks 2k and 2k+1 of 4 together get what rank k of 2 got).
+cursor="0:$CANCELLED_AT"
+job=$(submit resize TRAINER=fetch FETCH_IDS=1 STEPS=0 RESULTS_DIR="$T/resize" START_CURSOR="$cursor" \
+  RANKS_PER_NODE=4)
+log "4. submitted job $job (4 ranks, START_CURSOR=$cursor)"
+wait_state "$job" 120 COMPLETED
+exit_ok "$job"
+ids_of() { sed 's/.*\[\(.*\)\]$/\1/' "$@"; }
+for k in 0 1; do
+  paste -d ' ' <(ids_of "$T/resize/fetch-$((2 * k)).out") <(ids_of "$T/resize/fetch-$((2 * k + 1)).out") \
+    > "$T/resize/merged-$k.txt"
+  tail -n +$((CANCELLED_AT + 1)) "$T/offline-$k.txt" | ids_of > "$T/resize/expected-$k.txt"
+  diff -q "$T/resize/expected-$k.txt" "$T/resize/merged-$k.txt" > /dev/null ||
+    fail "4 ranks: ranks $((2 * k)),$((2 * k + 1)) together differ from rank $k of 2 from step $CANCELLED_AT"
+done
+log "4. job $job COMPLETED: 4 ranks from $cursor continue the 2-rank global order ($((EPOCH_STEPS - CANCELLED_AT)) steps)"
 
 log "PASS"
