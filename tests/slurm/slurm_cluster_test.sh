@@ -7,6 +7,8 @@
 #
 #   1. TRAINER=train: two `conveyor train` ranks (gloo) complete; the job's output has both ranks'
 #      step-time attribution tables; the consumers were given the published addresses.
+#  2a. The same job, kill -9 of the first server after the trainers' step 11: both ranks fail over
+#      to the second server, finish, and end with bit-identical weights to 1's (same batches).
 #   2. TRAINER=fetch: kill -9 of the first server while the consumers are mid-epoch; the job
 #      completes, both consumers reconnected, every batch equals `conveyor batches` offline for
 #      its slice, and every sample id of the epoch appears exactly once.
@@ -243,7 +245,7 @@ check_epoch() {
 }
 
 # ---- 1. the job trains -------------------------------------------------------------------------
-job=$(submit train TRAINER=train STEPS=20 RESULTS_DIR="$T/train")
+job=$(submit train TRAINER=train STEPS=60 RESULTS_DIR="$T/train")
 log "1. submitted job $job (TRAINER=train, 2 servers on n1, 2 conveyor train ranks on n2)"
 wait_state "$job" 120 COMPLETED
 out=$T/job-train-$job.out
@@ -251,7 +253,7 @@ exit_ok "$job"
 grep -q "conveyor: 2 servers ready: 127.0.0.1:[0-9]*,127.0.0.1:[0-9]*$" "$out" ||
   fail "the consumers were not given the servers' published addresses"
 for r in 0 1; do
-  grep -q "train: rank $r of 2, 20 steps" "$out" || fail "no attribution table for rank $r"
+  grep -q "train: rank $r of 2, 60 steps" "$out" || fail "no attribution table for rank $r"
   [[ -s $T/train/train-$r.json ]] || fail "rank $r wrote no JSON"
 done
 [[ $(grep -c '^  waiting for data ' "$out") -eq 2 && $(grep -c '^  communication ' "$out") -eq 2 ]] ||
@@ -261,8 +263,33 @@ done
 w0=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/train/train-0.json")
 w1=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/train/train-1.json")
 [[ -n $w0 && $w0 == "$w1" ]] || fail "the ranks' final weights differ ($w0, $w1): gradients not averaged"
-log "1. job $job COMPLETED: 2 ranks x 20 steps, attribution tables in its output, equal weights, servers drained"
+log "1. job $job COMPLETED: 2 ranks x 60 steps, attribution tables in its output, equal weights, servers drained"
 grep -E '^  (part|waiting for data|compute|communication|step) ' "$out" | head -n 5
+
+# ---- 2a. kill -9 of a server under the trainers ------------------------------------------------
+job=$(submit trainkill TRAINER=train STEPS=60 RESULTS_DIR="$T/trainkill")
+log "2a. submitted job $job (TRAINER=train, as in 1)"
+out=$T/job-trainkill-$job.out
+for _ in $(seq 1200); do
+  ! grep -q '^train: step   11/60' "$out" 2> /dev/null || break
+  sleep 0.1
+done
+grep -q '^train: step   11/60' "$out" || fail "the trainers did not reach step 11"
+read -r victim node < "$T/shared/job-$job/server-0.pid"
+kill -KILL "$victim"
+log "2a. kill -9 server 0 (pid $victim on $node) after the trainers' step 11 of 60"
+wait_state "$job" 120 COMPLETED
+exit_ok "$job"
+for r in 0 1; do
+  grep -q "train: rank $r of 2, 60 steps" "$out" || fail "no attribution table for rank $r after the kill"
+  # Server 0 died without a word: a stream of this job that ended, ended on server 1.
+  grep -q "stream job=job-$job consumer=$r/2 .* ended" "$out" || fail "rank $r never streamed from server 1"
+done
+k0=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/trainkill/train-0.json")
+k1=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/trainkill/train-1.json")
+[[ $k0 == "$w0" && $k1 == "$w0" ]] ||
+  fail "weights after the kill ($k0, $k1) differ from the uninterrupted run's ($w0): other batches"
+log "2a. job $job COMPLETED: both ranks failed over to server 1 and end with the uninterrupted run's weights"
 
 # ---- 2. kill -9 of a server mid-epoch ----------------------------------------------------------
 # Each consumer stops reading for a while after 4 batches: the window in which the server dies.
