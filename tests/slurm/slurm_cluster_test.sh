@@ -264,7 +264,7 @@ w0=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/train/train-0.json
 w1=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/train/train-1.json")
 [[ -n $w0 && $w0 == "$w1" ]] || fail "the ranks' final weights differ ($w0, $w1): gradients not averaged"
 log "1. job $job COMPLETED: 2 ranks x 60 steps, attribution tables in its output, equal weights, servers drained"
-grep -E '^  (part|waiting for data|compute|communication|step) ' "$out" | head -n 5
+grep -A 7 '^train: rank 0 of 2' "$out" | grep -E '^  (part|waiting for data|compute|communication|step) '
 
 # ---- 2a. kill -9 of a server under the trainers ------------------------------------------------
 job=$(submit trainkill TRAINER=train STEPS=60 RESULTS_DIR="$T/trainkill")
