@@ -7,14 +7,14 @@
 #
 #   1. TRAINER=train: two `conveyor train` ranks (gloo) complete; the job's output has both ranks'
 #      step-time attribution tables; the consumers were given the published addresses.
-#  2a. The same job, kill -9 of the first server after the trainers' step 11: both ranks fail over
+#   2. The same job, kill -9 of the first server after the trainers' step 11: both ranks fail over
 #      to the second server, finish, and end with bit-identical weights to 1's (same batches).
-#   2. TRAINER=fetch: kill -9 of the first server while the consumers are mid-epoch; the job
+#   3. TRAINER=fetch: kill -9 of the first server while the consumers are mid-epoch; the job
 #      completes, both consumers reconnected, every batch equals `conveyor batches` offline for
 #      its slice, and every sample id of the epoch appears exactly once.
-#   3. scancel mid-epoch, then the same job resubmitted with RESUME=1: each consumer continues
+#   4. scancel mid-epoch, then the same job resubmitted with RESUME=1: each consumer continues
 #      from its log (its checkpoint) and the two runs together equal an uninterrupted one.
-#   4. resubmission with 4 ranks instead of 2 from the cursor where 3's first run was cancelled
+#   5. resubmission with 4 ranks instead of 2 from the cursor where 4's first run was cancelled
 #      (START_CURSOR), at the same global batch: the same global order continues.
 #
 # Needs: slurmctld, slurmd, sbatch, scontrol (Debian: slurmctld slurmd slurm-client); skipped
@@ -266,9 +266,9 @@ w1=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/train/train-1.json
 log "1. job $job COMPLETED: 2 ranks x 60 steps, attribution tables in its output, equal weights, servers drained"
 grep -A 7 '^train: rank 0 of 2' "$out" | grep -E '^  (part|waiting for data|compute|communication|step) '
 
-# ---- 2a. kill -9 of a server under the trainers ------------------------------------------------
+# ---- 2. kill -9 of a server under the trainers ------------------------------------------------
 job=$(submit trainkill TRAINER=train STEPS=60 RESULTS_DIR="$T/trainkill")
-log "2a. submitted job $job (TRAINER=train, as in 1)"
+log "2. submitted job $job (TRAINER=train, as in 1)"
 out=$T/job-trainkill-$job.out
 for _ in $(seq 1200); do
   ! grep -q '^train: step   11/60' "$out" 2> /dev/null || break
@@ -277,7 +277,7 @@ done
 grep -q '^train: step   11/60' "$out" || fail "the trainers did not reach step 11"
 read -r victim node < "$T/shared/job-$job/server-0.pid"
 kill -KILL "$victim"
-log "2a. kill -9 server 0 (pid $victim on $node) after the trainers' step 11 of 60"
+log "2. kill -9 server 0 (pid $victim on $node) after the trainers' step 11 of 60"
 wait_state "$job" 120 COMPLETED
 exit_ok "$job"
 for r in 0 1; do
@@ -289,18 +289,19 @@ k0=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/trainkill/train-0.
 k1=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/trainkill/train-1.json")
 [[ $k0 == "$w0" && $k1 == "$w0" ]] ||
   fail "weights after the kill ($k0, $k1) differ from the uninterrupted run's ($w0): other batches"
-log "2a. job $job COMPLETED: both ranks failed over to server 1 and end with the uninterrupted run's weights"
+log "2. job $job COMPLETED: both ranks failed over to server 1 and end with the uninterrupted run's weights"
 
-# ---- 2. kill -9 of a server mid-epoch ----------------------------------------------------------
+# ---- 3. kill -9 of a server mid-epoch ----------------------------------------------------------
 # Each consumer stops reading for a while after 4 batches: the window in which the server dies.
 # (The window is not a check: the reconnect count below says whether the kill hit mid-stream.)
 job=$(submit kill TRAINER=fetch FETCH_IDS=1 STEPS=0 RESULTS_DIR="$T/kill" \
-  FETCH_ARGS="--stats --stall-after 4 --stall-seconds 3")
-log "2. submitted job $job (TRAINER=fetch, whole epoch)"
+  FETCH_ARGS="--stats --stall-after 4 --stall-seconds 5")
+log "3. submitted job $job (TRAINER=fetch, whole epoch)"
 wait_lines "$T/kill/fetch-0.out" 4 120
+wait_lines "$T/kill/fetch-1.out" 4 120
 read -r victim node < "$T/shared/job-$job/server-0.pid"
 kill -KILL "$victim"
-log "2. kill -9 server 0 (pid $victim on $node) while consumer 0 is at batch $(wc -l < "$T/kill/fetch-0.out")"
+log "3. kill -9 server 0 (pid $victim on $node) while the consumers are at batches $(wc -l < "$T/kill/fetch-0.out") and $(wc -l < "$T/kill/fetch-1.out")"
 wait_state "$job" 120 COMPLETED
 out=$T/job-kill-$job.out
 exit_ok "$job"
@@ -308,35 +309,35 @@ reconnects=$(sed -n 's/.* \([0-9]*\) reconnects.*/\1/p' "$out" | sort -n | head 
 [[ $(grep -c ' reconnects' "$out") -eq 2 && ${reconnects:-0} -ge 1 ]] ||
   fail "expected both consumers to reconnect after the kill: $(grep ' reconnects' "$out")"
 check_epoch "$T/kill"
-log "2. job $job COMPLETED after the kill; both consumers failed over"
+log "3. job $job COMPLETED after the kill; both consumers failed over"
 
-# ---- 3. scancel, then resubmission resuming from the consumers' logs ---------------------------
+# ---- 4. scancel, then resubmission resuming from the consumers' logs ---------------------------
 job=$(submit resume1 TRAINER=fetch FETCH_IDS=1 STEPS=0 RESULTS_DIR="$T/resume" RESUME=1 \
   FETCH_ARGS="--stall-after 5 --stall-seconds 60")
-log "3. submitted job $job"
+log "4. submitted job $job"
 wait_lines "$T/resume/fetch-0.out" 5 120
 wait_lines "$T/resume/fetch-1.out" 5 120
 scancel "$job"
 wait_state "$job" 60 CANCELLED
-log "3. job $job cancelled after $(wc -l < "$T/resume/fetch-0.out") and $(wc -l < "$T/resume/fetch-1.out") batches"
+log "4. job $job cancelled after $(wc -l < "$T/resume/fetch-0.out") and $(wc -l < "$T/resume/fetch-1.out") batches"
 CANCELLED_AT=$(wc -l < "$T/resume/fetch-0.out")
 [[ $CANCELLED_AT -eq $(wc -l < "$T/resume/fetch-1.out") && $CANCELLED_AT -lt $EPOCH_STEPS ]] ||
   fail "the ranks were not both stalled at the same step when cancelled"
 job=$(submit resume2 TRAINER=fetch FETCH_IDS=1 STEPS=0 RESULTS_DIR="$T/resume" RESUME=1)
-log "3. resubmitted as job $job"
+log "4. resubmitted as job $job"
 wait_state "$job" 120 COMPLETED
 grep -q "rank 0 resumes at cursor 0:5 after 5 batches" "$T/job-resume2-$job.out" ||
   fail "consumer 0 did not resume at 0:5"
 check_epoch "$T/resume"
-log "3. job $job COMPLETED: cancelled + resubmitted = one uninterrupted epoch"
+log "4. job $job COMPLETED: cancelled + resubmitted = one uninterrupted epoch"
 
-# ---- 4. resubmission with 4 ranks instead of 2, at the same global batch ----------------------
-# Job 3's first run was cancelled with both ranks at the same step: 4 ranks start there and
+# ---- 5. resubmission with 4 ranks instead of 2, at the same global batch ----------------------
+# Scenario 4's first run was cancelled with both ranks at the same step: 4 ranks start there and
 # continue the same global order (ranks 2k and 2k+1 of 4 together get what rank k of 2 got).
 cursor="0:$CANCELLED_AT"
 job=$(submit resize TRAINER=fetch FETCH_IDS=1 STEPS=0 RESULTS_DIR="$T/resize" START_CURSOR="$cursor" \
   RANKS_PER_NODE=4)
-log "4. submitted job $job (4 ranks, START_CURSOR=$cursor)"
+log "5. submitted job $job (4 ranks, START_CURSOR=$cursor)"
 wait_state "$job" 120 COMPLETED
 exit_ok "$job"
 ids_of() { sed 's/.*\[\(.*\)\]$/\1/' "$@"; }
@@ -347,6 +348,6 @@ for k in 0 1; do
   diff -q "$T/resize/expected-$k.txt" "$T/resize/merged-$k.txt" > /dev/null ||
     fail "4 ranks: ranks $((2 * k)),$((2 * k + 1)) together differ from rank $k of 2 from step $CANCELLED_AT"
 done
-log "4. job $job COMPLETED: 4 ranks from $cursor continue the 2-rank global order ($((EPOCH_STEPS - CANCELLED_AT)) steps)"
+log "5. job $job COMPLETED: 4 ranks from $cursor continue the 2-rank global order ($((EPOCH_STEPS - CANCELLED_AT)) steps)"
 
 log "PASS"
