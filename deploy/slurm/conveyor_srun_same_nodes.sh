@@ -9,10 +9,10 @@
 # FAILOVER=0 (default): each server listens on 127.0.0.1:7700 and needs no token; each node's
 #   ranks read only from their own node (CONVEYOR_SERVERS=127.0.0.1:7700). If that server dies,
 #   the ranks on that node have nowhere to go.
-# FAILOVER=1: the ranks also list the other nodes' servers (CONVEYOR_SERVERS=127.0.0.1:7700,
-#   node2:7700,...) and fail over to them. Those must be reachable over the network, so every
-#   server listens on 0.0.0.0:7700, and a non-loopback listener needs a bearer token: it is
-#   generated per job into SHARED_DIR and every client (the local one too) presents it.
+# FAILOVER=1: the ranks also list the other nodes' servers at their NodeAddr (CONVEYOR_SERVERS=
+#   127.0.0.1:7700,10.1.0.12:7700,...) and fail over to them. Those must be reachable over the
+#   network, so every server listens on 0.0.0.0:7700, and a non-loopback listener needs a bearer
+#   token: it is generated per job into SHARED_DIR and every client (the local one too) presents it.
 #
 #SBATCH --job-name=conveyor-train
 #SBATCH --time=12:00:00
@@ -40,8 +40,24 @@ SHARED_DIR=${SHARED_DIR:-$HOME/.conveyor}   # must be on a filesystem every node
 export RUN_DIR="$SHARED_DIR/job-$SLURM_JOB_ID"
 umask 077
 mkdir -p "$RUN_DIR"
-ALL_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | tr '\n' ' ')
-export ALL_HOSTS MASTER_ADDR=${ALL_HOSTS%% *}
+# Nodes are reached by their NodeAddr in SLURM (what slurmctld itself uses; it defaults to the
+# node's name when the admin set none), never by resolving the node's name: the two differ on
+# many clusters. PEERS: "NAME=ADDRESS ..." for every node of the job.
+node_addr() {
+  local addr
+  addr=$(scontrol show node "$1" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')
+  addr=${addr:-$1}
+  [[ $addr != *:* ]] || addr="[$addr]"
+  printf '%s\n' "$addr"
+}
+PEERS=""
+MASTER_ADDR=""
+while read -r h; do
+  a=$(node_addr "$h")
+  PEERS+="$h=$a "
+  MASTER_ADDR=${MASTER_ADDR:-$a}
+done < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+export PEERS MASTER_ADDR
 if [[ $FAILOVER == 1 ]]; then
   export LISTEN="0.0.0.0:$PORT" TOKEN_FILE="$RUN_DIR/token"
   openssl rand -hex 32 > "$TOKEN_FILE"
@@ -54,7 +70,15 @@ fi
 SERVERS_PID=""
 stop_servers() {
   if [[ -n $SERVERS_PID ]] && kill -0 "$SERVERS_PID" 2>/dev/null; then
-    kill -TERM "$SERVERS_PID" 2>/dev/null || true   # srun forwards it: the servers drain and exit
+    # SIGTERM to the servers' step, so that every server drains (health NOT_SERVING, streams end,
+    # clients move on) and exits. Not to srun: srun answers SIGTERM by killing its tasks outright.
+    local step
+    step=$(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' | awk '$2 == "conveyor-servers" {print $1}')
+    if [[ -n $step ]]; then
+      scancel --signal=TERM "$step" 2>/dev/null || true
+    else
+      kill -TERM "$SERVERS_PID" 2>/dev/null || true
+    fi
     for _ in $(seq $((GRACE + 15))); do
       kill -0 "$SERVERS_PID" 2>/dev/null || break
       sleep 1
@@ -68,7 +92,8 @@ trap stop_servers EXIT
 trap 'exit 143' TERM INT
 
 # One server per node. --overlap lets this step share CPUs, memory and GPUs with the trainer step.
-srun --overlap --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=0 \
+srun --overlap --job-name=conveyor-servers --nodes="$SLURM_NNODES" --ntasks-per-node=1 \
+  --kill-on-bad-exit=0 \
   --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
   bash -c 'exec "$CONVEYOR" serve "$DATASET" --config "$CONFIG" --listen "$LISTEN" \
     ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"} --threads "$THREADS" --grace-seconds "$GRACE" \
@@ -91,7 +116,7 @@ srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
   --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
   bash -c 'servers="127.0.0.1:$PORT"
     if [[ $FAILOVER == 1 ]]; then
-      for h in $ALL_HOSTS; do [[ $h == "$SLURMD_NODENAME" ]] || servers+=",$h:$PORT"; done
+      for p in $PEERS; do [[ ${p%%=*} == "$SLURMD_NODENAME" ]] || servers+=",${p#*=}:$PORT"; done
     fi
     export CONVEYOR_SERVERS=$servers
     if [[ -n $TRAIN_SCRIPT ]]; then
