@@ -51,7 +51,7 @@
 #include "base/strings.h"
 #include "decoders/sample_spec.h"
 #include "nlohmann/json.hpp"
-#include "shuffle/packing.h"
+#include "pipeline/packing.h"
 
 namespace conveyor {
 namespace {

@@ -21,7 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
-#include "shuffle/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "shuffle/quality.h"
 
 namespace conveyor {

@@ -31,7 +31,7 @@
 #include "nlohmann/json.hpp"
 #include "readers/dataset.h"
 #include "server/batch_encoder.h"
-#include "shuffle/pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace conveyor {
 namespace {

@@ -1,4 +1,4 @@
-// upload_bench: host-to-GPU throughput of the Uploader (shuffle/upload.h) beside plain cudaMemcpy
+// upload_bench: host-to-GPU throughput of the Uploader (pipeline/upload.h) beside plain cudaMemcpy
 // of the same bytes, for batches of 1, 16, 64 and 256 MiB.
 //
 // On a GPU (CUDA built in and a device present), per batch size:
@@ -47,11 +47,11 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
-#include "shuffle/batch.h"
-#include "shuffle/upload.h"
+#include "pipeline/batch.h"
+#include "pipeline/upload.h"
 
 #if CONVEYOR_HAVE_CUDA
-#include "shuffle/upload_cuda.h"
+#include "pipeline/internal/upload_cuda.h"
 #endif
 
 namespace conveyor {

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/device_copy.h"
-#include "client/wire.h"
+#include "client/internal/wire.h"
 #include "conveyor/v1/service.grpc.pb.h"
 
 namespace conveyor::client {

@@ -1,4 +1,4 @@
-#include "client/wire.h"
+#include "client/internal/wire.h"
 
 #include <algorithm>
 #include <cstring>

@@ -15,8 +15,8 @@ extern "C" {
 
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/av_codec_params.h"
-#include "decoders/av_util.h"
+#include "decoders/internal/av_codec_params.h"
+#include "decoders/internal/av_util.h"
 
 namespace conveyor {
 

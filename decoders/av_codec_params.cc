@@ -1,4 +1,4 @@
-#include "decoders/av_codec_params.h"
+#include "decoders/internal/av_codec_params.h"
 
 #include <bit>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "decoders/av_util.h"
+#include "decoders/internal/av_util.h"
 
 #include <mutex>
 

@@ -13,7 +13,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/av_util.h"
+#include "decoders/internal/av_util.h"
 
 extern "C" {
 #include <libavutil/pixdesc.h>

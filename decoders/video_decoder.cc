@@ -14,8 +14,8 @@ extern "C" {
 
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/av_codec_params.h"
-#include "decoders/av_util.h"
+#include "decoders/internal/av_codec_params.h"
+#include "decoders/internal/av_util.h"
 #include "readers/format.h"
 
 namespace conveyor {

@@ -88,11 +88,18 @@ absl::Status ConfigError(std::string_view source, const YAML::Node& n, std::stri
 absl::Status CheckKeys(std::string_view source, const YAML::Node& map, std::string_view what,
                        const std::set<std::string>& allowed) {
   if (!map.IsMap()) return ConfigError(source, map, StrCat(what, " must be a mapping"));
+  std::set<std::string> seen;
   for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) return ConfigError(source, kv.first, StrCat("a key in ", what, " is not a name"));
     const std::string key = kv.first.as<std::string>();
     if (!allowed.count(key)) {
       return ConfigError(source, kv.first, StrCat("unknown key '", key, "' in ", what, " (known: ",
                                                   JoinNames(allowed), ")"));
+    }
+    // yaml-cpp keeps both copies of a repeated key and lookups see the first: a conflicting
+    // config would silently use half of what it says.
+    if (!seen.insert(key).second) {
+      return ConfigError(source, kv.first, StrCat("key '", key, "' appears twice in ", what));
     }
   }
   return absl::OkStatus();

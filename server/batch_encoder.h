@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "conveyor/v1/service.pb.h"
-#include "shuffle/batch.h"
+#include "pipeline/batch.h"
 
 namespace conveyor {
 

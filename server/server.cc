@@ -34,7 +34,7 @@
 #include "readers/storage.h"
 #include "server/batch_encoder.h"
 #include "server/metrics.h"
-#include "shuffle/pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace conveyor {
 namespace {
@@ -439,7 +439,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
                     StrCat("consumer index ", req.consumer(), " is out of range for ", req.consumers(),
                            " consumers (0 <= consumer < consumers)"));
     }
-    // The config: one the server was started with, or the request's own.
+    // The config: one the server was started with, or the request's own (a oneof: never both).
     std::shared_ptr<Config> config;
     if (req.has_config_yaml()) {
       absl::StatusOr<std::shared_ptr<Config>> c =
@@ -767,6 +767,9 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
     health->SetServingStatus(true);
     health->SetServingStatus(kServiceName, true);
   }
+  // Released batch buffers kept for reuse are memory no stream accounts for: bound them by one
+  // stream's budget.
+  HostBuffer::SetPoolLimit(static_cast<size_t>(std::min(o.limits.stream_memory_bytes, uint64_t{2} << 30)));
   m.o = std::move(o);
   m.reaper = std::thread([&m] { m.Reap(); });
   return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));

@@ -2,7 +2,7 @@
 // gRPC (proto/conveyor/v1/service.proto). See docs/serving.md.
 //
 // Contract:
-//  - Stateless beyond its configuration: a stream is a Pipeline (shuffle/pipeline.h) built from
+//  - Stateless beyond its configuration: a stream is a Pipeline (pipeline/pipeline.h) built from
 //    the request, so any server with the same dataset and config serves the same bytes, and a
 //    client can fail over to any of them from its last cursor.
 //  - Flow control: each stream has one write outstanding and a pipeline bounded by
@@ -42,7 +42,7 @@ struct ServerLimits {
   uint64_t max_sample_bytes = 512ull << 20;  // one sample's tensors (estimated, then enforced)
   uint64_t max_batch_bytes = 2ull << 30;     // one consumer batch
   // Per stream: pre-decoded frames + samples in flight + batch buffers, estimated from the spec
-  // before the stream starts (shuffle/pipeline.h EstimateMemory).
+  // before the stream starts (pipeline/pipeline.h EstimateMemory).
   uint64_t stream_memory_bytes = 2ull << 30;
   int max_streams_per_peer = 16;             // by client IP address
 };

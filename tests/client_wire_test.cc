@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "client/wire.h"
+#include "client/internal/wire.h"
 
 namespace conveyor::client::wire {
 namespace {

@@ -156,6 +156,8 @@ std::vector<Case> Cases() {
       inline_config("unknown pipeline key", WithPipeline("pipeline: {global_batch: 32}\n"),
                     kInvalid, "global_batch"),
       inline_config("malformed YAML", "streams: [unclosed\n", kInvalid, "request config:"),
+      inline_config("conflicting keys", std::string(kGoodConfig) + "anchor: cam0\n", kInvalid,
+                    "key 'anchor' appears twice"),
       inline_config("not a mapping", "- 1\n- 2\n", kInvalid, "streams"),
       inline_config("10,000 nested lists", "streams: " + std::string(10000, '[') + "\n", kInvalid,
                     "too deeply nested"),

@@ -1,6 +1,8 @@
 // The HTTP backend against a real nginx, directly and through a fault-injecting proxy.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "base/cancel.h"
 #include "readers/storage.h"
 #include "tests/support/fault_proxy.h"
 #include "tests/support/nginx_server.h"
@@ -233,6 +236,92 @@ TEST_F(HttpStorageTest, StallOnEveryAttemptIsDeadlineExceeded) {
   EXPECT_TRUE(absl::StrContains(s.message(), proxy->base_url() + kFileName)) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "bytes=0-99")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "2 attempts")) << s;
+}
+
+// A store that answers but trickles one byte a second holds no worker for long: under the minimum
+// speed for stall_timeout_ms, an attempt is abandoned; all attempts so is the read, naming it.
+TEST_F(HttpStorageTest, ATrickleOfOneBytePerSecondIsAbandoned) {
+  auto proxy = StartProxy();
+  ASSERT_NE(proxy, nullptr);
+  HttpOptions options = FastOptions();
+  options.max_attempts = 2;
+  auto storage = Connect(proxy->base_url(), options);
+  ASSERT_NE(storage, nullptr);
+  auto file = storage->Open(kFileName);
+  ASSERT_TRUE(file.ok()) << file.status();
+  proxy->Enqueue({FaultAction::Trickle(1000), FaultAction::Trickle(1000)});
+  std::string buf(10000, '\0');
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = (*file)->Read(0, buf.size(), buf.data());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "bytes=0-9999")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "2 attempts")) << s;
+  // Not a timing assertion: a bound that only an unbounded trickle (10000 s) would break.
+  EXPECT_LT(waited, 120) << "the trickle held the read for " << waited << " s";
+}
+
+// The per-attempt deadline holds even when bytes arrive fast enough to pass the speed check.
+TEST_F(HttpStorageTest, EveryAttemptHasADeadline) {
+  auto proxy = StartProxy();
+  ASSERT_NE(proxy, nullptr);
+  HttpOptions options = FastOptions();
+  options.max_attempts = 1;
+  options.min_bytes_per_s = 1;      // a byte every 10 ms passes the speed check
+  options.stall_timeout_ms = 60000;
+  options.request_timeout_ms = 1500;
+  auto storage = Connect(proxy->base_url(), options);
+  ASSERT_NE(storage, nullptr);
+  auto file = storage->Open(kFileName);
+  ASSERT_TRUE(file.ok()) << file.status();
+  proxy->Enqueue(FaultAction::Trickle(10));
+  std::string buf(10000, '\0');
+  absl::Status s = (*file)->Read(0, buf.size(), buf.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+}
+
+// Cancellation reaches a transfer in flight: the pipeline's worker sets its flag (base/cancel.h)
+// and the read returns CANCELLED, without waiting for the store.
+TEST_F(HttpStorageTest, CancellationAbortsATransferInFlight) {
+  auto proxy = StartProxy();
+  ASSERT_NE(proxy, nullptr);
+  HttpOptions options = FastOptions();
+  options.stall_timeout_ms = 60000;
+  options.min_bytes_per_s = 1;
+  auto storage = Connect(proxy->base_url(), options);
+  ASSERT_NE(storage, nullptr);
+  auto file = storage->Open(kFileName);
+  ASSERT_TRUE(file.ok()) << file.status();
+  proxy->Enqueue(FaultAction::Trickle(200));
+  std::atomic<bool> cancel{false};
+  absl::Status s;
+  std::thread reader([&] {
+    CancelScope scope(&cancel);
+    std::string buf(10000, '\0');
+    s = (*file)->Read(0, buf.size(), buf.data());
+  });
+  while (proxy->requests_seen() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // mid-transfer
+  cancel = true;
+  reader.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_EQ(storage->stats().retries, 0u) << "a cancelled read was retried";
+}
+
+TEST(HttpStorage, CredentialsInTheUrlNeverAppearInNames) {
+  EXPECT_EQ(RedactUri("https://user:s3cret@host:8080/ds/"), "https://***@host:8080/ds/");
+  EXPECT_EQ(RedactUri("http://host/a@b/c"), "http://host/a@b/c");  // '@' in the path is no userinfo
+  EXPECT_EQ(RedactUri("/local/path"), "/local/path");
+  auto storage = NewHttpStorage("http://user:s3cret@127.0.0.1:9/ds/", FastOptions());
+  ASSERT_TRUE(storage.ok());
+  EXPECT_EQ((*storage)->Describe("manifest.json"), "http://***@127.0.0.1:9/ds/manifest.json");
+  HttpOptions one = FastOptions();
+  one.max_attempts = 1;
+  auto refused = NewHttpStorage("http://user:s3cret@127.0.0.1:9/ds/", one);
+  ASSERT_TRUE(refused.ok());
+  auto f = (*refused)->Open("manifest.json");
+  ASSERT_FALSE(f.ok());
+  EXPECT_FALSE(absl::StrContains(f.status().message(), "s3cret")) << f.status();
 }
 
 TEST_F(HttpStorageTest, MissingFileIsNotFoundWithoutRetries) {

@@ -1,14 +1,16 @@
-// Sequence packing and batch building (shuffle/packing.h) on hand-made samples: token counts with
+// Sequence packing and batch building (pipeline/packing.h) on hand-made samples: token counts with
 // padded entries, the `packing:` config and its errors, best-fit decreasing against a reference
 // implementation and the brute-force optimum, first-fit as the baseline, and the packed batch's
 // metadata (no attention between samples, stream ranges tiling each sample's segment).
-#include "shuffle/packing.h"
+#include "pipeline/packing.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -263,6 +265,25 @@ struct ConfigError {
   const char* message;  // part of the message
 };
 
+// Test output shows the case, not a byte dump of the struct.
+void PrintTo(const ConfigError& c, std::ostream* os) {
+  *os << "{where " << c.where << ", expects \"" << c.message << "\"}";
+}
+
+// "unknown key 'windw'" -> "unknown_key_windw": a readable, valid test name per case.
+std::string CaseName(const ::testing::TestParamInfo<ConfigError>& info) {
+  std::string name;
+  for (const char* p = info.param.message; *p != 0 && name.size() < 48; ++p) {
+    if (std::isalnum(static_cast<unsigned char>(*p))) {
+      name.push_back(*p);
+    } else if (!name.empty() && name.back() != '_') {
+      name.push_back('_');
+    }
+  }
+  while (!name.empty() && name.back() == '_') name.pop_back();
+  return std::to_string(info.index) + "_" + name;
+}
+
 class PackingConfigErrorTest : public ::testing::TestWithParam<ConfigError> {};
 
 TEST_P(PackingConfigErrorTest, NamesFileLineAndColumn) {
@@ -303,7 +324,8 @@ INSTANTIATE_TEST_SUITE_P(
         ConfigError{"packing:\n  max_tokens: 64\n  tokens: {cam0: {per_frame: 40}}\n",
                     "c.yaml:2:15", "costs up to 80 tokens before text (cam0 80)"},
         ConfigError{"packing: [1, 2]\n", "c.yaml:1:10", "packing must be a mapping"},
-        ConfigError{"packing: {max_tokens: 64\n", "c.yaml:", "not valid YAML"}));
+        ConfigError{"packing: {max_tokens: 64\n", "c.yaml:", "not valid YAML"}),
+    CaseName);
 
 // ---- packing plans ----
 

@@ -2,7 +2,7 @@
 // only; batches are bit-identical at any thread count and from any resume cursor; consumers get
 // disjoint slices whose union is the global batch (elastic resume); GOP scheduling decodes less
 // and stays exact; memory stays within the budget; shutdown never hangs.
-#include "shuffle/pipeline.h"
+#include "pipeline/pipeline.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
-// Tests for shuffle/upload.h and HostBuffer (shuffle/batch.h).
+// Tests for pipeline/upload.h and HostBuffer (pipeline/batch.h).
 //
 // Everything but the GPU tests runs on any machine: the CPU path is forced with device = -1, and
 // the default options take whichever path the machine offers. The GPU tests copy the device
 // memory back with a plain cudaMemcpy and compare bytes; they skip (with the reason) when the
 // build has no CUDA or the machine no usable GPU.
-#include "shuffle/upload.h"
+#include "pipeline/upload.h"
 
 #include <atomic>
 #include <chrono>
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "shuffle/batch.h"
+#include "pipeline/batch.h"
 
 #if CONVEYOR_HAVE_CUDA
-#include "shuffle/upload_cuda.h"
+#include "pipeline/internal/upload_cuda.h"
 #endif
 
 namespace conveyor {

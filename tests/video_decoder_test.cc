@@ -57,6 +57,9 @@ struct Clip {
   int rotation = 0;    // 0, 90, 180, 270: patch the track matrix (MP4 only)
 };
 
+// Test output and names show the clip's name, not a byte dump of the struct.
+void PrintTo(const Clip& c, std::ostream* os) { *os << c.name; }
+
 class VideoDecoderClipTest : public ::testing::TestWithParam<Clip> {};
 
 // Makes the clip, imports it, and checks every frame, asked for in a shuffled order a few at a

@@ -10,7 +10,7 @@
 #include "base/strings.h"
 #include "readers/format.h"
 #include "readers/npy.h"
-#include "shuffle/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "shuffle/quality.h"
 #include "tools/batch_line.h"
 #include "tools/commands.h"

@@ -40,7 +40,7 @@
 #include "readers/format.h"
 #include "readers/storage.h"
 #include "server/server.h"
-#include "shuffle/pipeline.h"
+#include "pipeline/pipeline.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {

@@ -26,11 +26,11 @@ extern "C" {
 
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/av_util.h"
+#include "decoders/internal/av_util.h"
 #include "readers/dataset_writer.h"
 #include "readers/format.h"
 #include "readers/npy.h"
-#include "decoders/av_codec_params.h"
+#include "decoders/internal/av_codec_params.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {

@@ -19,9 +19,9 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/av_util.h"
+#include "decoders/internal/av_util.h"
 #include "readers/dataset_writer.h"
-#include "decoders/av_codec_params.h"
+#include "decoders/internal/av_codec_params.h"
 #include "tools/commands.h"
 #include "tools/synth_signals.h"
 

@@ -1,4 +1,4 @@
-// Fuzzes the client's hand-written parser of stream messages (client/wire.h): any bytes, cut into
+// Fuzzes the client's hand-written parser of stream messages (client/internal/wire.h): any bytes, cut into
 // slices at fuzzer-chosen points, must parse or be refused, never read out of bounds; tensor
 // headers (shapes, offsets, byte counts) must be checked or refused without overflow.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "client/wire.h"
+#include "client/internal/wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;

@@ -14,7 +14,7 @@
 
 #include "readers/dataset.h"
 #include "readers/dataset_writer.h"
-#include "shuffle/pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace {
 

@@ -185,6 +185,9 @@ void FaultProxy::Serve(int client_fd) {
       case FaultAction::kCutBodyAfter:
         Relay(client_fd, WithConnectionClose(head), /*cut=*/true, action.bytes);
         break;
+      case FaultAction::kTrickle:
+        Relay(client_fd, WithConnectionClose(head), /*cut=*/false, 0, action.stall_ms);
+        break;
       case FaultAction::kRespond503: {
         const std::string body = "fault proxy: 503\n";
         std::string response = StrCat(
@@ -210,7 +213,7 @@ void FaultProxy::Serve(int client_fd) {
 }
 
 void FaultProxy::Relay(int client_fd, const std::string& request_head, bool cut,
-                       uint64_t body_limit) {
+                       uint64_t body_limit, int trickle_ms) {
   int upstream = ConnectLoopback(upstream_port_);
   if (upstream < 0) return;
   if (SendAll(upstream, stop_fd_, request_head.data(), request_head.size())) {
@@ -226,13 +229,23 @@ void FaultProxy::Relay(int client_fd, const std::string& request_head, bool cut,
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) break;
       const size_t n = static_cast<size_t>(r);
-      if (cut && !head_found) {
+      if ((cut || trickle_ms > 0) && !head_found) {
         const size_t searched = response_head.size();
         response_head.append(buf, n);
         size_t end = response_head.find("\r\n\r\n", searched >= 3 ? searched - 3 : 0);
         if (end != std::string::npos) {
           head_found = true;
-          limit = end + 4 + body_limit;
+          if (cut) limit = end + 4 + body_limit;
+          if (trickle_ms > 0) {
+            // The head at once, then the body byte by byte until the client closes.
+            const size_t head_here = end + 4 - searched;
+            if (!SendAll(client_fd, stop_fd_, buf, head_here)) break;
+            for (size_t i = head_here; i < n; ++i) {
+              if (!SendAll(client_fd, stop_fd_, buf + i, 1)) break;
+              if (WaitFor(client_fd, POLLRDHUP, stop_fd_, trickle_ms) != Ready::kTimedOut) break;
+            }
+            break;  // one buffer's worth is plenty for a test of giving up
+          }
         }
       }
       const size_t pass = static_cast<size_t>(std::min<uint64_t>(n, limit - relayed));

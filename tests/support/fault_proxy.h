@@ -24,6 +24,7 @@ struct FaultAction {
     kCutBodyAfter,  // forward, relay the response head and `bytes` of its body, then close
     kStall,         // read the request, send nothing for `stall_ms`, then close
     kReset,         // read the request, then reset the connection (RST)
+    kTrickle,       // forward, relay the response head, then the body one byte per `stall_ms`
   };
   Kind kind = kPassThrough;
   uint64_t bytes = 0;
@@ -34,6 +35,7 @@ struct FaultAction {
   static FaultAction CutBodyAfter(uint64_t bytes) { return {kCutBodyAfter, bytes}; }
   static FaultAction Stall(int ms) { return {kStall, 0, ms}; }
   static FaultAction Reset() { return {kReset}; }
+  static FaultAction Trickle(int ms_per_byte) { return {kTrickle, 0, ms_per_byte}; }
 };
 
 // Listens on 127.0.0.1 at an ephemeral port and forwards to 127.0.0.1:upstream_port.
@@ -73,7 +75,10 @@ class FaultProxy {
   FaultAction NextAction();
   // Forwards `request_head` to the upstream and relays the response; stops after the body's
   // first `body_limit` bytes when `cut` is set.
-  void Relay(int client_fd, const std::string& request_head, bool cut, uint64_t body_limit);
+  // With `trickle_ms` > 0 the body goes out one byte per trickle_ms (a store that is alive but
+  // useless), until the client gives up.
+  void Relay(int client_fd, const std::string& request_head, bool cut, uint64_t body_limit,
+             int trickle_ms = 0);
 
   const int listen_fd_;
   const int stop_fd_;  // an eventfd, readable once the destructor runs

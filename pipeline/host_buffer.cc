@@ -1,4 +1,4 @@
-// HostBuffer (shuffle/batch.h): pinned memory when CUDA is built in and a GPU is present, 4096-byte
+// HostBuffer (pipeline/batch.h): pinned memory when CUDA is built in and a GPU is present, 4096-byte
 // aligned ordinary memory otherwise.
 #include <algorithm>
 #include <cstdint>
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "shuffle/batch.h"
+#include "pipeline/batch.h"
 #include "spdlog/spdlog.h"
 
 #if CONVEYOR_HAVE_CUDA
-#include "shuffle/upload_cuda.h"
+#include "pipeline/internal/upload_cuda.h"
 #endif
 
 namespace conveyor {
@@ -22,7 +22,6 @@ namespace {
 constexpr size_t kAlignment = 4096;
 constexpr size_t kPoolMinBytes = 1 << 20;
 constexpr size_t kPoolMaxBlocks = 8;
-constexpr size_t kPoolMaxBytes = size_t{2} << 30;
 
 struct Pooled {
   uint8_t* data;
@@ -34,12 +33,24 @@ struct Pool {
   std::mutex mu;
   std::vector<Pooled> blocks;
   size_t bytes = 0;
+  size_t max_bytes = size_t{2} << 30;  // SetPoolLimit
 };
 
 // Never destroyed: buffers may be released during static destruction.
 Pool& GetPool() {
   static Pool* pool = new Pool();
   return *pool;
+}
+
+void FreeBlock(uint8_t* data, bool pinned) {
+#if CONVEYOR_HAVE_CUDA
+  if (pinned) {
+    cuda::PinnedMemoryDeleter()(data);
+    return;
+  }
+#endif
+  (void)pinned;
+  std::free(data);
 }
 
 // A pooled block of at least `rounded` bytes (and at most twice that), or {nullptr}.
@@ -64,13 +75,28 @@ bool GivePooled(uint8_t* data, size_t capacity, bool pinned) {
   if (capacity < kPoolMinBytes) return false;
   Pool& pool = GetPool();
   std::lock_guard<std::mutex> lock(pool.mu);
-  if (pool.blocks.size() >= kPoolMaxBlocks || pool.bytes + capacity > kPoolMaxBytes) return false;
+  if (pool.blocks.size() >= kPoolMaxBlocks || pool.bytes + capacity > pool.max_bytes) return false;
   pool.blocks.push_back(Pooled{data, capacity, pinned});
   pool.bytes += capacity;
   return true;
 }
 
 }  // namespace
+
+void HostBuffer::SetPoolLimit(size_t bytes) {
+  Pool& pool = GetPool();
+  std::vector<Pooled> freed;
+  {
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.max_bytes = bytes;
+    while (pool.bytes > pool.max_bytes && !pool.blocks.empty()) {
+      freed.push_back(pool.blocks.back());
+      pool.bytes -= pool.blocks.back().capacity;
+      pool.blocks.pop_back();
+    }
+  }
+  for (const Pooled& b : freed) FreeBlock(b.data, b.pinned);
+}
 
 // Allocation failure throws std::bad_alloc, as the shared_ptr's own allocation here would:
 // running out of host memory is not something a caller can recover from batch by batch.
@@ -123,13 +149,7 @@ std::shared_ptr<HostBuffer> HostBuffer::Allocate(size_t bytes, bool pinned) {
 
 HostBuffer::~HostBuffer() {
   if (data_ != nullptr && GivePooled(data_, capacity_, pinned_)) return;
-#if CONVEYOR_HAVE_CUDA
-  if (pinned_) {
-    cuda::PinnedMemoryDeleter()(data_);
-    return;
-  }
-#endif
-  std::free(data_);
+  FreeBlock(data_, pinned_);
 }
 
 }  // namespace conveyor

@@ -1,4 +1,4 @@
-#include "shuffle/packing.h"
+#include "pipeline/packing.h"
 
 #include <yaml-cpp/yaml.h>
 

@@ -1,6 +1,6 @@
 // A batch as the pipeline hands it out: the cursor it belongs to, the ids of its samples, and its
 // tensors, all in one aligned host buffer (pinned when CUDA is present, so it can be copied to
-// the GPU asynchronously; see shuffle/upload.h).
+// the GPU asynchronously; see pipeline/upload.h).
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,9 @@ class HostBuffer {
  public:
   // Pinned when `pinned` is asked for and possible; aligned host memory otherwise.
   static std::shared_ptr<HostBuffer> Allocate(size_t bytes, bool pinned);
+  // Caps the process-wide pool of released blocks (default 2 GiB); frees what is over it. A
+  // server sets it so that idle memory is part of its budget (server/server.h).
+  static void SetPoolLimit(size_t bytes);
   ~HostBuffer();
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;

@@ -1,4 +1,4 @@
-#include "shuffle/pipeline.h"
+#include "pipeline/pipeline.h"
 
 #include <yaml-cpp/yaml.h>
 

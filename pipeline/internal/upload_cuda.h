@@ -3,7 +3,7 @@
 // Uploader. Implemented in upload_cuda.cu.
 //
 // INTERNAL header: it includes <cuda_runtime.h>. Include it only under `#if CONVEYOR_HAVE_CUDA`
-// and never from a public header (shuffle/upload.h hides all of it).
+// and never from a public header (pipeline/upload.h hides all of it).
 #pragma once
 
 #include <cuda_runtime.h>

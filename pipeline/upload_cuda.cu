@@ -1,7 +1,7 @@
-// The CUDA half of shuffle/upload.h and shuffle/batch.h's HostBuffer (see upload_cuda.h). Host
+// The CUDA half of pipeline/upload.h and pipeline/batch.h's HostBuffer (see upload_cuda.h). Host
 // code only: no kernels, so the file builds for any CUDA architecture list. Compiled only when
 // CONVEYOR_HAVE_CUDA.
-#include "shuffle/upload_cuda.h"
+#include "pipeline/internal/upload_cuda.h"
 
 #include <utility>
 

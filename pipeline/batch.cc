@@ -1,4 +1,4 @@
-#include "shuffle/batch.h"
+#include "pipeline/batch.h"
 
 namespace conveyor {
 

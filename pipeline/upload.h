@@ -1,5 +1,5 @@
 // GPU upload: the last pipeline stage on the trainer's side. An Uploader copies each Batch's host
-// buffer (one contiguous, 4096-aligned block, pinned when a GPU is present; shuffle/batch.h) to
+// buffer (one contiguous, 4096-aligned block, pinned when a GPU is present; pipeline/batch.h) to
 // GPU memory with one asynchronous cudaMemcpyAsync on its own non-default stream, into one of
 // `buffers` device buffers, and returns at once. With two buffers the copy of batch k+1 runs while
 // the trainer computes on batch k.
@@ -9,7 +9,7 @@
 // nothing is copied, and the same bound holds (at most `buffers` DeviceBatches alive).
 //
 // CUDA types stay out of this header (handles are passed as void*); the CUDA code is in
-// shuffle/upload_cuda.cu. Details and the intended consumer loop: docs/pipeline.md, "GPU upload".
+// pipeline/upload_cuda.cu. Details and the intended consumer loop: docs/pipeline.md, "GPU upload".
 #pragma once
 
 #include <cstddef>
@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "shuffle/batch.h"
+#include "pipeline/batch.h"
 
 namespace conveyor {
 

@@ -1,4 +1,4 @@
-#include "shuffle/upload.h"
+#include "pipeline/upload.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include "spdlog/spdlog.h"
 
 #if CONVEYOR_HAVE_CUDA
-#include "shuffle/upload_cuda.h"
+#include "pipeline/internal/upload_cuda.h"
 #endif
 
 namespace conveyor {

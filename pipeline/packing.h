@@ -22,7 +22,7 @@
 #include "decoders/sample_assembler.h"
 #include "decoders/sample_spec.h"
 #include "readers/manifest.h"
-#include "shuffle/batch.h"
+#include "pipeline/batch.h"
 
 namespace YAML {
 class Node;

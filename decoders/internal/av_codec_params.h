@@ -1,13 +1,13 @@
 // Conversions between FFmpeg's AVCodecParameters and the shard format's CodecParams, shared by
 // `conveyor import` (AV -> proto), `conveyor extract` (proto -> AV) and `conveyor synth`.
 //
-// INTERNAL header: it includes FFmpeg (through decoders/av_util.h). Only tools/ and decoders/
+// INTERNAL header: it includes FFmpeg (through decoders/internal/av_util.h). Only tools/ and decoders/
 // .cc files may include it.
 #pragma once
 
 #include "absl/status/status.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/av_util.h"
+#include "decoders/internal/av_util.h"
 
 namespace conveyor::av {
 

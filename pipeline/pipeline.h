@@ -23,9 +23,9 @@
 #include "absl/status/statusor.h"
 #include "decoders/sample_assembler.h"
 #include "readers/dataset.h"
-#include "shuffle/batch.h"
+#include "pipeline/batch.h"
 #include "shuffle/order.h"
-#include "shuffle/packing.h"
+#include "pipeline/packing.h"
 
 namespace conveyor {
 
