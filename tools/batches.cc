@@ -13,6 +13,7 @@
 #include "pipeline/pipeline.h"
 #include "shuffle/quality.h"
 #include "tools/batch_line.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -116,6 +117,41 @@ absl::Status RunBatches(const BatchesOptions& o) {
     std::fprintf(stderr, "\n");
   }
   return absl::OkStatus();
+}
+
+
+// `conveyor batches`: its flags and its run (tools/command.h).
+class BatchesCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand(
+        "batches", "Run the pipeline offline: one line per batch (cursor, sample ids, SHA-256)");
+    c->add_option("dataset", o_.dataset, "Dataset path or URL")->required();
+    c->add_option("--config", o_.config, "Config (YAML): streams, pipeline, packing")->required();
+    c->add_option("--consumer", o_.consumer, "This consumer's index (rank)")->check(CLI::NonNegativeNumber);
+    c->add_option("--consumers", o_.consumers, "Number of consumers (ranks)")->check(CLI::PositiveNumber);
+    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP");
+    c->add_option("--steps", o_.steps, "Batches to produce")->check(CLI::PositiveNumber);
+    c->add_option("--threads", o_.threads, "Worker threads (0 = one per core)")->check(CLI::NonNegativeNumber);
+    c->add_option("--batch-size", o_.batch_size, "Global batch size (overrides the config)")->check(CLI::PositiveNumber);
+    c->add_option("--seed", o_.seed, "Seed (overrides the config)")->check(CLI::NonNegativeNumber);
+    c->add_option("--schedule", o_.schedule, "naive or gop (overrides the config)");
+    c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");
+    c->add_flag("--ids", o_.ids, "Print every sample id (episode/step)");
+    c->add_flag("--stats", o_.stats, "Print amplification, shuffle quality, fill ratio and stage times");
+    c->add_option("--out", o_.out, "Write each batch's tensors as .npy under DIR/EPOCH-STEP/");
+    return c;
+  }
+  absl::Status Run() override {
+    return RunBatches(o_);
+  }
+
+ private:
+  BatchesOptions o_;
+};
+
+std::unique_ptr<Command> NewBatchesCommand() {
+  return std::make_unique<BatchesCommand>();
 }
 
 }  // namespace conveyor::tools

@@ -41,6 +41,7 @@
 #include "readers/storage.h"
 #include "server/server.h"
 #include "pipeline/pipeline.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -710,6 +711,37 @@ absl::Status RunBench(const BenchOptions& o) {
     std::printf("wrote %s\n", o.plot.c_str());
   }
   return absl::OkStatus();
+}
+
+
+// `conveyor bench`: its flags and its run (tools/command.h).
+class BenchCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("bench", "Throughput per modality on this dataset, each figure beside its limit (docs/bench.md)");
+    c->add_option("dataset", o_.dataset, "Dataset path or URL")->required();
+    c->add_option("--config", o_.config, "Config (YAML); default: every stream with its defaults");
+    c->add_option("--modality", o_.modality, "video, image, audio, lowdim or all")->capture_default_str();
+    c->add_option("--threads", o_.threads, "Thread counts, e.g. 1,2")->delimiter(',')->capture_default_str();
+    c->add_option("--seconds", o_.seconds, "Seconds per figure")->capture_default_str();
+    c->add_flag("--no-serve", no_serve_, "Skip the end-to-end run through a server");
+    c->add_option("--json", o_.json, "Write every figure as JSON");
+    c->add_option("--plot", o_.plot, "Write a PNG plot (needs python3-matplotlib)");
+    c->add_option("--markdown", o_.markdown, "Write one Markdown table per modality");
+    return c;
+  }
+  absl::Status Run() override {
+    o_.serve = !no_serve_;
+    return RunBench(o_);
+  }
+
+ private:
+  BenchOptions o_;
+  bool no_serve_ = false;
+};
+
+std::unique_ptr<Command> NewBenchCommand() {
+  return std::make_unique<BenchCommand>();
 }
 
 }  // namespace conveyor::tools

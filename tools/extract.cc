@@ -21,6 +21,7 @@
 #include "readers/format.h"
 #include "readers/npy.h"
 #include "decoders/internal/av_codec_params.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -288,6 +289,32 @@ absl::Status RunExtract(const ExtractOptions& options) {
       return absl::DataLossError(
           StrCat("stream '", si.name(), "' has unknown kind ", static_cast<int>(si.kind())));
   }
+}
+
+
+// `conveyor extract`: its flags and its run (tools/command.h).
+class ExtractCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("extract", "Write one stream of one episode as a standard file");
+    c->add_option("dataset", o_.dataset, "Dataset path or URL")->required();
+    c->add_option("--episode", o_.episode, "Episode number (0-based)")->required();
+    c->add_option("--stream", o_.stream, "Stream name (see `conveyor inspect`)")->required();
+    c->add_option("--out", o_.out,
+                   "Output file: .mp4/.mkv/.webm (video), .wav/.flac/.m4a/.mka/.ogg (audio), .npy (lowdim), .txt (text), a directory (images)")
+        ->required();
+    return c;
+  }
+  absl::Status Run() override {
+    return RunExtract(o_);
+  }
+
+ private:
+  ExtractOptions o_;
+};
+
+std::unique_ptr<Command> NewExtractCommand() {
+  return std::make_unique<ExtractCommand>();
 }
 
 }  // namespace conveyor::tools

@@ -12,6 +12,7 @@
 #include "conveyor/v1/service.pb.h"
 #include "readers/storage.h"
 #include "tools/batch_line.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -108,6 +109,49 @@ absl::Status RunFetch(const FetchOptions& o) {
                  client->cursor().ToString().c_str());
   }
   return absl::OkStatus();
+}
+
+
+// `conveyor fetch`: its flags and its run (tools/command.h).
+class FetchCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("fetch", "Stream batches from data servers (smoke tests, audits; --digest equals `conveyor batches --digest`)");
+    c->add_option("--servers", o_.servers, "HOST:PORT[,HOST:PORT...] (default: $CONVEYOR_SERVERS); fails over in turn");
+    c->add_option("--job", o_.job, "Job name (metrics, logs)")->capture_default_str();
+    c->add_option("--consumer", o_.consumer, "This consumer's index (rank)")->check(CLI::NonNegativeNumber);
+    c->add_option("--consumers", o_.consumers, "Number of consumers (ranks)")->check(CLI::PositiveNumber);
+    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP")->capture_default_str();
+    c->add_option("--steps", o_.steps, "Batches to stream (0: to the end of the stream)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");
+    c->add_flag("--ids", o_.ids, "Print every sample id (episode/step)");
+    c->add_flag("--stats", o_.stats, "Print throughput, reconnects and waiting time at the end");
+    auto* config = c->add_option("--config", o_.config, "Send this config (YAML) instead of using one of the server's");
+    c->add_option("--config-name", o_.config_name, "Use the server's config of this name (default: its first)")->excludes(config);
+    c->add_option("--auth-token-file", o_.auth_token_file, "File holding the bearer token");
+    c->add_flag("--tls", o_.tls, "Use TLS with the system's roots");
+    c->add_option("--tls-ca", o_.tls_ca, "Verify the server with these roots (PEM); implies --tls");
+    c->add_option("--tls-cert", o_.tls_cert, "Client certificate (PEM); implies --tls");
+    c->add_option("--tls-key", o_.tls_key, "Client key (PEM)");
+    c->add_option("--tls-server-name", o_.tls_server_name, "Name to check in the server's certificate");
+    c->add_option("--prefetch", o_.prefetch, "Batches received ahead")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-message-bytes", o_.max_message_bytes, "Ask for messages of at most this size (0: the server's)");
+    c->add_option("--reconnect-timeout", o_.reconnect_timeout, "Give up after this many seconds without a batch")->capture_default_str();
+    c->add_option("--stall-after", o_.stall_after, "Testing: stop reading after this many batches...");
+    c->add_option("--stall-seconds", o_.stall_seconds, "...for this long");
+    c->add_flag("--info", o_.info, "Print the server's dataset and configs (JSON) and exit");
+    return c;
+  }
+  absl::Status Run() override {
+    return RunFetch(o_);
+  }
+
+ private:
+  FetchOptions o_;
+};
+
+std::unique_ptr<Command> NewFetchCommand() {
+  return std::make_unique<FetchCommand>();
 }
 
 }  // namespace conveyor::tools

@@ -31,6 +31,7 @@ extern "C" {
 #include "readers/format.h"
 #include "readers/npy.h"
 #include "decoders/internal/av_codec_params.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -733,6 +734,33 @@ absl::Status RunImport(const ImportOptions& options) {
     }
   }
   return status;
+}
+
+
+// `conveyor import`: its flags and its run (tools/command.h).
+class ImportCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("import", "Build a dataset from existing files (one folder per episode; see docs/import.md)");
+    c->add_option("--from", o_.from, "Folder holding one sub-folder per episode")->required();
+    c->add_option("--out", o_.out, "Output dataset directory")->required();
+    c->add_option("--name", o_.name, "Dataset name (default: the input folder's name)");
+    c->add_option("--episodes-per-shard", o_.episodes_per_shard, "Episodes per shard file")->capture_default_str();
+    c->add_flag("--quiet", quiet_, "No progress output");
+    return c;
+  }
+  absl::Status Run() override {
+    o_.progress = !quiet_;
+    return RunImport(o_);
+  }
+
+ private:
+  ImportOptions o_;
+  bool quiet_ = false;
+};
+
+std::unique_ptr<Command> NewImportCommand() {
+  return std::make_unique<ImportCommand>();
 }
 
 }  // namespace conveyor::tools

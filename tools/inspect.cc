@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "readers/dataset.h"
 #include "readers/format.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -151,6 +152,29 @@ absl::Status RunInspect(const InspectOptions& options) {
     }
   }
   return absl::OkStatus();
+}
+
+
+// `conveyor inspect`: its flags and its run (tools/command.h).
+class InspectCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("inspect", "Describe a dataset: episodes, streams, shards, statistics");
+    c->add_option("dataset", o_.dataset, "Dataset path or URL (http://host:port/prefix/)")->required();
+    c->add_flag("--json", o_.json, "Print one JSON object");
+    c->add_flag("--verify", o_.verify, "Read every shard and check every checksum");
+    return c;
+  }
+  absl::Status Run() override {
+    return RunInspect(o_);
+  }
+
+ private:
+  InspectOptions o_;
+};
+
+std::unique_ptr<Command> NewInspectCommand() {
+  return std::make_unique<InspectCommand>();
 }
 
 }  // namespace conveyor::tools

@@ -15,6 +15,7 @@
 #include "base/strings.h"
 #include "decoders/sample_assembler.h"
 #include "readers/npy.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -172,6 +173,44 @@ absl::Status RunSample(const SampleOptions& o) {
                  total.frames_delivered ? static_cast<double>(total.frames_decoded) / total.frames_delivered : 0.0);
   }
   return absl::OkStatus();
+}
+
+
+// `conveyor sample`: its flags and its run (tools/command.h).
+class SampleCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand(
+        "sample", "Assemble samples as training sees them and write each as .npy files + meta.json");
+    c->add_option("dataset", o_.dataset, "Dataset path or URL")->required();
+    c->add_option("--config", o_.config,
+                   "Sample spec (YAML, see docs/sampling.md); default: every stream at t=0");
+    c->add_option("--count", o_.count, "Number of samples")->check(CLI::PositiveNumber);
+    c->add_option("--out", o_.out, "Output directory (one sub-folder per sample)")->required();
+    c->add_option("--seed", o_.seed, "Augmentation seed");
+    c->add_option("--epoch", o_.epoch, "Epoch (augmentation draws depend on it)");
+    c->add_option("--start", o_.start, "First sample index")->check(CLI::NonNegativeNumber);
+    c->add_option("--stride", o_.stride, "Step between sample indices (default: spread evenly)")
+        ->check(CLI::NonNegativeNumber);
+    c->add_option("--indices", o_.indices, "Explicit sample indices (comma-separated)")
+        ->delimiter(',');
+    c->add_option("--threads", o_.threads, "Worker threads (0 = one per core)")
+        ->check(CLI::NonNegativeNumber);
+    c->add_flag("--quiet", quiet_, "No progress output");
+    return c;
+  }
+  absl::Status Run() override {
+    o_.progress = !quiet_;
+    return RunSample(o_);
+  }
+
+ private:
+  SampleOptions o_;
+  bool quiet_ = false;
+};
+
+std::unique_ptr<Command> NewSampleCommand() {
+  return std::make_unique<SampleCommand>();
 }
 
 }  // namespace conveyor::tools

@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "server/server.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 
 namespace conveyor::tools {
@@ -67,6 +68,50 @@ absl::Status RunServe(const ServeOptions& o) {
   server->Wait();
   std::fprintf(stderr, "conveyor serve: stopped\n");
   return absl::OkStatus();
+}
+
+
+// `conveyor serve`: its flags and its run (tools/command.h).
+class ServeCommand final : public Command {
+ public:
+  explicit ServeCommand(std::string version) { o_.version = std::move(version); }
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("serve", "Serve batches over gRPC to training workers (docs/serving.md)");
+    c->add_option("dataset", o_.dataset, "Dataset path or URL")->required();
+    c->add_option("--config", o_.configs, "Config (YAML); repeat for several, named by file stem; the first is the default")->required();
+    c->add_option("--listen", o_.listen, "Address to listen on (port 0: pick a free one); beyond loopback needs --auth-token-file or TLS with --tls-client-ca")->capture_default_str();
+    c->add_option("--metrics-listen", o_.metrics_listen, "Serve Prometheus metrics on http://ADDR/metrics");
+    c->add_option("--auth-token-file", o_.auth_token_file, "File holding the bearer token clients must send");
+    c->add_option("--tls-cert", o_.tls_cert, "TLS certificate chain (PEM)");
+    c->add_option("--tls-key", o_.tls_key, "TLS private key (PEM)");
+    c->add_option("--tls-client-ca", o_.tls_client_ca, "Require client certificates signed by this CA (PEM)");
+    c->add_option("--threads", o_.threads, "Decode workers per stream")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--queue-bytes", o_.queue_bytes, "Byte budget of samples in flight per stream")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-message-bytes", o_.max_message_bytes, "Largest message; batches are split")->capture_default_str();
+    c->add_option("--max-streams", o_.max_streams, "Concurrent streams")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--ready-file", o_.ready_file, "Write the bound address here once serving");
+    c->add_option("--grace-seconds", o_.grace_seconds, "Drain time on SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);
+    // Ceilings no request can raise (docs/serving.md "Ceilings").
+    c->add_option("--stream-memory-bytes", o_.limits.stream_memory_bytes, "Per stream: pre-decoded frames + samples in flight + batch buffers, estimated before a stream starts")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-global-batch-size", o_.limits.max_global_batch_size, "Largest global batch a request may ask for")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-pixels", o_.limits.max_pixels, "Largest decoded frame or output image, in pixels")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-frames-per-sample", o_.limits.max_frames_per_sample, "Most frames per stream and sample")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-audio-samples", o_.limits.max_audio_samples, "Longest audio window, in samples per channel")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-sample-bytes", o_.limits.max_sample_bytes, "Largest sample (all its tensors)")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-batch-bytes", o_.limits.max_batch_bytes, "Largest consumer batch")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-streams-per-peer", o_.limits.max_streams_per_peer, "Concurrent streams per client address")->capture_default_str()->check(CLI::PositiveNumber);
+    return c;
+  }
+  absl::Status Run() override {
+    return RunServe(o_);
+  }
+
+ private:
+  ServeOptions o_;
+};
+
+std::unique_ptr<Command> NewServeCommand(std::string version) {
+  return std::make_unique<ServeCommand>(std::move(version));
 }
 
 }  // namespace conveyor::tools

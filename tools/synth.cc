@@ -22,6 +22,7 @@
 #include "decoders/internal/av_util.h"
 #include "readers/dataset_writer.h"
 #include "decoders/internal/av_codec_params.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 #include "tools/synth_signals.h"
 
@@ -506,6 +507,71 @@ absl::Status RunSynth(const SynthOptions& options) {
                  m.total_bytes / 1e6, options.out.c_str());
   }
   return absl::OkStatus();
+}
+
+
+// Parses "WxH".
+bool ParseSize(const std::string& text, int* w, int* h) {
+  char x = 0;
+  char extra = 0;
+  return std::sscanf(text.c_str(), "%d%c%d%c", w, &x, h, &extra) == 3 && (x == 'x' || x == 'X');
+}
+
+// Parses "S" or "MIN:MAX" seconds.
+bool ParseRange(const std::string& text, double* lo, double* hi) {
+  char extra = 0;
+  if (std::sscanf(text.c_str(), "%lf:%lf%c", lo, hi, &extra) == 2) return true;
+  if (std::sscanf(text.c_str(), "%lf%c", lo, &extra) == 1) {
+    *hi = *lo;
+    return true;
+  }
+  return false;
+}
+
+// `conveyor synth`: its flags and its run (tools/command.h).
+class SynthCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("synth", "Generate realistic synthetic robot episodes");
+    c->add_option("--out", o_.out, "Output dataset directory (must not exist or be empty)")->required();
+    c->add_option("--episodes", o_.episodes, "Number of episodes")->capture_default_str();
+    c->add_option("--cameras", o_.cameras, "Cameras per episode")->capture_default_str();
+    c->add_option("--size", size_, "Frame size WxH")->capture_default_str();
+    c->add_option("--fps", o_.fps, "Camera frame rate")->capture_default_str();
+    c->add_option("--gop", o_.gop, "Keyframe interval in frames")->capture_default_str();
+    c->add_option("--video-codec", o_.video_codec, "h264, hevc, av1 or vp9")->capture_default_str();
+    c->add_option("--audio-codec", o_.audio_codec, "aac, opus, flac or none")->capture_default_str();
+    c->add_option("--audio-rate", o_.audio_rate, "Audio sample rate (Hz)")->capture_default_str();
+    c->add_option("--state-dim", o_.state_dim, "Proprioceptive state dimensions")->capture_default_str();
+    c->add_option("--action-dim", o_.action_dim, "Action dimensions")->capture_default_str();
+    c->add_option("--lowdim-rate", o_.lowdim_rate, "State/action rate (Hz)")->capture_default_str();
+    c->add_option("--episode-seconds", seconds_, "Episode length: S or MIN:MAX seconds")->capture_default_str();
+    c->add_option("--episodes-per-shard", o_.episodes_per_shard, "Episodes per shard file")->capture_default_str();
+    c->add_option("--seed", o_.seed, "Random seed (same seed, same dataset, bit for bit)")->capture_default_str();
+    c->add_option("--threads", o_.threads, "Encoding threads (0: one per core)")->capture_default_str();
+    c->add_flag("--quiet", quiet_, "No progress output");
+    return c;
+  }
+  absl::Status Run() override {
+    if (!ParseSize(size_, &o_.width, &o_.height)) {
+      return absl::InvalidArgumentError(StrCat("--size '", size_, "' is not WxH (e.g. 224x224)"));
+    }
+    if (!ParseRange(seconds_, &o_.min_seconds, &o_.max_seconds)) {
+      return absl::InvalidArgumentError(StrCat("--episode-seconds '", seconds_, "' is not S or MIN:MAX"));
+    }
+    o_.progress = !quiet_;
+    return RunSynth(o_);
+  }
+
+ private:
+  SynthOptions o_;
+  std::string size_ = "224x224";
+  std::string seconds_ = "10:30";
+  bool quiet_ = false;
+};
+
+std::unique_ptr<Command> NewSynthCommand() {
+  return std::make_unique<SynthCommand>();
 }
 
 }  // namespace conveyor::tools

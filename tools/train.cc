@@ -7,6 +7,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "readers/storage.h"
+#include "tools/command.h"
 #include "tools/commands.h"
 #include "trainer/trainer.h"
 
@@ -86,6 +87,43 @@ absl::Status RunTrain(const TrainCliOptions& o) {
                  r.first_step_mean_loss > 0 ? r.first_step_loss / r.first_step_mean_loss : 0);
   }
   return absl::OkStatus();
+}
+
+
+// `conveyor train`: its flags and its run (tools/command.h).
+class TrainCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("train", "The reference trainer: one rank of a data-parallel run, with step-time attribution (docs/trainer.md)");
+    c->add_option("--servers", o_.servers, "HOST:PORT[,...] (default: $CONVEYOR_SERVERS)");
+    c->add_option("--job", o_.job, "Job name")->capture_default_str();
+    c->add_option("--rank", o_.rank, "This rank (default: $RANK, else 0)");
+    c->add_option("--world-size", o_.world_size, "Ranks (default: $WORLD_SIZE, else 1)");
+    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP")->capture_default_str();
+    auto* config = c->add_option("--config", o_.config, "Config (YAML) to send");
+    c->add_option("--config-name", o_.config_name, "The server's config of this name")->excludes(config);
+    c->add_option("--auth-token-file", o_.auth_token_file, "Bearer token file");
+    c->add_option("--steps", o_.steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--lr", o_.lr, "Adam learning rate")->capture_default_str();
+    c->add_option("--shift-frames", o_.shift_frames, "Deliberately shift the cameras by this many anchor steps (misalignment check)");
+    c->add_option("--comm", o_.comm, "auto, gloo, nccl or none")->capture_default_str();
+    c->add_option("--rendezvous", o_.rendezvous, "Directory every rank sees (gloo, nccl)");
+    c->add_option("--comm-host", o_.comm_host, "gloo: address to listen on (default: the hostname)");
+    c->add_flag("--device", o_.device, "Deliver batches to the GPU (CUDA builds)");
+    c->add_option("--json", o_.json, "Write per-step times and the summary as JSON");
+    c->add_flag("--quiet", o_.quiet, "No progress output");
+    return c;
+  }
+  absl::Status Run() override {
+    return RunTrain(o_);
+  }
+
+ private:
+  TrainCliOptions o_;
+};
+
+std::unique_ptr<Command> NewTrainCommand() {
+  return std::make_unique<TrainCommand>();
 }
 
 }  // namespace conveyor::tools

@@ -229,23 +229,37 @@ void FaultProxy::Relay(int client_fd, const std::string& request_head, bool cut,
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) break;
       const size_t n = static_cast<size_t>(r);
-      if ((cut || trickle_ms > 0) && !head_found) {
+      if (trickle_ms > 0) {
+        // The head as it comes, then every body byte alone, trickle_ms apart, until the client
+        // gives up (closes) or the proxy stops. The body may arrive in later reads.
+        size_t from = 0;
+        if (!head_found) {
+          const size_t searched = response_head.size();
+          response_head.append(buf, n);
+          const size_t end = response_head.find("\r\n\r\n", searched >= 3 ? searched - 3 : 0);
+          if (end == std::string::npos) {
+            if (!SendAll(client_fd, stop_fd_, buf, n)) break;
+            continue;
+          }
+          head_found = true;
+          from = end + 4 - searched;
+          if (!SendAll(client_fd, stop_fd_, buf, from)) break;
+        }
+        bool gone = false;
+        for (size_t i = from; i < n && !gone; ++i) {
+          gone = !SendAll(client_fd, stop_fd_, buf + i, 1) ||
+                 WaitFor(client_fd, POLLRDHUP, stop_fd_, trickle_ms) != Ready::kTimedOut;
+        }
+        if (gone) break;
+        continue;
+      }
+      if (cut && !head_found) {
         const size_t searched = response_head.size();
         response_head.append(buf, n);
         size_t end = response_head.find("\r\n\r\n", searched >= 3 ? searched - 3 : 0);
         if (end != std::string::npos) {
           head_found = true;
-          if (cut) limit = end + 4 + body_limit;
-          if (trickle_ms > 0) {
-            // The head at once, then the body byte by byte until the client closes.
-            const size_t head_here = end + 4 - searched;
-            if (!SendAll(client_fd, stop_fd_, buf, head_here)) break;
-            for (size_t i = head_here; i < n; ++i) {
-              if (!SendAll(client_fd, stop_fd_, buf + i, 1)) break;
-              if (WaitFor(client_fd, POLLRDHUP, stop_fd_, trickle_ms) != Ready::kTimedOut) break;
-            }
-            break;  // one buffer's worth is plenty for a test of giving up
-          }
+          limit = end + 4 + body_limit;
         }
       }
       const size_t pass = static_cast<size_t>(std::min<uint64_t>(n, limit - relayed));
