@@ -408,10 +408,6 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       outcome = "error";
       result = grpc::Status(grpc::StatusCode::INTERNAL, StrCat("internal error in this stream: ", e.what()));
     }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      entry.pipeline = nullptr;
-    }
     slot.reset();
     metrics->StreamEnded(outcome);
     if (!result.ok() && outcome == "error") metrics->Error(CodeName(result.error_code()));
@@ -519,9 +515,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     PipelineStats last{};
     auto finish = [&](grpc::Status s, const char* what) {
       metrics->queue_bytes.Decrement(static_cast<double>(last.queue_bytes));
-      std::lock_guard<std::mutex> lock(mu);
-      entry->pipeline = nullptr;
-      *outcome = what;
+      *outcome = what;  // `unregister` clears entry->pipeline on the way out
       return s;
     };
     if (!writer->Write(first)) return finish(grpc::Status::CANCELLED, "cancelled");

@@ -57,23 +57,10 @@ constexpr uint64_t kQueueBytes = 32ull << 20;
 // thread stacks, the allocator's arenas. Measured at about 40 MB here; stated with headroom.
 constexpr long kMarginBytes = 160l << 20;
 
-std::string Join(const std::vector<std::string>& args) {
-  std::string s;
-  for (const std::string& a : args) s += (s.empty() ? "" : " ") + ShellQuote(a);
-  return s;
-}
+using testing::ShellCommand;
 
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t b = 0;
-  while (b < text.size()) {
-    size_t e = text.find('\n', b);
-    if (e == std::string::npos) e = text.size();
-    if (e > b) lines.push_back(text.substr(b, e - b));
-    b = e + 1;
-  }
-  return lines;
-}
+std::vector<std::string> Lines(const std::string& text) { return testing::SplitLines(text); }
+std::string Join(const std::vector<std::string>& args) { return ShellCommand(args); }
 
 // Sends `req` as it is (no client-side validation) and reads up to `reads` messages.
 grpc::Status RawStream(const std::string& address, const pb::StreamBatchesRequest& req,

@@ -74,9 +74,7 @@ class ServerE2ETest : public ::testing::Test {
     dir_ = nullptr;
   }
   static std::string StrCatForShell(std::vector<std::string> args) {
-    std::string s;
-    for (const std::string& a : args) s += (s.empty() ? "" : " ") + ShellQuote(a);
-    return s;
+    return testing::ShellCommand(args);
   }
   static std::string ds() { return dir_->Join("ds"); }
   static std::string small() { return dir_->Join("small.yaml"); }
@@ -97,17 +95,7 @@ class ServerE2ETest : public ::testing::Test {
     return Lines(out);
   }
 
-  static std::vector<std::string> Lines(const std::string& text) {
-    std::vector<std::string> lines;
-    size_t b = 0;
-    while (b < text.size()) {
-      size_t e = text.find('\n', b);
-      if (e == std::string::npos) e = text.size();
-      if (e > b) lines.push_back(text.substr(b, e - b));
-      b = e + 1;
-    }
-    return lines;
-  }
+  static std::vector<std::string> Lines(const std::string& text) { return testing::SplitLines(text); }
 
   static std::string Line(const client::Batch& b) {
     std::vector<tools::LineTensor> tensors;

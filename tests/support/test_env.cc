@@ -35,6 +35,24 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
+std::string ShellCommand(const std::vector<std::string>& args) {
+  std::string s;
+  for (const std::string& a : args) s += (s.empty() ? "" : " ") + ShellQuote(a);
+  return s;
+}
+
+std::vector<std::string> SplitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t b = 0;
+  while (b < text.size()) {
+    size_t e = text.find('\n', b);
+    if (e == std::string::npos) e = text.size();
+    if (e > b) lines.push_back(text.substr(b, e - b));
+    b = e + 1;
+  }
+  return lines;
+}
+
 CommandResult RunCommand(const std::string& command, int timeout_s) {
   CommandResult result;
   std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " /bin/sh -c " +

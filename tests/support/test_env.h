@@ -34,6 +34,12 @@ std::string ReadFile(const std::string& path);
 // Quotes `s` for /bin/sh.
 std::string ShellQuote(const std::string& s);
 
+// A /bin/sh command line of `args`, each quoted.
+std::string ShellCommand(const std::vector<std::string>& args);
+
+// The non-empty lines of `text` (a CLI's output, one batch per line).
+std::vector<std::string> SplitLines(const std::string& text);
+
 // The ffmpeg CLI, quiet and non-interactive, overwriting its output: tests make media with it.
 inline const std::string kFfmpeg = "ffmpeg -hide_banner -loglevel error -nostdin -y";
 
