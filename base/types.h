@@ -32,6 +32,7 @@ struct SampleId {
   uint64_t index = 0;    // sample index in the dataset (SampleIndex)
   uint64_t episode = 0;
   uint32_t step = 0;     // anchor step in the episode
+  uint32_t dataset = 0;  // the mixture member it came from (0 for a single dataset)
   bool operator==(const SampleId&) const = default;
 };
 

@@ -445,7 +445,7 @@ struct Client::Impl {
     b->consumers = h.consumers();
     b->server = target;
     b->ids.reserve(h.ids_size());
-    for (const pb::SampleId& id : h.ids()) b->ids.push_back({id.index(), id.episode(), id.step()});
+    for (const pb::SampleId& id : h.ids()) b->ids.push_back({id.index(), id.episode(), id.step(), id.dataset()});
     if (h.has_packing()) {
       b->packed_sequences = h.packing().sequences();
       b->fill_ratio = h.packing().fill_ratio();

@@ -40,6 +40,7 @@ struct Sample {
   uint64_t episode = 0;
   uint32_t step = 0;    // anchor step within the episode
   double time_s = 0;    // anchor time on the episode clock
+  uint32_t member = 0;  // the mixture member (dataset) it came from; 0 for a single dataset
   std::vector<Tensor> tensors;
   const Tensor* Find(std::string_view name) const;
   size_t bytes() const;

@@ -350,7 +350,12 @@ absl::StatusOr<SampleSpec> SampleSpec::FromYaml(std::string_view yaml, const Man
   }
   ASSIGN_OR_RETURN(YAML::Node root, yaml::Load(yaml, source));
   try {
-    return Parse(root, manifest, source);
+    absl::StatusOr<SampleSpec> spec = Parse(root, manifest, source);
+    if (spec.ok()) {
+      spec->config_text = std::string(yaml);
+      spec->config_source = std::string(source);
+    }
+    return spec;
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(StrCat(source, ":", e.mark.line + 1, ":", e.mark.column + 1,
                                              ": ", e.msg));

@@ -79,6 +79,10 @@ struct SampleSpec {
   std::vector<StreamSpec> streams;  // in config order
   DecodeLimits limits;
   OnError on_error = OnError::kFail;
+  // The config text this spec was parsed from: a mixture binds the same text to each of its
+  // datasets' streams (pipeline/source.h).
+  std::string config_text;
+  std::string config_source;
 
   // Parses `yaml` and checks every stream, option and value against `manifest`. Errors name the
   // config (`source`), the key and what to fix; unknown keys are errors (a typo is not ignored).

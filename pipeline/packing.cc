@@ -332,7 +332,7 @@ void FillStacked(const std::vector<StackedTensor>& plan, Batch* batch) {
 std::vector<SampleId> IdsOf(const std::vector<Sample>& samples) {
   std::vector<SampleId> ids;
   ids.reserve(samples.size());
-  for (const Sample& s : samples) ids.push_back(SampleId{s.index, s.episode, s.step});
+  for (const Sample& s : samples) ids.push_back(SampleId{s.index, s.episode, s.step, s.member});
   return ids;
 }
 

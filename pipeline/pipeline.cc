@@ -21,6 +21,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/yaml_config.h"
+#include "shuffle/mixture.h"
 
 namespace conveyor {
 
@@ -175,11 +176,21 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
 
 // ---------------------------------------------------------------------------------------------
 
-struct Pipeline::Impl : public FrameCache {
+struct Pipeline::Impl {
+  // Where a sample sits in its member's own sequence: member counter c -> (member epoch, position).
+  struct WindowKey {
+    uint32_t member = 0;
+    uint64_t epoch = 0;  // the member's epoch
+    uint64_t w = 0;
+    auto operator<=>(const WindowKey&) const = default;
+  };
   struct Task {
     bool prefetch = false;
     uint64_t seq = 0;        // sample tasks: output order
-    uint64_t window_id = 0;  // the window whose frames it needs or fills
+    uint32_t member = 0;
+    uint64_t member_epoch = 0;
+    uint64_t counter = 0;    // the member's sample counter (sorting within a step)
+    WindowKey window;        // the window whose frames it needs or fills
     uint64_t sample = 0;
     std::vector<uint64_t> block_samples;  // prefetch: this consumer's samples of one block
   };
@@ -193,14 +204,47 @@ struct Pipeline::Impl : public FrameCache {
     absl::StatusOr<Sample> sample;
     uint64_t bytes = 0;
   };
+  // The frames of one member's windows, as its assemblers look them up.
+  struct MemberCache : public FrameCache {
+    const Impl* impl = nullptr;
+    uint32_t member = 0;
+    std::shared_ptr<const RgbImage> Find(uint64_t episode, int stream, int64_t frame) const override {
+      std::lock_guard<std::mutex> lock(impl->mu);
+      const uint64_t k = FrameKey(episode, stream, frame);
+      for (auto it = impl->windows.lower_bound(WindowKey{member, 0, 0});
+           it != impl->windows.end() && it->first.member == member; ++it) {
+        auto f = it->second.frames.find(k);
+        if (f != it->second.frames.end()) return f->second;
+      }
+      return nullptr;
+    }
+  };
+  struct Member {
+    const Dataset* dataset = nullptr;
+    BoundMember bound;
+    SampleIndex index;
+    OrderOptions order;
+    uint64_t key = 0;
+    uint64_t epoch_len = 0;  // samples of one of its epochs in the sequence it feeds
+    bool scheduled = false;
+    MemberCache cache;
+    std::map<uint64_t, std::unique_ptr<EpochOrder>> orders;  // by member epoch (mu held)
+  };
+  // This consumer's walk through the global positions, one global batch at a time.
+  struct Walker {
+    uint64_t epoch = 0, step = 0, seq = 0;
+    MixtureSchedule::Step plan;
+    std::vector<uint64_t> base;  // each member's counter at the start of this step
+  };
 
-  const Dataset& dataset;
+  std::unique_ptr<Source> owned_source;
+  const Source& source;
   SampleSpec spec;
   PipelineOptions opt;
-  SampleIndex index;
-  uint64_t key = 0;
+  std::vector<SharedStream> layout;
+  std::vector<std::unique_ptr<Member>> members;
+  std::optional<MixtureSchedule> schedule;
   uint64_t n = 0, batch = 0, local = 0, steps = 0;
-  bool scheduled = false;
   uint64_t max_inflight = 0;
   Cursor start;
   Clock::time_point created = Clock::now();
@@ -212,21 +256,20 @@ struct Pipeline::Impl : public FrameCache {
   bool cancelled = false;
   std::atomic<bool> cancel_flag{false};  // `cancelled` for blocking I/O in workers (base/cancel.h)
   absl::Status fatal;  // a worker failed outside any one sample: the pipeline is over
-  // Generation: the next position to turn into tasks, as (epoch, step, j).
-  uint64_t gen_epoch = 0, gen_step = 0, gen_j = 0, gen_seq = 0;
+  Walker gen;          // the next global batch to turn into tasks
   bool gen_done = false;
   std::deque<Task> pending;
-  std::map<uint64_t, Window> windows;  // by window id
+  std::map<WindowKey, Window> windows;
   std::map<uint64_t, Result> results;  // by seq
   uint64_t next_seq = 0;                // the next sample Next() hands out
   uint64_t results_bytes = 0, cache_bytes = 0;
   PipelineStats stats;
-  std::map<uint64_t, std::unique_ptr<EpochOrder>> orders;  // by epoch, the ones in use
   std::vector<std::thread> workers;
   std::vector<AssemblerStats> worker_stats;
 
-  Impl(const Dataset& d, SampleSpec s, PipelineOptions o) : dataset(d), spec(std::move(s)), opt(std::move(o)) {}
-  ~Impl() override { Stop(); }
+  Impl(const Source& src, SampleSpec s, PipelineOptions o)
+      : source(src), spec(std::move(s)), opt(std::move(o)) {}
+  ~Impl() { Stop(); }
 
   void Stop() {
     {
@@ -247,83 +290,107 @@ struct Pipeline::Impl : public FrameCache {
     return (episode << 24) ^ (static_cast<uint64_t>(stream) << 56) ^ static_cast<uint64_t>(frame);
   }
 
-  // FrameCache: frames of the windows whose prefetch finished.
-  std::shared_ptr<const RgbImage> Find(uint64_t episode, int stream, int64_t frame) const override {
-    std::lock_guard<std::mutex> lock(mu);
-    const uint64_t k = FrameKey(episode, stream, frame);
-    for (const auto& [id, w] : windows) {
-      auto it = w.frames.find(k);
-      if (it != w.frames.end()) return it->second;
-    }
-    return nullptr;
-  }
-
-  const EpochOrder& OrderFor(uint64_t epoch) {  // mu held
-    auto it = orders.find(epoch);
-    if (it == orders.end()) {
-      it = orders.emplace(epoch, std::make_unique<EpochOrder>(n, key, epoch, opt.order)).first;
-      while (orders.size() > 2) orders.erase(orders.begin());
+  const EpochOrder& OrderFor(Member& m, uint64_t epoch) {  // mu held
+    auto it = m.orders.find(epoch);
+    if (it == m.orders.end()) {
+      it = m.orders.emplace(epoch, std::make_unique<EpochOrder>(m.index.size(), m.key, epoch, m.order)).first;
+      while (m.orders.size() > 3) m.orders.erase(m.orders.begin());
     }
     return *it->second;
   }
 
-  uint64_t WindowId(uint64_t epoch, uint64_t w) const { return epoch * (uint64_t{1} << 40) + w; }
+  Walker WalkerAt(Cursor c) const {
+    Walker w;
+    w.epoch = c.epoch;
+    w.step = c.step;
+    w.plan = schedule->At(c.epoch, c.step);
+    w.base = schedule->Before(c.epoch, c.step);
+    return w;
+  }
 
-  // Turns the next stretch of positions into tasks (mu held). Naive: one sample. Scheduled: the
-  // rest of this consumer's positions in the current window, preceded by their blocks' prefetch.
-  void Generate() {
-    if (gen_done) return;
-    if (opt.max_epochs > 0 && gen_epoch >= opt.max_epochs) {
-      gen_done = true;
-      return;
+  void NextStep(Walker* w) const {
+    for (size_t k = 0; k < w->base.size(); ++k) w->base[k] += w->plan.counts()[k];
+    if (++w->step == steps) {
+      w->step = 0;
+      ++w->epoch;
     }
-    const EpochOrder& order = OrderFor(gen_epoch);
-    auto position = [&](uint64_t step, uint64_t j) { return step * batch + opt.consumer * local + j; };
-    auto advance = [&] {
-      ++gen_seq;
-      if (++gen_j == local) {
-        gen_j = 0;
-        if (++gen_step == steps) {
-          gen_step = 0;
-          ++gen_epoch;
-        }
-      }
-    };
-    if (!scheduled) {
-      Task t;
-      t.seq = gen_seq;
-      t.sample = order.SampleAt(position(gen_step, gen_j));
-      pending.push_back(std::move(t));
-      advance();
-      return;
-    }
-    const uint64_t epoch = gen_epoch;
-    const uint64_t w = order.WindowOf(position(gen_step, gen_j));
-    const uint64_t end = std::min(order.WindowEnd(w), steps * batch);
-    const uint64_t id = WindowId(epoch, w);
-    std::vector<Task> samples;
+    w->plan = schedule->At(w->epoch, w->step);
+  }
+
+  // The member and member counter of this consumer's j-th position in the walker's step.
+  std::pair<uint32_t, uint64_t> PositionOf(const Walker& w, uint64_t j) const {
+    const uint64_t p = opt.consumer * local + j;
+    const uint32_t k = w.plan.member(p);
+    return {k, w.base[k] + w.plan.rank(p)};
+  }
+
+  // Registers member k's window `key` and queues the prefetch of the frames this consumer's
+  // samples of it need (mu held). Walks ahead from the current step to find those samples; the
+  // walk stops once the member's counter passes the window's end.
+  void RegisterWindow(const WindowKey& key, const EpochOrder& order) {
+    Member& m = *members[key.member];
+    const uint64_t first = key.epoch * m.epoch_len + order.WindowBegin(key.w);
+    const uint64_t last = key.epoch * m.epoch_len + std::min(order.WindowEnd(key.w), m.epoch_len);
     std::map<uint64_t, std::vector<uint64_t>> blocks;  // block -> samples
-    while (gen_epoch == epoch && position(gen_step, gen_j) < end) {
-      Task t;
-      t.seq = gen_seq;
-      t.window_id = id;
-      t.sample = order.SampleAt(position(gen_step, gen_j));
-      blocks[order.BlockOf(t.sample)].push_back(t.sample);
-      samples.push_back(std::move(t));
-      advance();
+    uint64_t count = 0;
+    for (Walker w = gen; w.base[key.member] < last; NextStep(&w)) {
+      if (opt.max_epochs > 0 && w.epoch >= opt.max_epochs) break;
+      for (uint64_t j = 0; j < local; ++j) {
+        const auto [k, c] = PositionOf(w, j);
+        if (k != key.member || c < first || c >= last) continue;
+        const uint64_t sample = order.SampleAt(c - key.epoch * m.epoch_len);
+        blocks[order.BlockOf(sample)].push_back(sample);
+        ++count;
+      }
     }
-    Window& win = windows[id];
+    Window& win = windows[key];
     win.prefetch_left += static_cast<int>(blocks.size());
-    win.samples_left += samples.size();
+    win.samples_left += count;
     for (auto& [block, list] : blocks) {
       Task t;
       t.prefetch = true;
-      t.window_id = id;
+      t.member = key.member;
+      t.window = key;
       std::sort(list.begin(), list.end());
       t.block_samples = std::move(list);
       pending.push_back(std::move(t));
     }
-    for (Task& t : samples) pending.push_back(std::move(t));
+  }
+
+  // Turns this consumer's slice of the next global batch into tasks (mu held), each member's
+  // samples in the order of its own sequence, so that its windows come in order; a window's
+  // prefetch goes before its first sample.
+  void Generate() {
+    if (gen_done) return;
+    if (opt.max_epochs > 0 && gen.epoch >= opt.max_epochs) {
+      gen_done = true;
+      return;
+    }
+    std::vector<Task> tasks(local);
+    for (uint64_t j = 0; j < local; ++j) {
+      Task& t = tasks[j];
+      const auto [k, c] = PositionOf(gen, j);
+      Member& m = *members[k];
+      t.seq = gen.seq + j;
+      t.member = k;
+      t.counter = c;
+      t.member_epoch = c / m.epoch_len;
+      t.sample = OrderFor(m, t.member_epoch).SampleAt(c % m.epoch_len);
+    }
+    std::sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) {
+      return a.member != b.member ? a.member < b.member : a.counter < b.counter;
+    });
+    for (Task& t : tasks) {
+      Member& m = *members[t.member];
+      if (m.scheduled) {
+        const EpochOrder& order = OrderFor(m, t.member_epoch);
+        t.window = WindowKey{t.member, t.member_epoch, order.WindowOf(t.counter % m.epoch_len)};
+        if (windows.find(t.window) == windows.end()) RegisterWindow(t.window, order);
+      }
+      pending.push_back(std::move(t));
+    }
+    gen.seq += local;
+    NextStep(&gen);
   }
 
   // Blocks until a task may run (mu held through `lock`). False when cancelled or done.
@@ -335,9 +402,12 @@ struct Pipeline::Impl : public FrameCache {
       Task& front = pending.front();
       bool ok = true;
       if (front.prefetch) {
-        // At most two windows hold frames: the one being assembled and the next.
+        // At most two windows of a member hold frames: the one being assembled and the next.
         size_t older = 0;
-        for (const auto& [wid, w] : windows) older += wid < front.window_id ? 1 : 0;
+        for (auto it = windows.lower_bound(WindowKey{front.member, 0, 0});
+             it != windows.end() && it->first < front.window; ++it) {
+          ++older;
+        }
         ok = older <= 1;
       } else {
         ok = front.seq < next_seq + max_inflight;
@@ -379,20 +449,34 @@ struct Pipeline::Impl : public FrameCache {
     window_cv.notify_all();
   }
 
-  static absl::StatusOr<Sample> AssembleNoThrow(SampleAssembler& assembler, uint64_t sample,
-                                                uint64_t seed, uint64_t epoch) {
+  absl::StatusOr<Sample> AssembleNoThrow(SampleAssembler& assembler, const Task& task) const {
     try {
-      return assembler.Assemble(sample, seed, epoch);
+      absl::StatusOr<Sample> s = assembler.Assemble(task.sample, opt.seed, task.member_epoch);
+      if (s.ok() && source.is_mixture()) {
+        RETURN_IF_ERROR(source.Conform(task.member, spec, members[task.member]->bound, layout, &*s));
+      }
+      if (!s.ok() && source.is_mixture()) {
+        return Annotate(s.status(), StrCat("mixture dataset '", source.member(task.member).name, "'"));
+      }
+      return s;
     } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(StrCat("out of memory assembling sample ", sample));
+      return absl::ResourceExhaustedError(StrCat("out of memory assembling sample ", task.sample));
     } catch (const std::exception& e) {
-      return absl::InternalError(StrCat("sample ", sample, ": ", e.what()));
+      return absl::InternalError(StrCat("sample ", task.sample, ": ", e.what()));
     }
   }
 
   void WorkerLoop(size_t id) {
-    SampleAssembler assembler(dataset, spec, index);
-    if (scheduled) assembler.set_frame_cache(this);
+    // One assembler per member, made when the member's first task arrives.
+    std::vector<std::unique_ptr<SampleAssembler>> assemblers(members.size());
+    auto assembler_for = [&](uint32_t k) -> SampleAssembler& {
+      if (!assemblers[k]) {
+        Member& m = *members[k];
+        assemblers[k] = std::make_unique<SampleAssembler>(*m.dataset, m.bound.spec, m.index);
+        if (m.scheduled) assemblers[k]->set_frame_cache(&m.cache);
+      }
+      return *assemblers[k];
+    };
     double idle = 0, decode = 0, assemble = 0;
     std::vector<FrameRequest> needed;
     std::vector<RgbImage> images;
@@ -402,6 +486,7 @@ struct Pipeline::Impl : public FrameCache {
         std::unique_lock<std::mutex> lock(mu);
         if (!TakeTask(lock, &task, &idle)) break;
       }
+      SampleAssembler& assembler = assembler_for(task.member);
       if (task.prefetch) {
         const auto t0 = Clock::now();
         // Union of the frames the block's samples need, per (episode, stream); one pass each.
@@ -428,7 +513,7 @@ struct Pipeline::Impl : public FrameCache {
         }
         decode += Seconds(t0, Clock::now());
         std::lock_guard<std::mutex> lock(mu);
-        Window& w = windows[task.window_id];
+        Window& w = windows[task.window];
         for (auto& [k, img] : decoded) {
           if (w.frames.emplace(k, img).second) {
             w.bytes += img->pixels.size();
@@ -439,23 +524,24 @@ struct Pipeline::Impl : public FrameCache {
         stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, cache_bytes + results_bytes);
         if (--w.prefetch_left == 0) window_cv.notify_all();
         work_cv.notify_all();
-        Publish(id, assembler, &idle, &decode, &assemble);
+        Publish(id, assemblers, &idle, &decode, &assemble);
         continue;
       }
+      const bool scheduled = members[task.member]->scheduled;
       if (scheduled) {
         std::unique_lock<std::mutex> lock(mu);
         const auto t0 = Clock::now();
-        window_cv.wait(lock, [&] { return cancelled || windows[task.window_id].prefetch_left == 0; });
+        window_cv.wait(lock, [&] { return cancelled || windows[task.window].prefetch_left == 0; });
         idle += Seconds(t0, Clock::now());
         if (cancelled) break;
       }
       const auto t0 = Clock::now();
-      Result r{AssembleNoThrow(assembler, task.sample, opt.seed, EpochOfSeq(task.seq)), 0};
+      Result r{AssembleNoThrow(assembler, task), 0};
       assemble += Seconds(t0, Clock::now());
       if (r.sample.ok()) r.bytes = r.sample->bytes();
       std::lock_guard<std::mutex> lock(mu);
       if (scheduled) {
-        auto it = windows.find(task.window_id);
+        auto it = windows.find(task.window);
         if (it != windows.end() && --it->second.samples_left == 0 && it->second.prefetch_left == 0) {
           cache_bytes -= it->second.bytes;
           windows.erase(it);
@@ -466,25 +552,29 @@ struct Pipeline::Impl : public FrameCache {
       stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, cache_bytes + results_bytes);
       results.emplace(task.seq, std::move(r));
       result_cv.notify_all();
-      Publish(id, assembler, &idle, &decode, &assemble);
+      Publish(id, assemblers, &idle, &decode, &assemble);
     }
     std::lock_guard<std::mutex> lock(mu);
-    worker_stats[id] = assembler.stats();
+    Publish(id, assemblers, &idle, &decode, &assemble);
   }
 
   // Hands a worker's counters to stats() (mu held).
-  void Publish(size_t id, const SampleAssembler& a, double* idle, double* decode, double* assemble) {
-    worker_stats[id] = a.stats();
+  void Publish(size_t id, const std::vector<std::unique_ptr<SampleAssembler>>& assemblers,
+               double* idle, double* decode, double* assemble) {
+    AssemblerStats sum;
+    for (const auto& a : assemblers) {
+      if (!a) continue;
+      const AssemblerStats s = a->stats();
+      sum.frames_decoded += s.frames_decoded;
+      sum.frames_delivered += s.frames_delivered;
+      sum.cache_hits += s.cache_hits;
+      sum.cache_misses += s.cache_misses;
+    }
+    worker_stats[id] = sum;
     stats.worker_idle_seconds += *idle;
     stats.decode_seconds += *decode;
     stats.assemble_seconds += *assemble;
     *idle = *decode = *assemble = 0;
-  }
-
-  // The epoch a sample task's seq belongs to (augmentation draws depend on it).
-  uint64_t EpochOfSeq(uint64_t seq) const {
-    const uint64_t steps_from_start = seq / local + start.step;
-    return start.epoch + steps_from_start / steps;
   }
 };
 
@@ -493,13 +583,14 @@ Pipeline::~Pipeline() {
   if (impl_) impl_->Stop();
 }
 
-absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec,
-                             PipelineOptions* options) {
-  // Scheduling defaults: a block is about one group of pictures of anchor steps; a window as
-  // many blocks as half the byte budget holds twice over.
+namespace {
+
+// The schedule of one dataset with `queue_bytes` of budget: a block is about one group of
+// pictures of anchor steps; a window as many blocks as half the byte budget holds twice over.
+void ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
+                  OrderOptions* order) {
   const Manifest& manifest = dataset.manifest();
-  PipelineOptions& o = *options;
-  if (o.order.block_steps == 0) {
+  if (order->block_steps == 0) {
     double gop_s = 1.0;
     for (const StreamSpec& s : spec.streams) {
       if (s.kind != pb::VIDEO || dataset.num_episodes() == 0) continue;
@@ -512,22 +603,49 @@ absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec,
       if (keys > 0) gop_s = static_cast<double>(pk.flags_size()) / keys / rate;
       break;
     }
-    o.order.block_steps = std::max<uint64_t>(
+    order->block_steps = std::max<uint64_t>(
         1, static_cast<uint64_t>(std::llround(gop_s * manifest.streams[spec.anchor_stream].rate)));
   }
-  if (o.order.window_blocks == 0) {
+  if (order->window_blocks == 0) {
     // Not divided by the consumer count: the order must not depend on it (a resized job
     // continues the same sequence), so the window is sized as if one consumer decoded it all.
     const uint64_t per_block =
-        std::max<uint64_t>(1, EstimateBlockFrameBytes(spec, manifest, o.order.block_steps));
-    o.order.window_blocks = std::clamp<uint64_t>(o.queue_bytes / 2 / (2 * per_block), 1, 4096);
+        std::max<uint64_t>(1, EstimateBlockFrameBytes(spec, manifest, order->block_steps));
+    order->window_blocks = std::clamp<uint64_t>(queue_bytes / 2 / (2 * per_block), 1, 4096);
+  }
+}
+
+bool HasVideo(const SampleSpec& spec) {
+  for (const StreamSpec& s : spec.streams) {
+    if (s.kind == pb::VIDEO) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status ResolveSchedule(const Source& source, const SampleSpec& spec, PipelineOptions* options) {
+  PipelineOptions& o = *options;
+  if (!source.is_mixture()) {
+    ResolveOrder(source.dataset(0), spec, o.queue_bytes, &o.order);
+    return absl::OkStatus();
+  }
+  if (o.member_orders.size() == source.size()) return absl::OkStatus();  // resolved before
+  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(spec, o.packing.has_value()));
+  o.member_orders.assign(source.size(), o.order);
+  for (size_t k = 0; k < source.size(); ++k) {
+    // The members share the budget: each gets an equal part for its windows.
+    ResolveOrder(source.dataset(k), bound[k].spec, o.queue_bytes / source.size(), &o.member_orders[k]);
   }
   return absl::OkStatus();
 }
 
-MemoryEstimate EstimateMemory(const Dataset& dataset, const SampleSpec& spec,
+absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec, PipelineOptions* options) {
+  return ResolveSchedule(*Source::Of(dataset), spec, options);
+}
+
+MemoryEstimate EstimateMemory(const Source& source, const SampleSpec& spec,
                               const PipelineOptions& o) {
-  const Manifest& manifest = dataset.manifest();
   auto mul = [](uint64_t a, uint64_t b) {
     uint64_t r = 0;
     return CheckedMul(a, b, &r) ? r : std::numeric_limits<uint64_t>::max();
@@ -537,32 +655,58 @@ MemoryEstimate EstimateMemory(const Dataset& dataset, const SampleSpec& spec,
     return CheckedAdd(a, b, &r) ? r : std::numeric_limits<uint64_t>::max();
   };
   MemoryEstimate e;
-  e.sample_bytes = EstimateSampleBytes(spec, manifest);
+  e.sample_bytes = EstimateSampleBytes(spec, source.manifest());
   const uint64_t local = o.consumers > 0 ? o.global_batch_size / o.consumers : o.global_batch_size;
   e.batch_bytes = mul(local, e.sample_bytes);
-  bool has_video = false;
-  for (const StreamSpec& s : spec.streams) has_video = has_video || s.kind == pb::VIDEO;
-  const bool scheduled = has_video && !o.order.naive();
+  bool scheduled = HasVideo(spec) && !o.order.naive();
+  if (source.is_mixture()) {
+    scheduled = false;
+    for (const OrderOptions& mo : o.member_orders) scheduled = scheduled || (HasVideo(spec) && !mo.naive());
+  }
   if (scheduled) {
-    e.frame_cache_bytes =
-        mul(2, mul(o.order.window_blocks, EstimateBlockFrameBytes(spec, manifest, o.order.block_steps)));
+    if (!source.is_mixture()) {
+      e.frame_cache_bytes = mul(2, mul(o.order.window_blocks,
+                                       EstimateBlockFrameBytes(spec, source.manifest(), o.order.block_steps)));
+    } else {
+      for (size_t k = 0; k < source.size() && k < o.member_orders.size(); ++k) {
+        // Each member holds at most two windows; its blocks are sized by its own rates.
+        const OrderOptions& mo = o.member_orders[k];
+        e.frame_cache_bytes = add(e.frame_cache_bytes,
+                                  mul(2, mul(mo.window_blocks, EstimateBlockFrameBytes(
+                                                                   spec, source.manifest(), mo.block_steps))));
+      }
+    }
   }
   const uint64_t threads = o.threads > 0 ? static_cast<uint64_t>(o.threads)
                                          : std::max(1u, std::thread::hardware_concurrency());
   const uint64_t budget = scheduled ? o.queue_bytes / 2 : o.queue_bytes;
-  e.in_flight_bytes = std::max(mul(add(local, 2 * threads), e.sample_bytes), budget);
+  const uint64_t ahead = source.is_mixture() ? add(mul(2, local), 2 * threads) : add(local, 2 * threads);
+  e.in_flight_bytes = std::max(mul(ahead, e.sample_bytes), budget);
   e.total = add(add(e.frame_cache_bytes, e.in_flight_bytes), mul(2, e.batch_bytes));
   return e;
+}
+
+MemoryEstimate EstimateMemory(const Dataset& dataset, const SampleSpec& spec,
+                              const PipelineOptions& o) {
+  return EstimateMemory(*Source::Of(dataset), spec, o);
 }
 
 absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Dataset& dataset,
                                                            const SampleSpec& spec,
                                                            PipelineOptions options, Cursor start) {
-  auto impl = std::make_unique<Impl>(dataset, spec, std::move(options));
+  std::unique_ptr<Source> source = Source::Of(dataset);
+  const Source& ref = *source;
+  ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Create(ref, spec, std::move(options), start));
+  p->impl_->owned_source = std::move(source);
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
+                                                           const SampleSpec& spec,
+                                                           PipelineOptions options, Cursor start) {
+  auto impl = std::make_unique<Impl>(source, spec, std::move(options));
   Impl& m = *impl;
   PipelineOptions& o = m.opt;
-  ASSIGN_OR_RETURN(m.index, SampleIndex::Build(dataset, m.spec.anchor_stream));
-  m.n = m.index.size();
   if (o.consumers == 0 || o.consumer >= o.consumers) {
     return absl::InvalidArgumentError(StrCat("consumer index ", o.consumer, " is out of range for ",
                                              o.consumers, " consumers (0 <= consumer < consumers)"));
@@ -572,12 +716,39 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Dataset& datase
         StrCat("global_batch_size ", o.global_batch_size, " is not a multiple of the ", o.consumers,
                " consumers: each consumer gets global_batch_size / consumers samples per step"));
   }
+  RETURN_IF_ERROR(ResolveSchedule(source, m.spec, &o));
+  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(m.spec, o.packing.has_value()));
+  if (source.is_mixture()) {
+    ASSIGN_OR_RETURN(m.layout, source.Layout(m.spec, bound));
+  }
   m.batch = o.global_batch_size;
   m.local = m.batch / o.consumers;
+  for (size_t k = 0; k < source.size(); ++k) {
+    auto mem = std::make_unique<Impl::Member>();
+    mem->dataset = &source.dataset(k);
+    mem->bound = std::move(bound[k]);
+    ASSIGN_OR_RETURN(mem->index, SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream));
+    if (source.is_mixture() && mem->index.size() == 0) {
+      return absl::InvalidArgumentError(StrCat("mixture dataset '", source.member(k).name,
+                                               "' has no samples for anchor '", m.spec.anchor, "'"));
+    }
+    mem->order = source.is_mixture() ? o.member_orders[k] : o.order;
+    mem->key = OrderKey(mem->dataset->manifest().fingerprint, o.seed);
+    mem->scheduled = HasVideo(mem->bound.spec) && !mem->order.naive();
+    mem->cache.impl = &m;
+    mem->cache.member = static_cast<uint32_t>(k);
+    m.n += mem->index.size();
+    m.members.push_back(std::move(mem));
+  }
   m.steps = m.n / m.batch;
   if (m.steps == 0) {
     return absl::InvalidArgumentError(StrCat("the dataset has ", m.n, " samples, fewer than one "
                                              "global batch of ", m.batch));
+  }
+  // One dataset: its epoch is the first steps * batch positions of its order (the rest is
+  // dropped). A mixture member runs through all of its samples, epoch after epoch.
+  for (auto& mem : m.members) {
+    mem->epoch_len = source.is_mixture() ? mem->index.size() : m.steps * m.batch;
   }
   if (o.max_epochs > 0 && start.epoch >= o.max_epochs) {
     return absl::OutOfRangeError(StrCat("cursor ", start.epoch, ":", start.step,
@@ -588,25 +759,51 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Dataset& datase
                                         "of the epoch: an epoch has ", m.steps, " steps (0..",
                                         m.steps - 1, ")"));
   }
-  RETURN_IF_ERROR(ResolveSchedule(dataset, m.spec, &o));
-  const Manifest& manifest = dataset.manifest();
-  bool has_video = false;
-  for (const StreamSpec& s : m.spec.streams) has_video = has_video || s.kind == pb::VIDEO;
-  m.scheduled = has_video && !o.order.naive();
-  m.key = OrderKey(manifest.fingerprint, o.seed);
-  const uint64_t sample_bytes = EstimateSampleBytes(m.spec, manifest);
-  const uint64_t sample_budget = m.scheduled ? o.queue_bytes / 2 : o.queue_bytes;
+  ASSIGN_OR_RETURN(MixtureSchedule schedule,
+                   MixtureSchedule::Create(source.weights(), m.batch, m.steps,
+                                           OrderKey(source.manifest().fingerprint, o.seed)));
+  m.schedule = std::move(schedule);
+  const uint64_t sample_bytes = EstimateSampleBytes(m.spec, source.manifest());
+  bool scheduled = false;
+  for (const auto& mem : m.members) scheduled = scheduled || mem->scheduled;
+  const uint64_t sample_budget = scheduled ? o.queue_bytes / 2 : o.queue_bytes;
   const int threads = o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  m.max_inflight = std::max<uint64_t>(m.local + 2 * threads, sample_budget / sample_bytes);
+  // A mixture issues a step's tasks in its members' order, not in batch order: twice a
+  // consumer batch ahead keeps the next batch's tasks ahead of the budget gate.
+  const uint64_t ahead = (source.is_mixture() ? 2 * m.local : m.local) + 2 * static_cast<uint64_t>(threads);
+  m.max_inflight = std::max<uint64_t>(ahead, sample_budget / sample_bytes);
   m.start = start;
-  m.gen_epoch = start.epoch;
-  m.gen_step = start.step;
+  m.gen = m.WalkerAt(start);
+  m.stats.member_samples.assign(m.members.size(), 0);
   m.worker_stats.resize(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     m.workers.emplace_back([&m, t] { m.Worker(static_cast<size_t>(t)); });
   }
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+}
+
+std::vector<MixtureProgress> Pipeline::Mixture() const {
+  const Impl& m = *impl_;
+  uint64_t next_seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    next_seq = m.next_seq;
+  }
+  const uint64_t steps_from_start = next_seq / m.local + m.start.step;
+  const Cursor at{m.start.epoch + steps_from_start / m.steps, steps_from_start % m.steps};
+  const std::vector<uint64_t> before = m.schedule->Before(at.epoch, at.step);
+  std::vector<MixtureProgress> out;
+  for (size_t k = 0; k < m.members.size(); ++k) {
+    MixtureProgress p;
+    p.name = m.source.member(k).name;
+    p.requested_share = static_cast<double>(m.schedule->quota(k)) /
+                        (static_cast<double>(m.batch) * 4294967296.0);
+    p.samples_per_epoch = m.members[k]->index.size();
+    p.epochs = static_cast<double>(before[k]) / static_cast<double>(std::max<uint64_t>(1, m.members[k]->epoch_len));
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 uint64_t Pipeline::num_samples() const { return impl_->n; }
@@ -682,6 +879,9 @@ absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
   m.stats.batch_seconds += Seconds(t0, Clock::now());
   ++m.stats.batches;
   m.stats.samples += batch->ids.size();
+  for (const SampleId& id : batch->ids) {
+    if (id.dataset < m.stats.member_samples.size()) ++m.stats.member_samples[id.dataset];
+  }
   m.stats.bytes += batch->bytes();
   m.stats.fill_ratio_sum += fill;
   return std::optional<Batch>(std::move(*batch));

@@ -26,6 +26,7 @@
 #include "pipeline/batch.h"
 #include "shuffle/order.h"
 #include "pipeline/packing.h"
+#include "pipeline/source.h"
 
 namespace conveyor {
 
@@ -46,6 +47,8 @@ struct PipelineOptions {
   bool pinned = false;         // batches in pinned host memory (CUDA)
   uint64_t max_epochs = 0;     // stop after this many epochs (0: never)
   std::optional<PackingSpec> packing;  // packed sequences instead of stacked samples
+  // A mixture: each member's schedule (resolved from `order` per member by ResolveSchedule).
+  std::vector<OrderOptions> member_orders;
 
   // Reads the `pipeline:` (and `packing:`) sections of a config file; keys not given keep the
   // values already in *this. Unknown keys are errors naming file:line:col.
@@ -72,9 +75,18 @@ struct PipelineStats {
   double wait_seconds = 0;         // Next() waiting for samples (the consumer starved)
   double worker_idle_seconds = 0;  // workers waiting for budget or tasks (backpressure)
   double fill_ratio_sum = 0;       // packing: sum of per-batch fill ratios
+  std::vector<uint64_t> member_samples;  // samples handed out per dataset (mixture member)
   double amplification() const {
     return frames_delivered ? static_cast<double>(frames_decoded) / frames_delivered : 0;
   }
+};
+
+// One dataset of a mixture, as the pipeline sees it (conveyor batches --stats, bench, metrics).
+struct MixtureProgress {
+  std::string name;
+  double requested_share = 0;      // of every global batch
+  uint64_t samples_per_epoch = 0;  // the dataset's own samples (one of its epochs)
+  double epochs = 0;               // its epochs the global sequence has gone through so far
 };
 
 class Pipeline {
@@ -83,6 +95,12 @@ class Pipeline {
   // index is out of range, or an epoch has no full batch; OUT_OF_RANGE (an error, never "end")
   // for a cursor past the end of an epoch or past the last epoch, naming the valid range.
   static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const Dataset& dataset,
+                                                          const SampleSpec& spec,
+                                                          PipelineOptions options, Cursor start);
+  // A dataset or a mixture (pipeline/source.h; `spec` parsed against source.manifest()). The
+  // source must outlive the pipeline. A mixture's global batch takes each member's share of
+  // positions (shuffle/mixture.h); an epoch is sum(member samples) / global_batch_size steps.
+  static absl::StatusOr<std::unique_ptr<Pipeline>> Create(const Source& source,
                                                           const SampleSpec& spec,
                                                           PipelineOptions options, Cursor start);
   ~Pipeline();  // cancels and joins the workers
@@ -95,6 +113,8 @@ class Pipeline {
 
   uint64_t num_samples() const;
   uint64_t steps_per_epoch() const;
+  // Per dataset (one entry for a single dataset), at the cursor of the next batch.
+  std::vector<MixtureProgress> Mixture() const;
   // The options in force, with automatic values (block_steps, window_blocks) resolved.
   const PipelineOptions& options() const;
   PipelineStats stats() const;
@@ -111,6 +131,9 @@ class Pipeline {
 // thread count, because they shape the global order. A server resolves them from the config
 // before it applies its own, smaller byte budget, so it serves the order the config names.
 absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec, PipelineOptions* options);
+// A mixture resolves each member's schedule (options->member_orders) with an equal share of
+// queue_bytes.
+absl::Status ResolveSchedule(const Source& source, const SampleSpec& spec, PipelineOptions* options);
 
 // The most memory one consumer's pipeline of these (resolved) options holds, estimated from the
 // spec and the manifest before anything is decoded, so that a server can refuse a request it
@@ -124,6 +147,7 @@ struct MemoryEstimate {
 };
 MemoryEstimate EstimateMemory(const Dataset& dataset, const SampleSpec& spec,
                               const PipelineOptions& options);
-
+MemoryEstimate EstimateMemory(const Source& source, const SampleSpec& spec,
+                              const PipelineOptions& options);
 
 }  // namespace conveyor

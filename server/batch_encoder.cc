@@ -44,6 +44,7 @@ bool EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
     p->set_index(id.index);
     p->set_episode(id.episode);
     p->set_step(id.step);
+    if (id.dataset != 0) p->set_dataset(id.dataset);
   }
   bool packed = false;
   for (const TensorView& t : b.tensors) {

@@ -58,6 +58,8 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                       "Tensor bytes sent, by modality (video, image, audio, lowdim, text, mask, packing)")),
       samples_(Counters(*registry_, "conveyor_samples_total",
                         "Samples sent, by modality (each sample counts once per modality it holds)")),
+      dataset_samples_(Counters(*registry_, "conveyor_dataset_samples_total",
+                                "Samples sent, by dataset (a mixture's member, docs/mixtures.md)")),
       stage_(Counters(*registry_, "conveyor_stage_seconds_total",
                       "Seconds spent per pipeline stage, summed over workers (decode, assemble, "
                       "batch, idle, send)")),
@@ -111,6 +113,9 @@ void ServerMetrics::Bytes(const std::string& modality, uint64_t bytes) {
 }
 void ServerMetrics::Samples(const std::string& modality, uint64_t samples) {
   samples_.Add({{"modality", modality}}).Increment(static_cast<double>(samples));
+}
+void ServerMetrics::DatasetSamples(const std::string& dataset, uint64_t samples) {
+  dataset_samples_.Add({{"dataset", dataset}}).Increment(static_cast<double>(samples));
 }
 void ServerMetrics::Stage(const std::string& stage, double seconds) {
   if (seconds > 0) stage_.Add({{"stage", stage}}).Increment(seconds);

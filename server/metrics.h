@@ -42,6 +42,8 @@ class ServerMetrics {
   void Batch(const std::string& job, uint64_t samples);
   void Bytes(const std::string& modality, uint64_t bytes);  // video, image, audio, lowdim, ...
   void Samples(const std::string& modality, uint64_t samples);
+  // Samples sent from each dataset (a mixture's members; the dataset's name otherwise).
+  void DatasetSamples(const std::string& dataset, uint64_t samples);
   void Stage(const std::string& stage, double seconds);  // decode, assemble, batch, idle, send
   void Error(const std::string& reason);
 
@@ -59,6 +61,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& job_samples_;
   prometheus::Family<prometheus::Counter>& bytes_;
   prometheus::Family<prometheus::Counter>& samples_;
+  prometheus::Family<prometheus::Counter>& dataset_samples_;
   prometheus::Family<prometheus::Counter>& stage_;
   prometheus::Family<prometheus::Counter>& errors_;
 };

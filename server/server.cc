@@ -97,7 +97,7 @@ struct Config {
   uint64_t steps_per_epoch = 0;
 };
 
-absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Dataset& ds, std::string name,
+absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::string name,
                                                       std::string text, std::string_view source) {
   auto c = std::make_shared<Config>();
   c->name = std::move(name);
@@ -165,7 +165,7 @@ absl::Status ValidateJobName(const std::string& job) {
 
 struct DataServer::Impl : public pb::Conveyor::Service {
   ServerOptions o;
-  std::unique_ptr<Dataset> dataset;
+  std::unique_ptr<Source> source;  // a dataset or a mixture (pipeline/source.h)
   std::vector<std::shared_ptr<Config>> configs;
   std::string token;  // empty: no token required
   std::unique_ptr<ServerMetrics> metrics;
@@ -219,11 +219,11 @@ struct DataServer::Impl : public pb::Conveyor::Service {
 
   grpc::Status Info(grpc::ServerContext* ctx, const pb::InfoRequest*, pb::InfoResponse* r) override {
     if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
-    const Manifest& m = dataset->manifest();
+    const Manifest& m = source->manifest();
     r->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
     r->set_server_version(o.version);
     r->set_dataset_name(m.name);
-    r->set_dataset_uri(dataset->uri());
+    r->set_dataset_uri(source->uri());
     r->set_dataset_fingerprint(m.fingerprint);
     r->set_episodes(m.num_episodes);
     r->set_total_duration_s(m.total_duration_s);
@@ -252,16 +252,16 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   // Where each tensor's bytes are counted in metrics.
   std::string Modality(const std::string& tensor) const {
     if (tensor.size() > 7 && tensor.ends_with("_is_pad")) return "mask";
-    const int i = dataset->manifest().StreamIndex(tensor);
-    if (i < 0) return "packing";
-    return std::string(format::StreamKindName(dataset->manifest().streams[i].kind));
+    const int i = source->manifest().StreamIndex(tensor);
+    if (i < 0) return !source->tag_stream().empty() && tensor == source->tag_stream() ? "tag" : "packing";
+    return std::string(format::StreamKindName(source->manifest().streams[i].kind));
   }
 
   pb::TensorRole Role(const std::string& tensor, bool packed) const {
     if (tensor.size() > 7 && tensor.ends_with("_is_pad")) return pb::PADDING_MASK;
     if (packed && tensor == "segment_ids") return pb::SEGMENT_IDS;
     if (packed && tensor == "positions") return pb::POSITIONS;
-    if (packed && dataset->manifest().StreamIndex(tensor) < 0) return pb::SAMPLE_INFO;
+    if (packed && source->manifest().StreamIndex(tensor) < 0) return pb::SAMPLE_INFO;
     return pb::DATA;
   }
 
@@ -332,18 +332,18 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       if (st.kind != format::v1::VIDEO && st.kind != format::v1::IMAGE) continue;
       if (static_cast<int64_t>(st.deltas.size()) > l.max_frames_per_sample) {
         return Reject(grpc::StatusCode::INVALID_ARGUMENT,
-                      StrCat("streams.", dataset->manifest().streams[st.stream].name, " asks for ",
+                      StrCat("streams.", source->manifest().streams[st.stream].name, " asks for ",
                              st.deltas.size(), " frames per sample; this server's ceiling is ",
                              l.max_frames_per_sample, " (--max-frames-per-sample)"));
       }
       if (static_cast<int64_t>(st.height) * st.width > l.max_pixels) {
         return Reject(grpc::StatusCode::INVALID_ARGUMENT,
-                      StrCat("streams.", dataset->manifest().streams[st.stream].name, " asks for ",
+                      StrCat("streams.", source->manifest().streams[st.stream].name, " asks for ",
                              st.width, "x", st.height, " frames; this server's ceiling is ",
                              l.max_pixels, " pixels (--max-pixels)"));
       }
     }
-    const MemoryEstimate e = EstimateMemory(*dataset, *spec, po);
+    const MemoryEstimate e = EstimateMemory(*source, *spec, po);
     if (e.sample_bytes > l.max_sample_bytes) {
       return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
                     StrCat("one sample of this config is about ", e.sample_bytes,
@@ -421,7 +421,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
                              const std::string& job, Writer* writer, ActiveStream* entry,
                              std::string* outcome) {
     *outcome = "rejected";
-    const Manifest& m = dataset->manifest();
+    const Manifest& m = source->manifest();
     if (!req.dataset().empty() && req.dataset() != m.name && req.dataset() != m.fingerprint) {
       return Reject(grpc::StatusCode::NOT_FOUND,
                     StrCat("unknown dataset '", req.dataset().substr(0, 256), "': this server serves '",
@@ -439,7 +439,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     std::shared_ptr<Config> config;
     if (req.has_config_yaml()) {
       absl::StatusOr<std::shared_ptr<Config>> c =
-          ResolveConfig(*dataset, "inline", req.config_yaml(), "request config");
+          ResolveConfig(*source, "inline", req.config_yaml(), "request config");
       if (!c.ok()) return Reject(ToGrpc(c.status()).error_code(), std::string(c.status().message()));
       config = *c;
     } else {
@@ -479,7 +479,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
                      const std::string& job, const Config& config, const SampleSpec& spec,
                      const PipelineOptions& po, Cursor start, uint64_t max_message,
                      ActiveStream* entry, std::string* outcome) {
-    absl::StatusOr<std::unique_ptr<Pipeline>> created = Pipeline::Create(*dataset, spec, po, start);
+    absl::StatusOr<std::unique_ptr<Pipeline>> created = Pipeline::Create(*source, spec, po, start);
     if (!created.ok()) {
       *outcome = "rejected";
       return Reject(ToGrpc(created.status()).error_code(), std::string(created.status().message()));
@@ -505,8 +505,8 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     pb::StreamStart* st = first.mutable_start();
     st->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
     st->set_server_version(o.version);
-    st->set_dataset_name(dataset->manifest().name);
-    st->set_dataset_fingerprint(dataset->manifest().fingerprint);
+    st->set_dataset_name(source->manifest().name);
+    st->set_dataset_fingerprint(source->manifest().fingerprint);
     st->set_config_digest(config.digest);
     st->set_samples_per_epoch(pipeline->num_samples());
     st->set_steps_per_epoch(steps);
@@ -598,6 +598,13 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     std::map<std::string, uint64_t> modality_bytes;
     for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
     metrics->Batch(job, b.ids.size());
+    std::vector<uint64_t> per_dataset(source->size(), 0);
+    for (const SampleId& id : b.ids) {
+      if (id.dataset < per_dataset.size()) ++per_dataset[id.dataset];
+    }
+    for (size_t k = 0; k < per_dataset.size(); ++k) {
+      if (per_dataset[k] > 0) metrics->DatasetSamples(source->member(k).name, per_dataset[k]);
+    }
     for (const auto& [modality, bytes] : modality_bytes) {
       metrics->Bytes(modality, bytes);
       if (modality != "mask" && modality != "packing") metrics->Samples(modality, b.ids.size());
@@ -693,7 +700,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
     }
     m.token = t;
   }
-  ASSIGN_OR_RETURN(m.dataset, Dataset::Open(o.dataset));
+  ASSIGN_OR_RETURN(m.source, Source::Open(o.dataset));
   for (const std::string& path : o.config_paths) {
     ASSIGN_OR_RETURN(std::string text, ReadLocalFile(path, "config"));
     const std::string name = std::filesystem::path(path).stem().string();
@@ -703,11 +710,11 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
                                                  "): configs are named by file stem"));
       }
     }
-    ASSIGN_OR_RETURN(std::shared_ptr<Config> c, ResolveConfig(*m.dataset, name, text, path));
+    ASSIGN_OR_RETURN(std::shared_ptr<Config> c, ResolveConfig(*m.source, name, text, path));
     // Validate against the dataset once, and learn the epoch's size for Info.
     PipelineOptions po = c->options;
     po.threads = 1;
-    absl::StatusOr<std::unique_ptr<Pipeline>> p = Pipeline::Create(*m.dataset, c->spec, po, Cursor{});
+    absl::StatusOr<std::unique_ptr<Pipeline>> p = Pipeline::Create(*m.source, c->spec, po, Cursor{});
     if (!p.ok()) return Annotate(p.status(), path);
     c->samples_per_epoch = (*p)->num_samples();
     c->steps_per_epoch = (*p)->steps_per_epoch();

@@ -44,7 +44,10 @@ absl::StatusOr<std::string> BatchLine(uint64_t epoch, uint64_t step, uint32_t co
                                       std::span<const LineTensor> tensors, bool digest,
                                       bool list_ids) {
   std::string bytes;
-  for (const LineSample& id : ids) StrAppend(&bytes, id.index, ",");
+  for (const LineSample& id : ids) {
+    if (id.dataset != 0) StrAppend(&bytes, id.dataset, ":");
+    StrAppend(&bytes, id.index, ",");
+  }
   std::string line = StrCat(epoch, ":", step, " consumer ", consumer, "/", consumers, " samples ",
                             ids.size(), " ids ", format::ChecksumHex(format::Checksum(bytes)));
   if (digest) {
@@ -54,7 +57,11 @@ absl::StatusOr<std::string> BatchLine(uint64_t epoch, uint64_t step, uint32_t co
   }
   if (list_ids) {
     StrAppend(&line, " [");
-    for (size_t k = 0; k < ids.size(); ++k) StrAppend(&line, k ? " " : "", ids[k].episode, "/", ids[k].step);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      StrAppend(&line, k ? " " : "");
+      if (ids[k].dataset != 0) StrAppend(&line, ids[k].dataset, ":");
+      StrAppend(&line, ids[k].episode, "/", ids[k].step);
+    }
     StrAppend(&line, "]");
   }
   return line;

@@ -27,22 +27,23 @@ std::vector<LineTensor> Tensors(const Batch& b) {
 
 std::vector<LineSample> Ids(const Batch& b) {
   std::vector<LineSample> out;
-  for (const SampleId& id : b.ids) out.push_back({id.index, id.episode, id.step});
+  for (const SampleId& id : b.ids) out.push_back({id.index, id.episode, id.step, id.dataset});
   return out;
 }
 
 }  // namespace
 
 absl::Status RunBatches(const BatchesOptions& o) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(o.dataset));
+  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
+  const Manifest& manifest = source->manifest();
   if (o.config.empty()) return absl::InvalidArgumentError("--config is required");
   std::ifstream f(o.config, std::ios::binary);
   if (!f) return absl::NotFoundError(StrCat("cannot open config ", o.config));
   std::stringstream text;
   text << f.rdbuf();
-  ASSIGN_OR_RETURN(SampleSpec spec, SampleSpec::FromYaml(text.str(), ds->manifest(), o.config));
+  ASSIGN_OR_RETURN(SampleSpec spec, SampleSpec::FromYaml(text.str(), manifest, o.config));
   PipelineOptions po;
-  RETURN_IF_ERROR(po.MergeYaml(text.str(), spec, ds->manifest(), o.config));
+  RETURN_IF_ERROR(po.MergeYaml(text.str(), spec, manifest, o.config));
   if (o.consumers < 1 || o.consumer < 0) {
     return absl::InvalidArgumentError("--consumers must be >= 1 and --consumer >= 0");
   }
@@ -60,7 +61,7 @@ absl::Status RunBatches(const BatchesOptions& o) {
   }
   ASSIGN_OR_RETURN(Cursor cursor, ParseCursor(o.cursor));
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
-  ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(*ds, spec, po, cursor));
+  ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(*source, spec, po, cursor));
   for (int64_t i = 0; i < o.steps; ++i) {
     absl::StatusOr<std::optional<Batch>> next = pipeline->Next();
     if (!next.ok()) return next.status();
@@ -84,10 +85,6 @@ absl::Status RunBatches(const BatchesOptions& o) {
   if (o.stats) {
     const PipelineStats s = pipeline->stats();
     po = pipeline->options();
-    ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(*ds, spec.anchor_stream));
-    const EpochOrder order(index.size(), OrderKey(ds->manifest().fingerprint, po.seed), cursor.epoch,
-                           po.order);
-    const ShuffleQuality q = MeasureShuffle(order, index, po.global_batch_size, 1u << 20);
     std::fprintf(stderr,
                  "stats: %llu batches, %llu samples (%llu skipped) in %.2f s = %.1f samples/s, "
                  "%.1f MB/s\n",
@@ -102,12 +99,35 @@ absl::Status RunBatches(const BatchesOptions& o) {
                  static_cast<unsigned long long>(s.cache_hits),
                  static_cast<unsigned long long>(s.cache_misses), s.cache_bytes_peak / 1e6,
                  s.queue_bytes_peak / 1e6);
-    std::fprintf(stderr,
-                 "  order (%s, block %llu steps, window %llu blocks): same-episode neighbours %.4f "
-                 "(uniform shuffle %.4f), episodes per batch %.2f (uniform %.2f)\n",
-                 po.order.naive() ? "naive" : "gop", static_cast<unsigned long long>(po.order.block_steps),
-                 static_cast<unsigned long long>(po.order.window_blocks), q.same_episode_adjacent,
-                 q.same_episode_expected, q.episodes_per_batch, q.episodes_per_batch_expected);
+    if (!source->is_mixture()) {
+      const Dataset& ds = source->dataset(0);
+      ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(ds, spec.anchor_stream));
+      const EpochOrder order(index.size(), OrderKey(ds.manifest().fingerprint, po.seed), cursor.epoch,
+                             po.order);
+      const ShuffleQuality q = MeasureShuffle(order, index, po.global_batch_size, 1u << 20);
+      std::fprintf(stderr,
+                   "  order (%s, block %llu steps, window %llu blocks): same-episode neighbours %.4f "
+                   "(uniform shuffle %.4f), episodes per batch %.2f (uniform %.2f)\n",
+                   po.order.naive() ? "naive" : "gop", static_cast<unsigned long long>(po.order.block_steps),
+                   static_cast<unsigned long long>(po.order.window_blocks), q.same_episode_adjacent,
+                   q.same_episode_expected, q.episodes_per_batch, q.episodes_per_batch_expected);
+    } else {
+      // Per dataset: requested share, realized share, and how far through its own epochs the
+      // mixture has gone at the last cursor.
+      const std::vector<MixtureProgress> mix = pipeline->Mixture();
+      std::fprintf(stderr, "  mixture %s (%zu datasets, %llu steps per epoch):\n",
+                   manifest.name.c_str(), mix.size(),
+                   static_cast<unsigned long long>(pipeline->steps_per_epoch()));
+      for (size_t k = 0; k < mix.size(); ++k) {
+        const MixtureProgress& p = mix[k];
+        std::fprintf(stderr,
+                     "    %-20s weight %.4f realized %.4f samples %llu of %llu, epochs %.3f\n",
+                     p.name.c_str(), p.requested_share,
+                     s.samples ? static_cast<double>(s.member_samples[k]) / s.samples : 0.0,
+                     static_cast<unsigned long long>(s.member_samples[k]),
+                     static_cast<unsigned long long>(p.samples_per_epoch), p.epochs);
+      }
+    }
     std::fprintf(stderr,
                  "  stage seconds (summed over workers): decode blocks %.2f, assemble %.2f, worker "
                  "idle %.2f; batching %.2f, consumer waited %.2f",

@@ -84,7 +84,7 @@ absl::Status RunFetch(const FetchOptions& o) {
       tensors.push_back({t.name, client::DTypeName(t.dtype), t.shape, t.data, t.bytes});
     }
     std::vector<LineSample> ids;
-    for (const client::SampleId& id : b->ids) ids.push_back({id.index, id.episode, id.step});
+    for (const client::SampleId& id : b->ids) ids.push_back({id.index, id.episode, id.step, id.dataset});
     ASSIGN_OR_RETURN(std::string line, BatchLine(b->cursor.epoch, b->cursor.step, b->consumer,
                                                  b->consumers, ids, tensors, o.digest, o.ids));
     std::printf("%s\n", line.c_str());
