@@ -1,7 +1,8 @@
 // Storage: byte-range reads from local disk or HTTP(S), behind one interface.
 //
-// A dataset lives under a root (a directory path, file://..., http(s)://host/prefix/, later
+// A dataset lives under a root (a directory path, file://..., http(s)://host/prefix/,
 // s3://bucket/prefix/). Everything Conveyor reads is a range read of a file under that root.
+// Remote roots can go through a node-local cache of byte ranges (StorageCacheOptions).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,9 @@ class RandomAccessFile {
   virtual uint64_t size() const = 0;
   // The full path or URL, used in every error message about this file.
   virtual const std::string& name() const = 0;
+  // What identifies this version of the file's bytes when the backend knows it (an HTTP or S3
+  // ETag), else "". A cache keys its entries by it, so a rewritten object is never served stale.
+  virtual std::string version() const { return {}; }
 };
 
 // Counters a backend keeps; read them for metrics and tests. All monotonically increasing.
@@ -35,6 +39,14 @@ struct StorageStats {
   uint64_t bytes_read = 0;        // payload bytes returned
   uint64_t retries = 0;           // requests retried after a transient failure
   uint64_t connections_opened = 0;  // HTTP: new TCP connections (reuse keeps this low)
+  // The node-local cache (StorageCacheOptions), when there is one; `reads`, `bytes_read` and
+  // the rest above then count what the backend behind it did.
+  uint64_t cache_hits = 0;           // blocks served from the cache
+  uint64_t cache_misses = 0;         // blocks fetched from the backend
+  uint64_t cache_hit_bytes = 0;      // bytes of blocks served from the cache
+  uint64_t cache_fill_bytes = 0;     // bytes of blocks written to the cache
+  uint64_t cache_corrupt = 0;        // entries that failed their checksum (removed, re-fetched)
+  uint64_t cache_evicted_bytes = 0;  // bytes this process evicted to keep the bound
 };
 
 // A root under which files are opened. Thread-safe. A Storage must outlive every file opened
@@ -73,12 +85,57 @@ struct HttpOptions {
   int max_idle_connections = 16;
 };
 
+// Options of the S3 backend. Each empty field is looked up as AWS's own tools do; see
+// docs/storage.md for the order.
+struct S3Options {
+  // The service's URL, e.g. "http://127.0.0.1:7480" (radosgw, MinIO) or
+  // "https://s3.eu-west-1.amazonaws.com". Empty: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the
+  // profile's endpoint_url, then https://s3.REGION.amazonaws.com.
+  std::string endpoint;
+  // Empty: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, then us-east-1.
+  std::string region;
+  // The profile in ~/.aws/credentials and ~/.aws/config. Empty: AWS_PROFILE, then "default".
+  std::string profile;
+  // "path" (http://endpoint/bucket/key), "virtual" (http://bucket.endpoint/key) or "auto":
+  // virtual-hosted on AWS's own endpoints when the bucket name allows it, path-style on custom
+  // endpoints (what radosgw, MinIO and most S3-compatible stores answer). Empty:
+  // CONVEYOR_S3_ADDRESSING, the profile's s3.addressing_style, then "auto".
+  std::string addressing;
+  // Unsigned requests, for public buckets. Also turned on by AWS_NO_SIGN_REQUEST=true.
+  bool anonymous = false;
+};
+
+// The node-local cache of byte ranges in front of a remote (HTTP, S3) root: files in a directory
+// shared by every process on the node, bounded in bytes (least recently used evicted first),
+// each entry published atomically and checksum-verified on every read. Local roots never use it.
+struct StorageCacheOptions {
+  // Empty: CONVEYOR_CACHE_DIR; when that is empty too there is no cache.
+  std::string dir;
+  // The bound on the bytes of entries in `dir`, shared by every process using it. 0:
+  // CONVEYOR_CACHE_BYTES, then 10 GiB.
+  uint64_t max_bytes = 0;
+  // Files are cached in aligned blocks of this size (a small file is one block). Larger blocks
+  // mean fewer requests and more bytes read around a small read. Every process sharing `dir`
+  // must use the same value (it is part of each entry's key).
+  uint32_t block_bytes = 1u << 20;
+};
+
+// Everything OpenStorage needs. HTTP options apply to S3 too (it is HTTP underneath).
+struct StorageOptions {
+  HttpOptions http;
+  S3Options s3;
+  StorageCacheOptions cache;
+};
+
 // `uri` with any user:password@ removed, for messages, logs, metrics and Info responses: a
 // credential in a dataset URL never leaves the process that was given it.
 std::string RedactUri(std::string_view uri);
 
-// Opens the root named by `uri`: a local path, file://PATH, http://..., https://...
-// s3:// is recognised and answered with UNIMPLEMENTED (planned backend).
+// Opens the root named by `uri`: a local path, file://PATH, http://..., https://...,
+// s3://bucket/prefix/. HTTP and S3 roots go through the node-local cache when one is configured
+// (in `options.cache` or CONVEYOR_CACHE_DIR).
+absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(std::string_view uri,
+                                                     const StorageOptions& options);
 absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(std::string_view uri,
                                                      const HttpOptions& http = {});
 
@@ -86,6 +143,17 @@ std::unique_ptr<Storage> NewLocalStorage(std::string root_dir);
 // `base_url` is the URL of the root; a '/' is appended when missing.
 absl::StatusOr<std::unique_ptr<Storage>> NewHttpStorage(std::string base_url,
                                                         const HttpOptions& options);
+// `uri` is s3://bucket/prefix/ (a '/' is appended to a non-empty prefix when missing). Resolves
+// the endpoint, region and credentials now (docs/storage.md); an error says what was missing.
+absl::StatusOr<std::unique_ptr<Storage>> NewS3Storage(std::string_view uri,
+                                                      const S3Options& s3,
+                                                      const HttpOptions& http);
+// Wraps a remote `backend` with the node-local cache. `root` names the backend's root in the
+// cache's keys (the URI it was opened by, without credentials). Fails when `options.dir`
+// cannot be created or written.
+absl::StatusOr<std::unique_ptr<Storage>> NewCachingStorage(std::unique_ptr<Storage> backend,
+                                                           std::string root,
+                                                           const StorageCacheOptions& options);
 
 // Reads a whole file (for small files such as the manifest). A file larger than `max_bytes` is
 // an error naming it, its size and the cap, before anything is allocated: a lying

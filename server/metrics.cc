@@ -89,6 +89,58 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::
   return m;
 }
 
+namespace {
+
+// StorageStats as Prometheus counters, computed at scrape time (the storage keeps the counts).
+class StorageCollectable final : public prometheus::Collectable {
+ public:
+  explicit StorageCollectable(std::function<StorageStats()> stats) : stats_(std::move(stats)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const StorageStats s = stats_();
+    std::vector<prometheus::MetricFamily> out;
+    auto counter = [&](const char* name, const char* help, uint64_t value) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = prometheus::MetricType::Counter;
+      prometheus::ClientMetric m;
+      m.counter.value = static_cast<double>(value);
+      f.metric.push_back(m);
+      out.push_back(std::move(f));
+    };
+    counter("conveyor_storage_reads_total", "Range reads the storage backend completed", s.reads);
+    counter("conveyor_storage_read_bytes_total", "Bytes the storage backend returned", s.bytes_read);
+    counter("conveyor_storage_retries_total", "Storage requests retried after a transient failure",
+            s.retries);
+    counter("conveyor_storage_connections_total", "TCP connections opened to the storage backend",
+            s.connections_opened);
+    counter("conveyor_storage_cache_hits_total", "Blocks served from the node-local cache",
+            s.cache_hits);
+    counter("conveyor_storage_cache_misses_total", "Blocks fetched from the backend into the cache",
+            s.cache_misses);
+    counter("conveyor_storage_cache_hit_bytes_total", "Bytes of blocks served from the cache",
+            s.cache_hit_bytes);
+    counter("conveyor_storage_cache_fill_bytes_total", "Bytes of blocks written to the cache",
+            s.cache_fill_bytes);
+    counter("conveyor_storage_cache_corrupt_total",
+            "Cache entries that failed their checksum (removed and fetched again)", s.cache_corrupt);
+    counter("conveyor_storage_cache_evicted_bytes_total",
+            "Bytes this process evicted from the cache to keep its bound", s.cache_evicted_bytes);
+    return out;
+  }
+
+ private:
+  const std::function<StorageStats()> stats_;
+};
+
+}  // namespace
+
+void ServerMetrics::ExposeStorage(std::function<StorageStats()> stats) {
+  storage_ = std::make_shared<StorageCollectable>(std::move(stats));
+  if (exposer_ != nullptr) exposer_->RegisterCollectable(storage_);
+}
+
 void ServerMetrics::StreamEnded(const std::string& outcome) { streams_.Add({{"outcome", outcome}}).Increment(); }
 void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"code", code}}).Increment(); }
 void ServerMetrics::Batch(const std::string& job, uint64_t samples) {

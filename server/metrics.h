@@ -10,6 +10,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -17,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "readers/storage.h"
 
 namespace conveyor {
 
@@ -46,11 +48,17 @@ class ServerMetrics {
   void DatasetSamples(const std::string& dataset, uint64_t samples);
   void Stage(const std::string& stage, double seconds);  // decode, assemble, batch, idle, send
   void Error(const std::string& reason);
+  // Exposes the dataset storage's counters (StorageStats: backend reads, bytes, retries,
+  // connections; the node-local cache's hits, misses, bytes, corrupt entries, evictions) as
+  // conveyor_storage_* counters, read from `stats` at each scrape. REQUIRES: what `stats` reads
+  // outlives this object.
+  void ExposeStorage(std::function<StorageStats()> stats);
 
  private:
   explicit ServerMetrics(std::shared_ptr<prometheus::Registry> registry);
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Collectable> storage_;
   std::string address_;
   std::mutex mu_;  // Family::Add is thread-safe; this guards jobs_
   static constexpr size_t kMaxJobLabels = 256;

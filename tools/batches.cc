@@ -135,6 +135,21 @@ absl::Status RunBatches(const BatchesOptions& o) {
                  s.wait_seconds);
     if (po.packing) std::fprintf(stderr, "; packing fill ratio %.4f", s.fill_ratio_sum / std::max<uint64_t>(1, s.batches));
     std::fprintf(stderr, "\n");
+    const StorageStats st = ds->storage().stats();
+    std::fprintf(stderr,
+                 "  storage: %llu reads, %llu bytes, %llu retries, %llu connections; cache hits "
+                 "%llu (%llu bytes), misses %llu (%llu bytes filled), corrupt %llu, evicted %llu "
+                 "bytes\n",
+                 static_cast<unsigned long long>(st.reads),
+                 static_cast<unsigned long long>(st.bytes_read),
+                 static_cast<unsigned long long>(st.retries),
+                 static_cast<unsigned long long>(st.connections_opened),
+                 static_cast<unsigned long long>(st.cache_hits),
+                 static_cast<unsigned long long>(st.cache_hit_bytes),
+                 static_cast<unsigned long long>(st.cache_misses),
+                 static_cast<unsigned long long>(st.cache_fill_bytes),
+                 static_cast<unsigned long long>(st.cache_corrupt),
+                 static_cast<unsigned long long>(st.cache_evicted_bytes));
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,9 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools iperf3 openssl
   # tests/slurm: a real SLURM cluster on 127.0.0.1 (slurmctld + two slurmd, auth/none)
   slurmctld slurmd slurm-client munge jq
+  # tests/s3: a real S3 service on 127.0.0.1 (Ceph's radosgw over one mon and one memstore osd);
+  # awscli (/usr/bin/aws) is the transfer baseline of bench/s3_bench.sh
+  radosgw ceph-mon ceph-osd awscli
   # the Python package (python/, docs/python.md) and its tests
   pybind11-dev python3-dev python3-torch python3-av
   # plots (conveyor bench --plot, bench/peers)
