@@ -15,6 +15,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/device_copy.h"
@@ -203,6 +205,7 @@ struct Client::Impl {
   std::unique_ptr<DeviceCopier> device;
   std::shared_ptr<BufferPool> pool;
   std::thread thread;
+  pid_t owner = getpid();  // the process whose thread `thread` is (see ~Client)
 
   void Finish(absl::Status s) {
     std::lock_guard<std::mutex> lock(mu);
@@ -503,6 +506,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
 }
 
 Client::~Client() {
+  if (getpid() != impl_->owner) {
+    // A forked child (a DataLoader worker, multiprocessing) freeing the copy of a client it
+    // inherited: the receiving thread and the gRPC call exist only in the parent, so joining
+    // would throw (ESRCH) and abort the child. The child's copy is left as it is.
+    (void)impl_.release();
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stop = true;

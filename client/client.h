@@ -142,7 +142,7 @@ class Client {
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;  // released, not destroyed, in a forked child (see ~Client)
 };
 
 // A comma-separated list of server addresses; an empty `list` means $CONVEYOR_SERVERS.

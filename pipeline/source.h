@@ -77,6 +77,8 @@ class Source {
   const Dataset& dataset(size_t k) const { return *datasets_[k]; }
   const MixtureMember& member(size_t k) const { return members_[k]; }
   std::vector<double> weights() const;
+  // Its datasets' storage counters, summed.
+  StorageStats storage_stats() const;
   const std::string& tag_stream() const { return tag_stream_; }
 
   // Binds a spec parsed against manifest() to every member (re-reading its config text against

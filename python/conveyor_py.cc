@@ -36,7 +36,8 @@ namespace {
 PyObject* g_error = nullptr;
 
 constexpr const char* kMetaKeys[] = {"_cursor", "_next",   "_consumer",         "_consumers",
-                                     "_ids",    "_server", "_packed_sequences", "_fill_ratio"};
+                                     "_ids",    "_dataset", "_server", "_packed_sequences",
+                                     "_fill_ratio"};
 
 [[noreturn]] void Raise(const absl::Status& s) {
   const std::string code(absl::StatusCodeToString(s.code()));
@@ -104,6 +105,10 @@ py::dict ToDict(cc::Batch&& b) {
   out["_consumer"] = b.consumer;
   out["_consumers"] = b.consumers;
   out["_ids"] = std::move(ids);
+  py::array_t<int32_t> dataset(static_cast<py::ssize_t>(b.ids.size()));
+  auto d = dataset.mutable_unchecked<1>();
+  for (size_t i = 0; i < b.ids.size(); ++i) d(i) = static_cast<int32_t>(b.ids[i].dataset);
+  out["_dataset"] = std::move(dataset);
   out["_server"] = b.server;
   out["_packed_sequences"] = b.packed_sequences;
   out["_fill_ratio"] = b.fill_ratio;

@@ -37,6 +37,15 @@ TEST(BenchCliTest, EveryModalityHasItsFiguresAndLimits) {
     EXPECT_TRUE(seen.count(key)) << key << " missing:\n" << testing::ReadFile(dir.Join("out.txt"));
   }
   EXPECT_EQ(seen["video/assemble"], 3);  // in order, shuffled naive, shuffled gop
+  // Start-up is a row of its own, beside the offline pipeline's, not part of the served rate.
+  bool first_batch = false;
+  for (const json& r : doc["rows"]) {
+    if (r["order"] != "time to first batch (served)") continue;
+    first_batch = true;
+    EXPECT_EQ(r["unit"], "s");
+    EXPECT_GT(r["limit"].get<double>(), 0) << "no offline time to first batch beside it";
+  }
+  EXPECT_TRUE(first_batch);
   const std::string out = testing::ReadFile(dir.Join("out.txt"));
   EXPECT_NE(out.find("where the time goes"), std::string::npos) << out;
 

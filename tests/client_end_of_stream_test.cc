@@ -5,6 +5,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 
 #include "client/client.h"
@@ -71,6 +74,36 @@ TEST(ClientEndOfStreamTest, AllBatchesReceivedThenTheStreamBreaks) {
   EXPECT_TRUE(end.ok()) << "the end of the stream is not an error: " << end;
   EXPECT_EQ(service.calls.load(), 1) << "reconnected after every batch had arrived";
   server->Shutdown();
+}
+
+}  // namespace
+}  // namespace conveyor
+
+namespace conveyor {
+namespace {
+
+// A forked child (a PyTorch DataLoader worker, multiprocessing) that frees the copy of a client it
+// inherited must not abort: the receiving thread exists only in the parent (joining it in the
+// child throws "No such process", or hangs). The parent's client keeps working.
+TEST(ClientForkTest, AForkedChildFreesItsCopyWithoutAborting) {
+  client::ClientOptions o;
+  o.servers = {"127.0.0.1:1"};  // nothing listens: the thread keeps retrying in the background
+  o.reconnect_timeout_s = 30;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);   // a child that hangs instead of aborting fails too
+    c->reset();  // ~Client in the child
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child ended with " << (WIFSIGNALED(status) ? "signal " : "status ")
+      << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  c->reset();  // the parent's own client still cancels and joins
 }
 
 }  // namespace

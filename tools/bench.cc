@@ -53,6 +53,35 @@ using json = nlohmann::json;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Steady-state throughput of a stream of batches: the first batch (pipeline start-up, the first
+// GOP window's decode, a server's connection and config resolution) is timed on its own and left
+// out of the rate, which counts the samples after it over the time after it.
+struct SteadyRate {
+  double first_batch_s = 0;  // start to the first batch
+  uint64_t samples = 0;      // after the first batch
+  double seconds = 0;        // after the first batch
+  double rate() const { return seconds > 0 ? samples / seconds : 0; }
+};
+
+// `next` returns the samples of one batch, 0 at the end of the data, or an error. Runs for
+// `seconds` after the first batch (and at least until it).
+template <typename Next>
+absl::StatusOr<SteadyRate> MeasureSteady(double seconds, Next next) {
+  SteadyRate r;
+  const auto t0 = Clock::now();
+  ASSIGN_OR_RETURN(uint64_t first, next());
+  r.first_batch_s = Since(t0);
+  if (first == 0) return r;
+  const auto t1 = Clock::now();
+  while (Since(t1) < seconds) {
+    ASSIGN_OR_RETURN(uint64_t n, next());
+    if (n == 0) break;
+    r.samples += n;
+  }
+  r.seconds = Since(t1);
+  return r;
+}
+
 std::string KindName(pb::StreamKind k) { return std::string(format::StreamKindName(k)); }
 
 // Runs shell commands in parallel (one process each) and returns the wall seconds of the batch.
@@ -464,17 +493,16 @@ class Bench {
     po.consumer = 0;
     po.consumers = 1;
     po.order = order == "naive" ? OrderOptions{} : (po.order.naive() ? OrderOptions{0, 0} : po.order);
-    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(ds_, spec, po, Cursor{}));
     const auto t0 = Clock::now();
-    uint64_t samples = 0;
-    while (Since(t0) < o_.seconds) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(ds_, spec, po, Cursor{}));
+    ASSIGN_OR_RETURN(SteadyRate m, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
       ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
-      if (!b) break;  // max_epochs reached
-      samples += b->ids.size();
-    }
-    const double s = Since(t0);
+      return b ? b->ids.size() : 0;  // 0: max_epochs reached
+    }));
+    m.first_batch_s = Since(t0) - m.seconds;
+    const double s = m.seconds;
     const PipelineStats st = p->stats();
-    Row r{kind, "assemble", StrCat("shuffled, ", order), threads, samples / s, "samples/s", "", 0, {}};
+    Row r{kind, "assemble", StrCat("shuffled, ", order), threads, m.rate(), "samples/s", "", 0, {}};
     if (kind == "video" && video_fps_limit_.count(threads) && st.amplification() > 0) {
       // The most samples/s `threads` ffmpeg-speed decoders allow at this amplification.
       r.limit_name = "decode bound (ffmpeg rate / decoded frames per sample)";
@@ -483,7 +511,7 @@ class Bench {
     r.stages = {{"decode_s", st.decode_seconds}, {"assemble_s", st.assemble_seconds},
                 {"batch_s", st.batch_seconds}, {"wait_s", st.wait_seconds},
                 {"worker_idle_s", st.worker_idle_seconds}, {"amplification", st.amplification()},
-                {"seconds", s}};
+                {"seconds", s}, {"first_batch_s", m.first_batch_s}};
     Add(std::move(r));
     return absl::OkStatus();
   }
@@ -492,15 +520,14 @@ class Bench {
     // Offline first: the limit.
     PipelineOptions off = po;
     off.threads = threads;
-    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(ds_, spec, off, Cursor{}));
     auto t0 = Clock::now();
-    uint64_t offline = 0;
-    while (Since(t0) < o_.seconds) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(ds_, spec, off, Cursor{}));
+    ASSIGN_OR_RETURN(SteadyRate offline, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
       ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
-      if (!b) break;
-      offline += b->ids.size();
-    }
-    const double offline_rate = offline / Since(t0);
+      return b ? b->ids.size() : 0;
+    }));
+    offline.first_batch_s = Since(t0) - offline.seconds;
+    const double offline_rate = offline.rate();
     p.reset();
     const std::string cfg = work_ + "/bench-config.yaml";
     std::ofstream(cfg) << config_text;
@@ -514,24 +541,31 @@ class Bench {
     client::ClientOptions co;
     co.servers = {server->address()};
     co.job = "bench";
-    ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
     t0 = Clock::now();
-    uint64_t samples = 0, bytes = 0;
-    while (Since(t0) < o_.seconds) {
+    ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
+    uint64_t bytes = 0;
+    bool first = true;
+    ASSIGN_OR_RETURN(SteadyRate served, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
       ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
-      if (!b) break;
-      samples += b->ids.size();
-      bytes += b->bytes();
-    }
-    const double s = Since(t0);
+      if (!b) return 0;
+      if (!first) bytes += b->bytes();
+      first = false;
+      return b->ids.size();
+    }));
+    served.first_batch_s = Since(t0) - served.seconds;
+    const double s = served.seconds;
     const client::ClientStats cs = c->stats();
     c.reset();
     server->Shutdown(1);
-    Row r{"all", "serve", "gRPC to a client", threads, samples / s, "samples/s", "offline pipeline", offline_rate, {}};
-    r.stages = {{"mb_per_s", bytes / 1e6 / s}, {"client_wait_s", cs.wait_seconds}, {"seconds", s}};
+    // Steady state (the first batch excluded from both rates), then the start-up on its own.
+    Row r{"all", "serve", "gRPC to a client", threads, served.rate(), "samples/s", "offline pipeline", offline_rate, {}};
+    r.stages = {{"mb_per_s", s > 0 ? bytes / 1e6 / s : 0}, {"client_wait_s", cs.wait_seconds}, {"seconds", s},
+                {"first_batch_s", served.first_batch_s}};
     Add(std::move(r));
+    Add(Row{"all", "serve", "time to first batch (served)", threads, served.first_batch_s, "s",
+            "offline pipeline", offline.first_batch_s, {}});
     if (iperf_ == 0) iperf_ = Iperf3MBps(o_.seconds);
-    Add(Row{"all", "serve", "bytes to the client", threads, bytes / 1e6 / s, "MB/s",
+    Add(Row{"all", "serve", "bytes to the client", threads, s > 0 ? bytes / 1e6 / s : 0, "MB/s",
             iperf_ > 0 ? "iperf3 loopback" : "", iperf_, {}});
     return absl::OkStatus();
   }

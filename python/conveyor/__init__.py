@@ -19,6 +19,7 @@ Each yielded batch is a dict with, in this order:
   - "_cursor": (epoch, step) of this batch; "_next": (epoch, step) right after it;
   - "_consumer", "_consumers": the slice this rank got (rank, world size);
   - "_ids": int64 array [n, 3] of (dataset sample index, episode, anchor step) per sample;
+  - "_dataset": int32 array [n]: each sample's dataset in a mixture (docs/mixtures.md), else 0;
   - "_server": the address that sent it; "_packed_sequences", "_fill_ratio": packing (0 else).
 """
 

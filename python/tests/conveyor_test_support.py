@@ -51,6 +51,13 @@ def synth(out, episodes=2, seconds=3):
     return out
 
 
+def _parse_id(text):
+    """"E/S" -> (E, S); a mixture's later datasets print "D:E/S" -> (D, E, S)."""
+    dataset, _, rest = text.rpartition(":")
+    episode, step = rest.split("/")
+    return (int(dataset), int(episode), int(step)) if dataset else (int(episode), int(step))
+
+
 def parse_lines(text):
     """[{cursor: (e, s), consumer, consumers, samples, sha256, ids: [(episode, step), ...]}]."""
     out = []
@@ -60,7 +67,7 @@ def parse_lines(text):
             continue
         ids = None
         if m.group(8) is not None:
-            ids = [tuple(int(x) for x in p.split("/")) for p in m.group(8).split()]
+            ids = [_parse_id(p) for p in m.group(8).split()]
         out.append({"cursor": (int(m.group(1)), int(m.group(2))), "consumer": int(m.group(3)),
                     "consumers": int(m.group(4)), "samples": int(m.group(5)),
                     "sha256": m.group(7), "ids": ids})
@@ -101,12 +108,13 @@ def digest(batch):
 
 def summary(batch):
     """The fields of a CLI line, from a Loader batch."""
-    ids = batch["_ids"]
+    ids, datasets = batch["_ids"], batch["_dataset"]
     if hasattr(ids, "numpy"):
-        ids = ids.numpy()
+        ids, datasets = ids.numpy(), datasets.numpy()
     return {"cursor": tuple(int(x) for x in batch["_cursor"]), "consumer": int(batch["_consumer"]),
             "consumers": int(batch["_consumers"]), "samples": len(ids), "sha256": digest(batch),
-            "ids": [(int(e), int(s)) for _, e, s in ids]}
+            "ids": [(int(d), int(e), int(s)) if d else (int(e), int(s))
+                    for (_, e, s), d in zip(ids, datasets)]}
 
 
 class Server:

@@ -304,6 +304,39 @@ class InterruptTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5.0)
 
 
+class MixtureTest(unittest.TestCase):
+    """A server started on a mixture file (docs/mixtures.md): the Loader gets what
+    `conveyor batches` computes, each sample's dataset in "_dataset", the weights in every batch."""
+
+    def test_loader_over_a_served_mixture(self):
+        d = ENV["dir"]
+        other = support.synth(d / "ds_other", seconds=2)
+        mix = d / "mix.yaml"
+        mix.write_text("mixture:\n"
+                       "  name: two\n"
+                       "  tag: dataset_id\n"
+                       "  datasets:\n"
+                       f"    - {{name: first, uri: {ENV['dataset']}, weight: 3}}\n"
+                       f"    - {{name: second, uri: {other}, weight: 1, tag: 9}}\n")
+        (d / "mix_run").mkdir()
+        server = support.Server(mix, d / "mix_run")
+        try:
+            want = support.cli_batches(mix, 3)
+            got = [support.summary(b) for b in conveyor.Loader(
+                servers=[server.address], reconnect_timeout_s=30, max_batches=3)]
+            self.assertEqual(got, want)
+            b = next(iter(conveyor.Loader(servers=[server.address], reconnect_timeout_s=30,
+                                          max_batches=1)))
+            self.assertEqual(b["_dataset"].shape, (32,))
+            self.assertEqual(int((b["_dataset"] == 0).sum()), 24)  # 3:1 of 32, in every batch
+            self.assertEqual(int((b["_dataset"] == 1).sum()), 8)
+            tags = np.asarray(b["dataset_id"])
+            np.testing.assert_array_equal(tags, np.where(np.asarray(b["_dataset"]) == 1, 9, 0))
+            self.assertEqual(conveyor.info([server.address])["dataset_name"], "two")
+        finally:
+            server.stop()
+
+
 class GilTest(unittest.TestCase):
     def test_next_releases_the_gil(self):
         """(f) While next() waits (here for a server that is not there, until
