@@ -197,6 +197,24 @@ absl::StatusOr<std::unique_ptr<Source>> Source::MixtureFromYaml(std::string_view
   return s;
 }
 
+StorageStats Source::storage_stats() const {
+  StorageStats sum;
+  for (const Dataset* d : datasets_) {
+    const StorageStats s = d->storage().stats();
+    sum.reads += s.reads;
+    sum.bytes_read += s.bytes_read;
+    sum.retries += s.retries;
+    sum.connections_opened += s.connections_opened;
+    sum.cache_hits += s.cache_hits;
+    sum.cache_misses += s.cache_misses;
+    sum.cache_hit_bytes += s.cache_hit_bytes;
+    sum.cache_fill_bytes += s.cache_fill_bytes;
+    sum.cache_corrupt += s.cache_corrupt;
+    sum.cache_evicted_bytes += s.cache_evicted_bytes;
+  }
+  return sum;
+}
+
 std::vector<double> Source::weights() const {
   std::vector<double> w;
   for (const MixtureMember& m : members_) w.push_back(m.weight);

@@ -721,7 +721,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
     m.configs.push_back(std::move(c));
   }
   ASSIGN_OR_RETURN(m.metrics, ServerMetrics::Create(o.metrics_listen, o.version));
-  m.metrics->ExposeStorage([dataset = m.dataset.get()] { return dataset->storage().stats(); });
+  m.metrics->ExposeStorage([source = m.source.get()] { return source->storage_stats(); });
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (tls) {

@@ -135,7 +135,7 @@ absl::Status RunBatches(const BatchesOptions& o) {
                  s.wait_seconds);
     if (po.packing) std::fprintf(stderr, "; packing fill ratio %.4f", s.fill_ratio_sum / std::max<uint64_t>(1, s.batches));
     std::fprintf(stderr, "\n");
-    const StorageStats st = ds->storage().stats();
+    const StorageStats st = source->storage_stats();
     std::fprintf(stderr,
                  "  storage: %llu reads, %llu bytes, %llu retries, %llu connections; cache hits "
                  "%llu (%llu bytes), misses %llu (%llu bytes filled), corrupt %llu, evicted %llu "
