@@ -329,7 +329,20 @@ absl::StatusOr<Manifest> DatasetWriter::Finish() {
   m.total_duration_s = total_duration_s_;
   for (size_t i = 0; i < streams_.size(); ++i) {
     const RunningStats& st = stats_[i];
-    if (streams_[i].kind != pb::LOWDIM || st.count == 0) continue;
+    if (streams_[i].kind != pb::LOWDIM) continue;
+    if (auto given = options_.stats.find(streams_[i].name); given != options_.stats.end()) {
+      const size_t dim = streams_[i].shape.empty() ? 0 : static_cast<size_t>(streams_[i].shape[0]);
+      const StreamStats& g = given->second;
+      if (g.mean.size() != dim || g.std.size() != dim || g.min.size() != dim ||
+          g.max.size() != dim) {
+        return absl::InvalidArgumentError(StrCat("statistics given for stream '",
+                                                 streams_[i].name, "' do not have its dimension ",
+                                                 dim));
+      }
+      m.stats[streams_[i].name] = g;
+      continue;
+    }
+    if (st.count == 0) continue;
     StreamStats out;
     out.count = st.count;
     out.mean = st.mean;

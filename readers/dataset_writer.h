@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,11 @@ class DatasetWriter {
     // compress better. 256 steps of 14 floats = 14 KiB raw.
     int lowdim_block_steps = 256;
     int zstd_level = 3;
+    // Statistics recorded for these lowdim streams instead of the ones computed from the values
+    // written: an imported dataset's own (LeRobot's meta/stats.json, with its quantiles), so that
+    // normalization matches what the source's trainers use. Each must have the stream's
+    // dimension (Finish fails otherwise).
+    std::map<std::string, StreamStats> stats;
   };
 
   // Creates `out_dir` (and out_dir/shards). It must not exist or be empty.

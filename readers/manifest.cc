@@ -75,6 +75,7 @@ std::string ManifestToJson(const Manifest& m) {
   for (const auto& [name, st] : m.stats) {
     j["stats"][name] = {{"mean", st.mean}, {"std", st.std}, {"min", st.min},
                         {"max", st.max},   {"count", st.count}};
+    for (const auto& [q, values] : st.quantiles) j["stats"][name][q] = values;
   }
   j["episode_table"] = {{"path", std::string(kEpisodeTableFile)},
                         {"bytes", m.episode_table_bytes},
@@ -133,6 +134,12 @@ absl::StatusOr<Manifest> ManifestFromJson(std::string_view text, std::string_vie
       st.min = s.at("min").get<std::vector<double>>();
       st.max = s.at("max").get<std::vector<double>>();
       st.count = s.value("count", uint64_t{0});
+      for (const auto& [key, v] : s.items()) {
+        const bool quantile =
+            key.size() >= 2 && key[0] == 'q' &&
+            key.find_first_not_of("0123456789", 1) == std::string::npos;
+        if (quantile) st.quantiles[key] = v.get<std::vector<double>>();
+      }
       m.stats[name] = std::move(st);
     }
     const json& table = j.at("episode_table");

@@ -36,6 +36,9 @@ struct StreamInfo {
 struct StreamStats {
   std::vector<double> mean, std, min, max;
   uint64_t count = 0;  // steps
+  // Quantiles by name ("q01", "q10", "q50", "q90", "q99", ...) when the source dataset has them
+  // (LeRobot v3.0's meta/stats.json; pi0-style quantile normalization). Empty otherwise.
+  std::map<std::string, std::vector<double>> quantiles;
 };
 
 struct ShardInfo {

@@ -11,6 +11,7 @@ CLEAN=(
   server/server.h
   shuffle/order.h
   readers/storage.h readers/memory_storage.h readers/parquet/parquet_file.h
+  readers/lerobot/lerobot_meta.h
 )
 FORBIDDEN='^#include [<"](libav|libsw|grpc|grpcpp/|google/protobuf|cuda|yaml-cpp/|.*\.pb\.h)'
 fail=0

@@ -35,13 +35,21 @@ struct SynthOptions {
 absl::Status RunSynth(const SynthOptions& options);
 
 struct ImportOptions {
-  std::string from;  // one sub-folder per episode
+  std::string from;     // one sub-folder per episode, or a LeRobot dataset root (meta/info.json)
+  std::string lerobot;  // a LeRobot dataset root (v3.0 or v2.1); docs/lerobot.md
   std::string out;
   int episodes_per_shard = 64;
-  std::string name;  // default: the basename of `from`
+  std::string name;  // default: the basename of `from` / `lerobot`
   bool progress = true;
+  // LeRobot: how far a row's timestamp may be from frame_index / fps, and a video frame from its
+  // row's timestamp, in seconds. LeRobot's own default tolerance_s.
+  double tolerance_s = 1e-4;
 };
+// Dispatches to RunImportLeRobot when `lerobot` is set or `from` holds meta/info.json.
 absl::Status RunImport(const ImportOptions& options);
+absl::Status RunImportLeRobot(const ImportOptions& options);
+// True when `dir` holds a LeRobot meta/info.json.
+bool IsLeRobotRoot(const std::string& dir);
 
 struct ExtractOptions {
   std::string dataset;  // path or URL

@@ -33,6 +33,7 @@ extern "C" {
 #include "decoders/internal/av_codec_params.h"
 #include "tools/command.h"
 #include "tools/commands.h"
+#include "tools/import_media.h"
 
 namespace conveyor::tools {
 namespace {
@@ -206,8 +207,8 @@ std::vector<std::string> ChannelNames(const AVChannelLayout& layout) {
 // Opens `path` and reads the best stream of `type` into a VIDEO or AUDIO stream named `name`.
 // Every failure, a truncated or corrupt file included, is an error naming `path`: a partial
 // import would silently shorten an episode.
-absl::StatusOr<EpisodeData::Stream> DemuxMediaFile(const fs::path& path, AVMediaType type,
-                                                   const std::string& name) {
+absl::StatusOr<EpisodeData::Stream> DemuxBestStream(const fs::path& path, AVMediaType type,
+                                                    const std::string& name) {
   const std::string file = path.string();
   av::QuietLogging();
   AVFormatContext* raw = nullptr;
@@ -570,7 +571,7 @@ absl::StatusOr<EpisodeData> ReadEpisodeFolder(const fs::path& dir) {
       RETURN_IF_ERROR(claim(stem, path));
       const AVMediaType type =
           OneOf(kVideoExtensions, ext) ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO;
-      ASSIGN_OR_RETURN(EpisodeData::Stream s, DemuxMediaFile(path, type, stem));
+      ASSIGN_OR_RETURN(EpisodeData::Stream s, DemuxBestStream(path, type, stem));
       episode.streams.push_back(std::move(s));
     } else if (ext == ".npy") {
       RETURN_IF_ERROR(claim(stem, path));
@@ -678,8 +679,21 @@ absl::Status ImportEpisodes(const std::vector<fs::path>& episodes, const ImportO
 
 }  // namespace
 
+absl::StatusOr<EpisodeData::Stream> DemuxMediaFile(const std::string& path, MediaKind kind,
+                                                   const std::string& name) {
+  return DemuxBestStream(path, kind == MediaKind::kVideo ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO,
+                         name);
+}
+
 absl::Status RunImport(const ImportOptions& options) {
+  if (!options.lerobot.empty()) {
+    if (!options.from.empty()) {
+      return absl::InvalidArgumentError("give either --from or --lerobot, not both");
+    }
+    return RunImportLeRobot(options);
+  }
   if (options.from.empty()) return absl::InvalidArgumentError("no input folder given");
+  if (IsLeRobotRoot(options.from)) return RunImportLeRobot(options);
   if (options.out.empty()) return absl::InvalidArgumentError("no output folder given");
   const fs::path from(options.from);
   std::error_code ec;
@@ -741,8 +755,15 @@ absl::Status RunImport(const ImportOptions& options) {
 class ImportCommand final : public Command {
  public:
   CLI::App* Register(CLI::App& app) override {
-    CLI::App* c = app.add_subcommand("import", "Build a dataset from existing files (one folder per episode; see docs/import.md)");
-    c->add_option("--from", o_.from, "Folder holding one sub-folder per episode")->required();
+    CLI::App* c = app.add_subcommand("import", "Build a dataset from existing files (one folder per episode, or a LeRobot dataset; see docs/import.md, docs/lerobot.md)");
+    c->add_option("--from", o_.from,
+                  "Folder holding one sub-folder per episode (or a LeRobot dataset root)");
+    c->add_option("--lerobot", o_.lerobot,
+                  "A LeRobot v3.0 or v2.1 dataset root (meta/info.json); see docs/lerobot.md");
+    c->add_option("--tolerance-s", o_.tolerance_s,
+                  "LeRobot: allowed distance between a row's timestamp and frame_index / fps, "
+                  "and between a video frame and its row")
+        ->capture_default_str();
     c->add_option("--out", o_.out, "Output dataset directory")->required();
     c->add_option("--name", o_.name, "Dataset name (default: the input folder's name)");
     c->add_option("--episodes-per-shard", o_.episodes_per_shard, "Episodes per shard file")->capture_default_str();
@@ -751,6 +772,9 @@ class ImportCommand final : public Command {
   }
   absl::Status Run() override {
     o_.progress = !quiet_;
+    if (o_.from.empty() && o_.lerobot.empty()) {
+      return absl::InvalidArgumentError("give --from DIR or --lerobot DIR");
+    }
     return RunImport(o_);
   }
 

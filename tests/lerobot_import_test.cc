@@ -1,0 +1,401 @@
+// `conveyor import --lerobot` (RunImport / RunImportLeRobot) on LeRobot v3.0 and v2.1 datasets
+// made at test time by tests/fixtures/lerobot/make_lerobot.sh with independent tools: the ffmpeg
+// CLI (libx264 with B-frames, libsvtav1 GOP 2, episodes concatenated by its concat demuxer) and
+// parquet-wasm for the tables. Frames are checked against ffmpeg's own decode of the original
+// files, lowdim values bit for bit against what the writer was given, and broken copies of the
+// datasets must give errors that name the file and the episode.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "readers/dataset.h"
+#include "tests/support/media_checks.h"
+#include "tests/support/test_env.h"
+#include "tools/commands.h"
+
+namespace conveyor::tools {
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = format::v1;
+using conveyor::testing::FrameMd5s;
+using conveyor::testing::ReadFile;
+using conveyor::testing::RunCommand;
+using conveyor::testing::ShellQuote;
+using conveyor::testing::TempDir;
+using conveyor::testing::WriteFile;
+using json = nlohmann::json;
+
+const std::string kFixtures = std::string(CONVEYOR_LEROBOT_FIXTURE_DIR);
+
+ImportOptions LeRobotImport(const std::string& root, const std::string& out) {
+  ImportOptions o;
+  o.lerobot = root;
+  o.out = out;
+  o.progress = false;
+  return o;
+}
+
+bool Mentions(const absl::Status& s, const std::string& text) {
+  return std::string(s.message()).find(text) != std::string::npos;
+}
+
+// The fixtures (made once per build tree) and both datasets imported once per test process.
+class LeRobotImportTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string script =
+        std::string(CONVEYOR_SOURCE_DIR) + "/tests/fixtures/lerobot/make_lerobot.sh";
+    if (RunCommand("command -v node && command -v npm && command -v ffprobe", 10).exit_code != 0) {
+      skip_ = "node, npm or ffprobe not installed: the fixtures are written with them";
+      return;
+    }
+    const auto made = RunCommand("bash " + ShellQuote(script) + " " +
+                                     ShellQuote(CONVEYOR_PARQUET_NPM_DIR) + " " +
+                                     ShellQuote(kFixtures),
+                                 600);
+    if (made.exit_code != 0) {
+      error_ = "make_lerobot.sh failed:\n" + made.output;
+      return;
+    }
+    expected_ = new json(json::parse(ReadFile(kFixtures + "/expected.json")));
+    dir_ = new TempDir();
+    for (const char* v : {"v30", "v21"}) {
+      absl::Status s = RunImport(LeRobotImport(kFixtures + "/" + v, dir_->Join(v)));
+      if (!s.ok()) {
+        error_ = std::string("import of ") + v + " failed: " + std::string(s.message());
+        return;
+      }
+    }
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+    delete expected_;
+    expected_ = nullptr;
+  }
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    ASSERT_TRUE(error_.empty()) << error_;
+  }
+
+  static std::string Imported(const std::string& v) { return dir_->Join(v); }
+  static const json& Expected(const std::string& v) { return (*expected_)[v]; }
+
+  // A copy of a fixture dataset to break.
+  static std::string CopyOf(const std::string& v, const std::string& name) {
+    const std::string to = dir_->Join(name);
+    fs::copy(kFixtures + "/" + v, to, fs::copy_options::recursive);
+    return to;
+  }
+
+  static TempDir* dir_;
+  static json* expected_;
+  static std::string skip_, error_;
+};
+TempDir* LeRobotImportTest::dir_ = nullptr;
+json* LeRobotImportTest::expected_ = nullptr;
+std::string LeRobotImportTest::skip_;
+std::string LeRobotImportTest::error_;
+
+TEST_F(LeRobotImportTest, V30ManifestMapsFeaturesToStreams) {
+  auto ds = Dataset::Open(Imported("v30"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const Manifest& m = (*ds)->manifest();
+  EXPECT_EQ(m.num_episodes, 4u);
+  std::vector<std::string> names;
+  for (const StreamInfo& s : m.streams) names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"observation.images.top", "observation.images.wrist",
+                                             "action", "next.reward", "observation.state",
+                                             "instruction"}));
+  EXPECT_EQ(m.streams[0].kind, pb::VIDEO);
+  EXPECT_EQ(m.streams[0].codec, "h264");
+  EXPECT_EQ(m.streams[0].shape, (std::vector<int64_t>{48, 64, 3}));
+  EXPECT_EQ(m.streams[0].rate, 30);
+  EXPECT_EQ(m.streams[1].codec, "av1");
+  EXPECT_EQ(m.streams[1].shape, (std::vector<int64_t>{64, 64, 3}));
+  EXPECT_EQ(m.streams[2].kind, pb::LOWDIM);
+  EXPECT_EQ(m.streams[2].shape, (std::vector<int64_t>{4}));
+  EXPECT_EQ(m.streams[2].names,
+            (std::vector<std::string>{"motor_0", "motor_1", "motor_2", "motor_3"}));
+  EXPECT_EQ(m.streams[3].shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ(m.streams[4].shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(m.streams[4].names[5], "joint_5");
+  EXPECT_EQ(m.streams[5].kind, pb::TEXT);
+  // Statistics are meta/stats.json's, quantiles included.
+  const json& st = Expected("v30")["stats"]["observation.state"];
+  ASSERT_TRUE(m.stats.count("observation.state"));
+  const StreamStats& s = m.stats.at("observation.state");
+  EXPECT_EQ(s.mean, st["mean"].get<std::vector<double>>());
+  EXPECT_EQ(s.std, st["std"].get<std::vector<double>>());
+  EXPECT_EQ(s.min, st["min"].get<std::vector<double>>());
+  EXPECT_EQ(s.max, st["max"].get<std::vector<double>>());
+  EXPECT_EQ(s.count, 42u);
+  ASSERT_TRUE(s.quantiles.count("q01") && s.quantiles.count("q99"));
+  EXPECT_EQ(s.quantiles.at("q99"), st["q99"].get<std::vector<double>>());
+  // next.reward has no statistics in stats.json: computed from the values.
+  EXPECT_EQ(m.stats.at("next.reward").count, 42u);
+}
+
+TEST_F(LeRobotImportTest, VerifyPasses) {
+  for (const char* v : {"v30", "v21"}) {
+    InspectOptions o;
+    o.dataset = Imported(v);
+    o.verify = true;
+    absl::Status s = RunInspect(o);
+    EXPECT_TRUE(s.ok()) << v << ": " << s;
+  }
+}
+
+// Every frame of every episode and camera, extracted from the import, decodes (ffmpeg CLI) to
+// exactly the frames ffmpeg decodes from the original LeRobot file at the episode's place in it.
+TEST_F(LeRobotImportTest, EveryFrameEqualsFfmpegsDecodeOfTheOriginalFile) {
+  for (const char* v : {"v30", "v21"}) {
+    const json& cams = Expected(v)["cameras"];
+    const json& episodes = Expected(v)["episodes"];
+    for (const auto& [key, cam] : cams.items()) {
+      std::map<std::string, std::vector<std::string>> original;  // by file
+      for (size_t e = 0; e < episodes.size(); ++e) {
+        SCOPED_TRACE(std::string(v) + " " + key + " episode " + std::to_string(e));
+        const std::string file = cam["file"][e];
+        if (!original.count(file)) original[file] = FrameMd5s(kFixtures + "/" + v + "/" + file);
+        const std::string out = dir_->Join(std::string(v) + "_" + key + "_" + std::to_string(e) +
+                                           ".mp4");
+        ExtractOptions x;
+        x.dataset = Imported(v);
+        x.episode = static_cast<int64_t>(e);
+        x.stream = key;
+        x.out = out;
+        ASSERT_TRUE(RunExtract(x).ok());
+        const std::vector<std::string> got = FrameMd5s(out);
+        const size_t offset = cam["file_frame_offset"][e].get<size_t>();
+        const size_t length = episodes[e]["length"].get<size_t>();
+        ASSERT_EQ(got.size(), length);
+        ASSERT_LE(offset + length, original[file].size());
+        const std::vector<std::string> want(original[file].begin() + offset,
+                                            original[file].begin() + offset + length);
+        EXPECT_EQ(got, want);
+      }
+    }
+  }
+}
+
+// `conveyor sample` on the import with LeRobot's semantics (anchor `action`, sample i = global row
+// i, tolerance 1e-4 s): the RGB frames equal ffmpeg's rgb24 decode of the original file at the
+// episode's frame, a frame before the anchor included, and the state equals the parquet row.
+TEST_F(LeRobotImportTest, SamplesEqualFfmpegsRgbDecodeOfTheOriginal) {
+  const std::string config = dir_->Join("lerobot.yaml");
+  WriteFile(config, R"(anchor: action
+tolerance_s: 0.0001
+streams:
+  observation.images.top: {delta_timestamps: [0.0]}
+  observation.images.wrist: {delta_timestamps: [-0.0333333, 0.0]}
+  observation.state: {delta_timestamps: [0.0]}
+)");
+  SampleOptions o;
+  o.dataset = Imported("v30");
+  o.config = config;
+  o.indices = {0, 9, 10, 22, 25, 41};  // episode starts, an episode's second frame, the last row
+  o.out = dir_->Join("samples");
+  o.progress = false;
+  ASSERT_TRUE(RunSample(o).ok());
+  // The script finds each sample's (episode, frame) from the lengths and the frame's place in
+  // each camera's file from expected.json; ffmpeg decodes the original files to rgb24.
+  const std::string script = R"(
+import json, sys, subprocess
+import numpy as np
+fixtures, samples, indices = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(',')]
+e = json.load(open(fixtures + '/expected.json'))['v30']
+starts = np.cumsum([0] + [ep['length'] for ep in e['episodes']])
+def decode(file, shape):
+    raw = subprocess.run(['ffmpeg', '-v', 'error', '-i', fixtures + '/v30/' + file, '-f', 'rawvideo',
+                          '-pix_fmt', 'rgb24', '-'], check=True, capture_output=True).stdout
+    return np.frombuffer(raw, np.uint8).reshape((-1,) + shape)
+bad = []
+for n, i in enumerate(indices):
+    ep = int(np.searchsorted(starts, i, side='right') - 1); k = i - starts[ep]
+    d = '%s/%06d/' % (samples, n)
+    for key, shape, deltas in [('observation.images.top', (48, 64, 3), [0]),
+                               ('observation.images.wrist', (64, 64, 3), [-1, 0])]:
+        cam = e['cameras'][key]
+        frames = decode(cam['file'][ep], shape)
+        got = np.load(d + key + '.npy')
+        pad = np.load(d + key + '_is_pad.npy')
+        for j, dk in enumerate(deltas):
+            kk = max(k + dk, 0)
+            if pad[j] != (k + dk < 0): bad.append((i, key, j, 'is_pad'))
+            if not np.array_equal(got[j], frames[cam['file_frame_offset'][ep] + kk]): bad.append((i, key, j))
+    state = np.array(e['episodes'][ep]['state'][k], np.float32)
+    if np.load(d + 'observation.state.npy')[0].tobytes() != state.tobytes(): bad.append((i, 'state'))
+print(bad if bad else 'ok')
+sys.exit(1 if bad else 0)
+)";
+  WriteFile(dir_->Join("check_samples.py"), script);
+  std::string indices;
+  for (int64_t i : o.indices) indices += (indices.empty() ? "" : ",") + std::to_string(i);
+  const auto r = RunCommand("/usr/bin/python3 " + ShellQuote(dir_->Join("check_samples.py")) + " " +
+                                ShellQuote(kFixtures) + " " + ShellQuote(o.out) + " " + indices,
+                            120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Lowdim values equal the floats the Parquet writer was given, bit for bit; the instruction is
+// the episode's task.
+TEST_F(LeRobotImportTest, LowdimBitForBitAndTheTask) {
+  for (const char* v : {"v30", "v21"}) {
+    auto ds = Dataset::Open(Imported(v));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    const Manifest& m = (*ds)->manifest();
+    const json& episodes = Expected(v)["episodes"];
+    ASSERT_EQ((*ds)->num_episodes(), episodes.size());
+    for (size_t e = 0; e < episodes.size(); ++e) {
+      SCOPED_TRACE(std::string(v) + " episode " + std::to_string(e));
+      auto index = (*ds)->LoadEpisode(e);
+      ASSERT_TRUE(index.ok()) << index.status();
+      const size_t length = episodes[e]["length"].get<size_t>();
+      for (const auto& [stream, key] : {std::pair<std::string, std::string>{"observation.state",
+                                                                            "state"},
+                                        {"action", "action"},
+                                        {"next.reward", "reward"}}) {
+        const int si = m.StreamIndex(stream);
+        ASSERT_GE(si, 0) << stream;
+        std::vector<float> got;
+        ASSERT_TRUE((*ds)->ReadLowdim(**index, si, 0, length, &got).ok());
+        std::vector<float> want;
+        for (const json& row : episodes[e][key]) {
+          if (row.is_array()) {
+            for (const json& x : row) want.push_back(static_cast<float>(x.get<double>()));
+          } else {
+            want.push_back(static_cast<float>(row.get<double>()));
+          }
+        }
+        ASSERT_EQ(got.size(), want.size()) << stream;
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << stream;
+        // One step per row at the dataset's fps.
+        const auto& ts = (*index)->streams(si).timestamps_s();
+        ASSERT_EQ(static_cast<size_t>(ts.size()), length);
+        EXPECT_NEAR(ts[static_cast<int>(length) - 1], (length - 1) / 30.0, 1e-6);
+      }
+      const std::string text = dir_->Join(std::string(v) + "_task_" + std::to_string(e) + ".txt");
+      ExtractOptions x;
+      x.dataset = Imported(v);
+      x.episode = static_cast<int64_t>(e);
+      x.stream = "instruction";
+      x.out = text;
+      ASSERT_TRUE(RunExtract(x).ok());
+      EXPECT_EQ(ReadFile(text), episodes[e]["task"].get<std::string>());
+    }
+  }
+}
+
+// v2.1's image feature embedded in the parquet: each frame is the PNG the writer embedded.
+TEST_F(LeRobotImportTest, V21EmbeddedImagesAreTheBytesWritten) {
+  auto ds = Dataset::Open(Imported("v21"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  const int si = (*ds)->manifest().StreamIndex("observation.images.hand");
+  ASSERT_GE(si, 0);
+  EXPECT_EQ((*ds)->manifest().streams[si].kind, pb::IMAGE);
+  EXPECT_EQ((*ds)->manifest().streams[si].codec, "png");
+  EXPECT_EQ((*ds)->manifest().streams[si].shape, (std::vector<int64_t>{24, 32, 3}));
+  const json& episodes = Expected("v21")["episodes"];
+  for (size_t e = 0; e < episodes.size(); ++e) {
+    const std::string out = dir_->Join("hand_" + std::to_string(e));
+    ExtractOptions x;
+    x.dataset = Imported("v21");
+    x.episode = static_cast<int64_t>(e);
+    x.stream = "observation.images.hand";
+    x.out = out;
+    ASSERT_TRUE(RunExtract(x).ok());
+    const size_t length = episodes[e]["length"].get<size_t>();
+    for (size_t k = 0; k < length; ++k) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "frame_%06zu.png", k);
+      char orig[64];
+      std::snprintf(orig, sizeof(orig), "frame_%06zu.png", k + 1);
+      EXPECT_EQ(ReadFile(out + "/" + name),
+                ReadFile(kFixtures + "/v21_images/episode_" + std::to_string(e) + "/" + orig))
+          << "episode " << e << " frame " << k;
+    }
+  }
+}
+
+// `conveyor import --from` recognises a LeRobot root by its meta/info.json.
+TEST_F(LeRobotImportTest, FromDetectsALeRobotRoot) {
+  ImportOptions o;
+  o.from = kFixtures + "/v21";
+  o.out = dir_->Join("detected");
+  o.progress = false;
+  ASSERT_TRUE(RunImport(o).ok());
+  auto ds = Dataset::Open(o.out);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->num_episodes(), 3u);
+}
+
+// Broken copies: each error names the file (and the episode where there is one), and nothing is
+// left at --out.
+TEST_F(LeRobotImportTest, TruncatedParquetIsAClearError) {
+  const std::string root = CopyOf("v30", "truncated");
+  const std::string file = root + "/data/chunk-000/file-001.parquet";
+  fs::resize_file(file, fs::file_size(file) / 2);
+  const std::string out = dir_->Join("truncated_out");
+  absl::Status s = RunImport(LeRobotImport(root, out));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Mentions(s, "data/chunk-000/file-001.parquet")) << s;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST_F(LeRobotImportTest, LyingFpsIsAClearError) {
+  const std::string root = CopyOf("v30", "fps");
+  json info = json::parse(ReadFile(root + "/meta/info.json"));
+  info["fps"] = 25;
+  WriteFile(root + "/meta/info.json", info.dump());
+  absl::Status s = RunImport(LeRobotImport(root, dir_->Join("fps_out")));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Mentions(s, "data/chunk-000/file-000.parquet, episode 0")) << s;
+  EXPECT_TRUE(Mentions(s, "fps 25")) << s;
+}
+
+TEST_F(LeRobotImportTest, MissingVideoIsAClearError) {
+  const std::string root = CopyOf("v30", "missing");
+  fs::remove(root + "/videos/observation.images.wrist/chunk-000/file-001.mp4");
+  absl::Status s = RunImport(LeRobotImport(root, dir_->Join("missing_out")));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_TRUE(Mentions(s, "videos/observation.images.wrist/chunk-000/file-001.mp4")) << s;
+  EXPECT_TRUE(Mentions(s, "episode 1, camera 'observation.images.wrist'")) << s;
+}
+
+TEST_F(LeRobotImportTest, LyingInfoJsonIsAClearError) {
+  const std::string root = CopyOf("v21", "frames");
+  json info = json::parse(ReadFile(root + "/meta/info.json"));
+  info["total_frames"] = 30;
+  WriteFile(root + "/meta/info.json", info.dump());
+  absl::Status s = RunImport(LeRobotImport(root, dir_->Join("frames_out")));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Mentions(s, "meta/info.json says total_frames 30, the episode lengths add up to 29"))
+      << s;
+}
+
+// A length in episodes.jsonl that disagrees with the rows and the video.
+TEST_F(LeRobotImportTest, LyingEpisodeLengthIsAClearError) {
+  const std::string root = CopyOf("v21", "length");
+  std::string episodes = ReadFile(root + "/meta/episodes.jsonl");
+  const std::string from = "\"length\":7", to = "\"length\":8";
+  ASSERT_NE(episodes.find(from), std::string::npos) << episodes;
+  episodes.replace(episodes.find(from), from.size(), to);
+  WriteFile(root + "/meta/episodes.jsonl", episodes);
+  json info = json::parse(ReadFile(root + "/meta/info.json"));
+  info["total_frames"] = 30;
+  WriteFile(root + "/meta/info.json", info.dump());
+  absl::Status s = RunImport(LeRobotImport(root, dir_->Join("length_out")));
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(Mentions(s, "episode_000001.parquet, episode 1: 7 rows")) << s;
+  EXPECT_TRUE(Mentions(s, "length 8")) << s;
+}
+
+}  // namespace
+}  // namespace conveyor::tools
