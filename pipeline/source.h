@@ -80,8 +80,6 @@ class Source {
   // Its datasets' storage counters, summed.
   StorageStats storage_stats() const;
   const std::string& tag_stream() const { return tag_stream_; }
-  // The storage counters of every member dataset, summed (one dataset: its own).
-  StorageStats storage_stats() const;
 
   // Binds a spec parsed against manifest() to every member (re-reading its config text against
   // each member's renamed streams) and checks that stacked batches are possible: equal shapes
