@@ -20,10 +20,6 @@ prometheus::Gauge& Gauge(prometheus::Registry& r, const char* name, const char* 
   return BuildGauge().Name(name).Help(help).Register(r).Add({});
 }
 
-prometheus::Counter& Counter(prometheus::Registry& r, const char* name, const char* help) {
-  return Counters(r, name, help).Add({});
-}
-
 }  // namespace
 
 ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
@@ -32,15 +28,6 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                         "Samples and pre-decoded frames in flight in all streams' pipelines")),
       decode_amplification(Gauge(*registry, "conveyor_decode_amplification",
                                  "Video frames decoded per frame delivered, since start")),
-      frames_decoded(Counter(*registry, "conveyor_video_frames_decoded_total", "Video frames decoded")),
-      frames_delivered(Counter(*registry, "conveyor_video_frames_delivered_total",
-                               "Video frames delivered in samples")),
-      samples_skipped(Counter(*registry, "conveyor_samples_skipped_total",
-                              "Samples skipped under on_error: skip (each is logged with its reason)")),
-      send_blocked_seconds(Counter(*registry, "conveyor_consumer_wait_seconds_total",
-                                   "Seconds streams waited for consumers to take data (backpressure)")),
-      pipeline_wait_seconds(Counter(*registry, "conveyor_pipeline_wait_seconds_total",
-                                    "Seconds streams waited for their pipelines (consumers starved)")),
       batch_send_seconds(BuildHistogram()
                              .Name("conveyor_batch_send_seconds")
                              .Help("Seconds to write one batch to its consumer")
@@ -61,7 +48,22 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       stage_(Counters(*registry_, "conveyor_stage_seconds_total",
                       "Seconds spent per pipeline stage, summed over workers (decode, assemble, "
                       "batch, idle, send)")),
-      errors_(Counters(*registry_, "conveyor_errors_total", "Streams ended by an error, by reason")) {}
+      errors_(Counters(*registry_, "conveyor_errors_total", "Streams ended by an error, by job and reason")),
+      skipped_(Counters(*registry_, "conveyor_samples_skipped_total",
+                        "Samples skipped under on_error: skip, by job (each is logged with its reason)")),
+      frames_decoded_(Counters(*registry_, "conveyor_video_frames_decoded_total", "Video frames decoded, by job")),
+      frames_delivered_(Counters(*registry_, "conveyor_video_frames_delivered_total",
+                                 "Video frames delivered in samples, by job")),
+      pipeline_wait_(Counters(*registry_, "conveyor_pipeline_wait_seconds_total",
+                              "Seconds streams waited for their pipelines (consumers starved), by job")),
+      consumer_wait_(Counters(*registry_, "conveyor_consumer_wait_seconds_total",
+                              "Seconds streams waited for consumers to take data (backpressure), by job")),
+      client_steps_(Counters(*registry_, "conveyor_client_steps_total",
+                             "Training steps (batches taken) that clients reported, by job")),
+      client_step_seconds_(Counters(*registry_, "conveyor_client_step_seconds_total",
+                                    "Wall time of the steps clients reported, by job")),
+      client_wait_seconds_(Counters(*registry_, "conveyor_client_wait_seconds_total",
+                                    "Seconds clients reported waiting for data in those steps, by job")) {}
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::string& listen,
                                                                      const std::string& version) {
@@ -89,22 +91,18 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::
 
 void ServerMetrics::StreamEnded(const std::string& outcome) { streams_.Add({{"outcome", outcome}}).Increment(); }
 void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"code", code}}).Increment(); }
-void ServerMetrics::Batch(const std::string& job, uint64_t samples) {
+std::string ServerMetrics::JobLabel(const std::string& job) {
   // Bounded label cardinality: the first kMaxJobLabels job names get series of their own, later
   // ones share "_other" (a client inventing a job name per request cannot grow the registry).
-  std::string label = job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!jobs_.count(job)) {
-      if (jobs_.size() < kMaxJobLabels) {
-        jobs_.insert(job);
-      } else {
-        label = "_other";
-      }
-    }
-  }
-  batches_.Add({{"job", label}}).Increment();
-  job_samples_.Add({{"job", label}}).Increment(static_cast<double>(samples));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.count(job)) return job;
+  if (jobs_.size() >= kMaxJobLabels) return "_other";
+  jobs_.insert(job);
+  return job;
+}
+void ServerMetrics::Batch(const std::string& job_label, uint64_t samples) {
+  batches_.Add({{"job", job_label}}).Increment();
+  job_samples_.Add({{"job", job_label}}).Increment(static_cast<double>(samples));
 }
 void ServerMetrics::Bytes(const std::string& modality, uint64_t bytes) {
   bytes_.Add({{"modality", modality}}).Increment(static_cast<double>(bytes));
@@ -115,6 +113,28 @@ void ServerMetrics::Samples(const std::string& modality, uint64_t samples) {
 void ServerMetrics::Stage(const std::string& stage, double seconds) {
   if (seconds > 0) stage_.Add({{"stage", stage}}).Increment(seconds);
 }
-void ServerMetrics::Error(const std::string& reason) { errors_.Add({{"reason", reason}}).Increment(); }
+void ServerMetrics::Error(const std::string& job_label, const std::string& reason) {
+  errors_.Add({{"job", job_label}, {"reason", reason}}).Increment();
+}
+void ServerMetrics::Skipped(const std::string& job_label, uint64_t samples) {
+  // Created at the stream's start (with 0), so that rate() and alerts see the series from 0.
+  skipped_.Add({{"job", job_label}}).Increment(static_cast<double>(samples));
+}
+void ServerMetrics::Frames(const std::string& job_label, uint64_t decoded, uint64_t delivered) {
+  frames_decoded_.Add({{"job", job_label}}).Increment(static_cast<double>(decoded));
+  frames_delivered_.Add({{"job", job_label}}).Increment(static_cast<double>(delivered));
+}
+void ServerMetrics::PipelineWait(const std::string& job_label, double seconds) {
+  pipeline_wait_.Add({{"job", job_label}}).Increment(seconds);
+}
+void ServerMetrics::ConsumerWait(const std::string& job_label, double seconds) {
+  consumer_wait_.Add({{"job", job_label}}).Increment(seconds);
+}
+void ServerMetrics::ClientReport(const std::string& job_label, uint64_t steps, double step_seconds,
+                                 double wait_seconds) {
+  client_steps_.Add({{"job", job_label}}).Increment(static_cast<double>(steps));
+  client_step_seconds_.Add({{"job", job_label}}).Increment(step_seconds);
+  client_wait_seconds_.Add({{"job", job_label}}).Increment(wait_seconds);
+}
 
 }  // namespace conveyor

@@ -30,20 +30,27 @@ class ServerMetrics {
   prometheus::Gauge& streams_active;
   prometheus::Gauge& queue_bytes;          // pipelines' samples and frames in flight, all streams
   prometheus::Gauge& decode_amplification;  // frames decoded / frames delivered, since start
-  prometheus::Counter& frames_decoded;
-  prometheus::Counter& frames_delivered;
-  prometheus::Counter& samples_skipped;     // on_error: skip
-  prometheus::Counter& send_blocked_seconds;   // Write() waiting for the consumer (backpressure)
-  prometheus::Counter& pipeline_wait_seconds;  // the stream waiting for its pipeline
   prometheus::Histogram& batch_send_seconds;
+
+  // The label a job's series carry: its name for the first kMaxJobLabels names seen, "_other"
+  // after that (a client inventing a job name per request cannot grow the registry). Call once
+  // per stream or report; the per-job methods below take the label.
+  std::string JobLabel(const std::string& job);
 
   void StreamEnded(const std::string& outcome);          // ok, cancelled, shutdown, error
   void RequestRejected(const std::string& code);         // grpc code name
-  void Batch(const std::string& job, uint64_t samples);
+  void Batch(const std::string& job_label, uint64_t samples);
   void Bytes(const std::string& modality, uint64_t bytes);  // video, image, audio, lowdim, ...
   void Samples(const std::string& modality, uint64_t samples);
   void Stage(const std::string& stage, double seconds);  // decode, assemble, batch, idle, send
-  void Error(const std::string& reason);
+  void Error(const std::string& job_label, const std::string& reason);
+  void Skipped(const std::string& job_label, uint64_t samples);  // on_error: skip
+  void Frames(const std::string& job_label, uint64_t decoded, uint64_t delivered);
+  void PipelineWait(const std::string& job_label, double seconds);  // the stream waiting for its pipeline
+  void ConsumerWait(const std::string& job_label, double seconds);  // Write() waiting for the consumer
+  // A client's report (ReportRequest): its steps, their wall time and the part spent waiting.
+  void ClientReport(const std::string& job_label, uint64_t steps, double step_seconds,
+                    double wait_seconds);
 
  private:
   explicit ServerMetrics(std::shared_ptr<prometheus::Registry> registry);
@@ -61,6 +68,14 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& samples_;
   prometheus::Family<prometheus::Counter>& stage_;
   prometheus::Family<prometheus::Counter>& errors_;
+  prometheus::Family<prometheus::Counter>& skipped_;
+  prometheus::Family<prometheus::Counter>& frames_decoded_;
+  prometheus::Family<prometheus::Counter>& frames_delivered_;
+  prometheus::Family<prometheus::Counter>& pipeline_wait_;
+  prometheus::Family<prometheus::Counter>& consumer_wait_;
+  prometheus::Family<prometheus::Counter>& client_steps_;
+  prometheus::Family<prometheus::Counter>& client_step_seconds_;
+  prometheus::Family<prometheus::Counter>& client_wait_seconds_;
 };
 
 }  // namespace conveyor

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cctype>
 #include <new>
@@ -217,6 +218,36 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     }
   }
 
+  // A consumer's data wait (ReportRequest): counters per job, so that Prometheus can compare the
+  // time training waits for data with its step time. Unlike a stream, a report costs nothing to
+  // refuse; values that cannot be true are refused rather than summed.
+  grpc::Status Report(grpc::ServerContext* ctx, const pb::ReportRequest* req, pb::ReportResponse*) override {
+    if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+    if (req->protocol_version() != pb::PROTOCOL_VERSION_CURRENT) {
+      return Reject(grpc::StatusCode::FAILED_PRECONDITION,
+                    StrCat("this server speaks Conveyor protocol ", int{pb::PROTOCOL_VERSION_CURRENT},
+                           "; the report says ", req->protocol_version()));
+    }
+    const std::string job = req->job().empty() ? "default" : req->job();
+    if (absl::Status s = ValidateJobName(job); !s.ok()) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
+    }
+    const double wait = req->wait_seconds(), step = req->step_seconds();
+    // A report covers about a second; a day is far beyond any and keeps the counters sane.
+    constexpr double kMaxSeconds = 86400;
+    if (!std::isfinite(wait) || !std::isfinite(step) || wait < 0 || step < 0 ||
+        wait > kMaxSeconds || step > kMaxSeconds || req->steps() > 1000000 ||
+        req->consumers() == 0 || req->consumer() >= req->consumers() ||
+        req->step_wait_seconds_size() > 1024) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                    StrCat("report out of range: ", req->steps(), " steps, ", wait, " s waiting, ",
+                           step, " s of steps, consumer ", req->consumer(), " of ",
+                           req->consumers(), ", ", req->step_wait_seconds_size(), " step waits"));
+    }
+    metrics->ClientReport(metrics->JobLabel(job), req->steps(), step, std::min(wait, step));
+    return grpc::Status::OK;
+  }
+
   grpc::Status Info(grpc::ServerContext* ctx, const pb::InfoRequest*, pb::InfoResponse* r) override {
     if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
     const Manifest& m = dataset->manifest();
@@ -410,7 +441,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     }
     slot.reset();
     metrics->StreamEnded(outcome);
-    if (!result.ok() && outcome == "error") metrics->Error(CodeName(result.error_code()));
+    if (!result.ok() && outcome == "error") metrics->Error(metrics->JobLabel(job), CodeName(result.error_code()));
     spdlog::info("stream job={} consumer={}/{} from {} ended: {} {}", job, req->consumer(),
                  req->consumers(), ctx->peer(), CodeName(result.error_code()), result.error_message());
     return result;
@@ -513,6 +544,10 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     st->set_global_batch_size(po.global_batch_size);
     st->set_max_epochs(po.max_epochs);
     PipelineStats last{};
+    // This job's series, created at 0 so that increase() and alerts see the first skip.
+    const std::string label = metrics->JobLabel(job);
+    metrics->Skipped(label, 0);
+    metrics->Frames(label, 0, 0);
     auto finish = [&](grpc::Status s, const char* what) {
       metrics->queue_bytes.Decrement(static_cast<double>(last.queue_bytes));
       *outcome = what;  // `unregister` clears entry->pipeline on the way out
@@ -526,9 +561,9 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       if (req.max_batches() && sent >= req.max_batches()) return finish(grpc::Status::OK, "ok");
       const auto t0 = Clock::now();
       absl::StatusOr<std::optional<Batch>> b = pipeline->Next();
-      metrics->pipeline_wait_seconds.Increment(Seconds(t0, Clock::now()));
+      metrics->PipelineWait(label, Seconds(t0, Clock::now()));
       const PipelineStats now = pipeline->stats();
-      Account(last, now);
+      Account(label, last, now);
       last = now;
       bool draining = false;
       {
@@ -551,12 +586,12 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       if (!b->has_value()) return finish(grpc::Status::OK, "ok");  // the real end: max_epochs
       const Batch& batch = **b;
       const auto t1 = Clock::now();
-      if (!SendBatch(writer, batch, steps, max_message, job)) {
+      if (!SendBatch(writer, batch, steps, max_message, label)) {
         return finish(grpc::Status::CANCELLED, "cancelled");
       }
       const double send = Seconds(t1, Clock::now());
       metrics->batch_send_seconds.Observe(send);
-      metrics->send_blocked_seconds.Increment(send);
+      metrics->ConsumerWait(label, send);
       metrics->Stage("send", send);
       ++sent;
       cursor = batch.cursor;
@@ -565,20 +600,18 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     }
   }
 
-  void Account(const PipelineStats& a, const PipelineStats& b) {
+  void Account(const std::string& label, const PipelineStats& a, const PipelineStats& b) {
     metrics->Stage("decode", b.decode_seconds - a.decode_seconds);
     metrics->Stage("assemble", b.assemble_seconds - a.assemble_seconds);
     metrics->Stage("batch", b.batch_seconds - a.batch_seconds);
     metrics->Stage("idle", b.worker_idle_seconds - a.worker_idle_seconds);
-    if (b.skipped > a.skipped) metrics->samples_skipped.Increment(static_cast<double>(b.skipped - a.skipped));
-    if (b.frames_decoded > a.frames_decoded) {
-      metrics->frames_decoded.Increment(static_cast<double>(b.frames_decoded - a.frames_decoded));
-      total_decoded += b.frames_decoded - a.frames_decoded;
-    }
-    if (b.frames_delivered > a.frames_delivered) {
-      metrics->frames_delivered.Increment(static_cast<double>(b.frames_delivered - a.frames_delivered));
-      total_delivered += b.frames_delivered - a.frames_delivered;
-    }
+    if (b.skipped > a.skipped) metrics->Skipped(label, b.skipped - a.skipped);
+    const uint64_t decoded = b.frames_decoded > a.frames_decoded ? b.frames_decoded - a.frames_decoded : 0;
+    const uint64_t delivered =
+        b.frames_delivered > a.frames_delivered ? b.frames_delivered - a.frames_delivered : 0;
+    if (decoded || delivered) metrics->Frames(label, decoded, delivered);
+    total_decoded += decoded;
+    total_delivered += delivered;
     if (total_delivered > 0) {
       metrics->decode_amplification.Set(static_cast<double>(total_decoded) / total_delivered);
     }
@@ -587,7 +620,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
 
   // One write outstanding: Write() returns when gRPC took the message (flow control).
   bool SendBatch(Writer* writer, const Batch& b, uint64_t steps, uint64_t max_message,
-                 const std::string& job) {
+                 const std::string& job_label) {
     const bool packed = b.Find("segment_ids") != nullptr;
     Cursor next{b.cursor.epoch, b.cursor.step + 1};
     if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
@@ -597,7 +630,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     if (!sent) return false;
     std::map<std::string, uint64_t> modality_bytes;
     for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
-    metrics->Batch(job, b.ids.size());
+    metrics->Batch(job_label, b.ids.size());
     for (const auto& [modality, bytes] : modality_bytes) {
       metrics->Bytes(modality, bytes);
       if (modality != "mask" && modality != "packing") metrics->Samples(modality, b.ids.size());

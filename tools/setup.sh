@@ -20,6 +20,8 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools iperf3 openssl
   # tests/slurm: a real SLURM cluster on 127.0.0.1 (slurmctld + two slurmd, auth/none)
   slurmctld slurmd slurm-client munge jq
+  # tests/prometheus: a real Prometheus scraping real servers; promtool checks deploy/prometheus
+  prometheus
   # the Python package (python/, docs/python.md) and its tests
   pybind11-dev python3-dev python3-torch python3-av
   # plots (conveyor bench --plot, bench/peers)
