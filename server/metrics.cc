@@ -1,8 +1,10 @@
 #include "server/metrics.h"
 
+#include <cmath>
 #include <exception>
 
 #include "base/strings.h"
+#include "server/job_waits.h"
 
 namespace conveyor {
 namespace {
@@ -63,7 +65,25 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       client_step_seconds_(Counters(*registry_, "conveyor_client_step_seconds_total",
                                     "Wall time of the steps clients reported, by job")),
       client_wait_seconds_(Counters(*registry_, "conveyor_client_wait_seconds_total",
-                                    "Seconds clients reported waiting for data in those steps, by job")) {}
+                                    "Seconds clients reported waiting for data in those steps, by job")),
+      step_wait_(BuildHistogram()
+                     .Name("conveyor_client_step_wait_seconds")
+                     .Help("Each reported step's wait for data in the client's Next(), by job")
+                     .Register(*registry_)),
+      step_wait_window_(BuildGauge()
+                            .Name("conveyor_job_step_wait_window_seconds")
+                            .Help("A step's wait for data over the reports of the last 60 s on this "
+                                  "server, by job and quantile (0.5, 0.99, 1 = max)")
+                            .Register(*registry_)),
+      slowest_rank_(BuildGauge()
+                        .Name("conveyor_job_slowest_rank")
+                        .Help("The rank (consumer) that waited the largest share of its step time "
+                              "for data in the last 60 s of reports on this server, by job")
+                        .Register(*registry_)),
+      slowest_rank_share_(BuildGauge()
+                              .Name("conveyor_job_slowest_rank_wait_share")
+                              .Help("That rank's share of its step time spent waiting for data, by job")
+                              .Register(*registry_)) {}
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::string& listen,
                                                                      const std::string& version) {
@@ -129,6 +149,20 @@ void ServerMetrics::PipelineWait(const std::string& job_label, double seconds) {
 }
 void ServerMetrics::ConsumerWait(const std::string& job_label, double seconds) {
   consumer_wait_.Add({{"job", job_label}}).Increment(seconds);
+}
+void ServerMetrics::StepWaits(const std::string& job_label, const std::vector<float>& waits) {
+  static const prometheus::Histogram::BucketBoundaries kBounds(JobWaits::kBucketBounds.begin(),
+                                                                JobWaits::kBucketBounds.end());
+  prometheus::Histogram& h = step_wait_.Add({{"job", job_label}}, kBounds);
+  for (float w : waits) h.Observe(std::isfinite(w) && w > 0 ? w : 0);
+}
+void ServerMetrics::JobWaitSummary(const std::string& job_label, double p50, double p99, double max,
+                                   int64_t slowest_rank, double slowest_wait_share) {
+  step_wait_window_.Add({{"job", job_label}, {"quantile", "0.5"}}).Set(p50);
+  step_wait_window_.Add({{"job", job_label}, {"quantile", "0.99"}}).Set(p99);
+  step_wait_window_.Add({{"job", job_label}, {"quantile", "1"}}).Set(max);
+  slowest_rank_.Add({{"job", job_label}}).Set(static_cast<double>(slowest_rank));
+  slowest_rank_share_.Add({{"job", job_label}}).Set(slowest_wait_share);
 }
 void ServerMetrics::ClientReport(const std::string& job_label, uint64_t steps, double step_seconds,
                                  double wait_seconds) {

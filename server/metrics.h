@@ -14,6 +14,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -51,6 +52,11 @@ class ServerMetrics {
   // A client's report (ReportRequest): its steps, their wall time and the part spent waiting.
   void ClientReport(const std::string& job_label, uint64_t steps, double step_seconds,
                     double wait_seconds);
+  // Each reported step's wait, into the histogram (JobWaits::kBucketBounds).
+  void StepWaits(const std::string& job_label, const std::vector<float>& waits);
+  // A job's window (JobWaits): p50, p99 and max step wait, the rank that waits most.
+  void JobWaitSummary(const std::string& job_label, double p50, double p99, double max,
+                      int64_t slowest_rank, double slowest_wait_share);
 
  private:
   explicit ServerMetrics(std::shared_ptr<prometheus::Registry> registry);
@@ -76,6 +82,10 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& client_steps_;
   prometheus::Family<prometheus::Counter>& client_step_seconds_;
   prometheus::Family<prometheus::Counter>& client_wait_seconds_;
+  prometheus::Family<prometheus::Histogram>& step_wait_;
+  prometheus::Family<prometheus::Gauge>& step_wait_window_;
+  prometheus::Family<prometheus::Gauge>& slowest_rank_;
+  prometheus::Family<prometheus::Gauge>& slowest_rank_share_;
 };
 
 }  // namespace conveyor

@@ -34,6 +34,7 @@
 #include "readers/format.h"
 #include "readers/storage.h"
 #include "server/batch_encoder.h"
+#include "server/job_waits.h"
 #include "server/metrics.h"
 #include "pipeline/pipeline.h"
 
@@ -118,6 +119,9 @@ struct ActiveStream {
   grpc::ServerContext* ctx = nullptr;
   std::string peer;              // client IP address (no port), for the per-peer limit
   Pipeline* pipeline = nullptr;  // guarded by the registry's mutex
+  std::string job_label;         // guarded by the registry's mutex; empty until resolved
+  uint64_t queue_budget = 0;     // guarded by the registry's mutex
+  std::atomic<uint64_t> queue_bytes{0};  // the pipeline's bytes in flight, after each batch
 };
 
 // The client's address without its port: "ipv4:10.0.0.5:51234" -> "ipv4:10.0.0.5".
@@ -184,6 +188,16 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   // Aggregates for the amplification gauge.
   std::atomic<uint64_t> total_decoded{0}, total_delivered{0};
 
+  // Per job (by metrics label, so at most 257 of them): totals for Info and `conveyor top`, and
+  // when its wait gauges were last recomputed (at most once a second per job).
+  struct JobTotals {
+    uint64_t samples = 0, frames_decoded = 0, frames_delivered = 0;
+    std::chrono::steady_clock::time_point summarized{};
+  };
+  std::mutex jobs_mu;
+  std::map<std::string, JobTotals> job_totals;  // guarded by jobs_mu
+  JobWaits waits;                               // the clients' reports, last 60 s
+
   grpc::Status Reject(grpc::StatusCode code, std::string message) {
     metrics->RequestRejected(CodeName(code));
     return grpc::Status(code, std::move(message));
@@ -244,7 +258,24 @@ struct DataServer::Impl : public pb::Conveyor::Service {
                            step, " s of steps, consumer ", req->consumer(), " of ",
                            req->consumers(), ", ", req->step_wait_seconds_size(), " step waits"));
     }
-    metrics->ClientReport(metrics->JobLabel(job), req->steps(), step, std::min(wait, step));
+    const std::string label = metrics->JobLabel(job);
+    metrics->ClientReport(label, req->steps(), step, std::min(wait, step));
+    const std::vector<float> step_waits(req->step_wait_seconds().begin(), req->step_wait_seconds().end());
+    metrics->StepWaits(label, step_waits);
+    const auto now = std::chrono::steady_clock::now();
+    waits.Add(label, req->consumer(), req->consumers(), req->steps(), std::min(wait, step), step,
+              step_waits, now);
+    bool summarize = false;
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu);
+      JobTotals& t = job_totals[label];
+      summarize = now - t.summarized >= std::chrono::seconds(1);
+      if (summarize) t.summarized = now;
+    }
+    if (summarize) {
+      const JobWaits::Summary s = JobWaits::Summarize(waits.Ranks(label, now));
+      metrics->JobWaitSummary(label, s.p50, s.p99, s.max, s.slowest_rank, s.slowest_wait_share);
+    }
     return grpc::Status::OK;
   }
 
@@ -275,8 +306,47 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       p->set_global_batch_size(c->options.global_batch_size);
     }
     r->set_max_message_bytes(o.max_message_bytes);
-    std::lock_guard<std::mutex> lock(mu);
-    r->set_active_streams(streams.size());
+    // Jobs: streams open here, totals, and the ranks' reports of the window.
+    std::map<std::string, pb::JobStatus> jobs;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      r->set_active_streams(streams.size());
+      for (const ActiveStream* s : streams) {
+        if (s->job_label.empty()) continue;
+        pb::JobStatus& j = jobs[s->job_label];
+        j.set_streams(j.streams() + 1);
+        j.set_queue_bytes(j.queue_bytes() + s->queue_bytes.load());
+        j.set_queue_budget_bytes(j.queue_budget_bytes() + s->queue_budget);
+      }
+    }
+    std::map<std::string, std::vector<JobWaits::Rank>> reported = waits.Snapshot();
+    for (const auto& [job, ranks] : reported) {
+      pb::JobStatus& j = jobs[job];
+      for (const JobWaits::Rank& k : ranks) {
+        pb::RankWait* w = j.add_ranks();
+        w->set_rank(k.rank);
+        w->set_consumers(k.consumers);
+        w->set_steps(k.steps);
+        w->set_wait_seconds(k.wait_seconds);
+        w->set_step_seconds(k.step_seconds);
+        w->set_max_wait_seconds(k.max_wait_seconds);
+        for (uint64_t b : k.buckets) w->add_wait_buckets(b);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu);
+      for (auto& [job, j] : jobs) {
+        j.set_job(job);
+        if (auto it = job_totals.find(job); it != job_totals.end()) {
+          j.set_samples(it->second.samples);
+          j.set_frames_decoded(it->second.frames_decoded);
+          j.set_frames_delivered(it->second.frames_delivered);
+        }
+        *r->add_jobs() = std::move(j);
+      }
+    }
+    r->set_wait_window_seconds(60);
+    for (double b : JobWaits::kBucketBounds) r->add_wait_bucket_bounds(b);
     return grpc::Status::OK;
   }
 
@@ -548,6 +618,11 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     const std::string label = metrics->JobLabel(job);
     metrics->Skipped(label, 0);
     metrics->Frames(label, 0, 0);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      entry->job_label = label;
+      entry->queue_budget = po.queue_bytes;
+    }
     auto finish = [&](grpc::Status s, const char* what) {
       metrics->queue_bytes.Decrement(static_cast<double>(last.queue_bytes));
       *outcome = what;  // `unregister` clears entry->pipeline on the way out
@@ -565,6 +640,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       const PipelineStats now = pipeline->stats();
       Account(label, last, now);
       last = now;
+      entry->queue_bytes.store(now.queue_bytes);
       bool draining = false;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -612,6 +688,12 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     if (decoded || delivered) metrics->Frames(label, decoded, delivered);
     total_decoded += decoded;
     total_delivered += delivered;
+    if (decoded || delivered) {
+      std::lock_guard<std::mutex> lock(jobs_mu);
+      JobTotals& t = job_totals[label];
+      t.frames_decoded += decoded;
+      t.frames_delivered += delivered;
+    }
     if (total_delivered > 0) {
       metrics->decode_amplification.Set(static_cast<double>(total_decoded) / total_delivered);
     }
@@ -631,6 +713,10 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     std::map<std::string, uint64_t> modality_bytes;
     for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
     metrics->Batch(job_label, b.ids.size());
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu);
+      job_totals[job_label].samples += b.ids.size();
+    }
     for (const auto& [modality, bytes] : modality_bytes) {
       metrics->Bytes(modality, bytes);
       if (modality != "mask" && modality != "packing") metrics->Samples(modality, b.ids.size());

@@ -10,8 +10,10 @@ SRC=${CONVEYOR_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 import json, pathlib, re, sys
 src = pathlib.Path(sys.argv[1])
 exported = set(re.findall(r'"(conveyor_[a-z0-9_]+)"', (src / "server/metrics.cc").read_text()))
-# The histogram also exports _bucket, _sum and _count.
-exported |= {"conveyor_batch_send_seconds" + s for s in ("_bucket", "_sum", "_count")}
+# Histograms also export _bucket, _sum and _count.
+for h in re.findall(r'BuildHistogram\(\)\s*\.Name\("(conveyor_[a-z0-9_]+)"\)',
+                    (src / "server/metrics.cc").read_text()):
+    exported |= {h + s for s in ("_bucket", "_sum", "_count")}
 dash = json.loads((src / "deploy/grafana/conveyor.json").read_text())
 exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
 exprs += [v["definition"] for v in dash["templating"]["list"] if "definition" in v]
