@@ -207,6 +207,58 @@ struct Client::Impl {
   std::thread thread;
   pid_t owner = getpid();  // the process whose thread `thread` is (see ~Client)
 
+  // Steps since the last report (guarded by mu), sent by `reporter`.
+  struct PendingReport {
+    uint64_t steps = 0;
+    double wait_seconds = 0, step_seconds = 0;
+    std::vector<float> step_waits;
+  } pending;
+  double wait_since_batch = 0;        // Next() waits since the last batch (timeouts included)
+  Clock::time_point last_batch_at;    // when Next() last returned a batch (or Create)
+  std::thread reporter;
+
+  // Runs on its own thread: every report_interval_s, sends what Next() recorded to the server of
+  // the current stream. Failures lose that report only; UNIMPLEMENTED (an older server) ends them.
+  // Once the stream is over and every batch handed out, it sends what is left and exits, so a
+  // finished client keeps no thread (a process that forks, as DataLoader workers do, has none in
+  // a gRPC call).
+  void Report() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (bool last = false; !last;) {
+      auto over = [&] { return stop || (done && queue.empty()); };
+      cv.wait_for(lock, std::chrono::duration<double>(o.report_interval_s), over);
+      if (stop) return;
+      last = over();
+      if (pending.steps == 0 || stats.server.empty()) continue;
+      PendingReport r = std::move(pending);
+      pending = PendingReport{};
+      const std::string target = stats.server;
+      lock.unlock();
+      pb::ReportRequest req;
+      req.set_protocol_version(ProtocolVersion());
+      req.set_job(o.job);
+      req.set_consumer(o.consumer);
+      req.set_consumers(o.consumers);
+      req.set_steps(r.steps);
+      req.set_wait_seconds(r.wait_seconds);
+      req.set_step_seconds(r.step_seconds);
+      const size_t keep = std::min<size_t>(r.step_waits.size(), 1024);
+      for (size_t i = r.step_waits.size() - keep; i < r.step_waits.size(); ++i) {
+        req.add_step_wait_seconds(r.step_waits[i]);
+      }
+      size_t index = 0;
+      while (index + 1 < o.servers.size() && o.servers[index] != target) ++index;
+      grpc::ClientContext ctx;
+      AddMetadata(o, &ctx);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      pb::ReportResponse resp;
+      const grpc::Status st = pb::Conveyor::NewStub(channels[index])->Report(&ctx, req, &resp);
+      lock.lock();
+      if (st.ok()) ++stats.reports;
+      if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) return;
+    }
+  }
+
   void Finish(absl::Status s) {
     std::lock_guard<std::mutex> lock(mu);
     if (!done) {
@@ -501,7 +553,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   }
   for (const std::string& s : impl->o.servers) impl->channels.push_back(MakeChannel(impl->o, s));
   Impl* raw = impl.get();
+  impl->last_batch_at = Clock::now();
   impl->thread = std::thread([raw] { raw->Run(); });
+  if (impl->o.report_interval_s > 0) impl->reporter = std::thread([raw] { raw->Report(); });
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -520,6 +574,7 @@ Client::~Client() {
     impl_->cv.notify_all();
   }
   if (impl_->thread.joinable()) impl_->thread.join();
+  if (impl_->reporter.joinable()) impl_->reporter.join();
 }
 
 absl::StatusOr<std::optional<Batch>> Client::Next() { return Next(-1); }
@@ -531,10 +586,15 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   if (timeout_s < 0) {
     impl_->cv.wait(lock, ready);
   } else if (!impl_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), ready)) {
-    impl_->stats.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    impl_->stats.wait_seconds += waited;
+    impl_->wait_since_batch += waited;
     return absl::DeadlineExceededError(absl::StrCat("no batch within ", timeout_s, " s"));
   }
-  impl_->stats.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  const auto now = Clock::now();
+  const double waited = std::chrono::duration<double>(now - t0).count();
+  impl_->stats.wait_seconds += waited;
+  impl_->wait_since_batch += waited;
   if (impl_->queue.empty()) {
     if (impl_->final_status.ok()) return std::optional<Batch>();  // the end
     return impl_->final_status;
@@ -543,6 +603,14 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   impl_->queue.pop_front();
   impl_->queue_bytes -= b.bytes();
   impl_->delivered = b.next;
+  // One step for the reports: from the previous batch to this one, and the wait inside it.
+  Impl::PendingReport& r = impl_->pending;
+  ++r.steps;
+  r.wait_seconds += impl_->wait_since_batch;
+  r.step_seconds += std::chrono::duration<double>(now - impl_->last_batch_at).count();
+  if (r.step_waits.size() < 4096) r.step_waits.push_back(static_cast<float>(impl_->wait_since_batch));
+  impl_->wait_since_batch = 0;
+  impl_->last_batch_at = now;
   impl_->cv.notify_all();
   return std::optional<Batch>(std::move(b));
 }

@@ -105,6 +105,12 @@ struct ClientOptions {
   double reconnect_timeout_s = 60;   // give up after this long without a batch
   bool device = false;               // CUDA builds: also copy tensors to device memory
   int device_index = 0;
+  // Every this many seconds, the client reports the steps since its last report (how many, their
+  // wall time from one Next() to the next, each one's wait inside Next()) to the server of its
+  // stream, which exports them per job (docs/serving.md "Metrics"). One small unary call on its
+  // own thread, never in Next()'s way; a server that does not know the call ends the reports.
+  // 0: never report.
+  double report_interval_s = 1;
 };
 
 struct ClientStats {
@@ -113,6 +119,7 @@ struct ClientStats {
   uint64_t messages = 0;
   uint64_t reconnects = 0;       // streams opened after the first
   double wait_seconds = 0;       // Next() waiting for a batch
+  uint64_t reports = 0;          // data-wait reports the servers accepted
   std::string server;            // the server of the current stream
 };
 

@@ -17,6 +17,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "client/client.h"
+#include "client/launch_env.h"
 #include "conveyor/v1/service.pb.h"
 
 namespace py = pybind11;
@@ -161,6 +164,13 @@ class PyClient {
   void Close() {
     std::shared_ptr<cc::Client> c = std::move(client_);
     client_.reset();
+    if (c && getpid() != owner_pid_) {
+      // A forked child (a DataLoader worker) closing a copy of its parent's client: the client's
+      // threads exist only in the parent, and joining them here aborts the child ("No such
+      // process"). The copy is left alone; the parent's client is unaffected.
+      new std::shared_ptr<cc::Client>(std::move(c));
+      return;
+    }
     if (c) {
       c->Cancel();  // wakes a next() waiting in another thread (it gets CANCELLED)
       py::gil_scoped_release release;
@@ -177,6 +187,7 @@ class PyClient {
   }
 
   std::shared_ptr<cc::Client> client_;
+  const pid_t owner_pid_ = getpid();
 };
 
 cc::ClientOptions MakeOptions(std::vector<std::string> servers, std::string job, uint32_t consumer,
@@ -267,6 +278,40 @@ PYBIND11_MODULE(_conveyor, m) {
       .def_property_readonly("closed", &PyClient::closed)
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyClient& c, py::args) { c.Close(); });
+
+  m.def(
+      "resolve_launch",
+      [](std::optional<int64_t> rank, std::optional<int64_t> world_size, std::string servers,
+         bool servers_required, bool from_jax) {
+        cc::LaunchOverrides o;
+        o.rank = rank;
+        o.world_size = world_size;
+        o.rank_name = from_jax ? "jax.process_index()" : "rank=";
+        o.world_size_name = from_jax ? "jax.process_count()" : "world_size=";
+        o.from_jax = from_jax;
+        o.servers = std::move(servers);
+        o.servers_required = servers_required;
+        absl::StatusOr<cc::LaunchEnv> e = cc::ResolveLaunch(o);
+        // Bad arguments or launcher variables are the caller's ValueError, as in Python itself.
+        if (!e.ok() && e.status().code() == absl::StatusCode::kInvalidArgument) {
+          throw py::value_error(std::string(e.status().message()));
+        }
+        if (!e.ok()) Raise(e.status());
+        py::dict d;
+        d["rank"] = e->rank;
+        d["world_size"] = e->world_size;
+        d["local_rank"] = e->local_rank;
+        d["local_world_size"] = e->local_world_size;
+        d["source"] = e->source;
+        d["servers"] = e->servers;
+        d["servers_source"] = e->servers_source;
+        return d;
+      },
+      py::kw_only(), py::arg("rank") = py::none(), py::arg("world_size") = py::none(),
+      py::arg("servers") = "", py::arg("servers_required") = true, py::arg("from_jax") = false,
+      "Rank, world size, local rank and servers: the arguments given, else what torchrun, Open "
+      "MPI or SLURM set, else 0 of 1 (client/launch_env.h, docs/launch.md). ValueError when they "
+      "are inconsistent.");
 
   m.def(
       "get_info",

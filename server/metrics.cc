@@ -1,8 +1,10 @@
 #include "server/metrics.h"
 
+#include <cmath>
 #include <exception>
 
 #include "base/strings.h"
+#include "server/job_waits.h"
 
 namespace conveyor {
 namespace {
@@ -20,10 +22,6 @@ prometheus::Gauge& Gauge(prometheus::Registry& r, const char* name, const char* 
   return BuildGauge().Name(name).Help(help).Register(r).Add({});
 }
 
-prometheus::Counter& Counter(prometheus::Registry& r, const char* name, const char* help) {
-  return Counters(r, name, help).Add({});
-}
-
 }  // namespace
 
 ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
@@ -32,15 +30,6 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                         "Samples and pre-decoded frames in flight in all streams' pipelines")),
       decode_amplification(Gauge(*registry, "conveyor_decode_amplification",
                                  "Video frames decoded per frame delivered, since start")),
-      frames_decoded(Counter(*registry, "conveyor_video_frames_decoded_total", "Video frames decoded")),
-      frames_delivered(Counter(*registry, "conveyor_video_frames_delivered_total",
-                               "Video frames delivered in samples")),
-      samples_skipped(Counter(*registry, "conveyor_samples_skipped_total",
-                              "Samples skipped under on_error: skip (each is logged with its reason)")),
-      send_blocked_seconds(Counter(*registry, "conveyor_consumer_wait_seconds_total",
-                                   "Seconds streams waited for consumers to take data (backpressure)")),
-      pipeline_wait_seconds(Counter(*registry, "conveyor_pipeline_wait_seconds_total",
-                                    "Seconds streams waited for their pipelines (consumers starved)")),
       batch_send_seconds(BuildHistogram()
                              .Name("conveyor_batch_send_seconds")
                              .Help("Seconds to write one batch to its consumer")
@@ -63,7 +52,40 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       stage_(Counters(*registry_, "conveyor_stage_seconds_total",
                       "Seconds spent per pipeline stage, summed over workers (decode, assemble, "
                       "batch, idle, send)")),
-      errors_(Counters(*registry_, "conveyor_errors_total", "Streams ended by an error, by reason")) {}
+      errors_(Counters(*registry_, "conveyor_errors_total", "Streams ended by an error, by job and reason")),
+      skipped_(Counters(*registry_, "conveyor_samples_skipped_total",
+                        "Samples skipped under on_error: skip, by job (each is logged with its reason)")),
+      frames_decoded_(Counters(*registry_, "conveyor_video_frames_decoded_total", "Video frames decoded, by job")),
+      frames_delivered_(Counters(*registry_, "conveyor_video_frames_delivered_total",
+                                 "Video frames delivered in samples, by job")),
+      pipeline_wait_(Counters(*registry_, "conveyor_pipeline_wait_seconds_total",
+                              "Seconds streams waited for their pipelines (consumers starved), by job")),
+      consumer_wait_(Counters(*registry_, "conveyor_consumer_wait_seconds_total",
+                              "Seconds streams waited for consumers to take data (backpressure), by job")),
+      client_steps_(Counters(*registry_, "conveyor_client_steps_total",
+                             "Training steps (batches taken) that clients reported, by job")),
+      client_step_seconds_(Counters(*registry_, "conveyor_client_step_seconds_total",
+                                    "Wall time of the steps clients reported, by job")),
+      client_wait_seconds_(Counters(*registry_, "conveyor_client_wait_seconds_total",
+                                    "Seconds clients reported waiting for data in those steps, by job")),
+      step_wait_(BuildHistogram()
+                     .Name("conveyor_client_step_wait_seconds")
+                     .Help("Each reported step's wait for data in the client's Next(), by job")
+                     .Register(*registry_)),
+      step_wait_window_(BuildGauge()
+                            .Name("conveyor_job_step_wait_window_seconds")
+                            .Help("A step's wait for data over the reports of the last 60 s on this "
+                                  "server, by job and quantile (0.5, 0.99, 1 = max)")
+                            .Register(*registry_)),
+      slowest_rank_(BuildGauge()
+                        .Name("conveyor_job_slowest_rank")
+                        .Help("The rank (consumer) that waited the largest share of its step time "
+                              "for data in the last 60 s of reports on this server, by job")
+                        .Register(*registry_)),
+      slowest_rank_share_(BuildGauge()
+                              .Name("conveyor_job_slowest_rank_wait_share")
+                              .Help("That rank's share of its step time spent waiting for data, by job")
+                              .Register(*registry_)) {}
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::string& listen,
                                                                      const std::string& version) {
@@ -143,22 +165,18 @@ void ServerMetrics::ExposeStorage(std::function<StorageStats()> stats) {
 
 void ServerMetrics::StreamEnded(const std::string& outcome) { streams_.Add({{"outcome", outcome}}).Increment(); }
 void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"code", code}}).Increment(); }
-void ServerMetrics::Batch(const std::string& job, uint64_t samples) {
+std::string ServerMetrics::JobLabel(const std::string& job) {
   // Bounded label cardinality: the first kMaxJobLabels job names get series of their own, later
   // ones share "_other" (a client inventing a job name per request cannot grow the registry).
-  std::string label = job;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!jobs_.count(job)) {
-      if (jobs_.size() < kMaxJobLabels) {
-        jobs_.insert(job);
-      } else {
-        label = "_other";
-      }
-    }
-  }
-  batches_.Add({{"job", label}}).Increment();
-  job_samples_.Add({{"job", label}}).Increment(static_cast<double>(samples));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.count(job)) return job;
+  if (jobs_.size() >= kMaxJobLabels) return "_other";
+  jobs_.insert(job);
+  return job;
+}
+void ServerMetrics::Batch(const std::string& job_label, uint64_t samples) {
+  batches_.Add({{"job", job_label}}).Increment();
+  job_samples_.Add({{"job", job_label}}).Increment(static_cast<double>(samples));
 }
 void ServerMetrics::Bytes(const std::string& modality, uint64_t bytes) {
   bytes_.Add({{"modality", modality}}).Increment(static_cast<double>(bytes));
@@ -172,6 +190,42 @@ void ServerMetrics::DatasetSamples(const std::string& dataset, uint64_t samples)
 void ServerMetrics::Stage(const std::string& stage, double seconds) {
   if (seconds > 0) stage_.Add({{"stage", stage}}).Increment(seconds);
 }
-void ServerMetrics::Error(const std::string& reason) { errors_.Add({{"reason", reason}}).Increment(); }
+void ServerMetrics::Error(const std::string& job_label, const std::string& reason) {
+  errors_.Add({{"job", job_label}, {"reason", reason}}).Increment();
+}
+void ServerMetrics::Skipped(const std::string& job_label, uint64_t samples) {
+  // Created at the stream's start (with 0), so that rate() and alerts see the series from 0.
+  skipped_.Add({{"job", job_label}}).Increment(static_cast<double>(samples));
+}
+void ServerMetrics::Frames(const std::string& job_label, uint64_t decoded, uint64_t delivered) {
+  frames_decoded_.Add({{"job", job_label}}).Increment(static_cast<double>(decoded));
+  frames_delivered_.Add({{"job", job_label}}).Increment(static_cast<double>(delivered));
+}
+void ServerMetrics::PipelineWait(const std::string& job_label, double seconds) {
+  pipeline_wait_.Add({{"job", job_label}}).Increment(seconds);
+}
+void ServerMetrics::ConsumerWait(const std::string& job_label, double seconds) {
+  consumer_wait_.Add({{"job", job_label}}).Increment(seconds);
+}
+void ServerMetrics::StepWaits(const std::string& job_label, const std::vector<float>& waits) {
+  static const prometheus::Histogram::BucketBoundaries kBounds(JobWaits::kBucketBounds.begin(),
+                                                                JobWaits::kBucketBounds.end());
+  prometheus::Histogram& h = step_wait_.Add({{"job", job_label}}, kBounds);
+  for (float w : waits) h.Observe(std::isfinite(w) && w > 0 ? w : 0);
+}
+void ServerMetrics::JobWaitSummary(const std::string& job_label, double p50, double p99, double max,
+                                   int64_t slowest_rank, double slowest_wait_share) {
+  step_wait_window_.Add({{"job", job_label}, {"quantile", "0.5"}}).Set(p50);
+  step_wait_window_.Add({{"job", job_label}, {"quantile", "0.99"}}).Set(p99);
+  step_wait_window_.Add({{"job", job_label}, {"quantile", "1"}}).Set(max);
+  slowest_rank_.Add({{"job", job_label}}).Set(static_cast<double>(slowest_rank));
+  slowest_rank_share_.Add({{"job", job_label}}).Set(slowest_wait_share);
+}
+void ServerMetrics::ClientReport(const std::string& job_label, uint64_t steps, double step_seconds,
+                                 double wait_seconds) {
+  client_steps_.Add({{"job", job_label}}).Increment(static_cast<double>(steps));
+  client_step_seconds_.Add({{"job", job_label}}).Increment(step_seconds);
+  client_wait_seconds_.Add({{"job", job_label}}).Increment(wait_seconds);
+}
 
 }  // namespace conveyor

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -32,22 +33,34 @@ class ServerMetrics {
   prometheus::Gauge& streams_active;
   prometheus::Gauge& queue_bytes;          // pipelines' samples and frames in flight, all streams
   prometheus::Gauge& decode_amplification;  // frames decoded / frames delivered, since start
-  prometheus::Counter& frames_decoded;
-  prometheus::Counter& frames_delivered;
-  prometheus::Counter& samples_skipped;     // on_error: skip
-  prometheus::Counter& send_blocked_seconds;   // Write() waiting for the consumer (backpressure)
-  prometheus::Counter& pipeline_wait_seconds;  // the stream waiting for its pipeline
   prometheus::Histogram& batch_send_seconds;
+
+  // The label a job's series carry: its name for the first kMaxJobLabels names seen, "_other"
+  // after that (a client inventing a job name per request cannot grow the registry). Call once
+  // per stream or report; the per-job methods below take the label.
+  std::string JobLabel(const std::string& job);
 
   void StreamEnded(const std::string& outcome);          // ok, cancelled, shutdown, error
   void RequestRejected(const std::string& code);         // grpc code name
-  void Batch(const std::string& job, uint64_t samples);
+  void Batch(const std::string& job_label, uint64_t samples);
   void Bytes(const std::string& modality, uint64_t bytes);  // video, image, audio, lowdim, ...
   void Samples(const std::string& modality, uint64_t samples);
   // Samples sent from each dataset (a mixture's members; the dataset's name otherwise).
   void DatasetSamples(const std::string& dataset, uint64_t samples);
   void Stage(const std::string& stage, double seconds);  // decode, assemble, batch, idle, send
-  void Error(const std::string& reason);
+  void Error(const std::string& job_label, const std::string& reason);
+  void Skipped(const std::string& job_label, uint64_t samples);  // on_error: skip
+  void Frames(const std::string& job_label, uint64_t decoded, uint64_t delivered);
+  void PipelineWait(const std::string& job_label, double seconds);  // the stream waiting for its pipeline
+  void ConsumerWait(const std::string& job_label, double seconds);  // Write() waiting for the consumer
+  // A client's report (ReportRequest): its steps, their wall time and the part spent waiting.
+  void ClientReport(const std::string& job_label, uint64_t steps, double step_seconds,
+                    double wait_seconds);
+  // Each reported step's wait, into the histogram (JobWaits::kBucketBounds).
+  void StepWaits(const std::string& job_label, const std::vector<float>& waits);
+  // A job's window (JobWaits): p50, p99 and max step wait, the rank that waits most.
+  void JobWaitSummary(const std::string& job_label, double p50, double p99, double max,
+                      int64_t slowest_rank, double slowest_wait_share);
   // Exposes the dataset storage's counters (StorageStats: backend reads, bytes, retries,
   // connections; the node-local cache's hits, misses, bytes, corrupt entries, evictions) as
   // conveyor_storage_* counters, read from `stats` at each scrape. REQUIRES: what `stats` reads
@@ -72,6 +85,18 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& dataset_samples_;
   prometheus::Family<prometheus::Counter>& stage_;
   prometheus::Family<prometheus::Counter>& errors_;
+  prometheus::Family<prometheus::Counter>& skipped_;
+  prometheus::Family<prometheus::Counter>& frames_decoded_;
+  prometheus::Family<prometheus::Counter>& frames_delivered_;
+  prometheus::Family<prometheus::Counter>& pipeline_wait_;
+  prometheus::Family<prometheus::Counter>& consumer_wait_;
+  prometheus::Family<prometheus::Counter>& client_steps_;
+  prometheus::Family<prometheus::Counter>& client_step_seconds_;
+  prometheus::Family<prometheus::Counter>& client_wait_seconds_;
+  prometheus::Family<prometheus::Histogram>& step_wait_;
+  prometheus::Family<prometheus::Gauge>& step_wait_window_;
+  prometheus::Family<prometheus::Gauge>& slowest_rank_;
+  prometheus::Family<prometheus::Gauge>& slowest_rank_share_;
 };
 
 }  // namespace conveyor

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cctype>
 #include <new>
@@ -33,6 +34,7 @@
 #include "readers/format.h"
 #include "readers/storage.h"
 #include "server/batch_encoder.h"
+#include "server/job_waits.h"
 #include "server/metrics.h"
 #include "pipeline/pipeline.h"
 
@@ -117,6 +119,9 @@ struct ActiveStream {
   grpc::ServerContext* ctx = nullptr;
   std::string peer;              // client IP address (no port), for the per-peer limit
   Pipeline* pipeline = nullptr;  // guarded by the registry's mutex
+  std::string job_label;         // guarded by the registry's mutex; empty until resolved
+  uint64_t queue_budget = 0;     // guarded by the registry's mutex
+  std::atomic<uint64_t> queue_bytes{0};  // the pipeline's bytes in flight, after each batch
 };
 
 // The client's address without its port: "ipv4:10.0.0.5:51234" -> "ipv4:10.0.0.5".
@@ -183,6 +188,16 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   // Aggregates for the amplification gauge.
   std::atomic<uint64_t> total_decoded{0}, total_delivered{0};
 
+  // Per job (by metrics label, so at most 257 of them): totals for Info and `conveyor top`, and
+  // when its wait gauges were last recomputed (at most once a second per job).
+  struct JobTotals {
+    uint64_t samples = 0, frames_decoded = 0, frames_delivered = 0;
+    std::chrono::steady_clock::time_point summarized{};
+  };
+  std::mutex jobs_mu;
+  std::map<std::string, JobTotals> job_totals;  // guarded by jobs_mu
+  JobWaits waits;                               // the clients' reports, last 60 s
+
   grpc::Status Reject(grpc::StatusCode code, std::string message) {
     metrics->RequestRejected(CodeName(code));
     return grpc::Status(code, std::move(message));
@@ -217,6 +232,53 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     }
   }
 
+  // A consumer's data wait (ReportRequest): counters per job, so that Prometheus can compare the
+  // time training waits for data with its step time. Unlike a stream, a report costs nothing to
+  // refuse; values that cannot be true are refused rather than summed.
+  grpc::Status Report(grpc::ServerContext* ctx, const pb::ReportRequest* req, pb::ReportResponse*) override {
+    if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
+    if (req->protocol_version() != pb::PROTOCOL_VERSION_CURRENT) {
+      return Reject(grpc::StatusCode::FAILED_PRECONDITION,
+                    StrCat("this server speaks Conveyor protocol ", int{pb::PROTOCOL_VERSION_CURRENT},
+                           "; the report says ", req->protocol_version()));
+    }
+    const std::string job = req->job().empty() ? "default" : req->job();
+    if (absl::Status s = ValidateJobName(job); !s.ok()) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
+    }
+    const double wait = req->wait_seconds(), step = req->step_seconds();
+    // A report covers about a second; a day is far beyond any and keeps the counters sane.
+    constexpr double kMaxSeconds = 86400;
+    if (!std::isfinite(wait) || !std::isfinite(step) || wait < 0 || step < 0 ||
+        wait > kMaxSeconds || step > kMaxSeconds || req->steps() > 1000000 ||
+        req->consumers() == 0 || req->consumer() >= req->consumers() ||
+        req->step_wait_seconds_size() > 1024) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                    StrCat("report out of range: ", req->steps(), " steps, ", wait, " s waiting, ",
+                           step, " s of steps, consumer ", req->consumer(), " of ",
+                           req->consumers(), ", ", req->step_wait_seconds_size(), " step waits"));
+    }
+    const std::string label = metrics->JobLabel(job);
+    metrics->ClientReport(label, req->steps(), step, std::min(wait, step));
+    const std::vector<float> step_waits(req->step_wait_seconds().begin(), req->step_wait_seconds().end());
+    metrics->StepWaits(label, step_waits);
+    const auto now = std::chrono::steady_clock::now();
+    waits.Add(label, req->consumer(), req->consumers(), req->steps(), std::min(wait, step), step,
+              step_waits, now);
+    bool summarize = false;
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu);
+      JobTotals& t = job_totals[label];
+      summarize = now - t.summarized >= std::chrono::seconds(1);
+      if (summarize) t.summarized = now;
+    }
+    if (summarize) {
+      const JobWaits::Summary s = JobWaits::Summarize(waits.Ranks(label, now));
+      metrics->JobWaitSummary(label, s.p50, s.p99, s.max, s.slowest_rank, s.slowest_wait_share);
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status Info(grpc::ServerContext* ctx, const pb::InfoRequest*, pb::InfoResponse* r) override {
     if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
     const Manifest& m = source->manifest();
@@ -244,8 +306,47 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       p->set_global_batch_size(c->options.global_batch_size);
     }
     r->set_max_message_bytes(o.max_message_bytes);
-    std::lock_guard<std::mutex> lock(mu);
-    r->set_active_streams(streams.size());
+    // Jobs: streams open here, totals, and the ranks' reports of the window.
+    std::map<std::string, pb::JobStatus> jobs;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      r->set_active_streams(streams.size());
+      for (const ActiveStream* s : streams) {
+        if (s->job_label.empty()) continue;
+        pb::JobStatus& j = jobs[s->job_label];
+        j.set_streams(j.streams() + 1);
+        j.set_queue_bytes(j.queue_bytes() + s->queue_bytes.load());
+        j.set_queue_budget_bytes(j.queue_budget_bytes() + s->queue_budget);
+      }
+    }
+    std::map<std::string, std::vector<JobWaits::Rank>> reported = waits.Snapshot();
+    for (const auto& [job, ranks] : reported) {
+      pb::JobStatus& j = jobs[job];
+      for (const JobWaits::Rank& k : ranks) {
+        pb::RankWait* w = j.add_ranks();
+        w->set_rank(k.rank);
+        w->set_consumers(k.consumers);
+        w->set_steps(k.steps);
+        w->set_wait_seconds(k.wait_seconds);
+        w->set_step_seconds(k.step_seconds);
+        w->set_max_wait_seconds(k.max_wait_seconds);
+        for (uint64_t b : k.buckets) w->add_wait_buckets(b);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu);
+      for (auto& [job, j] : jobs) {
+        j.set_job(job);
+        if (auto it = job_totals.find(job); it != job_totals.end()) {
+          j.set_samples(it->second.samples);
+          j.set_frames_decoded(it->second.frames_decoded);
+          j.set_frames_delivered(it->second.frames_delivered);
+        }
+        *r->add_jobs() = std::move(j);
+      }
+    }
+    r->set_wait_window_seconds(60);
+    for (double b : JobWaits::kBucketBounds) r->add_wait_bucket_bounds(b);
     return grpc::Status::OK;
   }
 
@@ -410,7 +511,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     }
     slot.reset();
     metrics->StreamEnded(outcome);
-    if (!result.ok() && outcome == "error") metrics->Error(CodeName(result.error_code()));
+    if (!result.ok() && outcome == "error") metrics->Error(metrics->JobLabel(job), CodeName(result.error_code()));
     spdlog::info("stream job={} consumer={}/{} from {} ended: {} {}", job, req->consumer(),
                  req->consumers(), ctx->peer(), CodeName(result.error_code()), result.error_message());
     return result;
@@ -513,6 +614,15 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     st->set_global_batch_size(po.global_batch_size);
     st->set_max_epochs(po.max_epochs);
     PipelineStats last{};
+    // This job's series, created at 0 so that increase() and alerts see the first skip.
+    const std::string label = metrics->JobLabel(job);
+    metrics->Skipped(label, 0);
+    metrics->Frames(label, 0, 0);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      entry->job_label = label;
+      entry->queue_budget = po.queue_bytes;
+    }
     auto finish = [&](grpc::Status s, const char* what) {
       metrics->queue_bytes.Decrement(static_cast<double>(last.queue_bytes));
       *outcome = what;  // `unregister` clears entry->pipeline on the way out
@@ -526,10 +636,11 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       if (req.max_batches() && sent >= req.max_batches()) return finish(grpc::Status::OK, "ok");
       const auto t0 = Clock::now();
       absl::StatusOr<std::optional<Batch>> b = pipeline->Next();
-      metrics->pipeline_wait_seconds.Increment(Seconds(t0, Clock::now()));
+      metrics->PipelineWait(label, Seconds(t0, Clock::now()));
       const PipelineStats now = pipeline->stats();
-      Account(last, now);
+      Account(label, last, now);
       last = now;
+      entry->queue_bytes.store(now.queue_bytes);
       bool draining = false;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -551,12 +662,12 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       if (!b->has_value()) return finish(grpc::Status::OK, "ok");  // the real end: max_epochs
       const Batch& batch = **b;
       const auto t1 = Clock::now();
-      if (!SendBatch(writer, batch, steps, max_message, job)) {
+      if (!SendBatch(writer, batch, steps, max_message, label)) {
         return finish(grpc::Status::CANCELLED, "cancelled");
       }
       const double send = Seconds(t1, Clock::now());
       metrics->batch_send_seconds.Observe(send);
-      metrics->send_blocked_seconds.Increment(send);
+      metrics->ConsumerWait(label, send);
       metrics->Stage("send", send);
       ++sent;
       cursor = batch.cursor;
@@ -565,19 +676,23 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     }
   }
 
-  void Account(const PipelineStats& a, const PipelineStats& b) {
+  void Account(const std::string& label, const PipelineStats& a, const PipelineStats& b) {
     metrics->Stage("decode", b.decode_seconds - a.decode_seconds);
     metrics->Stage("assemble", b.assemble_seconds - a.assemble_seconds);
     metrics->Stage("batch", b.batch_seconds - a.batch_seconds);
     metrics->Stage("idle", b.worker_idle_seconds - a.worker_idle_seconds);
-    if (b.skipped > a.skipped) metrics->samples_skipped.Increment(static_cast<double>(b.skipped - a.skipped));
-    if (b.frames_decoded > a.frames_decoded) {
-      metrics->frames_decoded.Increment(static_cast<double>(b.frames_decoded - a.frames_decoded));
-      total_decoded += b.frames_decoded - a.frames_decoded;
-    }
-    if (b.frames_delivered > a.frames_delivered) {
-      metrics->frames_delivered.Increment(static_cast<double>(b.frames_delivered - a.frames_delivered));
-      total_delivered += b.frames_delivered - a.frames_delivered;
+    if (b.skipped > a.skipped) metrics->Skipped(label, b.skipped - a.skipped);
+    const uint64_t decoded = b.frames_decoded > a.frames_decoded ? b.frames_decoded - a.frames_decoded : 0;
+    const uint64_t delivered =
+        b.frames_delivered > a.frames_delivered ? b.frames_delivered - a.frames_delivered : 0;
+    if (decoded || delivered) metrics->Frames(label, decoded, delivered);
+    total_decoded += decoded;
+    total_delivered += delivered;
+    if (decoded || delivered) {
+      std::lock_guard<std::mutex> lock(jobs_mu);
+      JobTotals& t = job_totals[label];
+      t.frames_decoded += decoded;
+      t.frames_delivered += delivered;
     }
     if (total_delivered > 0) {
       metrics->decode_amplification.Set(static_cast<double>(total_decoded) / total_delivered);
@@ -587,7 +702,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
 
   // One write outstanding: Write() returns when gRPC took the message (flow control).
   bool SendBatch(Writer* writer, const Batch& b, uint64_t steps, uint64_t max_message,
-                 const std::string& job) {
+                 const std::string& job_label) {
     const bool packed = b.Find("segment_ids") != nullptr;
     Cursor next{b.cursor.epoch, b.cursor.step + 1};
     if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
@@ -597,7 +712,11 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     if (!sent) return false;
     std::map<std::string, uint64_t> modality_bytes;
     for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
-    metrics->Batch(job, b.ids.size());
+    metrics->Batch(job_label, b.ids.size());
+    {
+      std::lock_guard<std::mutex> lock(jobs_mu);
+      job_totals[job_label].samples += b.ids.size();
+    }
     std::vector<uint64_t> per_dataset(source->size(), 0);
     for (const SampleId& id : b.ids) {
       if (id.dataset < per_dataset.size()) ++per_dataset[id.dataset];

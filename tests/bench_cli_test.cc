@@ -3,6 +3,8 @@
 // refused with a message.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include "nlohmann/json.hpp"
@@ -52,6 +54,49 @@ TEST(BenchCliTest, EveryModalityHasItsFiguresAndLimits) {
   const testing::CommandResult bad = testing::RunCommand(cli + " bench " + dir.Join("ds") + " --modality smell");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("--modality 'smell'"), std::string::npos) << bad.output;
+}
+
+// --plan: the cores a target needs, from the serve rows measured in the same run. The arithmetic is
+// checked against the figures the command printed, never against a time.
+TEST(BenchCliTest, PlanDerivesCoresPerGpuFromTheMeasuredPerCoreRate) {
+  testing::TempDir dir;
+  const std::string cli = CONVEYOR_CLI;
+  ASSERT_SH(cli + " synth --out " + dir.Join("ds") +
+            " --episodes 2 --episode-seconds 2 --cameras 1 --size 64x64 --quiet");
+  ASSERT_SH(cli + " bench " + dir.Join("ds") + " --threads 1,2 --seconds 0.3 --plan 5000 --gpus 4 " +
+            "--server-cores 2 --json " + dir.Join("plan.json") + " > " + dir.Join("out.txt") + " 2>&1");
+  const std::string out = testing::ReadFile(dir.Join("out.txt"));
+  std::ifstream f(dir.Join("plan.json"));
+  ASSERT_TRUE(f.good()) << out;
+  const json plan = json::parse(f)["plan"];
+  ASSERT_EQ(plan["measured"].size(), 2u) << plan.dump(2);  // threads 1 and 2, nothing else measured
+  double lowest = 0;
+  for (const json& m : plan["measured"]) {
+    const double per_core = m["samples_per_s"].get<double>() / m["threads"].get<int>();
+    EXPECT_GT(per_core, 0);
+    EXPECT_DOUBLE_EQ(m["per_core"].get<double>(), per_core);
+    if (lowest == 0 || per_core < lowest) lowest = per_core;
+  }
+  EXPECT_DOUBLE_EQ(plan["per_core_samples_per_s"].get<double>(), lowest);
+  const double cores = 5000 / lowest;
+  EXPECT_NEAR(plan["cores"].get<double>(), cores, 1e-9 * cores);
+  EXPECT_NEAR(plan["cores_per_gpu"].get<double>(), cores / 4, 1e-9 * cores);
+  EXPECT_EQ(plan["cores_for_the_job"].get<int64_t>(), static_cast<int64_t>(std::ceil(cores - 1e-9)));
+  EXPECT_EQ(plan["servers"].get<int64_t>(), static_cast<int64_t>(std::ceil(cores / 2 - 1e-9)));
+  EXPECT_EQ(plan["servers_with_spare"].get<int64_t>(), plan["servers"].get<int64_t>() + 1);
+  // What it printed: the measurement it rests on and the answer.
+  char line[160];
+  std::snprintf(line, sizeof line, "per-core rate used: %.1f samples/s", lowest);
+  EXPECT_NE(out.find(line), std::string::npos) << out;
+  std::snprintf(line, sizeof line, "%.2f per GPU", cores / 4);
+  EXPECT_NE(out.find(line), std::string::npos) << out;
+  EXPECT_EQ(out.find("video decode"), std::string::npos) << "--plan measured more than it needs:\n" << out;
+
+  for (const std::string bad : {" --plan -5", " --plan 100 --no-serve", " --plan 100 --gpus 0"}) {
+    const testing::CommandResult r = testing::RunCommand(cli + " bench " + dir.Join("ds") + bad);
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_NE(r.output.find("error"), std::string::npos) << bad << ": " << r.output;
+  }
 }
 
 }  // namespace

@@ -156,6 +156,12 @@ class Bench {
  public:
   Bench(const BenchOptions& o, const Dataset& ds, std::string work) : o_(o), ds_(ds), work_(std::move(work)) {}
 
+  // --plan: the whole config through a server, at each thread count, and nothing else.
+  absl::Status RunServeOnly(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text) {
+    for (int t : o_.threads) RETURN_IF_ERROR(Serve(spec, po, config_text, t));
+    return absl::OkStatus();
+  }
+
   absl::Status Run(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text) {
     const Manifest& m = ds_.manifest();
     std::vector<std::string> wanted;
@@ -564,7 +570,7 @@ class Bench {
     Add(std::move(r));
     Add(Row{"all", "serve", "time to first batch (served)", threads, served.first_batch_s, "s",
             "offline pipeline", offline.first_batch_s, {}});
-    if (iperf_ == 0) iperf_ = Iperf3MBps(o_.seconds);
+    if (iperf_ == 0 && o_.plan <= 0) iperf_ = Iperf3MBps(o_.seconds);
     Add(Row{"all", "serve", "bytes to the client", threads, s > 0 ? bytes / 1e6 / s : 0, "MB/s",
             iperf_ > 0 ? "iperf3 loopback" : "", iperf_, {}});
     return absl::OkStatus();
@@ -618,6 +624,72 @@ fig.tight_layout()
 fig.savefig(sys.argv[2], dpi=110)
 )PY";
 
+// Capacity planning from the serve rows just measured: the per-core rate is the lowest of
+// samples/s / threads over the thread counts (scaling is rarely linear, so the most threads
+// measured usually set it), and the job needs target / that rate cores.
+absl::Status PrintPlan(const BenchOptions& o, const std::vector<Row>& rows) {
+  json measured = json::array();
+  double per_core = 0;
+  int at_threads = 0;
+  for (const Row& r : rows) {
+    if (r.stage != "serve" || r.unit != "samples/s") continue;
+    const double pc = r.value / r.threads;
+    measured.push_back({{"threads", r.threads}, {"samples_per_s", r.value}, {"per_core", pc},
+                        {"offline_samples_per_s", r.limit}});
+    if (per_core == 0 || pc < per_core) {
+      per_core = pc;
+      at_threads = r.threads;
+    }
+  }
+  if (per_core <= 0) {
+    return absl::FailedPreconditionError("no samples came through the server: nothing to plan from");
+  }
+  const double cores = o.plan / per_core;
+  const int64_t cores_job = static_cast<int64_t>(std::ceil(cores - 1e-9));
+  const double cores_per_gpu = cores / o.gpus;
+  const int64_t servers = static_cast<int64_t>(std::ceil(cores / o.server_cores - 1e-9));
+  std::printf("\nplan: %.1f samples/s for %d GPU%s (%.1f per GPU), %s\n", o.plan, o.gpus,
+              o.gpus > 1 ? "s" : "", o.plan / o.gpus,
+              o.config.empty() ? "the default spec" : o.config.c_str());
+  std::printf("  measured on this machine (%u cores), the whole config through a server to a client:\n",
+              std::thread::hardware_concurrency());
+  std::printf("  %7s %12s %12s %12s\n", "threads", "samples/s", "per core", "offline");
+  for (const json& m : measured) {
+    std::printf("  %7d %12.1f %12.1f %12.1f\n", m["threads"].get<int>(), m["samples_per_s"].get<double>(),
+                m["per_core"].get<double>(), m["offline_samples_per_s"].get<double>());
+  }
+  std::printf("  per-core rate used: %.1f samples/s (the lowest per core, at %d thread%s)\n", per_core,
+              at_threads, at_threads > 1 ? "s" : "");
+  std::printf("  server cores: %.2f for the job = %lld cores, %.2f per GPU\n", cores,
+              static_cast<long long>(cores_job), cores_per_gpu);
+  std::printf("  servers of %d cores: %lld + 1 spare = %lld (deploy/README.md \"How many servers\")\n",
+              o.server_cores, static_cast<long long>(servers), static_cast<long long>(servers + 1));
+  std::printf("  measured with the client on the server's cores (a server node of its own does "
+              "better) and over loopback (check the MB/s against the nodes' network).\n");
+  if (!o.json.empty()) {
+    const json doc = {{"dataset", o.dataset},
+                      {"config", o.config},
+                      {"nproc", std::thread::hardware_concurrency()},
+                      {"plan",
+                       {{"target_samples_per_s", o.plan},
+                        {"gpus", o.gpus},
+                        {"measured", measured},
+                        {"per_core_samples_per_s", per_core},
+                        {"per_core_threads", at_threads},
+                        {"cores", cores},
+                        {"cores_for_the_job", cores_job},
+                        {"cores_per_gpu", cores_per_gpu},
+                        {"server_cores", o.server_cores},
+                        {"servers", servers},
+                        {"servers_with_spare", servers + 1}}}};
+    std::ofstream f(o.json);
+    f << doc.dump(2) << "\n";
+    if (!f) return absl::InternalError(StrCat("cannot write ", o.json));
+    std::printf("wrote %s\n", o.json.c_str());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunBench(const BenchOptions& o) {
@@ -626,6 +698,15 @@ absl::Status RunBench(const BenchOptions& o) {
     if (t < 1 || t > 256) return absl::InvalidArgumentError(StrCat("--threads ", t, ": expected 1..256"));
   }
   if (o.seconds <= 0) return absl::InvalidArgumentError("--seconds must be > 0");
+  if (o.plan < 0 || !std::isfinite(o.plan)) {
+    return absl::InvalidArgumentError(StrCat("--plan ", o.plan, ": give the job's target samples/s (> 0)"));
+  }
+  if (o.plan > 0 && !o.serve) {
+    return absl::InvalidArgumentError("--plan measures through a server: drop --no-serve");
+  }
+  if (o.gpus < 1 || o.server_cores < 1) {
+    return absl::InvalidArgumentError(StrCat("--gpus ", o.gpus, " --server-cores ", o.server_cores, ": need >= 1"));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(o.dataset));
   spdlog::set_level(spdlog::level::warn);  // the in-process server's per-stream lines
   std::string text;
@@ -663,6 +744,10 @@ absl::Status RunBench(const BenchOptions& o) {
   for (int t : o.threads) std::fprintf(stderr, " %d", t);
   std::fprintf(stderr, ", %.1f s per figure\n", o.seconds);
   Bench bench(o, *ds, work);
+  if (o.plan > 0) {
+    RETURN_IF_ERROR(bench.RunServeOnly(spec, po, text));
+    return PrintPlan(o, bench.rows());
+  }
   RETURN_IF_ERROR(bench.Run(spec, po, text));
 
   std::printf("\n%-7s %-9s %-20s %7s %12s %-22s %12s %7s\n", "modality", "stage", "order", "threads",
@@ -762,6 +847,9 @@ class BenchCommand final : public Command {
     c->add_option("--json", o_.json, "Write every figure as JSON");
     c->add_option("--plot", o_.plot, "Write a PNG plot (needs python3-matplotlib)");
     c->add_option("--markdown", o_.markdown, "Write one Markdown table per modality");
+    c->add_option("--plan", o_.plan, "Capacity plan: the job's target samples/s; measures the whole config through a server per thread count and prints the server cores needed, per GPU");
+    c->add_option("--gpus", o_.gpus, "--plan: GPUs of the job")->capture_default_str();
+    c->add_option("--server-cores", o_.server_cores, "--plan: cores of one server node")->capture_default_str();
     return c;
   }
   absl::Status Run() override {

@@ -32,5 +32,6 @@ std::unique_ptr<Command> NewServeCommand(std::string version);
 std::unique_ptr<Command> NewFetchCommand();
 std::unique_ptr<Command> NewTrainCommand();
 std::unique_ptr<Command> NewBenchCommand();
+std::unique_ptr<Command> NewTopCommand();
 
 }  // namespace conveyor::tools

@@ -125,8 +125,8 @@ absl::Status RunServe(const ServeOptions& options);
 struct FetchOptions {
   std::string servers;       // comma-separated; default $CONVEYOR_SERVERS
   std::string job = "fetch";
-  int64_t consumer = 0;
-  int64_t consumers = 1;
+  int64_t consumer = -1;     // -1 and 0: from the launcher (client/launch_env.h), else 0 of 1
+  int64_t consumers = 0;
   std::string cursor = "0:0";
   int64_t steps = 10;
   bool digest = false;
@@ -144,6 +144,7 @@ struct FetchOptions {
   double reconnect_timeout = 60;
   int64_t stall_after = -1;   // tests: stop reading after this many batches (and wait)
   double stall_seconds = 0;
+  double step_seconds = 0;    // sleep after each batch: a trainer's compute (tests, demos)
   bool info = false;          // print the server's Info as JSON instead of streaming
 };
 
@@ -152,8 +153,8 @@ absl::Status RunFetch(const FetchOptions& options);
 struct TrainCliOptions {
   std::string servers;        // default $CONVEYOR_SERVERS
   std::string job = "train";
-  int64_t rank = -1;          // -1: $RANK (else 0)
-  int64_t world_size = 0;     // 0: $WORLD_SIZE (else 1)
+  int64_t rank = -1;          // -1 and 0: from the launcher (client/launch_env.h), else 0 of 1
+  int64_t world_size = 0;
   std::string cursor = "0:0";
   std::string config;         // sent inline
   std::string config_name;
@@ -182,6 +183,11 @@ struct BenchOptions {
   std::string json;
   std::string plot;            // PNG (matplotlib)
   std::string markdown;        // one table per modality
+  // --plan: the job's target samples/s. Measures only the whole config through a server to a
+  // client at each thread count, and prints the server cores the target needs, per GPU.
+  double plan = 0;
+  int gpus = 1;                // GPUs of the job the target is for
+  int server_cores = 32;       // cores of one server node, for the server count
 };
 
 // Throughput per modality beside the limits measured in the same run (docs/bench.md).

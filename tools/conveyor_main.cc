@@ -39,13 +39,14 @@ int main(int argc, char** argv) {
   commands.push_back(tools::NewFetchCommand());
   commands.push_back(tools::NewTrainCommand());
   commands.push_back(tools::NewBenchCommand());
+  commands.push_back(tools::NewTopCommand());
   std::vector<CLI::App*> subcommands;
   for (auto& c : commands) subcommands.push_back(c->Register(app));
 
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : subcommands) known = known || sub->check_name(argv[1]);
   if (!known) {
-    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch, train or bench; see --help)\n", argv[1]);
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch, train, bench or top; see --help)\n", argv[1]);
     return 2;
   }
   try {

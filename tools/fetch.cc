@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "client/client.h"
+#include "client/launch_env.h"
 #include "conveyor/v1/service.pb.h"
 #include "readers/storage.h"
 #include "tools/batch_line.h"
@@ -18,18 +19,19 @@
 namespace conveyor::tools {
 absl::Status RunFetch(const FetchOptions& o) {
   client::ClientOptions c;
-  c.servers = client::ParseServers(o.servers);
-  if (c.servers.empty()) {
-    return absl::InvalidArgumentError("no server given: --servers HOST:PORT[,HOST:PORT...] or CONVEYOR_SERVERS");
-  }
-  if (o.consumers < 1 || o.consumer < 0 || o.consumer >= o.consumers) {
-    return absl::InvalidArgumentError(StrCat("--consumer ", o.consumer, " --consumers ", o.consumers,
-                                             ": need 0 <= consumer < consumers"));
-  }
+  // The slice and the servers: flags first, then what the launcher set (torchrun, SLURM, ...).
+  client::LaunchOverrides lo;
+  if (o.consumer >= 0) lo.rank = o.consumer;
+  if (o.consumers >= 1) lo.world_size = o.consumers;
+  lo.rank_name = "--consumer";
+  lo.world_size_name = "--consumers";
+  lo.servers = o.servers;
+  ASSIGN_OR_RETURN(client::LaunchEnv launch, client::ResolveLaunch(lo));
+  c.servers = launch.servers;
   if (o.steps < 0) return absl::InvalidArgumentError("--steps must be >= 0 (0: to the end of the stream)");
   c.job = o.job;
-  c.consumer = static_cast<uint32_t>(o.consumer);
-  c.consumers = static_cast<uint32_t>(o.consumers);
+  c.consumer = launch.rank;
+  c.consumers = launch.world_size;
   ASSIGN_OR_RETURN(c.start, client::Cursor::Parse(o.cursor));
   c.max_batches = static_cast<uint64_t>(o.steps);
   if (!o.config.empty()) {
@@ -91,6 +93,9 @@ absl::Status RunFetch(const FetchOptions& o) {
     std::fflush(stdout);
     samples += b->ids.size();
     ++n;
+    if (o.step_seconds > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.step_seconds));
+    }
     if (o.stall_after >= 0 && n == o.stall_after) {
       std::fprintf(stderr, "conveyor fetch: stalling for %.1f s\n", o.stall_seconds);
       std::this_thread::sleep_for(std::chrono::duration<double>(o.stall_seconds));
@@ -101,12 +106,12 @@ absl::Status RunFetch(const FetchOptions& o) {
     const client::ClientStats st = client->stats();
     std::fprintf(stderr,
                  "fetch: %lld batches, %llu samples in %.2f s = %.1f samples/s, %.1f MB/s; %llu "
-                 "messages, %llu reconnects, waited %.2f s; next cursor %s\n",
+                 "messages, %llu reconnects, waited %.2f s, %llu wait reports; next cursor %s\n",
                  static_cast<long long>(n), static_cast<unsigned long long>(samples), s,
                  samples / std::max(s, 1e-9), st.bytes / 1e6 / std::max(s, 1e-9),
                  static_cast<unsigned long long>(st.messages),
                  static_cast<unsigned long long>(st.reconnects), st.wait_seconds,
-                 client->cursor().ToString().c_str());
+                 static_cast<unsigned long long>(st.reports), client->cursor().ToString().c_str());
   }
   return absl::OkStatus();
 }
@@ -119,8 +124,8 @@ class FetchCommand final : public Command {
     CLI::App* c = app.add_subcommand("fetch", "Stream batches from data servers (smoke tests, audits; --digest equals `conveyor batches --digest`)");
     c->add_option("--servers", o_.servers, "HOST:PORT[,HOST:PORT...] (default: $CONVEYOR_SERVERS); fails over in turn");
     c->add_option("--job", o_.job, "Job name (metrics, logs)")->capture_default_str();
-    c->add_option("--consumer", o_.consumer, "This consumer's index (rank)")->check(CLI::NonNegativeNumber);
-    c->add_option("--consumers", o_.consumers, "Number of consumers (ranks)")->check(CLI::PositiveNumber);
+    c->add_option("--consumer", o_.consumer, "This consumer's index (default: the launcher's rank, RANK or SLURM_PROCID ..., else 0; docs/launch.md)")->check(CLI::NonNegativeNumber);
+    c->add_option("--consumers", o_.consumers, "Number of consumers (default: the launcher's world size, WORLD_SIZE or SLURM_STEP_NUM_TASKS ..., else 1)")->check(CLI::PositiveNumber);
     c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP")->capture_default_str();
     c->add_option("--steps", o_.steps, "Batches to stream (0: to the end of the stream)")->capture_default_str()->check(CLI::NonNegativeNumber);
     c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");
@@ -139,6 +144,7 @@ class FetchCommand final : public Command {
     c->add_option("--reconnect-timeout", o_.reconnect_timeout, "Give up after this many seconds without a batch")->capture_default_str();
     c->add_option("--stall-after", o_.stall_after, "Testing: stop reading after this many batches...");
     c->add_option("--stall-seconds", o_.stall_seconds, "...for this long");
+    c->add_option("--step-seconds", o_.step_seconds, "Sleep this long after each batch, as a trainer's step would (the client reports its data wait against it)")->check(CLI::NonNegativeNumber);
     c->add_flag("--info", o_.info, "Print the server's dataset and configs (JSON) and exit");
     return c;
   }

@@ -23,6 +23,8 @@ PACKAGES=(
   # tests/s3: a real S3 service on 127.0.0.1 (Ceph's radosgw over one mon and one memstore osd);
   # awscli (/usr/bin/aws) is the transfer baseline of bench/s3_bench.sh
   radosgw ceph-mon ceph-osd awscli
+  # tests/prometheus: a real Prometheus scraping real servers; promtool checks deploy/prometheus
+  prometheus
   # the Python package (python/, docs/python.md) and its tests
   pybind11-dev python3-dev python3-torch python3-av
   # plots (conveyor bench --plot, bench/peers)

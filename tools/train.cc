@@ -1,44 +1,33 @@
 // `conveyor train`: the reference trainer (trainer/trainer.h, docs/trainer.md). One process per
-// rank; ranks meet through --rendezvous; rank and world size default to $RANK and $WORLD_SIZE.
+// rank; ranks meet through --rendezvous; rank and world size default to the launcher's
+// (client/launch_env.h: torchrun, Open MPI, SLURM).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "client/launch_env.h"
 #include "readers/storage.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 #include "trainer/trainer.h"
 
 namespace conveyor::tools {
-namespace {
-
-int64_t EnvInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const long long x = std::strtoll(v, &end, 10);
-  return (end && *end == '\0') ? x : fallback;
-}
-
-}  // namespace
-
 absl::Status RunTrain(const TrainCliOptions& o) {
   trainer::TrainOptions t;
-  t.client.servers = client::ParseServers(o.servers);
-  if (t.client.servers.empty()) {
-    return absl::InvalidArgumentError("no server given: --servers HOST:PORT[,...] or CONVEYOR_SERVERS");
-  }
-  const int64_t rank = o.rank >= 0 ? o.rank : EnvInt("RANK", 0);
-  const int64_t world = o.world_size >= 1 ? o.world_size : EnvInt("WORLD_SIZE", 1);
-  if (world < 1 || rank < 0 || rank >= world) {
-    return absl::InvalidArgumentError(StrCat("rank ", rank, " of world size ", world,
-                                             ": need 0 <= rank < world size (--rank, --world-size or RANK, WORLD_SIZE)"));
-  }
+  // Rank, world size and servers: flags first, then what the launcher set (client/launch_env.h).
+  client::LaunchOverrides lo;
+  if (o.rank >= 0) lo.rank = o.rank;
+  if (o.world_size >= 1) lo.world_size = o.world_size;
+  lo.rank_name = "--rank";
+  lo.world_size_name = "--world-size";
+  lo.servers = o.servers;
+  ASSIGN_OR_RETURN(client::LaunchEnv launch, client::ResolveLaunch(lo));
+  t.client.servers = launch.servers;
   t.client.job = o.job;
-  t.client.consumer = static_cast<uint32_t>(rank);
-  t.client.consumers = static_cast<uint32_t>(world);
+  t.client.consumer = launch.rank;
+  t.client.consumers = launch.world_size;
   ASSIGN_OR_RETURN(t.client.start, client::Cursor::Parse(o.cursor));
   t.client.config_name = o.config_name;
   if (!o.auth_token_file.empty()) {
@@ -97,8 +86,8 @@ class TrainCommand final : public Command {
     CLI::App* c = app.add_subcommand("train", "The reference trainer: one rank of a data-parallel run, with step-time attribution (docs/trainer.md)");
     c->add_option("--servers", o_.servers, "HOST:PORT[,...] (default: $CONVEYOR_SERVERS)");
     c->add_option("--job", o_.job, "Job name")->capture_default_str();
-    c->add_option("--rank", o_.rank, "This rank (default: $RANK, else 0)");
-    c->add_option("--world-size", o_.world_size, "Ranks (default: $WORLD_SIZE, else 1)");
+    c->add_option("--rank", o_.rank, "This rank (default: the launcher's, RANK or SLURM_PROCID ..., else 0; docs/launch.md)");
+    c->add_option("--world-size", o_.world_size, "Ranks (default: the launcher's, WORLD_SIZE or SLURM_STEP_NUM_TASKS ..., else 1)");
     c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP")->capture_default_str();
     auto* config = c->add_option("--config", o_.config, "Config (YAML) to send");
     c->add_option("--config-name", o_.config_name, "The server's config of this name")->excludes(config);

@@ -124,8 +124,8 @@ srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
         --rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:29500" \
         "$TRAIN_SCRIPT"
     fi
-    exec "$CONVEYOR" fetch --job "job-$SLURM_JOB_ID" --consumer "$SLURM_PROCID" \
-      --consumers "$SLURM_STEP_NUM_TASKS" --steps "$STEPS" --digest \
+    # Consumer SLURM_PROCID of SLURM_STEP_NUM_TASKS: the client reads them (docs/launch.md).
+    exec "$CONVEYOR" fetch --job "job-$SLURM_JOB_ID" --steps "$STEPS" --digest \
       ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"}' || rc=$?
 echo "conveyor: trainers exited with $rc"
 exit "$rc"   # the EXIT trap drains the servers and removes the job directory

@@ -34,10 +34,11 @@ from ._conveyor import (  # noqa: F401  (re-exported)
     device_supported,
     get_info as _get_info,
     protocol_version,
+    resolve_launch as _resolve_launch,
 )
 
 __all__ = ["Loader", "Client", "ConveyorError", "METADATA_KEYS", "tensors", "to_torch", "info",
-           "parse_servers", "STATE_VERSION", "__version__", "device_supported",
+           "parse_servers", "launch_env", "STATE_VERSION", "__version__", "device_supported",
            "protocol_version"]
 
 # state_dict() layout version; load_state_dict() refuses others.
@@ -51,16 +52,29 @@ except ImportError:  # pragma: no cover - numpy-only installs
     _HAVE_TORCH = False
 
 
+def _servers_text(servers):
+    if servers is None:
+        return ""
+    if isinstance(servers, str):
+        return servers
+    return ",".join(str(s) for s in servers)
+
+
 def parse_servers(servers=None):
     """A list of addresses from a list, a comma-separated string, or $CONVEYOR_SERVERS."""
-    if servers is None:
-        servers = os.environ.get("CONVEYOR_SERVERS", "")
-    if isinstance(servers, str):
-        servers = servers.split(",")
-    out = [s.strip() for s in servers if s and s.strip()]
-    if not out:
-        raise ValueError("no server given: pass servers=['HOST:PORT', ...] or set CONVEYOR_SERVERS")
-    return out
+    return _resolve_launch(servers=_servers_text(servers))["servers"]
+
+
+def launch_env(rank=None, world_size=None, servers=None, servers_required=False):
+    """Where this process stands in its job, as the C++ client and the CLI see it: a dict with
+    rank, world_size, local_rank, local_world_size, source (the names of what was read, e.g.
+    "RANK, WORLD_SIZE"), servers and servers_source. The arguments given win; the rest comes from
+    torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), else Open MPI (OMPI_COMM_WORLD_*),
+    else SLURM (SLURM_PROCID, SLURM_STEP_NUM_TASKS or SLURM_NTASKS, SLURM_LOCALID), else 0 of 1;
+    servers from $CONVEYOR_SERVERS. ValueError, naming the variables, when they disagree (a RANK
+    without WORLD_SIZE, a rank not below the world size, ...). See docs/launch.md."""
+    return _resolve_launch(rank=rank, world_size=world_size, servers=_servers_text(servers),
+                           servers_required=servers_required)
 
 
 def _parse_cursor(start):
@@ -94,16 +108,6 @@ def _read_config(config):
     if isinstance(config, str):
         return config
     raise TypeError(f"config must be a path or YAML text, not {type(config).__name__}")
-
-
-def _env_int(name, default):
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"${name}={value!r} is not an integer") from None
 
 
 def tensors(batch):
@@ -160,10 +164,13 @@ class Loader(_Base):
       servers: list of "HOST:PORT" (any gRPC target) or a comma-separated string; default
         $CONVEYOR_SERVERS. The client fails over between them (same dataset and config on each).
       job: job name, for the server's logs and metrics.
-      rank, world_size: this rank's consumer slice; default $RANK and $WORLD_SIZE (what
-        torch.distributed.run sets), else 0 and 1. Not $LOCAL_RANK: that picks the GPU of a
-        process on its node, while the consumer slice is global. The global batch size of the
-        config must be a multiple of world_size.
+      rank, world_size: this rank's consumer slice; default: what the launcher set, read by the
+        C++ client's one function (launch_env(): torchrun's RANK and WORLD_SIZE, else Open MPI's,
+        else SLURM's SLURM_PROCID and task count), else 0 and 1; inconsistent variables are a
+        ValueError naming them. Not $LOCAL_RANK: that picks the GPU of a process on its node,
+        while the consumer slice is global. The global batch size of the config must be a
+        multiple of world_size. With JAX, conveyor.jax.loader() passes jax.process_index() and
+        jax.process_count().
       config: a path to a YAML config, or YAML text, sent to the server; config_name: one of the
         configs the server was started with. Neither: the server's default (first) config.
       start: cursor (epoch, step) or "EPOCH:STEP" to begin at; default 0:0. load_state_dict()
@@ -190,15 +197,17 @@ class Loader(_Base):
 
     def __init__(self, servers=None, job="default", rank=None, world_size=None, config=None,
                  config_name=None, start=None, max_batches=0, prefetch=4, auth_token=None,
-                 reconnect_timeout_s=60.0, prefetch_bytes=1 << 30, **client_options):
+                 reconnect_timeout_s=60.0, prefetch_bytes=1 << 30, _from_jax=False,
+                 **client_options):
         super().__init__()
-        self.servers = parse_servers(servers)
+        launch = _resolve_launch(rank=None if rank is None else int(rank),
+                                 world_size=None if world_size is None else int(world_size),
+                                 servers=_servers_text(servers), from_jax=_from_jax)
+        self.servers = launch["servers"]
         self.job = str(job)
-        self.rank = _env_int("RANK", 0) if rank is None else int(rank)
-        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else int(world_size)
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} of world_size {self.world_size}: need "
-                             f"0 <= rank < world_size")
+        self.rank = launch["rank"]
+        self.world_size = launch["world_size"]
+        self.launch_source = launch["source"]
         if config is not None and config_name is not None:
             raise ValueError("give config or config_name, not both")
         self.config_yaml = _read_config(config)

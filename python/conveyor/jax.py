@@ -1,15 +1,28 @@
 """JAX helper: turn each process's slice of a batch into global jax.Arrays.
 
-    from conveyor.jax import make_global_batch
+    from conveyor.jax import loader, make_global_batch
     mesh = jax.sharding.Mesh(jax.devices(), ("data",))
-    loader = conveyor.Loader(rank=jax.process_index(), world_size=jax.process_count())
-    for batch in loader:
+    batches = loader(config="examples/pipeline.yaml")   # rank = jax.process_index()
+    for batch in batches:
         g = make_global_batch(batch, mesh, jax.sharding.PartitionSpec("data"))
 
 jax is imported when the helper is called, so `import conveyor` never needs it.
 """
 
-__all__ = ["make_global_batch"]
+__all__ = ["loader", "make_global_batch"]
+
+
+def loader(**kwargs):
+    """conveyor.Loader with this process's slice: consumer jax.process_index() of
+    jax.process_count() (call jax.distributed.initialize() first). The C++ launch function checks
+    the count against the SLURM or Open MPI variables jax.distributed.initialize() reads itself
+    and raises ValueError, naming them, when they disagree (docs/launch.md)."""
+    import jax  # lazy: an optional dependency
+
+    from . import Loader
+
+    return Loader(rank=jax.process_index(), world_size=jax.process_count(), _from_jax=True,
+                  **kwargs)
 
 
 def make_global_batch(local_batch, mesh, pspec):

@@ -389,8 +389,42 @@ class RankTest(unittest.TestCase):
         self.assertEqual(l.state_dict()["world_size"], 2)
         with mock.patch.dict(os.environ, {"RANK": "0"}):
             os.environ.pop("WORLD_SIZE", None)
-            self.assertEqual(loader().world_size, 1)
+            with self.assertRaisesRegex(ValueError, "RANK is set but WORLD_SIZE is not"):
+                loader()
         self.assertEqual(loader(rank=0, world_size=4).world_size, 4)
+
+    def test_launchers_through_the_cpp_function(self):
+        """(g) The Loader takes the slice from the C++ launch function (client/launch_env.h):
+        SLURM's variables in an srun task, torchrun's before them, errors naming the variables."""
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("SLURM_", "OMPI_")) and k not in
+                 ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+        slurm = {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2",
+                 "SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURM_STEP_TASKS_PER_NODE": "2",
+                 "CONVEYOR_SERVERS": ENV["address"]}
+        with mock.patch.dict(os.environ, dict(clean, **slurm), clear=True):
+            l = conveyor.Loader(max_batches=2)
+            self.assertEqual((l.rank, l.world_size), (1, 2))
+            self.assertEqual(l.launch_source, "SLURM_PROCID, SLURM_STEP_NUM_TASKS")
+            self.assertEqual([support.summary(b) for b in l], ENV["ref_1of2"])
+            e = conveyor.launch_env()
+            self.assertEqual((e["local_rank"], e["local_world_size"]), (1, 2))
+            # torchrun inside the srun task: its RANK is the slice.
+            with mock.patch.dict(os.environ, {"RANK": "3", "WORLD_SIZE": "4"}):
+                self.assertEqual((conveyor.Loader().rank, conveyor.Loader().world_size), (3, 4))
+            with mock.patch.dict(os.environ, {"SLURM_PROCID": "2"}):
+                with self.assertRaisesRegex(
+                        ValueError, "SLURM_PROCID is 2 but SLURM_STEP_NUM_TASKS is 2"):
+                    conveyor.Loader()
+            # What jax.process_count() says is checked against what jax read (SLURM here).
+            with self.assertRaisesRegex(ValueError,
+                                        "jax.process_count\\(\\) is 4 but SLURM_STEP_NUM_TASKS is 2"):
+                conveyor.Loader(rank=1, world_size=4, _from_jax=True)
+            # Plain arguments are the caller's choice.
+            self.assertEqual(conveyor.Loader(rank=3, world_size=4).world_size, 4)
+        with mock.patch.dict(os.environ, clean, clear=True):
+            with self.assertRaisesRegex(ValueError, "rank= is 2 but the default world size is 1"):
+                conveyor.Loader(servers=[ENV["address"]], rank=2)
 
 
 class ErrorTest(unittest.TestCase):
@@ -463,6 +497,29 @@ class JaxTest(unittest.TestCase):
             g = make_global_batch(batch, "mesh", {"cam0": ("pspec", "data")})
             self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data")),
                                                      ("named", "mesh", ("pspec",))])
+
+    def test_loader_takes_the_jax_process_slice(self):
+        """conveyor.jax.loader(): consumer jax.process_index() of jax.process_count() (a stand-in
+        jax), checked by the C++ launch function against the SLURM variables jax reads."""
+        import sys
+        import types
+
+        fake = types.ModuleType("jax")
+        fake.process_index = lambda: 1
+        fake.process_count = lambda: 2
+        clean = {k: v for k, v in os.environ.items()
+                 if not k.startswith(("SLURM_", "OMPI_")) and k not in ("RANK", "WORLD_SIZE")}
+        with mock.patch.dict(sys.modules, {"jax": fake}), \
+                mock.patch.dict(os.environ, clean, clear=True):
+            from conveyor.jax import loader as jax_loader
+
+            l = jax_loader(servers=[ENV["address"]], max_batches=2)
+            self.assertEqual((l.rank, l.world_size), (1, 2))
+            self.assertEqual(l.launch_source, "jax.process_index(), jax.process_count()")
+            self.assertEqual([support.summary(b) for b in l], ENV["ref_1of2"])
+            with mock.patch.dict(os.environ, {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4"}):
+                with self.assertRaisesRegex(ValueError, "SLURM_STEP_NUM_TASKS is 4"):
+                    jax_loader(servers=[ENV["address"]])
 
     @unittest.skipUnless(importlib.util.find_spec("jax"),
                          "jax is not installed (Debian 12 packages no jax): "

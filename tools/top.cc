@@ -1,0 +1,224 @@
+// `conveyor top SERVER...`: per training job, live in the terminal: samples/s, the streams' queue
+// fill, decode amplification, the step waits the clients report (p50, p99, max) and the ranks
+// that wait most. Asks each server's Info once per interval (the servers keep no history beyond
+// their 60 s report window) and merges the jobs over servers.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <thread>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "client/client.h"
+#include "client/launch_env.h"
+#include "conveyor/v1/service.pb.h"
+#include "readers/storage.h"
+#include "tools/command.h"
+
+namespace conveyor::tools {
+namespace {
+
+namespace pb = ::conveyor::v1;
+
+struct TopOptions {
+  std::vector<std::string> servers;  // empty: $CONVEYOR_SERVERS
+  std::string auth_token_file;
+  double interval = 1;
+  int64_t iterations = 0;  // 0: until interrupted
+  int64_t ranks = 8;       // rank rows per job
+};
+
+// One rank over all servers (a rank that failed over reported to two).
+struct RankRow {
+  uint32_t rank = 0;
+  uint64_t steps = 0;
+  double wait = 0, step = 0, max = 0;
+  std::vector<uint64_t> buckets;
+  double share() const { return step > 0 ? wait / step : 0; }
+};
+
+struct JobRow {
+  uint64_t samples = 0, streams = 0, queue = 0, budget = 0, decoded = 0, delivered = 0;
+  std::map<uint32_t, RankRow> ranks;
+};
+
+// The bucket's upper bound where the cumulative count reaches q, never above the largest wait.
+double Quantile(const std::vector<uint64_t>& buckets, const std::vector<double>& bounds, double max,
+                double q) {
+  uint64_t total = 0;
+  for (uint64_t b : buckets) total += b;
+  if (total == 0) return 0;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    cumulative += buckets[i];
+    if (buckets[i] > 0 && static_cast<double>(cumulative) >= q * static_cast<double>(total)) {
+      return i < bounds.size() ? std::min(bounds[i], max) : max;
+    }
+  }
+  return max;
+}
+
+std::string Ms(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, seconds < 0.01 ? "%.2f ms" : "%.1f ms", seconds * 1e3);
+  return buf;
+}
+
+std::string Bytes(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f MiB", b / 1048576.0);
+  return buf;
+}
+
+absl::Status RunTop(const TopOptions& o) {
+  client::LaunchOverrides lo;
+  std::string list;
+  for (const std::string& s : o.servers) list += (list.empty() ? "" : ",") + s;
+  lo.servers = list;
+  ASSIGN_OR_RETURN(client::LaunchEnv launch, client::ResolveLaunch(lo));
+  std::string token;
+  if (!o.auth_token_file.empty()) {
+    ASSIGN_OR_RETURN(token, ReadLocalFile(o.auth_token_file, "token file"));
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  }
+  if (o.interval <= 0) return absl::InvalidArgumentError("--interval must be > 0");
+  const bool tty = isatty(STDOUT_FILENO);
+  std::map<std::string, uint64_t> last_samples;
+  auto last_at = std::chrono::steady_clock::now();
+  for (int64_t it = 0; o.iterations == 0 || it < o.iterations; ++it) {
+    if (it > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.interval));
+    std::map<std::string, JobRow> jobs;
+    std::vector<double> bounds;
+    std::string problems;
+    int answered = 0;
+    for (const std::string& server : launch.servers) {
+      client::ClientOptions c;
+      c.servers = {server};
+      c.auth_token = token;
+      absl::StatusOr<pb::InfoResponse> info = client::GetInfo(c);
+      if (!info.ok()) {
+        problems += StrCat("  ", server, ": ", info.status().message().substr(0, 100), "\n");
+        continue;
+      }
+      ++answered;
+      if (bounds.empty()) bounds.assign(info->wait_bucket_bounds().begin(), info->wait_bucket_bounds().end());
+      for (const pb::JobStatus& j : info->jobs()) {
+        JobRow& row = jobs[j.job()];
+        row.samples += j.samples();
+        row.streams += j.streams();
+        row.queue += j.queue_bytes();
+        row.budget += j.queue_budget_bytes();
+        row.decoded += j.frames_decoded();
+        row.delivered += j.frames_delivered();
+        for (const pb::RankWait& w : j.ranks()) {
+          RankRow& r = row.ranks[w.rank()];
+          r.rank = w.rank();
+          r.steps += w.steps();
+          r.wait += w.wait_seconds();
+          r.step += w.step_seconds();
+          r.max = std::max(r.max, w.max_wait_seconds());
+          r.buckets.resize(std::max<size_t>(r.buckets.size(), w.wait_buckets_size()));
+          for (int i = 0; i < w.wait_buckets_size(); ++i) r.buckets[i] += w.wait_buckets(i);
+        }
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - last_at).count();
+    last_at = now;
+
+    std::string out;
+    if (tty) out += "\033[H\033[2J";
+    StrAppend(&out, "conveyor top: ", answered, " of ", launch.servers.size(),
+              " servers answered; every ", o.interval, " s; step waits over the servers' last 60 s\n",
+              problems, "\n");
+    char line[256];
+    std::snprintf(line, sizeof line, "%-24s %10s %7s %14s %7s %9s %9s %9s  %s\n", "JOB", "SAMPLES/S",
+                  "STREAMS", "QUEUE", "AMPLIF", "WAIT p50", "p99", "max", "WAITS MOST");
+    out += line;
+    for (const auto& [name, job] : jobs) {
+      std::vector<uint64_t> all;
+      double max = 0;
+      const RankRow* slowest = nullptr;
+      for (const auto& [rank, r] : job.ranks) {
+        all.resize(std::max(all.size(), r.buckets.size()));
+        for (size_t i = 0; i < r.buckets.size(); ++i) all[i] += r.buckets[i];
+        max = std::max(max, r.max);
+        if (r.step > 0 && (!slowest || r.share() > slowest->share())) slowest = &r;
+      }
+      std::string rate = "-";
+      if (it > 0 && last_samples.count(name) && job.samples >= last_samples[name] && dt > 0) {
+        rate = StrCat(static_cast<int64_t>((job.samples - last_samples[name]) / dt));
+      }
+      last_samples[name] = job.samples;
+      const std::string queue =
+          job.budget > 0 ? StrCat(static_cast<int64_t>(100.0 * job.queue / job.budget), "% of ", Bytes(job.budget))
+                         : "-";
+      const std::string amplif =
+          job.delivered > 0 ? StrCat(static_cast<double>(static_cast<int64_t>(100.0 * job.decoded / job.delivered)) / 100)
+                            : "-";
+      const std::string waits_most =
+          slowest ? StrCat("rank ", slowest->rank, " (", static_cast<int64_t>(100 * slowest->share()),
+                           "% of its step time)")
+                  : "-";
+      std::snprintf(line, sizeof line, "%-24s %10s %7llu %14s %7s %9s %9s %9s  %s\n",
+                    name.substr(0, 24).c_str(), rate.c_str(), static_cast<unsigned long long>(job.streams),
+                    queue.c_str(), amplif.c_str(), job.ranks.empty() ? "-" : Ms(Quantile(all, bounds, max, 0.5)).c_str(),
+                    job.ranks.empty() ? "-" : Ms(Quantile(all, bounds, max, 0.99)).c_str(),
+                    job.ranks.empty() ? "-" : Ms(max).c_str(), waits_most.c_str());
+      out += line;
+      // The ranks that wait most, most first.
+      std::vector<const RankRow*> by_share;
+      for (const auto& [rank, r] : job.ranks) by_share.push_back(&r);
+      std::sort(by_share.begin(), by_share.end(), [](const RankRow* a, const RankRow* b) {
+        return a->share() != b->share() ? a->share() > b->share() : a->rank < b->rank;
+      });
+      if (!by_share.empty()) {
+        std::snprintf(line, sizeof line, "    %6s %8s %8s %9s %9s %9s\n", "rank", "waiting", "steps",
+                      "p50", "p99", "max");
+        out += line;
+      }
+      for (size_t i = 0; i < by_share.size() && static_cast<int64_t>(i) < o.ranks; ++i) {
+        const RankRow& r = *by_share[i];
+        std::snprintf(line, sizeof line, "    %6u %7.1f%% %8llu %9s %9s %9s\n", r.rank, 100 * r.share(),
+                      static_cast<unsigned long long>(r.steps), Ms(Quantile(r.buckets, bounds, r.max, 0.5)).c_str(),
+                      Ms(Quantile(r.buckets, bounds, r.max, 0.99)).c_str(), Ms(r.max).c_str());
+        out += line;
+      }
+      if (by_share.size() > static_cast<size_t>(o.ranks)) {
+        StrAppend(&out, "    ... ", by_share.size() - static_cast<size_t>(o.ranks), " more ranks\n");
+      }
+    }
+    if (jobs.empty()) out += "(no jobs: no stream open and no report in the window)\n";
+    if (!tty) out += "\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+// `conveyor top`: its flags and its run (tools/command.h).
+class TopCommand final : public Command {
+ public:
+  CLI::App* Register(CLI::App& app) override {
+    CLI::App* c = app.add_subcommand("top", "Per job, live: samples/s, queue fill, amplification, data wait p50/p99/max and the ranks that wait most (docs/serving.md)");
+    c->add_option("servers", o_.servers, "HOST:PORT ... (default: $CONVEYOR_SERVERS)");
+    c->add_option("--auth-token-file", o_.auth_token_file, "File holding the bearer token");
+    c->add_option("--interval", o_.interval, "Seconds between refreshes")->capture_default_str();
+    c->add_option("--iterations", o_.iterations, "Refresh this many times, then exit (0: until Ctrl-C)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    c->add_option("--ranks", o_.ranks, "Rank rows per job (the ranks that wait most)")->capture_default_str()->check(CLI::NonNegativeNumber);
+    return c;
+  }
+  absl::Status Run() override { return RunTop(o_); }
+
+ private:
+  TopOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> NewTopCommand() { return std::make_unique<TopCommand>(); }
+
+}  // namespace conveyor::tools
