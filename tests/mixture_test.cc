@@ -451,5 +451,37 @@ TEST_F(MixtureTest, BatchesCliAndServedBatchesAgree) {
   EXPECT_EQ(lines(served.output).size(), 6u);
 }
 
+TEST_F(MixtureTest, SampleAndBenchTakeAMixture) {
+  const std::string cli = CONVEYOR_CLI;
+  const std::string mix = ShellQuote(dir_->Join("mix.yaml"));
+  const std::string cfg = ShellQuote(dir_->Join("config.yaml"));
+  // `conveyor sample --member`: one dataset's samples as a batch holds them, named in meta.json.
+  const std::string out = dir_->Join("samples_b");
+  auto r = RunCommand(cli + " sample " + mix + " --config " + cfg + " --member b --count 2 --quiet --out " +
+                      ShellQuote(out));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string meta = RunCommand("cat " + ShellQuote(out + "/000000/meta.json")).output;
+  EXPECT_NE(meta.find("\"dataset\": \"b\""), std::string::npos) << meta;
+  EXPECT_NE(meta.find("cam1_is_pad"), std::string::npos) << meta;  // b lacks cam1: padding
+  EXPECT_NE(meta.find("observation.state_dim_is_pad"), std::string::npos) << meta;
+  auto unknown = RunCommand(cli + " sample " + mix + " --config " + cfg + " --member nope --count 1 --quiet --out " +
+                            ShellQuote(dir_->Join("samples_x")));
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.output.find("a, b, c, d"), std::string::npos) << unknown.output;
+
+  // `conveyor bench`: the end-to-end rows, with each dataset's requested and realized share.
+  const std::string json_path = dir_->Join("bench.json");
+  auto b = RunCommand(cli + " bench " + mix + " --config " + cfg + " --threads 1 --seconds 0.3 --json " +
+                      ShellQuote(json_path));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::string doc = RunCommand("cat " + ShellQuote(json_path)).output;
+  EXPECT_NE(doc.find("\"realized_share\""), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"requested_share\""), std::string::npos) << doc;
+  EXPECT_NE(doc.find("\"gRPC to a client\""), std::string::npos) << doc;
+  auto no_config = RunCommand(cli + " bench " + mix + " --threads 1 --seconds 0.1");
+  EXPECT_NE(no_config.exit_code, 0);
+  EXPECT_NE(no_config.output.find("is a mixture"), std::string::npos) << no_config.output;
+}
+
 }  // namespace
 }  // namespace conveyor

@@ -154,7 +154,9 @@ struct Row {
 
 class Bench {
  public:
-  Bench(const BenchOptions& o, const Dataset& ds, std::string work) : o_(o), ds_(ds), work_(std::move(work)) {}
+  // `source`: one dataset, or a mixture (only its end-to-end rows are measured).
+  Bench(const BenchOptions& o, const Source& source, std::string work)
+      : o_(o), source_(source), ds_(source.dataset(0)), work_(std::move(work)) {}
 
   // --plan: the whole config through a server, at each thread count, and nothing else.
   absl::Status RunServeOnly(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text) {
@@ -163,6 +165,16 @@ class Bench {
   }
 
   absl::Status Run(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text) {
+    if (source_.is_mixture()) {
+      // A mixture: the whole config through its pipeline and a server; the per-modality rows
+      // measure one dataset's decoders (bench each dataset on its own for those).
+      Progress(StrCat("mixture of ", source_.size(), " datasets: end-to-end rows only"));
+      for (int t : o_.threads) RETURN_IF_ERROR(AssembleShuffled("all", spec, po, "gop", t));
+      if (o_.serve) {
+        for (int t : o_.threads) RETURN_IF_ERROR(Serve(spec, po, config_text, t));
+      }
+      return absl::OkStatus();
+    }
     const Manifest& m = ds_.manifest();
     std::vector<std::string> wanted;
     for (const std::string k : {"video", "image", "audio", "lowdim"}) {
@@ -500,7 +512,7 @@ class Bench {
     po.consumers = 1;
     po.order = order == "naive" ? OrderOptions{} : (po.order.naive() ? OrderOptions{0, 0} : po.order);
     const auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(ds_, spec, po, Cursor{}));
+    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(source_, spec, po, Cursor{}));
     ASSIGN_OR_RETURN(SteadyRate m, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
       ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
       return b ? b->ids.size() : 0;  // 0: max_epochs reached
@@ -518,6 +530,17 @@ class Bench {
                 {"batch_s", st.batch_seconds}, {"wait_s", st.wait_seconds},
                 {"worker_idle_s", st.worker_idle_seconds}, {"amplification", st.amplification()},
                 {"seconds", s}, {"first_batch_s", m.first_batch_s}};
+    if (source_.is_mixture()) {
+      json datasets = json::object();
+      const std::vector<MixtureProgress> mix = p->Mixture();
+      for (size_t k = 0; k < mix.size(); ++k) {
+        datasets[mix[k].name] = {{"requested_share", mix[k].requested_share},
+                                 {"realized_share", st.samples ? static_cast<double>(st.member_samples[k]) / st.samples : 0.0},
+                                 {"samples", st.member_samples[k]},
+                                 {"epochs", mix[k].epochs}};
+      }
+      r.stages["datasets"] = datasets;
+    }
     Add(std::move(r));
     return absl::OkStatus();
   }
@@ -527,7 +550,7 @@ class Bench {
     PipelineOptions off = po;
     off.threads = threads;
     auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(ds_, spec, off, Cursor{}));
+    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(source_, spec, off, Cursor{}));
     ASSIGN_OR_RETURN(SteadyRate offline, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
       ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
       return b ? b->ids.size() : 0;
@@ -538,7 +561,7 @@ class Bench {
     const std::string cfg = work_ + "/bench-config.yaml";
     std::ofstream(cfg) << config_text;
     ServerOptions so;
-    so.dataset = ds_.uri();
+    so.dataset = source_.is_mixture() ? o_.dataset : ds_.uri();
     so.config_paths = {cfg};
     so.listen = "127.0.0.1:0";
     so.threads = threads;
@@ -577,7 +600,8 @@ class Bench {
   }
 
   const BenchOptions& o_;
-  const Dataset& ds_;
+  const Source& source_;
+  const Dataset& ds_;  // the source's first (for a single dataset: only) dataset
   std::string work_;
   SampleIndex index_;
   double cat_ = 0;
@@ -707,18 +731,23 @@ absl::Status RunBench(const BenchOptions& o) {
   if (o.gpus < 1 || o.server_cores < 1) {
     return absl::InvalidArgumentError(StrCat("--gpus ", o.gpus, " --server-cores ", o.server_cores, ": need >= 1"));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(o.dataset));
+  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
+  if (source->is_mixture() && o.config.empty()) {
+    return absl::InvalidArgumentError(StrCat(o.dataset, " is a mixture: give its config (--config F), "
+                                             "written against the mixture's stream names"));
+  }
+  const Manifest& manifest = source->manifest();
   spdlog::set_level(spdlog::level::warn);  // the in-process server's per-stream lines
   std::string text;
   SampleSpec spec;
   if (!o.config.empty()) {
     ASSIGN_OR_RETURN(text, ReadLocalFile(o.config, "config"));
-    ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, ds->manifest(), o.config));
+    ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, manifest, o.config));
   } else {
     // Every stream: frames and low-dim steps at the anchor time, one second of audio before it.
-    ASSIGN_OR_RETURN(const SampleSpec defaults, SampleSpec::Default(ds->manifest()));
+    ASSIGN_OR_RETURN(const SampleSpec defaults, SampleSpec::Default(manifest));
     text = StrCat("anchor: ", defaults.anchor, "\nstreams:\n");
-    for (const StreamInfo& s : ds->manifest().streams) {
+    for (const StreamInfo& s : manifest.streams) {
       const std::string kind = KindName(s.kind);
       StrAppend(&text, "  ", s.name, ": ",
                 kind == "audio"                        ? "{delta_timestamps: [-1.0, 0.0]}"
@@ -726,11 +755,11 @@ absl::Status RunBench(const BenchOptions& o) {
                                                        : "{delta_timestamps: [0.0]}",
                 "\n");
     }
-    ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, ds->manifest(), "the default bench spec"));
+    ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, manifest, "the default bench spec"));
   }
   PipelineOptions po;
-  RETURN_IF_ERROR(po.MergeYaml(text, spec, ds->manifest(), o.config.empty() ? "default spec" : o.config));
-  RETURN_IF_ERROR(ResolveSchedule(*ds, spec, &po));
+  RETURN_IF_ERROR(po.MergeYaml(text, spec, manifest, o.config.empty() ? "default spec" : o.config));
+  RETURN_IF_ERROR(ResolveSchedule(*source, spec, &po));
   const std::string work = (std::filesystem::temp_directory_path() /
                             StrCat("conveyor-bench-", getpid())).string();
   std::filesystem::create_directories(work);
@@ -739,11 +768,11 @@ absl::Status RunBench(const BenchOptions& o) {
     ~Cleanup() { std::filesystem::remove_all(dir); }
   } cleanup{work};
 
-  std::fprintf(stderr, "bench: %s (%zu episodes), %s, threads", o.dataset.c_str(), ds->num_episodes(),
+  std::fprintf(stderr, "bench: %s (%zu episodes), %s, threads", o.dataset.c_str(), static_cast<size_t>(manifest.num_episodes),
                o.config.empty() ? "the default spec" : o.config.c_str());
   for (int t : o.threads) std::fprintf(stderr, " %d", t);
   std::fprintf(stderr, ", %.1f s per figure\n", o.seconds);
-  Bench bench(o, *ds, work);
+  Bench bench(o, *source, work);
   if (o.plan > 0) {
     RETURN_IF_ERROR(bench.RunServeOnly(spec, po, text));
     return PrintPlan(o, bench.rows());

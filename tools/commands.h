@@ -68,7 +68,8 @@ struct InspectOptions {
 absl::Status RunInspect(const InspectOptions& options);
 
 struct SampleOptions {
-  std::string dataset;  // path or URL
+  std::string dataset;  // path or URL, or a mixture file (docs/mixtures.md)
+  std::string member;   // a mixture's dataset whose samples to write (default: its first)
   std::string config;   // YAML sample spec; empty: every stream at its own size, [0.0]
   int64_t count = 8;
   std::string out;      // one folder per sample: <stream>.npy, <stream>_is_pad.npy, meta.json

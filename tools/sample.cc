@@ -14,6 +14,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/sample_assembler.h"
+#include "pipeline/source.h"
 #include "readers/npy.h"
 #include "tools/command.h"
 #include "tools/commands.h"
@@ -25,13 +26,14 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 absl::Status WriteSample(const Sample& sample, const std::string& dir, uint64_t seed,
-                         uint64_t epoch) {
+                         uint64_t epoch, const std::string& dataset) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::UnavailableError(StrCat("cannot create ", dir, ": ", ec.message()));
   json meta = {{"index", sample.index},      {"episode", sample.episode},
                {"anchor_step", sample.step}, {"anchor_time_s", sample.time_s},
                {"seed", seed},               {"epoch", epoch}};
+  if (!dataset.empty()) meta["dataset"] = dataset;  // a mixture's dataset
   json tensors = json::object();
   for (const Tensor& t : sample.tensors) {
     tensors[t.name] = {{"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}};
@@ -57,13 +59,32 @@ absl::Status RunSample(const SampleOptions& o) {
   if (o.start < 0 || o.stride < 0) {
     return absl::InvalidArgumentError("--start and --stride must be >= 0");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, Dataset::Open(o.dataset));
-  SampleSpec spec;
+  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
+  SampleSpec shared;
   if (o.config.empty()) {
-    ASSIGN_OR_RETURN(spec, SampleSpec::Default(ds->manifest()));
+    ASSIGN_OR_RETURN(shared, SampleSpec::Default(source->manifest()));
   } else {
-    ASSIGN_OR_RETURN(spec, SampleSpec::FromFile(o.config, ds->manifest()));
+    ASSIGN_OR_RETURN(shared, SampleSpec::FromFile(o.config, source->manifest()));
   }
+  // A mixture: the samples of one of its datasets (--member), assembled with the config bound to
+  // its streams and conformed to the mixture's layout, as a batch would hold them.
+  size_t member = 0;
+  if (!o.member.empty()) {
+    std::string names;
+    for (member = 0; member < source->size() && source->member(member).name != o.member; ++member) {
+      StrAppend(&names, names.empty() ? "" : ", ", source->member(member).name);
+    }
+    if (member == source->size()) {
+      return absl::NotFoundError(StrCat("--member '", o.member, "': ", o.dataset, " has ",
+                                        source->is_mixture() ? "the datasets " : "the one dataset ",
+                                        names));
+    }
+  }
+  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source->Bind(shared, false));
+  ASSIGN_OR_RETURN(std::vector<SharedStream> layout, source->Layout(shared, bound));
+  const Dataset* ds = &source->dataset(member);
+  const SampleSpec& spec = bound[member].spec;
+  const std::string member_name = source->is_mixture() ? source->member(member).name : "";
   ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(*ds, spec.anchor_stream));
   if (index.size() == 0) return absl::FailedPreconditionError("the dataset has no samples");
 
@@ -115,9 +136,13 @@ absl::Status RunSample(const SampleOptions& o) {
         if (!first_error.ok()) break;
       }
       auto sample = assembler.Assemble(picks[j], o.seed, o.epoch);
+      if (sample.ok()) {
+        absl::Status c = source->Conform(member, shared, bound[member], layout, &*sample);
+        if (!c.ok()) sample = c;
+      }
       absl::Status st = sample.ok()
                             ? WriteSample(*sample, StrCat(o.out, "/", absl::Dec(j, absl::kZeroPad6)),
-                                          o.seed, o.epoch)
+                                          o.seed, o.epoch, member_name)
                             : sample.status();
       std::lock_guard<std::mutex> lock(mu);
       if (!st.ok()) {
@@ -161,6 +186,7 @@ absl::Status RunSample(const SampleOptions& o) {
                   {"video_frames_delivered", total.frames_delivered},
                   {"images_decoded", total.images_decoded},
                   {"audio_windows", total.audio_windows}};
+  if (!member_name.empty()) summary["mixture"] = {{"file", o.dataset}, {"dataset", member_name}};
   std::ofstream f(o.out + "/summary.json", std::ios::trunc);
   f << summary.dump(2) << "\n";
   if (o.progress) {
@@ -182,9 +208,10 @@ class SampleCommand final : public Command {
   CLI::App* Register(CLI::App& app) override {
     CLI::App* c = app.add_subcommand(
         "sample", "Assemble samples as training sees them and write each as .npy files + meta.json");
-    c->add_option("dataset", o_.dataset, "Dataset path or URL")->required();
+    c->add_option("dataset", o_.dataset, "Dataset path or URL, or a mixture file")->required();
     c->add_option("--config", o_.config,
                    "Sample spec (YAML, see docs/sampling.md); default: every stream at t=0");
+    c->add_option("--member", o_.member, "A mixture's dataset whose samples to write (default: the first)");
     c->add_option("--count", o_.count, "Number of samples")->check(CLI::PositiveNumber);
     c->add_option("--out", o_.out, "Output directory (one sub-folder per sample)")->required();
     c->add_option("--seed", o_.seed, "Augmentation seed");
