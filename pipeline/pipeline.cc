@@ -631,7 +631,7 @@ absl::Status ResolveSchedule(const Source& source, const SampleSpec& spec, Pipel
     return absl::OkStatus();
   }
   if (o.member_orders.size() == source.size()) return absl::OkStatus();  // resolved before
-  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(spec, o.packing.has_value()));
+  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(spec));
   o.member_orders.assign(source.size(), o.order);
   for (size_t k = 0; k < source.size(); ++k) {
     // The members share the budget: each gets an equal part for its windows.
@@ -717,7 +717,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
                " consumers: each consumer gets global_batch_size / consumers samples per step"));
   }
   RETURN_IF_ERROR(ResolveSchedule(source, m.spec, &o));
-  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(m.spec, o.packing.has_value()));
+  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(m.spec));
   if (source.is_mixture()) {
     ASSIGN_OR_RETURN(m.layout, source.Layout(m.spec, bound));
   }

@@ -356,7 +356,7 @@ absl::Status Source::BuildManifest() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<BoundMember>> Source::Bind(const SampleSpec& spec, bool packed) const {
+absl::StatusOr<std::vector<BoundMember>> Source::Bind(const SampleSpec& spec) const {
   std::vector<BoundMember> out;
   if (!mixture_) {
     BoundMember b;
@@ -402,7 +402,6 @@ absl::StatusOr<std::vector<BoundMember>> Source::Bind(const SampleSpec& spec, bo
     out.push_back(std::move(b));
   }
   RETURN_IF_ERROR(Layout(spec, out).status());
-  (void)packed;
   return out;
 }
 

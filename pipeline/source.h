@@ -84,7 +84,7 @@ class Source {
   // Binds a spec parsed against manifest() to every member (re-reading its config text against
   // each member's renamed streams) and checks that stacked batches are possible: equal shapes
   // per stream, or an error naming dataset, stream and shapes. One dataset: the spec itself.
-  absl::StatusOr<std::vector<BoundMember>> Bind(const SampleSpec& spec, bool packed) const;
+  absl::StatusOr<std::vector<BoundMember>> Bind(const SampleSpec& spec) const;
   // The shared layout per stream of `spec` (after Bind).
   absl::StatusOr<std::vector<SharedStream>> Layout(const SampleSpec& spec,
                                                    const std::vector<BoundMember>& bound) const;

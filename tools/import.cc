@@ -733,21 +733,21 @@ absl::Status RunImport(const ImportOptions& options) {
     if (!writer.ok()) return writer.status();
     status = ImportEpisodes(episodes, options, writer->get());
   }
-  if (!status.ok()) {
-    // Leave no half-written dataset behind, so that the same command can simply be rerun. A
-    // folder that existed before (it was empty: DatasetWriter refuses others) is emptied.
-    if (out_existed) {
-      std::vector<fs::path> written;
-      for (fs::directory_iterator it(options.out, ec); !ec && it != fs::directory_iterator();
-           it.increment(ec)) {
-        written.push_back(it->path());
-      }
-      for (const fs::path& p : written) fs::remove_all(p, ec);
-    } else {
-      fs::remove_all(options.out, ec);
-    }
-  }
+  if (!status.ok()) RemovePartialImport(options.out, out_existed);
   return status;
+}
+
+void RemovePartialImport(const std::string& out, bool out_existed) {
+  std::error_code ec;
+  if (out_existed) {
+    std::vector<fs::path> written;
+    for (fs::directory_iterator it(out, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      written.push_back(it->path());
+    }
+    for (const fs::path& p : written) fs::remove_all(p, ec);
+  } else {
+    fs::remove_all(out, ec);
+  }
 }
 
 

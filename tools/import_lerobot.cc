@@ -680,19 +680,7 @@ absl::Status RunImportLeRobot(const ImportOptions& options) {
     if (!writer.ok()) return writer.status();
     status = importer.Write(writer->get(), options.out);
   }
-  if (!status.ok()) {
-    // As RunImport: nothing half-written is left behind.
-    if (out_existed) {
-      std::vector<fs::path> written;
-      for (fs::directory_iterator it(options.out, ec); !ec && it != fs::directory_iterator();
-           it.increment(ec)) {
-        written.push_back(it->path());
-      }
-      for (const fs::path& p : written) fs::remove_all(p, ec);
-    } else {
-      fs::remove_all(options.out, ec);
-    }
-  }
+  if (!status.ok()) RemovePartialImport(options.out, out_existed);
   return status;
 }
 

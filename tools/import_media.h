@@ -18,4 +18,9 @@ enum class MediaKind { kVideo, kAudio };
 absl::StatusOr<EpisodeData::Stream> DemuxMediaFile(const std::string& path, MediaKind kind,
                                                    const std::string& name);
 
+// After a failed import: leaves no half-written dataset behind, so that the same command can
+// simply be rerun. A folder that existed before (it was empty: DatasetWriter refuses others) is
+// emptied; one the import created is removed.
+void RemovePartialImport(const std::string& out, bool out_existed);
+
 }  // namespace conveyor::tools

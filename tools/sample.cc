@@ -80,7 +80,7 @@ absl::Status RunSample(const SampleOptions& o) {
                                         names));
     }
   }
-  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source->Bind(shared, false));
+  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source->Bind(shared));
   ASSIGN_OR_RETURN(std::vector<SharedStream> layout, source->Layout(shared, bound));
   const Dataset* ds = &source->dataset(member);
   const SampleSpec& spec = bound[member].spec;
