@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "base/strings.h"
 #include "base/status_macros.h"
 #include "readers/format.h"
@@ -10,17 +12,63 @@
 namespace conveyor {
 namespace {
 namespace pb = format::v1;
+
+// The native format: manifest.json, episodes.bin and checksummed shards (docs/format.md).
+class NativeDataset final : public Dataset {
+ public:
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::unique_ptr<Storage> storage,
+                                                       std::string uri);
+  std::string format() const override { return "conveyor"; }
+  absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> LoadEpisode(size_t episode) const override;
+  absl::Status ReadPacket(const pb::EpisodeIndex& index, int stream, size_t packet,
+                          std::string* out) const override;
+  absl::Status ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first, size_t count,
+                          std::vector<float>* out) const override;
+  absl::Status VerifyShard(uint32_t shard) const override;
+
+ private:
+  NativeDataset() = default;
+  absl::StatusOr<const RandomAccessFile*> Shard(uint32_t shard) const;
+  absl::Status CheckAgainstManifest(const pb::EpisodeIndex& index, size_t episode,
+                                    std::string_view shard_name) const;
+
+  mutable absl::Mutex mu_;
+  // Opened (and header/footer-checked) shard files, by shard number; null until first use.
+  mutable std::vector<std::unique_ptr<RandomAccessFile>> shards_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::string_view uri,
-                                                       const HttpOptions& http) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage, OpenStorage(uri, http));
-  return Open(std::move(storage), std::string(uri));
+std::string Dataset::ShardName(uint32_t shard) const {
+  if (shard >= manifest_.shards.size()) return StrCat("<shard ", shard, ">");
+  return storage_->Describe(manifest_.shards[shard].path);
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::unique_ptr<Storage> storage,
-                                                       std::string uri) {
-  std::unique_ptr<Dataset> ds(new Dataset());
+absl::Status Dataset::VerifyEpisode(size_t episode) const {
+  ASSIGN_OR_RETURN(auto index, LoadEpisode(episode));
+  std::string packet;
+  std::vector<float> values;
+  for (int s = 0; s < index->streams_size(); ++s) {
+    const pb::StreamIndex& si = index->streams(s);
+    if (si.kind() == pb::LOWDIM) {
+      RETURN_IF_ERROR(ReadLowdim(*index, s, 0, si.num_frames(), &values));
+    } else if (si.kind() != pb::TEXT) {
+      for (int p = 0; p < si.packets().offset_size(); ++p) {
+        RETURN_IF_ERROR(ReadPacket(*index, s, static_cast<size_t>(p), &packet));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::OpenNative(std::unique_ptr<Storage> storage,
+                                                             std::string uri) {
+  return NativeDataset::Open(std::move(storage), std::move(uri));
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> NativeDataset::Open(std::unique_ptr<Storage> storage,
+                                                             std::string uri) {
+  std::unique_ptr<NativeDataset> ds(new NativeDataset());
   ds->uri_ = RedactUri(uri);  // for messages and Info: never a credential
   ds->storage_ = std::move(storage);
   const std::string manifest_name = ds->storage_->Describe(kManifestFile);
@@ -62,15 +110,10 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::unique_ptr<Storage> 
     absl::MutexLock lock(&ds->mu_);
     ds->shards_.resize(ds->manifest_.shards.size());
   }
-  return ds;
+  return std::unique_ptr<Dataset>(std::move(ds));
 }
 
-std::string Dataset::ShardName(uint32_t shard) const {
-  if (shard >= manifest_.shards.size()) return StrCat("<shard ", shard, ">");
-  return storage_->Describe(manifest_.shards[shard].path);
-}
-
-absl::StatusOr<const RandomAccessFile*> Dataset::Shard(uint32_t shard) const {
+absl::StatusOr<const RandomAccessFile*> NativeDataset::Shard(uint32_t shard) const {
   if (shard >= manifest_.shards.size()) {
     return absl::OutOfRangeError(StrCat("shard ", shard, " does not exist in ", uri_));
   }
@@ -99,7 +142,7 @@ absl::StatusOr<const RandomAccessFile*> Dataset::Shard(uint32_t shard) const {
   return shards_[shard].get();
 }
 
-absl::Status Dataset::CheckAgainstManifest(const pb::EpisodeIndex& index, size_t episode,
+absl::Status NativeDataset::CheckAgainstManifest(const pb::EpisodeIndex& index, size_t episode,
                                            std::string_view shard_name) const {
   const auto& streams = manifest_.streams;
   if (static_cast<size_t>(index.streams_size()) != streams.size()) {
@@ -134,7 +177,7 @@ absl::Status Dataset::CheckAgainstManifest(const pb::EpisodeIndex& index, size_t
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> Dataset::LoadEpisode(size_t episode) const {
+absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> NativeDataset::LoadEpisode(size_t episode) const {
   if (episode >= episodes_.size()) {
     return absl::OutOfRangeError(StrCat("episode ", episode, " does not exist (", uri_,
                                               " has ", episodes_.size(), " episodes)"));
@@ -162,7 +205,7 @@ absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> Dataset::LoadEpisode(siz
   return std::make_shared<const pb::EpisodeIndex>(std::move(index));
 }
 
-absl::Status Dataset::ReadPacket(const pb::EpisodeIndex& index, int stream, size_t packet,
+absl::Status NativeDataset::ReadPacket(const pb::EpisodeIndex& index, int stream, size_t packet,
                                  std::string* out) const {
   if (stream < 0 || stream >= index.streams_size()) {
     return absl::OutOfRangeError(StrCat("stream ", stream, " does not exist"));
@@ -188,7 +231,7 @@ absl::Status Dataset::ReadPacket(const pb::EpisodeIndex& index, int stream, size
   return absl::OkStatus();
 }
 
-absl::Status Dataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first,
+absl::Status NativeDataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first,
                                  size_t count, std::vector<float>* out) const {
   if (stream < 0 || stream >= index.streams_size() || index.streams(stream).kind() != pb::LOWDIM) {
     return absl::InvalidArgumentError(StrCat("stream ", stream, " is not a lowdim stream"));
@@ -258,7 +301,7 @@ absl::Status Dataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size
   return absl::OkStatus();
 }
 
-absl::Status Dataset::VerifyShard(uint32_t shard) const {
+absl::Status NativeDataset::VerifyShard(uint32_t shard) const {
   ASSIGN_OR_RETURN(const RandomAccessFile* file, Shard(shard));
   std::string footer(format::kShardFooterSize, '\0');
   RETURN_IF_ERROR(file->Read(file->size() - footer.size(), footer.size(), footer.data()));
@@ -267,8 +310,6 @@ absl::Status Dataset::VerifyShard(uint32_t shard) const {
   RETURN_IF_ERROR(file->Read(f.directory_offset, dir_bytes.size(), dir_bytes.data()));
   ASSIGN_OR_RETURN(pb::ShardDirectory dir,
                    format::ParseShardDirectory(dir_bytes, f, file->size(), file->name()));
-  std::string packet;
-  std::vector<float> values;
   for (const pb::DirectoryEntry& e : dir.episodes()) {
     if (e.episode_id() >= episodes_.size() || episodes_.shard(e.episode_id()) != shard ||
         episodes_.record(e.episode_id()).index_xxh3 != e.index_xxh3()) {
@@ -276,17 +317,7 @@ absl::Status Dataset::VerifyShard(uint32_t shard) const {
                                               ": its directory lists episode ", e.episode_id(),
                                               " which the episode table does not place here"));
     }
-    ASSIGN_OR_RETURN(auto index, LoadEpisode(e.episode_id()));
-    for (int s = 0; s < index->streams_size(); ++s) {
-      const pb::StreamIndex& si = index->streams(s);
-      if (si.kind() == pb::LOWDIM) {
-        RETURN_IF_ERROR(ReadLowdim(*index, s, 0, si.num_frames(), &values));
-      } else if (si.kind() != pb::TEXT) {
-        for (int p = 0; p < si.packets().offset_size(); ++p) {
-          RETURN_IF_ERROR(ReadPacket(*index, s, static_cast<size_t>(p), &packet));
-        }
-      }
-    }
+    RETURN_IF_ERROR(VerifyEpisode(e.episode_id()));
   }
   if (static_cast<uint64_t>(dir.episodes_size()) != manifest_.shards[shard].episodes) {
     return absl::DataLossError(StrCat("manifest does not match shard ", file->name(), ": ",

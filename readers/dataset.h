@@ -1,8 +1,15 @@
-// Dataset: an opened Conveyor dataset (manifest + episode table), and checked range reads of
-// its episodes' indexes, packets and low-dimensional blocks.
+// Dataset: the narrow interface every dataset format implements (think leveldb's Env): a
+// manifest (streams, statistics, fingerprint), an episode table, and checked reads of an
+// episode's index, packets and low-dimensional values. The sample index, assembler, pipeline and
+// server see only this.
 //
-// Opening reads manifest.json and episodes.bin only; a shard is first touched when one of its
-// episodes is read (then its header and footer are checked once, two small range reads).
+// Two implementations:
+//   - the native Conveyor format (readers/dataset.cc): manifest.json, episodes.bin and shards
+//     with per-packet checksums (docs/format.md);
+//   - LeRobot datasets v3.0 and v2.1 read in place (readers/lerobot/lerobot_dataset.h): the
+//     Parquet tables and the mp4 files as LeRobot wrote them (docs/lerobot.md).
+//
+// Opening reads metadata only; data files are first touched when one of their episodes is read.
 #pragma once
 
 #include <cstdint>
@@ -11,9 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "readers/manifest.h"
 #include "readers/storage.h"
@@ -23,54 +28,63 @@ namespace conveyor {
 // Thread-safe: every method may be called concurrently.
 class Dataset {
  public:
-  // `uri`: a directory path, file://, http(s)://host/prefix/ (see OpenStorage).
+  // `uri`: a directory path, file://, http(s)://host/prefix/ or s3://bucket/prefix/ (see
+  // OpenStorage). A LeRobot dataset (meta/info.json) or a Conveyor dataset (manifest.json),
+  // whichever is there. Defined in the conveyor_datasets library (readers/open_dataset.cc).
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::string_view uri,
                                                        const HttpOptions& http = {});
-  // For callers that already hold a Storage.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::unique_ptr<Storage> storage,
                                                        std::string uri);
+  // The native format only (conveyor_readers).
+  static absl::StatusOr<std::unique_ptr<Dataset>> OpenNative(std::unique_ptr<Storage> storage,
+                                                             std::string uri);
+
+  virtual ~Dataset() = default;
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
 
   const std::string& uri() const { return uri_; }
   const Manifest& manifest() const { return manifest_; }
+  // Per episode: its lengths per stream, duration, and the file of manifest().shards that holds
+  // it (a native shard; for LeRobot, the episode's data parquet).
   const EpisodeTable& episodes() const { return episodes_; }
   size_t num_episodes() const { return episodes_.size(); }
   Storage& storage() const { return *storage_; }
 
-  // The full path or URL of shard `shard`, for messages.
+  // "conveyor" or "lerobot v3.0" / "lerobot v2.1", for `inspect` and logs.
+  virtual std::string format() const = 0;
+
+  // The full path or URL of file `shard` of manifest().shards, for messages.
   std::string ShardName(uint32_t shard) const;
 
-  // Reads and validates episode `episode`'s index (one range read): checksum against the episode
-  // table, episode id, stream names and kinds and lengths against the manifest (a lying manifest
-  // is a DATA_LOSS error naming both sides).
-  absl::StatusOr<std::shared_ptr<const format::v1::EpisodeIndex>> LoadEpisode(size_t episode) const;
+  // Episode `episode`'s index, checked against the manifest and the episode table (a lying
+  // manifest is a DATA_LOSS error naming both sides). Packet offsets in it are byte offsets in the
+  // file that holds the stream.
+  virtual absl::StatusOr<std::shared_ptr<const format::v1::EpisodeIndex>> LoadEpisode(
+      size_t episode) const = 0;
 
-  // Reads packet `packet` of stream `stream` into `out`, verifying its checksum. Errors name
-  // shard, episode, stream, packet and byte offset.
-  absl::Status ReadPacket(const format::v1::EpisodeIndex& index, int stream, size_t packet,
-                          std::string* out) const;
+  // Reads packet `packet` of stream `stream` into `out`, verifying its checksum. Errors name the
+  // file, episode, stream, packet and byte offset.
+  virtual absl::Status ReadPacket(const format::v1::EpisodeIndex& index, int stream, size_t packet,
+                                  std::string* out) const = 0;
 
   // Reads steps [first, first + count) of a LOWDIM stream as float32 [count, dim] into `out`.
-  absl::Status ReadLowdim(const format::v1::EpisodeIndex& index, int stream, size_t first,
-                          size_t count, std::vector<float>* out) const;
+  virtual absl::Status ReadLowdim(const format::v1::EpisodeIndex& index, int stream, size_t first,
+                                  size_t count, std::vector<float>* out) const = 0;
 
-  // Reads every byte of shard `shard` and checks all its checksums and its agreement with the
-  // manifest. Slow; for `conveyor inspect --verify`.
-  absl::Status VerifyShard(uint32_t shard) const;
+  // Reads every byte of file `shard` of manifest().shards and checks all its checksums and its
+  // agreement with the manifest. Slow; for `conveyor inspect --verify`.
+  virtual absl::Status VerifyShard(uint32_t shard) const = 0;
 
- private:
+ protected:
   Dataset() = default;
-  absl::StatusOr<const RandomAccessFile*> Shard(uint32_t shard) const;
-  absl::Status CheckAgainstManifest(const format::v1::EpisodeIndex& index, size_t episode,
-                                    std::string_view shard_name) const;
+  // Reads every packet and every lowdim value of the episode (for VerifyShard).
+  absl::Status VerifyEpisode(size_t episode) const;
 
-  std::string uri_;
+  std::string uri_;  // redacted: never a credential
   std::unique_ptr<Storage> storage_;
   Manifest manifest_;
   EpisodeTable episodes_;
-
-  mutable absl::Mutex mu_;
-  // Opened (and header/footer-checked) shard files, by shard number; null until first use.
-  mutable std::vector<std::unique_ptr<RandomAccessFile>> shards_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace conveyor

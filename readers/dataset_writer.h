@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "readers/dataset.h"
 #include "readers/manifest.h"
 
 namespace conveyor {
@@ -106,5 +107,10 @@ class DatasetWriter {
   format::v1::ShardDirectory directory_;
   bool finished_ = false;
 };
+
+// Episode `episode` of any dataset as the writer takes it: every packet and lowdim value read, and
+// checked, through the Dataset interface (lowdim streams become the native "zstd-shuffle4"). The
+// import of a LeRobot dataset is this, episode by episode.
+absl::StatusOr<EpisodeData> ReadEpisodeData(const Dataset& dataset, size_t episode);
 
 }  // namespace conveyor

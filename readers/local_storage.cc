@@ -38,6 +38,13 @@ class LocalFile final : public RandomAccessFile {
       : fd_(fd), size_(size), name_(std::move(name)), counters_(counters) {}
   ~LocalFile() override { ::close(fd_); }
 
+  // The modification time in nanoseconds: what changes when the file is rewritten in place.
+  std::string version() const override {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) return {};
+    return StrCat("mtime:", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+  }
+
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
     if (offset > size_ || n > size_ - offset) {
       return absl::OutOfRangeError(StrCat(name_, ": read of ", n, " bytes at offset ", offset,

@@ -1,19 +1,24 @@
-// `conveyor import --lerobot` (RunImport / RunImportLeRobot) on LeRobot v3.0 and v2.1 datasets
-// made at test time by tests/fixtures/lerobot/make_lerobot.sh with independent tools: the ffmpeg
+// LeRobot v3.0 and v2.1 datasets read in place (Dataset::Open on the LeRobot root) and through
+// `conveyor import --lerobot` (RunImport / RunImportLeRobot), on datasets made at test time by tests/fixtures/lerobot/make_lerobot.sh with independent tools: the ffmpeg
 // CLI (libx264 with B-frames, libsvtav1 GOP 2, episodes concatenated by its concat demuxer) and
 // parquet-wasm for the tables. Frames are checked against ffmpeg's own decode of the original
 // files, lowdim values bit for bit against what the writer was given, and broken copies of the
 // datasets must give errors that name the file and the episode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <map>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "readers/dataset.h"
+#include "readers/lerobot/lerobot_dataset.h"
 #include "tests/support/media_checks.h"
+#include "tests/support/nginx_server.h"
 #include "tests/support/test_env.h"
 #include "tools/commands.h"
 
@@ -64,6 +69,9 @@ class LeRobotImportTest : public ::testing::Test {
     }
     expected_ = new json(json::parse(ReadFile(kFixtures + "/expected.json")));
     dir_ = new TempDir();
+    // Packet indexes of the mp4s read in place go here, not to the user's cache (the CLI runs
+    // below inherit it).
+    setenv("CONVEYOR_INDEX_CACHE_DIR", dir_->Join("index-cache").c_str(), 1);
     for (const char* v : {"v30", "v21"}) {
       absl::Status s = RunImport(LeRobotImport(kFixtures + "/" + v, dir_->Join(v)));
       if (!s.ok()) {
@@ -84,6 +92,9 @@ class LeRobotImportTest : public ::testing::Test {
   }
 
   static std::string Imported(const std::string& v) { return dir_->Join(v); }
+  static std::string InPlace(const std::string& v) { return kFixtures + "/" + v; }
+  // The dataset read in place, then its import: every check below holds for both.
+  static std::vector<std::string> Both(const std::string& v) { return {InPlace(v), Imported(v)}; }
   static const json& Expected(const std::string& v) { return (*expected_)[v]; }
 
   // A copy of a fixture dataset to break.
@@ -91,6 +102,19 @@ class LeRobotImportTest : public ::testing::Test {
     const std::string to = dir_->Join(name);
     fs::copy(kFixtures + "/" + v, to, fs::copy_options::recursive);
     return to;
+  }
+
+  // v2.1's episodes.jsonl says episode 1 has 8 frames (the rows and the video have 7), and
+  // info.json's total agrees with the lie.
+  static void MakeEpisodeOneLie(const std::string& root) {
+    std::string episodes = ReadFile(root + "/meta/episodes.jsonl");
+    const std::string from = "\"length\":7", to = "\"length\":8";
+    ASSERT_NE(episodes.find(from), std::string::npos) << episodes;
+    episodes.replace(episodes.find(from), from.size(), to);
+    WriteFile(root + "/meta/episodes.jsonl", episodes);
+    json info = json::parse(ReadFile(root + "/meta/info.json"));
+    info["total_frames"] = 30;
+    WriteFile(root + "/meta/info.json", info.dump());
   }
 
   static TempDir* dir_;
@@ -143,11 +167,13 @@ TEST_F(LeRobotImportTest, V30ManifestMapsFeaturesToStreams) {
 
 TEST_F(LeRobotImportTest, VerifyPasses) {
   for (const char* v : {"v30", "v21"}) {
-    InspectOptions o;
-    o.dataset = Imported(v);
-    o.verify = true;
-    absl::Status s = RunInspect(o);
-    EXPECT_TRUE(s.ok()) << v << ": " << s;
+    for (const std::string& location : Both(v)) {
+      InspectOptions o;
+      o.dataset = location;
+      o.verify = true;
+      absl::Status s = RunInspect(o);
+      EXPECT_TRUE(s.ok()) << location << ": " << s;
+    }
   }
 }
 
@@ -163,22 +189,26 @@ TEST_F(LeRobotImportTest, EveryFrameEqualsFfmpegsDecodeOfTheOriginalFile) {
         SCOPED_TRACE(std::string(v) + " " + key + " episode " + std::to_string(e));
         const std::string file = cam["file"][e];
         if (!original.count(file)) original[file] = FrameMd5s(kFixtures + "/" + v + "/" + file);
-        const std::string out = dir_->Join(std::string(v) + "_" + key + "_" + std::to_string(e) +
-                                           ".mp4");
-        ExtractOptions x;
-        x.dataset = Imported(v);
-        x.episode = static_cast<int64_t>(e);
-        x.stream = key;
-        x.out = out;
-        ASSERT_TRUE(RunExtract(x).ok());
-        const std::vector<std::string> got = FrameMd5s(out);
         const size_t offset = cam["file_frame_offset"][e].get<size_t>();
         const size_t length = episodes[e]["length"].get<size_t>();
-        ASSERT_EQ(got.size(), length);
         ASSERT_LE(offset + length, original[file].size());
         const std::vector<std::string> want(original[file].begin() + offset,
                                             original[file].begin() + offset + length);
-        EXPECT_EQ(got, want);
+        for (const std::string& location : Both(v)) {
+          SCOPED_TRACE(location);
+          const std::string out = dir_->Join(std::string(v) + "_" + key + "_" + std::to_string(e) +
+                                             (location == InPlace(v) ? "_inplace" : "") + ".mp4");
+          ExtractOptions x;
+          x.dataset = location;
+          x.episode = static_cast<int64_t>(e);
+          x.stream = key;
+          x.out = out;
+          absl::Status extracted = RunExtract(x);
+          ASSERT_TRUE(extracted.ok()) << extracted;
+          const std::vector<std::string> got = FrameMd5s(out);
+          ASSERT_EQ(got.size(), length);
+          EXPECT_EQ(got, want);
+        }
       }
     }
   }
@@ -196,11 +226,13 @@ streams:
   observation.images.wrist: {delta_timestamps: [-0.0333333, 0.0]}
   observation.state: {delta_timestamps: [0.0]}
 )");
+  for (const std::string& location : Both("v30")) {
+  SCOPED_TRACE(location);
   SampleOptions o;
-  o.dataset = Imported("v30");
+  o.dataset = location;
   o.config = config;
   o.indices = {0, 9, 10, 22, 25, 41};  // episode starts, an episode's second frame, the last row
-  o.out = dir_->Join("samples");
+  o.out = dir_->Join(location == InPlace("v30") ? "samples_inplace" : "samples");
   o.progress = false;
   ASSERT_TRUE(RunSample(o).ok());
   // The script finds each sample's (episode, frame) from the lengths and the frame's place in
@@ -241,13 +273,16 @@ sys.exit(1 if bad else 0)
                                 ShellQuote(kFixtures) + " " + ShellQuote(o.out) + " " + indices,
                             120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  }
 }
 
 // Lowdim values equal the floats the Parquet writer was given, bit for bit; the instruction is
 // the episode's task.
 TEST_F(LeRobotImportTest, LowdimBitForBitAndTheTask) {
   for (const char* v : {"v30", "v21"}) {
-    auto ds = Dataset::Open(Imported(v));
+  for (const std::string& location : Both(v)) {
+    SCOPED_TRACE(location);
+    auto ds = Dataset::Open(location);
     ASSERT_TRUE(ds.ok()) << ds.status();
     const Manifest& m = (*ds)->manifest();
     const json& episodes = Expected(v)["episodes"];
@@ -282,7 +317,7 @@ TEST_F(LeRobotImportTest, LowdimBitForBitAndTheTask) {
       }
       const std::string text = dir_->Join(std::string(v) + "_task_" + std::to_string(e) + ".txt");
       ExtractOptions x;
-      x.dataset = Imported(v);
+      x.dataset = location;
       x.episode = static_cast<int64_t>(e);
       x.stream = "instruction";
       x.out = text;
@@ -290,11 +325,14 @@ TEST_F(LeRobotImportTest, LowdimBitForBitAndTheTask) {
       EXPECT_EQ(ReadFile(text), episodes[e]["task"].get<std::string>());
     }
   }
+  }
 }
 
 // v2.1's image feature embedded in the parquet: each frame is the PNG the writer embedded.
 TEST_F(LeRobotImportTest, V21EmbeddedImagesAreTheBytesWritten) {
-  auto ds = Dataset::Open(Imported("v21"));
+  for (const std::string& location : Both("v21")) {
+  SCOPED_TRACE(location);
+  auto ds = Dataset::Open(location);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const int si = (*ds)->manifest().StreamIndex("observation.images.hand");
   ASSERT_GE(si, 0);
@@ -303,9 +341,10 @@ TEST_F(LeRobotImportTest, V21EmbeddedImagesAreTheBytesWritten) {
   EXPECT_EQ((*ds)->manifest().streams[si].shape, (std::vector<int64_t>{24, 32, 3}));
   const json& episodes = Expected("v21")["episodes"];
   for (size_t e = 0; e < episodes.size(); ++e) {
-    const std::string out = dir_->Join("hand_" + std::to_string(e));
+    const std::string out =
+        dir_->Join("hand_" + std::to_string(e) + (location == InPlace("v21") ? "_inplace" : ""));
     ExtractOptions x;
-    x.dataset = Imported("v21");
+    x.dataset = location;
     x.episode = static_cast<int64_t>(e);
     x.stream = "observation.images.hand";
     x.out = out;
@@ -320,6 +359,7 @@ TEST_F(LeRobotImportTest, V21EmbeddedImagesAreTheBytesWritten) {
                 ReadFile(kFixtures + "/v21_images/episode_" + std::to_string(e) + "/" + orig))
           << "episode " << e << " frame " << k;
     }
+  }
   }
 }
 
@@ -383,18 +423,213 @@ TEST_F(LeRobotImportTest, LyingInfoJsonIsAClearError) {
 // A length in episodes.jsonl that disagrees with the rows and the video.
 TEST_F(LeRobotImportTest, LyingEpisodeLengthIsAClearError) {
   const std::string root = CopyOf("v21", "length");
-  std::string episodes = ReadFile(root + "/meta/episodes.jsonl");
-  const std::string from = "\"length\":7", to = "\"length\":8";
-  ASSERT_NE(episodes.find(from), std::string::npos) << episodes;
-  episodes.replace(episodes.find(from), from.size(), to);
-  WriteFile(root + "/meta/episodes.jsonl", episodes);
-  json info = json::parse(ReadFile(root + "/meta/info.json"));
-  info["total_frames"] = 30;
-  WriteFile(root + "/meta/info.json", info.dump());
+  MakeEpisodeOneLie(root);
   absl::Status s = RunImport(LeRobotImport(root, dir_->Join("length_out")));
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(Mentions(s, "episode_000001.parquet, episode 1: 7 rows")) << s;
   EXPECT_TRUE(Mentions(s, "length 8")) << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Read in place: the same samples as the import, bit for bit; batches independent of the thread
+// count and the same over HTTP; the packet index cache; errors that name the file.
+
+std::map<std::string, std::string> FilesUnder(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().filename() != "summary.json") {
+      out[fs::relative(e.path(), dir).string()] = ReadFile(e.path().string());
+    }
+  }
+  return out;
+}
+
+// Every sample of both datasets, every stream at its own size: the .npy files and meta.json of
+// the dataset read in place equal those of its import byte for byte.
+TEST_F(LeRobotImportTest, InPlaceSamplesEqualTheImportsBitForBit) {
+  for (const char* v : {"v30", "v21"}) {
+    SCOPED_TRACE(v);
+    size_t total = 0;
+    for (const json& ep : Expected(v)["episodes"]) total += ep["length"].get<size_t>();
+    std::map<std::string, std::string> files[2];
+    for (int i = 0; i < 2; ++i) {
+      SampleOptions o;
+      o.dataset = Both(v)[static_cast<size_t>(i)];
+      o.count = static_cast<int64_t>(total);
+      o.stride = 1;
+      o.out = dir_->Join(std::string("all_") + v + (i == 0 ? "_inplace" : "_imported"));
+      o.progress = false;
+      absl::Status s = RunSample(o);
+      ASSERT_TRUE(s.ok()) << o.dataset << ": " << s;
+      files[i] = FilesUnder(o.out);
+    }
+    ASSERT_EQ(files[0].size(), files[1].size());
+    EXPECT_GE(files[0].size(), total * 4);  // a folder per sample: streams, masks, meta.json
+    for (const auto& [name, bytes] : files[1]) {
+      ASSERT_TRUE(files[0].count(name)) << name;
+      EXPECT_TRUE(files[0][name] == bytes) << name << " differs";
+    }
+  }
+}
+
+constexpr char kBatchesConfig[] = R"(anchor: action
+streams:
+  observation.images.top: {delta_timestamps: [-0.0333333, 0.0]}
+  observation.images.wrist: {delta_timestamps: [0.0], size: [32, 32]}
+  observation.state: {delta_timestamps: [0.0], normalize: mean_std}
+  action: {delta_timestamps: {start: 0.0, step: 0.0333333, count: 5}, normalize: min_max}
+  instruction: {}
+pipeline:
+  global_batch_size: 4
+  seed: 11
+  schedule: {mode: gop}
+)";
+
+std::string BatchesDigest(const std::string& location, const std::string& config, int threads,
+                          int* exit_code) {
+  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " batches " + ShellQuote(location) +
+                                " --config " + ShellQuote(config) + " --steps 24 --digest" +
+                                " --threads " + std::to_string(threads) + " 2>&1",
+                            120);
+  *exit_code = r.exit_code;
+  return r.output;
+}
+
+// Two epochs of shuffled batches of the v3.0 dataset in place: the same bits at 1 and 2 threads
+// and read over HTTP from nginx (range reads of the parquet and mp4 files).
+TEST_F(LeRobotImportTest, InPlaceBatchesAtAnyThreadCountAndOverHttp) {
+  const std::string config = dir_->Join("batches.yaml");
+  WriteFile(config, kBatchesConfig);
+  int code = 0;
+  const std::string one = BatchesDigest(InPlace("v30"), config, 1, &code);
+  ASSERT_EQ(code, 0) << one;
+  EXPECT_EQ(std::count(one.begin(), one.end(), '\n'), 24) << one;
+  EXPECT_EQ(BatchesDigest(InPlace("v30"), config, 2, &code), one);
+  auto nginx = conveyor::testing::NginxServer::Start(kFixtures);
+  ASSERT_TRUE(nginx.ok()) << nginx.status();
+  EXPECT_EQ(BatchesDigest((*nginx)->base_url() + "v30/", config, 2, &code), one)
+      << (*nginx)->ErrorLog();
+}
+
+struct Opened {
+  std::unique_ptr<Dataset> ds;
+  uint64_t bytes_read = 0;  // by opening and loading every episode's index
+};
+
+Opened OpenAndLoadAll(const std::string& root, const std::string& cache) {
+  Opened out;
+  lerobot::DatasetOptions o;
+  o.index_cache_dir = cache;
+  auto ds = lerobot::OpenDataset(NewLocalStorage(root), root, o);
+  EXPECT_TRUE(ds.ok()) << ds.status();
+  if (!ds.ok()) return out;
+  for (size_t e = 0; e < (*ds)->num_episodes(); ++e) {
+    auto index = (*ds)->LoadEpisode(e);
+    EXPECT_TRUE(index.ok()) << index.status();
+  }
+  out.bytes_read = (*ds)->storage().stats().bytes_read;
+  out.ds = *std::move(ds);
+  return out;
+}
+
+uint64_t Mp4Bytes(const std::string& root) {
+  uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.path().extension() == ".mp4") n += e.file_size();
+  }
+  return n;
+}
+
+// The first open demuxes every mp4 once; the second finds their packet indexes in the cache and
+// reads no video byte. A corrupt cache entry is not trusted: it is rebuilt.
+TEST_F(LeRobotImportTest, TheIndexCacheSparesTheSecondOpenTheDemuxing) {
+  const std::string root = CopyOf("v30", "cached");
+  const std::string cache = dir_->Join("cache_a");
+  const uint64_t videos = Mp4Bytes(root);
+  ASSERT_GT(videos, 0u);
+  const Opened first = OpenAndLoadAll(root, cache);
+  const Opened second = OpenAndLoadAll(root, cache);
+  EXPECT_GE(first.bytes_read, second.bytes_read + videos);
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(cache)) {
+    ++entries;
+    fs::resize_file(e.path(), e.file_size() - 3);  // torn
+  }
+  EXPECT_EQ(entries, 4u);  // 2 cameras x 2 files
+  const Opened third = OpenAndLoadAll(root, cache);
+  EXPECT_EQ(third.bytes_read, first.bytes_read);
+  // The same indexes each time.
+  for (size_t e = 0; e < first.ds->num_episodes(); ++e) {
+    EXPECT_EQ((*first.ds->LoadEpisode(e))->SerializeAsString(),
+              (*second.ds->LoadEpisode(e))->SerializeAsString());
+    EXPECT_EQ((*first.ds->LoadEpisode(e))->SerializeAsString(),
+              (*third.ds->LoadEpisode(e))->SerializeAsString());
+  }
+}
+
+// A video rewritten in place under the same size and mtime is caught by the packets' checksums,
+// never decoded; once its mtime changes, it is indexed afresh.
+TEST_F(LeRobotImportTest, AVideoRewrittenInPlaceIsCaught) {
+  const std::string root = CopyOf("v30", "rewritten");
+  const std::string cache = dir_->Join("cache_b");
+  const Opened first = OpenAndLoadAll(root, cache);
+  ASSERT_NE(first.ds, nullptr);
+  const int cam = first.ds->manifest().StreamIndex("observation.images.wrist");
+  auto index = first.ds->LoadEpisode(0);
+  ASSERT_TRUE(index.ok());
+  const pb::PacketTable& t = (*index)->streams(cam).packets();
+  const std::string file = root + "/videos/observation.images.wrist/chunk-000/file-000.mp4";
+  const auto mtime = fs::last_write_time(file);
+  std::string bytes = ReadFile(file);
+  bytes[t.offset(1) + t.size(1) / 2] ^= 0x5a;
+  WriteFile(file, bytes);
+  fs::last_write_time(file, mtime);
+
+  const Opened second = OpenAndLoadAll(root, cache);
+  ASSERT_NE(second.ds, nullptr);
+  std::string packet;
+  absl::Status s = second.ds->ReadPacket(**second.ds->LoadEpisode(0), cam, 1, &packet);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_TRUE(Mentions(s, "videos/observation.images.wrist/chunk-000/file-000.mp4")) << s;
+  EXPECT_TRUE(Mentions(s, "episode 0, stream 'observation.images.wrist', packet 1")) << s;
+
+  fs::last_write_time(file, mtime + std::chrono::seconds(5));
+  const Opened third = OpenAndLoadAll(root, cache);
+  ASSERT_NE(third.ds, nullptr);
+  s = third.ds->ReadPacket(**third.ds->LoadEpisode(0), cam, 1, &packet);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// In place, opening reads the metadata only: a missing video or a lying length is found when the
+// episode is first read, with the same messages as the import's.
+TEST_F(LeRobotImportTest, InPlaceErrorsNameTheFileAndEpisode) {
+  {
+    const std::string root = CopyOf("v30", "missing_inplace");
+    fs::remove(root + "/videos/observation.images.wrist/chunk-000/file-001.mp4");
+    auto ds = Dataset::Open(root);
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    EXPECT_TRUE((*ds)->LoadEpisode(0).ok());
+    absl::Status s = (*ds)->LoadEpisode(1).status();
+    EXPECT_TRUE(absl::IsNotFound(s)) << s;
+    EXPECT_TRUE(Mentions(s, "videos/observation.images.wrist/chunk-000/file-001.mp4")) << s;
+    EXPECT_TRUE(Mentions(s, "episode 1, camera 'observation.images.wrist'")) << s;
+    // Through the CLI: the error reaches the user, naming the file.
+    const std::string config = dir_->Join("batches_missing.yaml");
+    WriteFile(config, kBatchesConfig);
+    int code = 0;
+    const std::string out = BatchesDigest(root, config, 1, &code);
+    EXPECT_NE(code, 0) << out;
+    EXPECT_NE(out.find("file-001.mp4"), std::string::npos) << out;
+  }
+  {
+    const std::string root = CopyOf("v21", "length_inplace");
+    MakeEpisodeOneLie(root);
+    auto ds = Dataset::Open(root);
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    absl::Status s = (*ds)->LoadEpisode(1).status();
+    EXPECT_TRUE(Mentions(s, "episode_000001.parquet, episode 1: 7 rows")) << s;
+    EXPECT_TRUE(Mentions(s, "length 8")) << s;
+  }
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ extern "C" {
 #include "readers/format.h"
 #include "readers/npy.h"
 #include "decoders/internal/av_codec_params.h"
+#include "decoders/media_demux.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 #include "tools/import_media.h"
@@ -146,171 +147,15 @@ absl::StatusOr<EpisodeMeta> ReadEpisodeMeta(const fs::path& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Media files (VIDEO, AUDIO): demux and copy.
+// Media files (VIDEO, AUDIO): demux and copy (decoders/media_demux.h).
 
-// Packets keep the demuxer's timestamps. Where one is missing (Matroska leaves the dts of the
-// first reordered frames unset; some demuxers leave pts unset on non-reordered streams), it is
-// filled in as ffmpeg's stream copy would: pts from dts, and dts stepped back from the first
-// known one (or forward from the last) by packet durations.
-absl::Status FillMissingTimestamps(const std::string& file,
-                                   std::vector<EpisodeData::Packet>* packets) {
-  auto& p = *packets;
-  for (auto& pk : p) {
-    if (pk.pts == AV_NOPTS_VALUE && pk.dts != AV_NOPTS_VALUE) pk.pts = pk.dts;
-  }
-  size_t first_dts = p.size();
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i].dts != AV_NOPTS_VALUE) {
-      first_dts = i;
-      break;
-    }
-  }
-  if (first_dts == p.size()) {
-    // No decode timestamps at all: only usable when presentation order is decode order.
-    for (size_t i = 0; i < p.size(); ++i) {
-      if (p[i].pts == AV_NOPTS_VALUE || (i > 0 && p[i].pts < p[i - 1].pts)) {
-        return absl::InvalidArgumentError(
-            StrCat(file, ": packet ", i, " has no usable timestamps (no dts in the whole stream ",
-                   "and pts missing or reordered); remux it with `ffmpeg -i IN -c copy OUT.mkv`"));
-      }
-      p[i].dts = p[i].pts;
-    }
-    return absl::OkStatus();
-  }
-  for (size_t i = first_dts; i-- > 0;) {
-    p[i].dts = p[i + 1].dts - std::max<int64_t>(p[i].duration, 1);
-  }
-  for (size_t i = first_dts + 1; i < p.size(); ++i) {
-    if (p[i].dts == AV_NOPTS_VALUE)
-      p[i].dts = p[i - 1].dts + std::max<int64_t>(p[i - 1].duration, 1);
-  }
-  for (auto& pk : p) {
-    if (pk.pts == AV_NOPTS_VALUE) pk.pts = pk.dts;
-  }
-  return absl::OkStatus();
-}
-
-std::vector<std::string> ChannelNames(const AVChannelLayout& layout) {
-  std::vector<std::string> names;
-  if (layout.order != AV_CHANNEL_ORDER_NATIVE && layout.order != AV_CHANNEL_ORDER_CUSTOM) {
-    return names;
-  }
-  for (int i = 0; i < layout.nb_channels; ++i) {
-    char buf[64] = {0};
-    const AVChannel ch = av_channel_layout_channel_from_index(&layout, static_cast<unsigned>(i));
-    if (ch == AV_CHAN_NONE || av_channel_name(buf, sizeof(buf), ch) < 0) return {};
-    names.emplace_back(buf);
-  }
-  return names;
-}
-
-// Opens `path` and reads the best stream of `type` into a VIDEO or AUDIO stream named `name`.
-// Every failure, a truncated or corrupt file included, is an error naming `path`: a partial
-// import would silently shorten an episode.
-absl::StatusOr<EpisodeData::Stream> DemuxBestStream(const fs::path& path, AVMediaType type,
-                                                    const std::string& name) {
-  const std::string file = path.string();
-  av::QuietLogging();
-  AVFormatContext* raw = nullptr;
-  int ret = avformat_open_input(&raw, file.c_str(), nullptr, nullptr);
-  if (ret < 0) {
-    return av::AvError(ret, StrCat("cannot open ", file, " as a media file",
-                                   ret == AVERROR_INVALIDDATA ? " (corrupt, truncated, or not "
-                                                                "the format its extension says)"
-                                                              : ""));
-  }
-  av::UniqueInputFormat ctx(raw);
-  ret = avformat_find_stream_info(ctx.get(), nullptr);
-  if (ret < 0) return av::AvError(ret, StrCat("cannot read the stream parameters of ", file));
-
-  const bool video = type == AVMEDIA_TYPE_VIDEO;
-  const int index = av_find_best_stream(ctx.get(), type, -1, -1, nullptr, 0);
-  if (index < 0) {
-    return absl::InvalidArgumentError(
-        StrCat(file, " (", ctx->iformat->name, ") has no ", video ? "video" : "audio",
-               " stream; its extension makes it a", video ? " video" : "n audio", " stream"));
-  }
-  for (unsigned i = 0; i < ctx->nb_streams; ++i) {
-    if (static_cast<int>(i) != index) ctx->streams[i]->discard = AVDISCARD_ALL;
-  }
-  const AVStream* st = ctx->streams[index];
-  const AVCodecParameters& par = *st->codecpar;
-  if (par.codec_id == AV_CODEC_ID_NONE) {
-    return absl::InvalidArgumentError(
-        StrCat(file, ": stream ", index, " has a codec this FFmpeg does not know"));
-  }
-  if (st->time_base.num <= 0 || st->time_base.den <= 0) {
-    return absl::InvalidArgumentError(StrCat(file, ": stream ", index, " has no time base"));
-  }
-
-  EpisodeData::Stream out;
-  out.info.name = name;
-  out.info.codec = avcodec_get_name(par.codec_id);
-  out.codec = CodecParamsFromAv(par, video ? StreamRotationDeg(*st) : 0);
-  out.time_base_num = st->time_base.num;
-  out.time_base_den = st->time_base.den;
-  if (video) {
-    if (par.width <= 0 || par.height <= 0) {
-      return absl::InvalidArgumentError(
-          StrCat(file, ": video stream ", index, " has no frame size"));
-    }
-    out.info.kind = pb::VIDEO;
-    out.info.shape = {par.height, par.width, 3};
-    out.info.pix_fmt = out.codec.pix_fmt();
-    AVRational rate = st->avg_frame_rate;
-    if (rate.num <= 0 || rate.den <= 0) rate = st->r_frame_rate;
-    out.info.rate = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
-  } else {
-    if (par.sample_rate <= 0 || par.ch_layout.nb_channels <= 0) {
-      return absl::InvalidArgumentError(
-          StrCat(file, ": audio stream ", index, " has no sample rate or channel count"));
-    }
-    out.info.kind = pb::AUDIO;
-    out.info.shape = {par.ch_layout.nb_channels};
-    out.info.names = ChannelNames(par.ch_layout);
-    out.info.rate = par.sample_rate;
-  }
-
-  av::UniquePacket pkt = av::MakePacket();
-  if (pkt == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a packet");
-  while (true) {
-    ret = av_read_frame(ctx.get(), pkt.get());
-    if (ret == AVERROR_EOF) break;
-    if (ret < 0) {
-      return av::AvError(
-          ret, StrCat("reading ", file, " after ", out.packets.size(),
-                      " packets, near byte offset ", ctx->pb != nullptr ? avio_tell(ctx->pb) : -1));
-    }
-    if (pkt->stream_index != index) {
-      av_packet_unref(pkt.get());
-      continue;
-    }
-    if (pkt->flags & AV_PKT_FLAG_CORRUPT) {
-      return absl::DataLossError(StrCat(file, ": packet ", out.packets.size(), " at byte offset ",
-                                        pkt->pos, " is corrupt or cut short (truncated file?)"));
-    }
-    EpisodeData::Packet& p = out.packets.emplace_back();
-    p.pts = pkt->pts;
-    p.dts = pkt->dts;
-    p.duration = pkt->duration;
-    p.key = (pkt->flags & AV_PKT_FLAG_KEY) != 0;
-    p.bytes.assign(reinterpret_cast<const char*>(pkt->data), static_cast<size_t>(pkt->size));
-    av_packet_unref(pkt.get());
-  }
-  if (ctx->pb != nullptr && ctx->pb->error < 0) {
-    return av::AvError(ctx->pb->error, StrCat("reading ", file));
-  }
-  if (out.packets.empty()) return absl::InvalidArgumentError(StrCat(file, ": no packets"));
-  // MP4/MOV (and a few others) index every sample up front; fewer packets than that means the
-  // data ends early even when the index (moov atom) survived.
-  if (st->nb_frames > 0 && static_cast<int64_t>(out.packets.size()) < st->nb_frames) {
-    return absl::DataLossError(StrCat(file, ": the container indexes ", st->nb_frames,
-                                      " packets but only ", out.packets.size(),
-                                      " could be read (truncated file?)"));
-  }
-  RETURN_IF_ERROR(FillMissingTimestamps(file, &out.packets));
-  out.pts_origin = st->start_time != AV_NOPTS_VALUE ? st->start_time : out.packets.front().pts;
-  return out;
+absl::StatusOr<EpisodeData::Stream> DemuxLocalFile(const fs::path& path, MediaKind kind,
+                                                   const std::string& name) {
+  std::unique_ptr<Storage> dir =
+      NewLocalStorage(path.has_parent_path() ? path.parent_path().string() : ".");
+  ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, dir->Open(path.filename().string()));
+  ASSIGN_OR_RETURN(DemuxedStream d, DemuxBestStream(*file, kind, name, /*keep_bytes=*/true));
+  return std::move(d.stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -571,7 +416,9 @@ absl::StatusOr<EpisodeData> ReadEpisodeFolder(const fs::path& dir) {
       RETURN_IF_ERROR(claim(stem, path));
       const AVMediaType type =
           OneOf(kVideoExtensions, ext) ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO;
-      ASSIGN_OR_RETURN(EpisodeData::Stream s, DemuxBestStream(path, type, stem));
+      ASSIGN_OR_RETURN(EpisodeData::Stream s,
+                       DemuxLocalFile(path, type == AVMEDIA_TYPE_VIDEO ? MediaKind::kVideo
+                                                                       : MediaKind::kAudio, stem));
       episode.streams.push_back(std::move(s));
     } else if (ext == ".npy") {
       RETURN_IF_ERROR(claim(stem, path));
@@ -678,12 +525,6 @@ absl::Status ImportEpisodes(const std::vector<fs::path>& episodes, const ImportO
 }
 
 }  // namespace
-
-absl::StatusOr<EpisodeData::Stream> DemuxMediaFile(const std::string& path, MediaKind kind,
-                                                   const std::string& name) {
-  return DemuxBestStream(path, kind == MediaKind::kVideo ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO,
-                         name);
-}
 
 absl::Status RunImport(const ImportOptions& options) {
   if (!options.lerobot.empty()) {

@@ -75,13 +75,16 @@ absl::Status RunInspect(const InspectOptions& options) {
   }
   uint64_t shard_bytes = 0;
   for (const ShardInfo& s : m.shards) shard_bytes += s.bytes;
+  // A dataset read in place (LeRobot) has its own files: no shards, no format version.
+  const bool native = ds->format() == "conveyor";
 
   if (options.verify) {
     const bool tty = isatty(STDERR_FILENO);
     for (size_t s = 0; s < m.shards.size(); ++s) {
       RETURN_IF_ERROR(ds->VerifyShard(static_cast<uint32_t>(s)));
-      std::fprintf(stderr, "%sverify: %zu/%zu shards, every checksum matches%s", tty ? "\r" : "",
-                   s + 1, m.shards.size(), tty ? "" : "\n");
+      std::fprintf(stderr, "%sverify: %zu/%zu %s, every checksum matches%s", tty ? "\r" : "",
+                   s + 1, m.shards.size(), native ? "shards" : "data files and their videos",
+                   tty ? "" : "\n");
     }
     if (tty) std::fprintf(stderr, "\n");
   }
@@ -91,6 +94,7 @@ absl::Status RunInspect(const InspectOptions& options) {
     j["uri"] = ds->uri();
     j["name"] = m.name;
     j["created_by"] = m.created_by;
+    j["format"] = ds->format();
     j["format_version"] = m.format_version;
     j["fingerprint"] = m.fingerprint;
     j["episodes"] = n;
@@ -127,13 +131,28 @@ absl::Status RunInspect(const InspectOptions& options) {
 
   std::printf("dataset      %s  (%s, created by %s)\n", ds->uri().c_str(), m.name.c_str(),
               m.created_by.c_str());
-  std::printf("format       v%u, fingerprint %s\n", m.format_version, m.fingerprint.c_str());
+  if (native) {
+    std::printf("format       conveyor v%u, fingerprint %s\n", m.format_version,
+                m.fingerprint.c_str());
+  } else {
+    std::printf("format       %s, read in place, fingerprint %s\n", ds->format().c_str(),
+                m.fingerprint.c_str());
+  }
   std::printf("episodes     %zu, %.1f s in all (min %.1f s, mean %.1f s, max %.1f s)\n", n,
               m.total_duration_s, n ? min_d : 0.0, n ? m.total_duration_s / n : 0.0, max_d);
-  std::printf("shards       %zu, %s (%s in all)\n", m.shards.size(),
-              HumanBytes(static_cast<double>(shard_bytes)).c_str(),
-              HumanBytes(static_cast<double>(m.total_bytes)).c_str());
-  if (options.verify) std::printf("verified     every packet, block and index checksum matches\n");
+  if (native) {
+    std::printf("shards       %zu, %s (%s in all)\n", m.shards.size(),
+                HumanBytes(static_cast<double>(shard_bytes)).c_str(),
+                HumanBytes(static_cast<double>(m.total_bytes)).c_str());
+  } else {
+    std::printf("data files   %zu (each episode's frames; videos are indexed when first read)\n",
+                m.shards.size());
+  }
+  if (options.verify) {
+    std::printf("verified     %s\n", native ? "every packet, block and index checksum matches"
+                                            : "every row, frame and packet checked against the "
+                                              "metadata and the videos' indexes");
+  }
   std::printf("\n%-22s %-7s %-14s %-10s %-22s %s\n", "stream", "kind", "codec", "rate", "shape",
               "frames/steps");
   for (size_t s = 0; s < m.streams.size(); ++s) {

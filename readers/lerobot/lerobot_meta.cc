@@ -123,6 +123,15 @@ absl::StatusOr<Feature> ParseFeature(const std::string& key, const json& f,
       if (info.contains("video.fps") && info["video.fps"].is_number()) {
         out.video_fps = info["video.fps"].get<double>();
       }
+      if (info.contains("video.pix_fmt") && info["video.pix_fmt"].is_string()) {
+        out.video_pix_fmt = info["video.pix_fmt"].get<std::string>();
+      }
+      if (info.contains("video.height") && info["video.height"].is_number_integer()) {
+        out.video_height = info["video.height"].get<int64_t>();
+      }
+      if (info.contains("video.width") && info["video.width"].is_number_integer()) {
+        out.video_width = info["video.width"].get<int64_t>();
+      }
     }
   }
   return out;
@@ -537,6 +546,13 @@ absl::Status CheckEpisodes(Storage& storage, const Meta& meta) {
 }
 
 }  // namespace
+
+bool IsNumericDtype(std::string_view dtype) {
+  static const std::set<std::string_view> kNumeric = {
+      "float16", "float32", "float64", "int8",   "int16",  "int32", "int64",
+      "uint8",   "uint16",  "uint32",  "uint64", "bool",   "double", "float"};
+  return kNumeric.count(dtype) > 0;
+}
 
 bool IsIndexColumn(std::string_view key) {
   return std::find(std::begin(kIndexColumns), std::end(kIndexColumns), key) !=

@@ -35,6 +35,8 @@ enum class Version { kV21, kV30 };
 inline constexpr std::string_view kIndexColumns[] = {"timestamp", "frame_index", "episode_index",
                                                      "index", "task_index"};
 bool IsIndexColumn(std::string_view key);
+// A dtype info.json may give a numeric feature ("float32", "int64", "bool", ...).
+bool IsNumericDtype(std::string_view dtype);
 
 // One entry of info.json's "features".
 struct Feature {
@@ -45,6 +47,9 @@ struct Feature {
                                    // (a list, or a dict holding one list); else empty
   std::string video_codec;         // video: info.json's "info"/"video.codec", when present
   double video_fps = 0;            // video: "info"/"video.fps", when present
+  std::string video_pix_fmt;       // video: "info"/"video.pix_fmt", when present
+  int64_t video_height = 0;        // video: "info"/"video.height", when present
+  int64_t video_width = 0;         // video: "info"/"video.width", when present
 
   bool is_video() const { return dtype == "video"; }
   bool is_image() const { return dtype == "image"; }

@@ -1,0 +1,36 @@
+// Demuxing one media file's best video or audio stream with libavformat, reading through a
+// RandomAccessFile (so local files, HTTP and S3 alike). Used by `conveyor import` (which copies the
+// packets) and by datasets read in place (which keep only where each packet lies in the file).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "readers/dataset_writer.h"
+#include "readers/storage.h"
+
+namespace conveyor {
+
+enum class MediaKind { kVideo, kAudio };
+
+struct DemuxedStream {
+  // Name, kind, codec, rate, shape, codec parameters, time base, pts_origin (the stream's start
+  // time, else the first pts) and the packets in decode order. Missing dts are filled in as
+  // ffmpeg's stream copy does. Packet bytes are kept only when asked for.
+  EpisodeData::Stream stream;
+  // Per packet: where its bytes lie in the file and their XXH3-64. Reading `sizes[i]` bytes at
+  // `offsets[i]` gives exactly the packet (checked when the bytes are kept; a demuxer that does not
+  // read packets verbatim from one place, which MP4 and Matroska do, is an error).
+  std::vector<uint64_t> offsets;
+  std::vector<uint32_t> sizes;
+  std::vector<uint64_t> xxh3;
+};
+
+// Reads every packet of `file`'s best stream of `kind` and names the stream `name`. A truncated or
+// corrupt file is an error naming the file; so is a file without such a stream.
+absl::StatusOr<DemuxedStream> DemuxBestStream(const RandomAccessFile& file, MediaKind kind,
+                                              const std::string& name, bool keep_bytes);
+
+}  // namespace conveyor
