@@ -337,6 +337,47 @@ class MixtureTest(unittest.TestCase):
             server.stop()
 
 
+class LeRobotInPlaceTest(unittest.TestCase):
+    """A server started on a LeRobot v3.0 directory read in place (docs/lerobot.md): the Loader
+    gets what `conveyor batches` computes on the same directory. The dataset is the C++ tests'
+    fixture (tests/fixtures/lerobot/make_lerobot.sh: ffmpeg-encoded AV1 and H.264 cameras,
+    parquet-wasm tables), made here if no other test made it first."""
+
+    def test_loader_over_a_served_lerobot_dataset(self):
+        npm_dir = os.environ.get("CONVEYOR_PARQUET_NPM_DIR")
+        fixtures = os.environ.get("CONVEYOR_LEROBOT_FIXTURE_DIR")
+        if not npm_dir or not fixtures or not shutil.which("node") or not shutil.which("npm"):
+            self.skipTest("node/npm or the fixture directories are not available")
+        support.run(["bash", support.SOURCE_DIR / "tests" / "fixtures" / "lerobot" / "make_lerobot.sh",
+                     npm_dir, fixtures])
+        d = ENV["dir"] / "lerobot_run"
+        d.mkdir()
+        config = d / "lerobot.yaml"
+        config.write_text("anchor: action\n"
+                          "streams:\n"
+                          "  observation.images.top: {delta_timestamps: [-0.0333333, 0.0]}\n"
+                          "  observation.images.wrist: {delta_timestamps: [0.0]}\n"
+                          "  observation.state: {delta_timestamps: [0.0], normalize: mean_std}\n"
+                          "  action: {delta_timestamps: {start: 0.0, step: 0.0333333, count: 5}}\n"
+                          "  instruction: {}\n"
+                          "pipeline: {global_batch_size: 8, seed: 5, schedule: {mode: gop}}\n")
+        dataset = Path(fixtures) / "v30"
+        os.environ["CONVEYOR_INDEX_CACHE_DIR"] = str(d / "index-cache")  # the CLI runs inherit it
+        server = support.Server(dataset, d, configs=(config,))
+        try:
+            want = support.cli_batches(dataset, 6, config=config)
+            got = [support.summary(b) for b in conveyor.Loader(
+                servers=[server.address], reconnect_timeout_s=30, max_batches=6)]
+            self.assertEqual(got, want)
+            b = next(iter(conveyor.Loader(servers=[server.address], reconnect_timeout_s=30,
+                                          max_batches=1)))
+            self.assertEqual(b["observation.images.top"].shape, (8, 2, 48, 64, 3))
+            self.assertEqual(b["observation.images.wrist"].shape, (8, 1, 64, 64, 3))
+            self.assertEqual(b["action"].shape, (8, 5, 4))
+        finally:
+            server.stop()
+
+
 class GilTest(unittest.TestCase):
     def test_next_releases_the_gil(self):
         """(f) While next() waits (here for a server that is not there, until
