@@ -61,6 +61,8 @@ struct Gateway {
   std::string local_ds() const { return dir->Join("ds"); }
   std::string config() const { return dir->Join("config.yaml"); }
   std::string s3_ds() const { return std::string("s3://") + kBucket + "/ds"; }
+  std::string lerobot_local() const { return std::string(CONVEYOR_LEROBOT_FIXTURE_DIR) + "/v30"; }
+  std::string lerobot_skip;  // why the LeRobot fixture is not there, if it is not
 };
 Gateway* gateway = nullptr;
 
@@ -87,9 +89,11 @@ testing::CommandResult Cli(const std::map<std::string, std::string>& env,
 }
 
 std::vector<std::string> Digests(const std::map<std::string, std::string>& env,
-                                 const std::string& dataset, const std::string& extra = "") {
+                                 const std::string& dataset, const std::string& extra = "",
+                                 const std::string& config = "") {
   auto r = RunCommand(Env(env) + ShellCommand({kCli, "batches", dataset, "--config",
-                                               gateway->config(), "--steps", "6", "--digest"}) +
+                                               config.empty() ? gateway->config() : config,
+                                               "--steps", "6", "--digest"}) +
                       " " + extra + " 2>/dev/null");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return testing::SplitLines(r.output);
@@ -234,6 +238,48 @@ TEST(S3Radosgw, ASecondRunIsServedFromTheCache) {
   EXPECT_EQ(BatchLines(warm), local);
 }
 
+// A LeRobot v3.0 dataset (the fixture of tests/lerobot_import_test.cc, uploaded as it is) read in
+// place from the bucket: the same batches as the local directory; then imported from the bucket
+// into the native format, whose samples equal those of a local import.
+TEST(S3Radosgw, ALeRobotDatasetInTheBucketReadsInPlaceAndImports) {
+  if (gateway->lerobot_skip.size()) GTEST_SKIP() << gateway->lerobot_skip;
+  const std::string local = gateway->lerobot_local();
+  const std::string remote = std::string("s3://") + kBucket + "/lerobot_v30/";
+  const std::string config = gateway->dir->Join("lerobot.yaml");
+  testing::WriteFile(config, R"(anchor: action
+streams:
+  observation.images.top: {delta_timestamps: [-0.0333333, 0.0]}
+  observation.images.wrist: {delta_timestamps: [0.0]}
+  observation.state: {delta_timestamps: [0.0], normalize: mean_std}
+  action: {delta_timestamps: {start: 0.0, step: 0.0333333, count: 5}}
+  instruction: {}
+pipeline: {global_batch_size: 4, seed: 3, schedule: {mode: gop}}
+)");
+  auto env = UserEnv();
+  env["CONVEYOR_INDEX_CACHE_DIR"] = gateway->dir->Join("index-cache");
+  const std::vector<std::string> want = Digests(env, local, "", config);
+  ASSERT_EQ(want.size(), 6u);
+  EXPECT_EQ(Digests(env, remote, "", config), want);
+  EXPECT_EQ(Digests(env, remote, "", config), want);  // the mp4 indexes from the cache (ETag key)
+  auto r = Cli(env, {"import", "--lerobot", remote, "--out", gateway->dir->Join("imported_s3"),
+                     "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = Cli(env, {"import", "--lerobot", local, "--out", gateway->dir->Join("imported_local"),
+                "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Every sample of the two imports, byte for byte (their shuffled orders differ: each episode
+  // index records where it came from, which is part of the fingerprint that keys the order).
+  for (const char* which : {"imported_s3", "imported_local"}) {
+    r = Cli(env, {"sample", gateway->dir->Join(which), "--config", config, "--count", "42",
+                  "--stride", "1", "--out", gateway->dir->Join(std::string("samples_") + which)});
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  r = RunCommand(ShellCommand({"diff", "-r", "-x", "summary.json",
+                               gateway->dir->Join("samples_imported_s3"),
+                               gateway->dir->Join("samples_imported_local")}) + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 // Starts the gateway, creates the user's bucket and uploads the dataset; "" or why not.
 std::string StartGateway() {
   gateway = new Gateway;
@@ -274,6 +320,25 @@ std::string StartGateway() {
     auto r = RunCommand(cmd + " 2>&1", 300);
     if (r.exit_code != 0) {
       std::fprintf(stderr, "setup failed: %s\n%s\n", cmd.c_str(), r.output.c_str());
+      return "";
+    }
+  }
+  // The LeRobot fixture (made with node and ffmpeg by the script the LeRobot tests share).
+  auto made = RunCommand("command -v node && command -v npm && bash " +
+                             ShellQuote(std::string(CONVEYOR_SOURCE_DIR) +
+                                        "/tests/fixtures/lerobot/make_lerobot.sh") +
+                             " " + ShellQuote(CONVEYOR_PARQUET_NPM_DIR) + " " +
+                             ShellQuote(CONVEYOR_LEROBOT_FIXTURE_DIR) + " 2>&1",
+                         600);
+  if (made.exit_code != 0) {
+    gateway->lerobot_skip = "the LeRobot fixture could not be made (node, npm?): " + made.output;
+  } else {
+    auto up = RunCommand(aws + "s3 cp --only-show-errors --recursive " +
+                             ShellQuote(gateway->lerobot_local()) + " s3://" + kBucket +
+                             "/lerobot_v30 2>&1",
+                         300);
+    if (up.exit_code != 0) {
+      std::fprintf(stderr, "setup failed: uploading the LeRobot fixture\n%s\n", up.output.c_str());
       return "";
     }
   }
