@@ -69,12 +69,30 @@ absl::Status ResolveNormalization(const Manifest& manifest, StreamSpec* s, std::
       s->norm_offset[d] = static_cast<float>(st.mean[d]);
       s->norm_scale[d] = static_cast<float>(1.0 / (st.std[d] + kEps));
       s->norm_bias = 0;
-    } else {
+    } else if (s->normalize == LowdimNorm::kMinMax) {
       if (st.min.size() != dim || st.max.size() != dim) {
         return ConfigError(source, node, StrCat("manifest stats of '", s->name, "' lack min/max"));
       }
       s->norm_offset[d] = static_cast<float>(st.min[d]);
       s->norm_scale[d] = static_cast<float>(2.0 / (st.max[d] - st.min[d] + kEps));
+      s->norm_bias = -1;
+    } else {
+      const bool wide = s->normalize == LowdimNorm::kQuantile;
+      const std::string lo_name = wide ? "q01" : "q10", hi_name = wide ? "q99" : "q90";
+      auto lo = st.quantiles.find(lo_name), hi = st.quantiles.find(hi_name);
+      if (lo == st.quantiles.end() || hi == st.quantiles.end() || lo->second.size() != dim ||
+          hi->second.size() != dim) {
+        std::string have;
+        for (const auto& [q, v] : st.quantiles) StrAppend(&have, have.empty() ? "" : ", ", q);
+        return ConfigError(source, node,
+                           StrCat("normalize: ", wide ? "quantile" : "quantile10", " needs the ",
+                                  lo_name, " and ", hi_name, " statistics of '", s->name,
+                                  "' (", dim, " values each); the manifest has ",
+                                  have.empty() ? std::string("no quantiles") : have,
+                                  " (LeRobot v3.0's meta/stats.json has them)"));
+      }
+      s->norm_offset[d] = static_cast<float>(lo->second[d]);
+      s->norm_scale[d] = static_cast<float>(2.0 / (hi->second[d] - lo->second[d] + kEps));
       s->norm_bias = -1;
     }
   }
@@ -270,11 +288,14 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
         RETURN_IF_ERROR(CheckKeys(source, n, what,
                                   {"delta_timestamps", "tolerance_s", "match", "normalize"}));
         if (n["normalize"]) {
-          ASSIGN_OR_RETURN(std::string v, Word(source, n["normalize"], "normalize",
-                                               {"none", "mean_std", "min_max"}));
-          s.normalize = v == "mean_std" ? LowdimNorm::kMeanStd
-                        : v == "min_max" ? LowdimNorm::kMinMax
-                                         : LowdimNorm::kNone;
+          ASSIGN_OR_RETURN(std::string v,
+                           Word(source, n["normalize"], "normalize",
+                                {"none", "mean_std", "min_max", "quantile", "quantile10"}));
+          s.normalize = v == "mean_std"     ? LowdimNorm::kMeanStd
+                        : v == "min_max"    ? LowdimNorm::kMinMax
+                        : v == "quantile"   ? LowdimNorm::kQuantile
+                        : v == "quantile10" ? LowdimNorm::kQuantile10
+                                            : LowdimNorm::kNone;
           RETURN_IF_ERROR(ResolveNormalization(manifest, &s, source, n["normalize"]));
         }
         break;

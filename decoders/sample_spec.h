@@ -19,7 +19,9 @@ namespace conveyor {
 
 enum class ImageLayout { kHWC, kCHW };
 enum class ImageDType { kUint8, kFloat32 };
-enum class LowdimNorm { kNone, kMeanStd, kMinMax };
+// kQuantile: q01/q99 (pi0-style, LeRobot's QUANTILES); kQuantile10: q10/q90 (LeRobot's
+// QUANTILE10). Both map the quantile range onto [-1, 1] as min_max maps [min, max].
+enum class LowdimNorm { kNone, kMeanStd, kMinMax, kQuantile, kQuantile10 };
 enum class FrameMatch { kNearest, kPrevious };
 enum class OnError { kFail, kSkip };
 
@@ -68,7 +70,8 @@ struct StreamSpec {
   // LOWDIM output.
   LowdimNorm normalize = LowdimNorm::kNone;
   // Resolved from the manifest stats: y = (x - offset) * scale + bias (LeRobot's formulas, eps
-  // 1e-8: mean_std (x - mean) / (std + eps); min_max 2 (x - min) / (max - min + eps) - 1).
+  // 1e-8: mean_std (x - mean) / (std + eps); min_max 2 (x - min) / (max - min + eps) - 1;
+  // quantile 2 (x - q01) / (q99 - q01 + eps) - 1; quantile10 the same with q10 and q90).
   std::vector<float> norm_offset, norm_scale;
   float norm_bias = 0;
 };

@@ -632,5 +632,57 @@ TEST_F(LeRobotImportTest, InPlaceErrorsNameTheFileAndEpisode) {
   }
 }
 
+// pi0-style quantile normalization from v3.0's stats.json: 2 (x - q01) / (q99 - q01 + 1e-8) - 1
+// in float32, in place and imported; a mode whose quantiles the dataset lacks is refused, naming
+// what it has.
+TEST_F(LeRobotImportTest, QuantileNormalizationUsesTheDatasetsQuantiles) {
+  const json& st = Expected("v30")["stats"]["observation.state"];
+  const std::vector<double> q01 = st["q01"].get<std::vector<double>>();
+  const std::vector<double> q99 = st["q99"].get<std::vector<double>>();
+  const std::string config = dir_->Join("quantile.yaml");
+  WriteFile(config, "anchor: action\nstreams:\n  observation.state: {delta_timestamps: [0.0], "
+                    "normalize: quantile}\n");
+  for (const std::string& location : Both("v30")) {
+    SCOPED_TRACE(location);
+    SampleOptions o;
+    o.dataset = location;
+    o.config = config;
+    o.indices = {0, 17, 41};
+    o.out = dir_->Join(location == InPlace("v30") ? "quantile_inplace" : "quantile_imported");
+    o.progress = false;
+    absl::Status s = RunSample(o);
+    ASSERT_TRUE(s.ok()) << s;
+    const json& episodes = Expected("v30")["episodes"];
+    for (size_t n = 0; n < o.indices.size(); ++n) {
+      // Sample i's row: episode and frame from the lengths.
+      size_t i = static_cast<size_t>(o.indices[n]), e = 0;
+      while (i >= episodes[e]["length"].get<size_t>()) i -= episodes[e++]["length"].get<size_t>();
+      const std::vector<double> x = episodes[e]["state"][i].get<std::vector<double>>();
+      char folder[16];
+      std::snprintf(folder, sizeof(folder), "/%06zu/", n);
+      const std::string npy = ReadFile(o.out + folder + "observation.state.npy");
+      ASSERT_GE(npy.size(), x.size() * sizeof(float));
+      const float* got = reinterpret_cast<const float*>(npy.data() + npy.size() - x.size() * sizeof(float));
+      for (size_t d = 0; d < x.size(); ++d) {
+        const float offset = static_cast<float>(q01[d]);
+        const float scale = static_cast<float>(2.0 / (q99[d] - q01[d] + 1e-8));
+        const float want = (static_cast<float>(x[d]) - offset) * scale + -1.0f;
+        EXPECT_EQ(got[d], want) << "sample " << o.indices[n] << " dim " << d;
+      }
+    }
+  }
+  WriteFile(config, "anchor: action\nstreams:\n  observation.state: {delta_timestamps: [0.0], "
+                    "normalize: quantile10}\n");
+  SampleOptions o;
+  o.dataset = InPlace("v30");
+  o.config = config;
+  o.out = dir_->Join("quantile10");
+  o.progress = false;
+  absl::Status s = RunSample(o);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(Mentions(s, "needs the q10 and q90 statistics of 'observation.state'")) << s;
+  EXPECT_TRUE(Mentions(s, "the manifest has q01, q99")) << s;
+}
+
 }  // namespace
 }  // namespace conveyor::tools
