@@ -25,6 +25,8 @@ PACKAGES=(
   radosgw ceph-mon ceph-osd awscli
   # tests/prometheus: a real Prometheus scraping real servers; promtool checks deploy/prometheus
   prometheus
+  # tests/k8s: deploy/k8s checked offline against the Kubernetes API's typed models (official client)
+  python3-kubernetes
   # the Python package (python/, docs/python.md) and its tests
   pybind11-dev python3-dev python3-torch python3-av
   # plots (conveyor bench --plot, bench/peers)
