@@ -2,7 +2,8 @@
 # LeRobot in place (issue 14, docs/lerobot.md): samples/s of a LeRobot v3.0 dataset read in place
 # against the same dataset imported into the native format (`conveyor import --lerobot`), with
 # the same spec and threads, in the same run; and the time to open a 1,000-episode v3.0 dataset and
-# deliver its first batch, with a cold and a warm packet-index cache, with its peak memory.
+# deliver its first batch, with a cold and a warm packet-index cache, with its peak memory; and the
+# LeRobot-style PyAV DataLoader peer (bench/peers) on the same episodes.
 #
 # Usage: bash bench/lerobot_bench.sh BUILD_DIR [--steps N] [--repeat R] [--work DIR]
 #          [--episodes E] [--cameras C] [--size WxH] [--codec av1|h264]
@@ -111,6 +112,22 @@ read -r cold_s cold_kb < <(open_run)
 read -r warm_s warm_kb < <(open_run)
 echo "lerobot_bench: open + first batch of 1,000 episodes: cold index cache ${cold_s} s, warm ${warm_s} s (peak RSS ${warm_kb} KiB)" >&2
 
+# 3. The LeRobot-style PyAV DataLoader peer (bench/peers/lerobot_style.py) on the same episodes:
+# it needs one mp4 per episode and camera, which `conveyor extract` writes from the import (the
+# same packets); its Conveyor rows run on the import too. Checked sample by sample first.
+{
+  echo "anchor: action"
+  echo "streams:"
+  for ((c = 0; c < cameras; ++c)); do echo "  observation.images.cam$c: {delta_timestamps: [-0.0333333, 0.0]}"; done
+  echo "  observation.state: {delta_timestamps: [0.0], normalize: mean_std}"
+  echo "  action: {delta_timestamps: {start: 0.0, step: 0.0333333, count: 10}, normalize: min_max}"
+  echo "pipeline: {seed: 0, global_batch_size: 32, queue_bytes: 1073741824, schedule: {mode: gop}}"
+} > "$work/peer.yaml"
+PYTHONPATH="$build/python" /usr/bin/python3 "$bench_dir/peers/lerobot_style.py" --cli "$cli" \
+  --dataset "$work/tp_native" --peer-spec "$work/peer.yaml" --specs peer --workers 0,1,2 \
+  --threads 1,2 --check 0,999,4321 --batches 20 --gop-steps 60 --naive-steps 16 \
+  --json "$bench_dir/out/lerobot_peer.json" > "$work/peer.md"
+
 /usr/bin/python3 - "$bench_dir/out/lerobot_bench.json" "$steps" "$repeat" "$episodes" "$cameras" "$size" "$codec" \
   "$ffmpeg_fps" "${rates[inplace_1]}" "${rates[native_1]}" "${rates[inplace_2]}" "${rates[native_2]}" \
   "$cold_s" "$cold_kb" "$warm_s" "$warm_kb" <<'PY'
@@ -147,3 +164,8 @@ print(f"| cold packet-index cache (demuxes 4 mp4s) | {cold_s:.2f} | {cold_kb / 1
 print(f"| warm packet-index cache | {warm_s:.2f} | {warm_kb / 1024:.0f} MiB |")
 print(f"lerobot_bench: wrote {out}", file=sys.stderr)
 PY
+echo
+echo "The LeRobot-style PyAV DataLoader peer on the same episodes (bench/out/lerobot_peer.json; its"
+echo "Conveyor rows read the import; the in-place rows are the first table's):"
+echo
+cat "$work/peer.md"

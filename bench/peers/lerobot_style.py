@@ -59,6 +59,25 @@ ACTION_DELTAS = [round(0.02 * k, 10) for k in range(50)]
 EPS = 1e-8  # LeRobot's (and Conveyor's) normalization epsilon
 
 
+def load_peer_spec(path):
+    """Takes the cameras and the deltas from a Conveyor config of the peer's shape (every stream
+    but observation.state and action a camera, all cameras with the same frame deltas; state at
+    [0.0]; actions as {start, step, count}), so the peer and Conveyor do the same work on another
+    dataset (bench/lerobot_bench.sh runs it on a LeRobot dataset's import)."""
+    global PEER_SPEC, CAMERAS, FRAME_DELTAS, STATE_DELTAS, ACTION_DELTAS
+    import yaml
+    with open(path) as f:
+        streams = yaml.safe_load(f)["streams"]
+    cams = [k for k in streams if k not in ("observation.state", "action")]
+    deltas = {tuple(streams[c]["delta_timestamps"]) for c in cams}
+    if not cams or len(deltas) != 1:
+        sys.exit(f"lerobot_style.py: {path}: the cameras need one list of frame deltas")
+    a = streams["action"]["delta_timestamps"]
+    PEER_SPEC, CAMERAS, FRAME_DELTAS = path, cams, list(deltas.pop())
+    STATE_DELTAS = list(streams["observation.state"]["delta_timestamps"])
+    ACTION_DELTAS = [round(a["start"] + a["step"] * k, 10) for k in range(a["count"])]
+
+
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
@@ -339,7 +358,7 @@ def bench_served(cli, dataset, spec_paths, threads, steps, warmup):
                 loader = conveyor.Loader(servers=[addr], config_name=name, max_batches=steps)
                 times, t_start, n = [], time.monotonic(), 0
                 for batch in loader:
-                    frames = torch.from_numpy(batch["cam0"])  # what a trainer does: no copy
+                    frames = torch.from_numpy(batch[CAMERAS[0]])  # what a trainer does: no copy
                     assert tuple(frames.shape) == (32, 2, 224, 224, 3), frames.shape
                     times.append(time.monotonic())
                     n += 1
@@ -492,17 +511,22 @@ def main():
     ap.add_argument("--specs", default="peer,pipeline",
                     help="Conveyor configs: peer (bench/peers/peer.yaml: the peer's tensors) "
                          "and/or pipeline (examples/pipeline.yaml: + audio window + instruction)")
+    ap.add_argument("--peer-spec", default=PEER_SPEC,
+                    help="the config both sides use (cameras, frame deltas, action chunk); "
+                         "default bench/peers/peer.yaml")
     ap.add_argument("--check", default="0,999,1234,4321,7777",
                     help="sample indices to compare with `conveyor sample` ('' to skip)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--plot", help="write a PNG bar chart here")
     args = ap.parse_args()
+    if os.path.abspath(args.peer_spec) != PEER_SPEC:
+        load_peer_spec(os.path.abspath(args.peer_spec))
 
     cli = os.path.abspath(args.cli)
     dataset = os.path.abspath(args.dataset)
     work = os.path.abspath(args.work or dataset.rstrip("/") + ".export")
-    specs = {"peer": PEER_SPEC, "pipeline": FULL_SPEC}
+    specs = {"peer": PEER_SPEC, "pipeline": FULL_SPEC}  # PEER_SPEC as --peer-spec set it
     spec_list = [specs[s] for s in args.specs.split(",") if s]
     t_all = time.monotonic()
     machine = machine_info()
