@@ -92,7 +92,8 @@ TEST(BenchCliTest, PlanDerivesCoresPerGpuFromTheMeasuredPerCoreRate) {
   EXPECT_NE(out.find(line), std::string::npos) << out;
   EXPECT_EQ(out.find("video decode"), std::string::npos) << "--plan measured more than it needs:\n" << out;
 
-  for (const std::string bad : {" --plan -5", " --plan 100 --no-serve", " --plan 100 --gpus 0"}) {
+  for (const std::string bad : {" --plan -5", " --plan 100 --no-serve", " --plan 100 --gpus 0",
+                                " --plan 100 --consumers 0"}) {
     const testing::CommandResult r = testing::RunCommand(cli + " bench " + dir.Join("ds") + bad);
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_NE(r.output.find("error"), std::string::npos) << bad << ": " << r.output;
@@ -100,4 +101,24 @@ TEST(BenchCliTest, PlanDerivesCoresPerGpuFromTheMeasuredPerCoreRate) {
 }
 
 }  // namespace
+
+// --plan --consumers N: the job's N ranks stream at once (consumer i of N), and the plan rests on
+// what the server delivers to all of them together.
+TEST(BenchCliTest, PlanForSeveralConsumersMeasuresThemStreamingAtOnce) {
+  testing::TempDir dir;
+  const std::string cli = CONVEYOR_CLI;
+  ASSERT_SH(cli + " synth --out " + dir.Join("ds") +
+            " --episodes 2 --episode-seconds 2 --cameras 1 --size 64x64 --quiet");
+  ASSERT_SH(cli + " bench " + dir.Join("ds") + " --threads 1 --seconds 0.5 --plan 1000 --gpus 2 " +
+            "--consumers 2 --json " + dir.Join("plan.json") + " > " + dir.Join("out.txt") + " 2>&1");
+  const std::string out = testing::ReadFile(dir.Join("out.txt"));
+  std::ifstream f(dir.Join("plan.json"));
+  ASSERT_TRUE(f.good()) << out;
+  const json doc = json::parse(f);
+  EXPECT_EQ(doc["plan"]["consumers"].get<int>(), 2) << doc.dump(2);
+  ASSERT_EQ(doc["plan"]["measured"].size(), 1u) << doc.dump(2);
+  EXPECT_GT(doc["plan"]["measured"][0]["samples_per_s"].get<double>(), 0);
+  EXPECT_NE(out.find("gRPC to 2 consumers"), std::string::npos) << out;
+  EXPECT_NE(out.find("through a server to 2 consumers at once"), std::string::npos) << out;
+}
 }  // namespace conveyor

@@ -570,24 +570,31 @@ class Bench {
     client::ClientOptions co;
     co.servers = {server->address()};
     co.job = "bench";
-    t0 = Clock::now();
-    ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
     uint64_t bytes = 0;
-    bool first = true;
-    ASSIGN_OR_RETURN(SteadyRate served, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
-      ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
-      if (!b) return 0;
-      if (!first) bytes += b->bytes();
-      first = false;
-      return b->ids.size();
-    }));
-    served.first_batch_s = Since(t0) - served.seconds;
+    SteadyRate served;
+    client::ClientStats cs;
+    if (o_.consumers <= 1) {
+      t0 = Clock::now();
+      ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
+      bool first = true;
+      ASSIGN_OR_RETURN(served, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
+        ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
+        if (!b) return 0;
+        if (!first) bytes += b->bytes();
+        first = false;
+        return b->ids.size();
+      }));
+      served.first_batch_s = Since(t0) - served.seconds;
+      cs = c->stats();
+    } else {
+      ASSIGN_OR_RETURN(served, ServeConsumers(co, &bytes, &cs));
+    }
     const double s = served.seconds;
-    const client::ClientStats cs = c->stats();
-    c.reset();
     server->Shutdown(1);
     // Steady state (the first batch excluded from both rates), then the start-up on its own.
-    Row r{"all", "serve", "gRPC to a client", threads, served.rate(), "samples/s", "offline pipeline", offline_rate, {}};
+    Row r{"all", "serve",
+          o_.consumers > 1 ? StrCat("gRPC to ", o_.consumers, " consumers") : "gRPC to a client",
+          threads, served.rate(), "samples/s", "offline pipeline", offline_rate, {}};
     r.stages = {{"mb_per_s", s > 0 ? bytes / 1e6 / s : 0}, {"client_wait_s", cs.wait_seconds}, {"seconds", s},
                 {"first_batch_s", served.first_batch_s}};
     Add(std::move(r));
@@ -597,6 +604,82 @@ class Bench {
     Add(Row{"all", "serve", "bytes to the client", threads, s > 0 ? bytes / 1e6 / s : 0, "MB/s",
             iperf_ > 0 ? "iperf3 loopback" : "", iperf_, {}});
     return absl::OkStatus();
+  }
+
+  // The job's consumers (consumer i of N, as data-parallel ranks stream) at once, one thread
+  // each: their samples summed over the window in which all of them are past their first batch
+  // (each stream's start-up excluded, as with one consumer). `bytes` and `cs` sum over them.
+  absl::StatusOr<SteadyRate> ServeConsumers(client::ClientOptions co, uint64_t* bytes,
+                                            client::ClientStats* cs) {
+    const int n = o_.consumers;
+    struct Arrival {
+      Clock::time_point at;
+      uint64_t samples;
+      uint64_t bytes;
+    };
+    std::vector<std::vector<Arrival>> arrivals(static_cast<size_t>(n));
+    std::vector<absl::Status> status(static_cast<size_t>(n));
+    std::vector<client::ClientStats> stats(static_cast<size_t>(n));
+    std::atomic<int> started{0};
+    const auto t0 = Clock::now();
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        client::ClientOptions mine = co;
+        mine.consumer = i;
+        mine.consumers = n;
+        absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Create(mine);
+        if (!c.ok()) {
+          status[static_cast<size_t>(i)] = c.status();
+          started.fetch_add(1);
+          return;
+        }
+        bool counted = false;
+        Clock::time_point all_started;
+        for (;;) {
+          absl::StatusOr<std::optional<client::Batch>> b = (*c)->Next();
+          if (!b.ok()) {
+            status[static_cast<size_t>(i)] = b.status();
+            break;
+          }
+          if (!b->has_value()) break;
+          arrivals[static_cast<size_t>(i)].push_back(
+              {Clock::now(), (*b)->ids.size(), (*b)->bytes()});
+          if (!counted) {
+            counted = true;
+            started.fetch_add(1);
+          }
+          // Measure for `seconds` once every consumer has its first batch.
+          if (started.load() == n) {
+            if (all_started == Clock::time_point{}) all_started = Clock::now();
+            if (Since(all_started) >= o_.seconds) break;
+          }
+        }
+        if (!counted) started.fetch_add(1);
+        stats[static_cast<size_t>(i)] = (*c)->stats();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const absl::Status& st : status) RETURN_IF_ERROR(st);
+    Clock::time_point start{}, end = Clock::time_point::max();
+    for (const auto& a : arrivals) {
+      if (a.empty()) return absl::InternalError("a consumer received no batch");
+      start = std::max(start, a.front().at);
+      end = std::min(end, a.back().at);
+    }
+    SteadyRate r;
+    r.first_batch_s = std::chrono::duration<double>(start - t0).count();
+    for (const auto& a : arrivals) {
+      for (const Arrival& x : a) {
+        if (x.at > start && x.at <= end) {
+          r.samples += x.samples;
+          *bytes += x.bytes;
+        }
+      }
+    }
+    r.seconds = end > start ? std::chrono::duration<double>(end - start).count() : 0;
+    for (const client::ClientStats& st : stats) cs->wait_seconds += st.wait_seconds;
+    return r;
   }
 
   const BenchOptions& o_;
@@ -675,8 +758,9 @@ absl::Status PrintPlan(const BenchOptions& o, const std::vector<Row>& rows) {
   std::printf("\nplan: %.1f samples/s for %d GPU%s (%.1f per GPU), %s\n", o.plan, o.gpus,
               o.gpus > 1 ? "s" : "", o.plan / o.gpus,
               o.config.empty() ? "the default spec" : o.config.c_str());
-  std::printf("  measured on this machine (%u cores), the whole config through a server to a client:\n",
-              std::thread::hardware_concurrency());
+  std::printf("  measured on this machine (%u cores), the whole config through a server to %d "
+              "consumer%s at once:\n",
+              std::thread::hardware_concurrency(), o.consumers, o.consumers > 1 ? "s" : "");
   std::printf("  %7s %12s %12s %12s\n", "threads", "samples/s", "per core", "offline");
   for (const json& m : measured) {
     std::printf("  %7d %12.1f %12.1f %12.1f\n", m["threads"].get<int>(), m["samples_per_s"].get<double>(),
@@ -697,6 +781,7 @@ absl::Status PrintPlan(const BenchOptions& o, const std::vector<Row>& rows) {
                       {"plan",
                        {{"target_samples_per_s", o.plan},
                         {"gpus", o.gpus},
+                        {"consumers", o.consumers},
                         {"measured", measured},
                         {"per_core_samples_per_s", per_core},
                         {"per_core_threads", at_threads},
@@ -730,6 +815,9 @@ absl::Status RunBench(const BenchOptions& o) {
   }
   if (o.gpus < 1 || o.server_cores < 1) {
     return absl::InvalidArgumentError(StrCat("--gpus ", o.gpus, " --server-cores ", o.server_cores, ": need >= 1"));
+  }
+  if (o.consumers < 1 || o.consumers > 256) {
+    return absl::InvalidArgumentError(StrCat("--consumers ", o.consumers, ": need 1 to 256"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
   if (source->is_mixture() && o.config.empty()) {
@@ -878,6 +966,11 @@ class BenchCommand final : public Command {
     c->add_option("--markdown", o_.markdown, "Write one Markdown table per modality");
     c->add_option("--plan", o_.plan, "Capacity plan: the job's target samples/s; measures the whole config through a server per thread count and prints the server cores needed, per GPU");
     c->add_option("--gpus", o_.gpus, "--plan: GPUs of the job")->capture_default_str();
+    c->add_option("--consumers", o_.consumers,
+                  "Served rows and --plan: the job's consumers (data-parallel ranks) streaming at "
+                  "once, consumer i of N; each stream decodes what its samples need, so a job of "
+                  "more ranks costs the server more per sample")
+        ->capture_default_str();
     c->add_option("--server-cores", o_.server_cores, "--plan: cores of one server node")->capture_default_str();
     return c;
   }
