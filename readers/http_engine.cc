@@ -17,6 +17,10 @@
 //   kept (at most kMaxErrorBody bytes) for the classifier, never written there.
 #include "readers/internal/http_engine.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -70,6 +74,7 @@ AttemptResult CurlFailure(CURLcode code, const char* error_buffer, const std::st
 // State shared with libcurl's callbacks during one request.
 struct Transfer {
   CURL* handle = nullptr;
+  int fd = -1;                 // the connection's socket, for AcknowledgeNow
   char* dst = nullptr;         // the caller's buffer, valid for the whole transfer
   size_t capacity = 0;         // bytes asked for
   size_t written = 0;          // body bytes placed in dst
@@ -81,9 +86,37 @@ struct Transfer {
   std::string error_body;      // the first kMaxErrorBody bytes of an error response's body
 };
 
+// Acknowledges at once what has arrived. A server that writes a small response's headers and body
+// in two sends with Nagle's algorithm on (radosgw's beast frontend does) holds the body back until
+// the headers are acknowledged, and Linux delays that acknowledgement by up to 40 ms when the
+// receiver has nothing to send: on a kept-alive connection every small range GET then took
+// ~43 ms instead of ~1 ms (measured against radosgw on loopback, bench/RESULTS.md "S3"). Setting
+// TCP_QUICKACK while an ACK is pending sends it now; done for every header line and body chunk
+// received (the kernel turns quick ACKs off again by itself).
+void AcknowledgeNow(int fd) {
+  if (fd < 0) return;
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof(one));  // best effort
+}
+
+// The socket of the connection a transfer uses, as libcurl reports it at connect time
+// (CURLOPT_SOCKOPTFUNCTION); a reused connection's comes from the previous transfer on the handle
+// (HttpEngine keeps it with the idle handle and hands it over in CURLOPT_PRIVATE).
+int RecordSocket(void* clientp, curl_socket_t fd, curlsocktype purpose) {
+  if (purpose == CURLSOCKTYPE_IPCXN) *static_cast<int*>(clientp) = static_cast<int>(fd);
+  return CURL_SOCKOPT_OK;
+}
+
+int KnownSocket(CURL* handle) {
+  void* p = nullptr;
+  if (curl_easy_getinfo(handle, CURLINFO_PRIVATE, &p) != CURLE_OK) return -1;
+  return static_cast<int>(reinterpret_cast<intptr_t>(p)) - 1;  // 0: none known
+}
+
 size_t WriteBody(char* data, size_t size, size_t nmemb, void* userdata) {
   auto* t = static_cast<Transfer*>(userdata);
   const size_t len = size * nmemb;
+  AcknowledgeNow(t->fd);
   long http_status = 0;
   curl_easy_getinfo(t->handle, CURLINFO_RESPONSE_CODE, &http_status);
   if (http_status == 200 && !t->accept_200) {
@@ -112,6 +145,7 @@ size_t CaptureHeaders(char* data, size_t size, size_t nmemb, void* userdata) {
   auto* t = static_cast<Transfer*>(userdata);
   const size_t len = size * nmemb;
   absl::string_view line(data, len);
+  AcknowledgeNow(t->fd);
   constexpr absl::string_view kRange = "content-range:";
   constexpr absl::string_view kEtag = "etag:";
   if (line.size() > kRange.size() && absl::StartsWithIgnoreCase(line, kRange)) {
@@ -250,13 +284,15 @@ absl::Status HttpEngine::WithRetries(const std::string& request, Attempt attempt
     CurlHandle handle = AcquireHandle();
     if (handle == nullptr) return absl::ResourceExhaustedError(request + ": curl_easy_init failed");
     AttemptResult result = attempt(handle.get());
+    curl_socket_t fd = CURL_SOCKET_BAD;
+    if (curl_easy_getinfo(handle.get(), CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK) fd = CURL_SOCKET_BAD;
     long new_connections = 0;
     if (curl_easy_getinfo(handle.get(), CURLINFO_NUM_CONNECTS, &new_connections) == CURLE_OK &&
         new_connections > 0) {
       connections_opened_.fetch_add(static_cast<uint64_t>(new_connections),
                                     std::memory_order_relaxed);
     }
-    ReleaseHandle(std::move(handle));
+    ReleaseHandle(std::move(handle), fd == CURL_SOCKET_BAD ? -1 : static_cast<int>(fd));
     if (result.status.ok() || !result.transient) return result.status;
     last = std::move(result.status);
   }
@@ -281,19 +317,22 @@ CurlHandle HttpEngine::AcquireHandle() const {
   {
     absl::MutexLock lock(&mu_);
     if (!idle_.empty()) {
-      CurlHandle handle = std::move(idle_.back());
+      CurlHandle handle = std::move(idle_.back().first);
+      const int fd = idle_.back().second;
       idle_.pop_back();
       curl_easy_reset(handle.get());
+      // The socket of the connection it keeps open, for KnownSocket (0: none).
+      curl_easy_setopt(handle.get(), CURLOPT_PRIVATE, reinterpret_cast<void*>(intptr_t{fd} + 1));
       return handle;
     }
   }
   return CurlHandle(curl_easy_init());
 }
 
-void HttpEngine::ReleaseHandle(CurlHandle handle) const {
+void HttpEngine::ReleaseHandle(CurlHandle handle, int fd) const {
   absl::MutexLock lock(&mu_);
   if (idle_.size() < static_cast<size_t>(std::max(0, options_.max_idle_connections))) {
-    idle_.push_back(std::move(handle));
+    idle_.emplace_back(std::move(handle), fd);
   }
   // Otherwise `handle` is freed here, closing its connection.
 }
@@ -336,6 +375,9 @@ AttemptResult HttpEngine::HeadAttempt(CURL* handle, const Request& request,
   Configure(handle, request.url, error_buffer);
   Transfer t;
   t.handle = handle;
+  t.fd = KnownSocket(handle);
+  curl_easy_setopt(handle, CURLOPT_SOCKOPTFUNCTION, &RecordSocket);
+  curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, &t.fd);
   curl_easy_setopt(handle, CURLOPT_NOBODY, 1L);
   curl_easy_setopt(handle, CURLOPT_WRITEFUNCTION, &DiscardBody);
   curl_easy_setopt(handle, CURLOPT_HEADERFUNCTION, &CaptureHeaders);
@@ -367,6 +409,9 @@ AttemptResult HttpEngine::GetAttempt(CURL* handle, const Request& request,
   const std::string range = StrCat(offset, "-", last);
   Transfer t;
   t.handle = handle;
+  t.fd = KnownSocket(handle);
+  curl_easy_setopt(handle, CURLOPT_SOCKOPTFUNCTION, &RecordSocket);
+  curl_easy_setopt(handle, CURLOPT_SOCKOPTDATA, &t.fd);
   t.dst = dst;
   t.capacity = n;
   t.accept_200 = whole_file;

@@ -658,7 +658,7 @@ TEST_F(LeRobotImportTest, QuantileNormalizationUsesTheDatasetsQuantiles) {
       size_t i = static_cast<size_t>(o.indices[n]), e = 0;
       while (i >= episodes[e]["length"].get<size_t>()) i -= episodes[e++]["length"].get<size_t>();
       const std::vector<double> x = episodes[e]["state"][i].get<std::vector<double>>();
-      char folder[16];
+      char folder[32];
       std::snprintf(folder, sizeof(folder), "/%06zu/", n);
       const std::string npy = ReadFile(o.out + folder + "observation.state.npy");
       ASSERT_GE(npy.size(), x.size() * sizeof(float));

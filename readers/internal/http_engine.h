@@ -108,7 +108,8 @@ class HttpEngine {
   absl::Status WithRetries(const std::string& request, Attempt attempt) const;
   std::chrono::milliseconds Backoff(int retry) const;
   CurlHandle AcquireHandle() const;
-  void ReleaseHandle(CurlHandle handle) const;
+  // `fd`: the socket of the connection the handle keeps open (-1: unknown).
+  void ReleaseHandle(CurlHandle handle, int fd) const;
   void Configure(CURL* handle, const std::string& url, char* error_buffer) const;
   AttemptResult Authorize(const Request& request, CURL* handle, CurlHeaders* headers) const;
   AttemptResult HeadAttempt(CURL* handle, const Request& request, const std::string& name,
@@ -119,7 +120,7 @@ class HttpEngine {
   const HttpOptions options_;
 
   mutable absl::Mutex mu_;
-  mutable std::vector<CurlHandle> idle_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<std::pair<CurlHandle, int>> idle_ ABSL_GUARDED_BY(mu_);  // with its socket
 
   mutable std::atomic<uint64_t> reads_{0};
   mutable std::atomic<uint64_t> bytes_read_{0};
