@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "readers/storage.h"
 #include "tests/support/fault_proxy.h"
+#include "tests/support/server_process.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {
@@ -278,6 +279,24 @@ pipeline: {global_batch_size: 4, seed: 3, schedule: {mode: gop}}
                                gateway->dir->Join("samples_imported_s3"),
                                gateway->dir->Join("samples_imported_local")}) + " 2>&1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// `conveyor serve s3://...` with the usual AWS environment, and a client (the one the Python
+// Loader wraps) fetching from it: exactly the local copy's batches.
+TEST(S3Radosgw, ServingFromTheBucketGivesTheLocalBatches) {
+  const std::vector<std::string> local = Digests({}, gateway->local_ds());
+  ASSERT_EQ(local.size(), 6u);
+  SetProcessEnv(UserEnv());  // the server process inherits it
+  testing::ServerProcess server(kCli, {gateway->s3_ds(), "--config", gateway->config(), "--threads",
+                                       "2"},
+                                gateway->dir->path());
+  ASSERT_TRUE(server.ok()) << server.log();
+  auto r = RunCommand(ShellCommand({kCli, "fetch", "--servers", server.address(), "--steps", "6",
+                                    "--digest"}) +
+                      " 2>/dev/null");
+  EXPECT_EQ(r.exit_code, 0) << r.output << server.log();
+  EXPECT_EQ(testing::SplitLines(r.output), local);
+  EXPECT_FALSE(absl::StrContains(server.log(), gateway->secret_key));
 }
 
 // Starts the gateway, creates the user's bucket and uploads the dataset; "" or why not.
