@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,23 @@ int Report(const std::string& command, const absl::Status& status) {
 int main(int argc, char** argv) {
   namespace tools = conveyor::tools;
   CLI::App app{"Conveyor: multimodal training data for robot-learning and video models.\n"
-               "Datasets are a manifest plus shards; see docs/format.md."};
+               "A DATASET is a Conveyor dataset (docs/format.md) or a LeRobot v3.0/v2.1 dataset\n"
+               "(docs/lerobot.md): a directory, http(s):// URL or s3:// prefix (docs/storage.md)."};
   app.require_subcommand(1);
+  // Storage settings for every subcommand, before or after its name; each sets the environment
+  // variable of the same meaning (docs/storage.md), so child processes see it too.
+  std::string s3_endpoint, cache_dir, cache_bytes, index_cache_dir;
+  app.add_option("--s3-endpoint", s3_endpoint,
+                 "S3 endpoint URL for s3:// datasets (sets AWS_ENDPOINT_URL), e.g. "
+                 "http://127.0.0.1:7480 for radosgw or MinIO");
+  app.add_option("--cache-dir", cache_dir,
+                 "Node-local cache of remote (HTTP, S3) byte ranges (sets CONVEYOR_CACHE_DIR)");
+  app.add_option("--cache-bytes", cache_bytes,
+                 "Bound on the cache's bytes, shared by every process using it (sets "
+                 "CONVEYOR_CACHE_BYTES; default 10 GiB)");
+  app.add_option("--index-cache-dir", index_cache_dir,
+                 "Where packet indexes of LeRobot mp4s are kept between opens (sets "
+                 "CONVEYOR_INDEX_CACHE_DIR; 'none' keeps them in memory only)");
   app.set_version_flag("--version", std::string("conveyor ") + CONVEYOR_VERSION);
 
   std::vector<std::unique_ptr<tools::Command>> commands;
@@ -41,7 +57,10 @@ int main(int argc, char** argv) {
   commands.push_back(tools::NewBenchCommand());
   commands.push_back(tools::NewTopCommand());
   std::vector<CLI::App*> subcommands;
-  for (auto& c : commands) subcommands.push_back(c->Register(app));
+  for (auto& c : commands) {
+    subcommands.push_back(c->Register(app));
+    subcommands.back()->fallthrough();  // the storage options above may follow the subcommand
+  }
 
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : subcommands) known = known || sub->check_name(argv[1]);
@@ -54,6 +73,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  }
+  for (const auto& [value, variable] :
+       {std::pair<const std::string&, const char*>{s3_endpoint, "AWS_ENDPOINT_URL"},
+        {cache_dir, "CONVEYOR_CACHE_DIR"},
+        {cache_bytes, "CONVEYOR_CACHE_BYTES"},
+        {index_cache_dir, "CONVEYOR_INDEX_CACHE_DIR"}}) {
+    if (!value.empty()) setenv(variable, value.c_str(), 1);
   }
   for (size_t i = 0; i < commands.size(); ++i) {
     if (*subcommands[i]) return Report(subcommands[i]->get_name(), commands[i]->Run());

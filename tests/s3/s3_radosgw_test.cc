@@ -128,6 +128,23 @@ TEST(S3Radosgw, BatchDigestsEqualTheLocalCopys) {
   const std::vector<std::string> local = Digests({}, gateway->local_ds());
   ASSERT_EQ(local.size(), 6u);
   EXPECT_EQ(Digests(UserEnv(), gateway->s3_ds()), local);
+  // The endpoint as a flag instead of AWS_ENDPOINT_URL, before or after the subcommand.
+  auto env = UserEnv();
+  env.erase("AWS_ENDPOINT_URL");
+  for (const std::string& where : {"before", "after"}) {
+    std::vector<std::string> args = {"batches", gateway->s3_ds(), "--config", gateway->config(),
+                                     "--steps", "6", "--digest"};
+    if (where == "before") {
+      args.insert(args.begin(), {"--s3-endpoint", gateway->endpoint()});
+    } else {
+      args.insert(args.end(), {"--s3-endpoint", gateway->endpoint()});
+    }
+    std::vector<std::string> argv = {kCli};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunCommand(Env(env) + "env -u AWS_ENDPOINT_URL " + ShellCommand(argv) + " 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 0) << where << ": " << r.output;
+    EXPECT_EQ(testing::SplitLines(r.output), local) << where;
+  }
 }
 
 TEST(S3Radosgw, AWrongSecretSaysSignatureDoesNotMatchAndWhatToCheck) {
