@@ -34,6 +34,7 @@ class CachingStorageTest : public ::testing::Test {
   void SetUp() override {
     files_["a.bin"] = RandomBytes(5 * kBlock + 123, 1);  // a ragged last block
     files_["small.json"] = RandomBytes(100, 2);           // one block, the whole file
+    files_["long.bin"] = RandomBytes(20 * kBlock, 3);     // for read-ahead
   }
 
   std::unique_ptr<Storage> Open(uint64_t max_bytes = 1 << 30) {
@@ -100,6 +101,49 @@ TEST_F(CachingStorageTest, SecondReadIsServedFromTheCache) {
   s = second->stats();
   EXPECT_EQ(s.cache_misses, 2u);  // blocks 4 and 5
   EXPECT_EQ(s.reads, 1u);
+}
+
+// A scan through one open file (an episode's packets in order) reads ahead: one backend request
+// per 8 blocks past the first, every byte still right; reads that jump about get none.
+TEST_F(CachingStorageTest, SequentialReadsReadAheadAndRandomReadsDoNot) {
+  auto storage = Open();
+  ASSERT_NE(storage, nullptr);
+  auto f = storage->Open("long.bin");
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string& want = files_["long.bin"];
+  std::string got(1000, '\0');
+  for (uint64_t at = 0; at < want.size(); at += got.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(got.size(), want.size() - at));
+    ASSERT_TRUE((*f)->Read(at, n, got.data()).ok());
+    ASSERT_TRUE(std::string_view(got.data(), n) == std::string_view(want).substr(at, n)) << at;
+  }
+  StorageStats s = storage->stats();
+  // Block 0 alone (no history yet), then blocks 1-9, 10-18 and 19 (the end of the file).
+  EXPECT_EQ(s.reads, 4u);
+  EXPECT_EQ(s.cache_misses, 20u);
+  EXPECT_EQ(s.cache_fill_bytes, want.size());
+
+  auto fresh = Open(1 << 30);  // the same cache directory: everything is cached now
+  auto g = fresh->Open("long.bin");
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE((*g)->Read(0, 10, got.data()).ok());
+  EXPECT_EQ(fresh->stats().reads, 0u);
+
+  // Random reads in a cache of their own: one block each, nothing ahead.
+  StorageCacheOptions o;
+  o.dir = dir_.Join("cache_random");
+  o.max_bytes = 1 << 30;
+  o.block_bytes = kBlock;
+  auto random = NewCachingStorage(NewMemoryStorage(files_), "mem://test/", o);
+  ASSERT_TRUE(random.ok());
+  auto h = (*random)->Open("long.bin");
+  ASSERT_TRUE(h.ok());
+  for (uint64_t block : {15, 3, 9, 1}) {
+    ASSERT_TRUE((*h)->Read(block * kBlock + 17, 100, got.data()).ok());
+    EXPECT_TRUE(std::string_view(got.data(), 100) == std::string_view(want).substr(block * kBlock + 17, 100));
+  }
+  EXPECT_EQ((*random)->stats().reads, 4u);
+  EXPECT_EQ((*random)->stats().cache_fill_bytes, 4u * kBlock);
 }
 
 TEST_F(CachingStorageTest, ACorruptedEntryIsDetectedAndFetchedAgain) {
