@@ -35,12 +35,15 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <list>
 #include <memory>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/base/thread_annotations.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "readers/storage.h"
@@ -57,6 +60,8 @@ constexpr size_t kHeaderBytes = 24;
 // Eviction frees down to this share of the bound.
 constexpr double kLowWater = 0.9;
 // Blocks fetched past a sequential read (readahead: 8 MiB with the default 1 MiB blocks).
+// (kRamBlocks below: checked blocks kept in memory per CachingStorage.)
+constexpr size_t kRamBlocks = 16;
 constexpr uint64_t kReadAheadBlocks = 8;
 // tmp/ files older than this belong to a process that died while writing.
 constexpr int kStaleTmpSeconds = 3600;
@@ -213,6 +218,29 @@ class CachingStorage final : public Storage {
     return true;
   }
 
+  // The in-memory tier: the kRamBlocks blocks most recently read or fetched, already checked, so
+  // a run of small reads in one block (an episode's packets, one after another) reads and checks
+  // the block's file once instead of once per read. Bounded: kRamBlocks x block_bytes.
+  std::shared_ptr<const std::string> RamLookup(const std::string& key, uint64_t block) const {
+    absl::MutexLock lock(&ram_mu_);
+    for (auto it = ram_.begin(); it != ram_.end(); ++it) {
+      if (it->block == block && it->key == key) {
+        ram_.splice(ram_.begin(), ram_, it);  // most recent first
+        hits_.fetch_add(1, std::memory_order_relaxed);
+        hit_bytes_.fetch_add(it->bytes->size(), std::memory_order_relaxed);
+        return it->bytes;
+      }
+    }
+    return nullptr;
+  }
+
+  void RamInsert(const std::string& key, uint64_t block, std::string_view bytes) const {
+    auto copy = std::make_shared<const std::string>(bytes);
+    absl::MutexLock lock(&ram_mu_);
+    ram_.push_front({key, block, std::move(copy)});
+    if (ram_.size() > kRamBlocks) ram_.pop_back();
+  }
+
   // Publishes entry (key, block). Failures are logged once and otherwise ignored.
   void Insert(const std::string& key, uint64_t block, const char* data, size_t len) const {
     misses_.fetch_add(1, std::memory_order_relaxed);
@@ -321,6 +349,13 @@ class CachingStorage final : public Storage {
   const std::string root_;
   const StorageCacheOptions options_;
 
+  struct RamBlock {
+    std::string key;
+    uint64_t block;
+    std::shared_ptr<const std::string> bytes;
+  };
+  mutable absl::Mutex ram_mu_;
+  mutable std::list<RamBlock> ram_ ABSL_GUARDED_BY(ram_mu_);  // most recently used first
   mutable std::atomic<uint64_t> hits_{0};
   mutable std::atomic<uint64_t> misses_{0};
   mutable std::atomic<uint64_t> hit_bytes_{0};
@@ -351,8 +386,14 @@ absl::Status CachedFile::Read(uint64_t offset, size_t n, char* dst) const {
   std::string buf;
   uint64_t block = first;
   while (block <= last) {
+    if (std::shared_ptr<const std::string> ram = cache_->RamLookup(key_, block)) {
+      deliver(block, ram->data());
+      ++block;
+      continue;
+    }
     buf.resize(block_len(block));
     if (cache_->Lookup(key_, block, buf.size(), buf.data())) {
+      cache_->RamInsert(key_, block, buf);
       deliver(block, buf.data());
       ++block;
       continue;
@@ -376,6 +417,7 @@ absl::Status CachedFile::Read(uint64_t offset, size_t n, char* dst) const {
     for (uint64_t k = block; k < run_end; ++k) {
       const char* src = buf.data() + (k - block) * b;
       cache_->Insert(key_, k, src, block_len(k));
+      cache_->RamInsert(key_, k, std::string_view(src, block_len(k)));
       if (k <= last) deliver(k, src);
     }
     block = run_end;
