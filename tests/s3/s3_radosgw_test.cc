@@ -298,8 +298,8 @@ pipeline: {global_batch_size: 4, seed: 3, schedule: {mode: gop}}
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-// `conveyor serve s3://...` with the usual AWS environment, and a client (the one the Python
-// Loader wraps) fetching from it: exactly the local copy's batches.
+// `conveyor serve s3://...` with the usual AWS environment, and `conveyor fetch` and the Python
+// Loader fetching from it: exactly the local copy's batches.
 TEST(S3Radosgw, ServingFromTheBucketGivesTheLocalBatches) {
   const std::vector<std::string> local = Digests({}, gateway->local_ds());
   ASSERT_EQ(local.size(), 6u);
@@ -313,6 +313,31 @@ TEST(S3Radosgw, ServingFromTheBucketGivesTheLocalBatches) {
                       " 2>/dev/null");
   EXPECT_EQ(r.exit_code, 0) << r.output << server.log();
   EXPECT_EQ(testing::SplitLines(r.output), local);
+  // The Python Loader on the same server: the same batches (its digest is the CLI's,
+  // python/tests/conveyor_test_support.py).
+  const std::string python_dir = std::string(CONVEYOR_BINARY_DIR) + "/python";
+  if (access((python_dir + "/conveyor").c_str(), F_OK) == 0) {
+    const std::string script =
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+        "import conveyor, conveyor_test_support as t\n"
+        "for b in conveyor.Loader(servers=[sys.argv[3]], max_batches=6, reconnect_timeout_s=30):\n"
+        "    c = b['_cursor']; print('%d:%d %s' % (int(c[0]), int(c[1]), t.digest(b)))\n";
+    testing::WriteFile(gateway->dir->Join("loader.py"), script);
+    auto py = RunCommand(ShellCommand({"/usr/bin/python3", gateway->dir->Join("loader.py"), python_dir,
+                                       std::string(CONVEYOR_SOURCE_DIR) + "/python/tests",
+                                       server.address()}) +
+                         " 2>&1");
+    ASSERT_EQ(py.exit_code, 0) << py.output;
+    const std::vector<std::string> lines = testing::SplitLines(py.output);
+    ASSERT_EQ(lines.size(), local.size()) << py.output;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      // "E:S <sha256>" against the CLI line "E:S consumer 0/1 samples N ids X sha256 <sha256>".
+      const std::string cursor = lines[i].substr(0, lines[i].find(' '));
+      const std::string sha = lines[i].substr(lines[i].find(' ') + 1);
+      EXPECT_EQ(local[i].substr(0, cursor.size() + 1), cursor + " ") << local[i];
+      EXPECT_NE(local[i].find("sha256 " + sha), std::string::npos) << local[i] << " vs " << lines[i];
+    }
+  }
   EXPECT_FALSE(absl::StrContains(server.log(), gateway->secret_key));
 }
 
