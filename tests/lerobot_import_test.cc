@@ -409,6 +409,26 @@ TEST_F(LeRobotImportTest, MissingVideoIsAClearError) {
   EXPECT_TRUE(Mentions(s, "episode 1, camera 'observation.images.wrist'")) << s;
 }
 
+// --skip-broken-episodes: the episodes a missing mp4 breaks (the wrist camera's file-001 holds
+// episodes 1-3) are left out and listed; the others are imported whole.
+TEST_F(LeRobotImportTest, SkipBrokenEpisodesImportsTheRest) {
+  const std::string root = CopyOf("v30", "missing_skip");
+  fs::remove(root + "/videos/observation.images.wrist/chunk-000/file-001.mp4");
+  ImportOptions o = LeRobotImport(root, dir_->Join("missing_skip_out"));
+  o.skip_broken = true;
+  absl::Status s = RunImport(o);
+  ASSERT_TRUE(s.ok()) << s;
+  auto ds = Dataset::Open(o.out);
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  ASSERT_EQ((*ds)->num_episodes(), 1u);
+  EXPECT_EQ((*ds)->episodes().record(0).lengths[0], Expected("v30")["episodes"][0]["length"].get<uint32_t>());
+  // Without the flag the same import fails and leaves nothing behind.
+  o.skip_broken = false;
+  o.out = dir_->Join("missing_noskip_out");
+  EXPECT_FALSE(RunImport(o).ok());
+  EXPECT_FALSE(fs::exists(o.out));
+}
+
 TEST_F(LeRobotImportTest, LyingInfoJsonIsAClearError) {
   const std::string root = CopyOf("v21", "frames");
   json info = json::parse(ReadFile(root + "/meta/info.json"));

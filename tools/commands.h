@@ -44,6 +44,9 @@ struct ImportOptions {
   // LeRobot: how far a row's timestamp may be from frame_index / fps, and a video frame from its
   // row's timestamp, in seconds. LeRobot's own default tolerance_s.
   double tolerance_s = 1e-4;
+  // LeRobot: an episode that cannot be read (a missing or corrupt file, a lying length) is left
+  // out, logged and listed at the end, instead of failing the import. Episode ids stay dense.
+  bool skip_broken = false;
 };
 // Dispatches to RunImportLeRobot when `lerobot` is set or `from` holds meta/info.json.
 absl::Status RunImport(const ImportOptions& options);

@@ -605,6 +605,8 @@ class ImportCommand final : public Command {
                   "LeRobot: allowed distance between a row's timestamp and frame_index / fps, "
                   "and between a video frame and its row")
         ->capture_default_str();
+    c->add_flag("--skip-broken-episodes", o_.skip_broken,
+                "LeRobot: leave out (and list) episodes that cannot be read instead of failing");
     c->add_option("--out", o_.out, "Output dataset directory")->required();
     c->add_option("--name", o_.name, "Dataset name (default: the input folder's name)");
     c->add_option("--episodes-per-shard", o_.episodes_per_shard, "Episodes per shard file")->capture_default_str();

@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <spdlog/spdlog.h>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -60,12 +63,29 @@ absl::Status RunImportLeRobot(const ImportOptions& options) {
     auto writer = DatasetWriter::Create(options.out, wopts);
     if (!writer.ok()) return writer.status();
     status = [&]() -> absl::Status {
+      std::vector<std::string> skipped;
       for (size_t e = 0; e < ds->num_episodes(); ++e) {
-        ASSIGN_OR_RETURN(EpisodeData data, ReadEpisodeData(*ds, e));
-        RETURN_IF_ERROR((*writer)->AddEpisode(data));
+        absl::StatusOr<EpisodeData> data = ReadEpisodeData(*ds, e);
+        if (!data.ok() && options.skip_broken) {
+          spdlog::warn("import: skipping LeRobot episode {}: {}", e, std::string(data.status().message()));
+          skipped.push_back(StrCat(e, ": ", data.status().message()));
+          continue;
+        }
+        if (!data.ok()) return data.status();
+        RETURN_IF_ERROR((*writer)->AddEpisode(*data));
         if (options.progress) {
           std::fprintf(stderr, "import: %zu/%zu episodes\n", e + 1, ds->num_episodes());
         }
+      }
+      if (skipped.size() == ds->num_episodes()) {
+        return absl::DataLossError(StrCat("import: every episode of ", ds->uri(),
+                                          " failed; the first: ", skipped.front()));
+      }
+      if (!skipped.empty()) {
+        // Always said, --quiet or not: these episodes are not in the output.
+        std::fprintf(stderr, "import: skipped %zu of %zu episodes (--skip-broken-episodes):\n",
+                     skipped.size(), ds->num_episodes());
+        for (const std::string& s : skipped) std::fprintf(stderr, "  episode %s\n", s.c_str());
       }
       ASSIGN_OR_RETURN(Manifest manifest, (*writer)->Finish());
       if (options.progress) {
