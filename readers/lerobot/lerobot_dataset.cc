@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,9 @@ namespace pb = format::v1;
 
 constexpr std::string_view kInstructionStream = "instruction";
 constexpr std::string_view kSidecarMagic = "CVYVIDX1";
+// Episode indexes kept in memory (about 60 bytes per frame and camera): 256 MiB holds ~1.5 M
+// camera-frames; beyond it episodes are re-cut when loaded, so memory stays bounded.
+constexpr uint64_t kMaxCachedIndexBytes = 256ull << 20;
 
 std::string Join(const std::vector<std::string>& v) {
   std::string s;
@@ -434,6 +438,7 @@ class LeRobotDataset final : public Dataset {
   mutable absl::Mutex mu_;
   mutable std::map<std::string, std::unique_ptr<Once<VideoFile>>> videos_cache_ ABSL_GUARDED_BY(mu_);
   mutable std::vector<std::unique_ptr<Once<pb::EpisodeIndex>>> episode_cache_;  // fixed size
+  mutable std::atomic<uint64_t> cached_index_bytes_{0};
   mutable std::map<std::string, int64_t> inexact_ ABSL_GUARDED_BY(mu_);  // warned features
   mutable std::set<int64_t> task_changes_ ABSL_GUARDED_BY(mu_);          // warned episodes
 };
@@ -823,7 +828,23 @@ absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> LeRobotDataset::LoadEpis
     return absl::OutOfRangeError(StrCat("episode ", episode, " does not exist (", uri_, " has ",
                                         episodes_.size(), " episodes)"));
   }
-  return episode_cache_[episode]->Get([&]() { return BuildEpisode(episode); });
+  Once<pb::EpisodeIndex>& slot = *episode_cache_[episode];
+  {
+    absl::MutexLock lock(&slot.mu);
+    if (slot.value != nullptr) return slot.value;
+  }
+  // Built outside the lock (two threads may build the same episode; the results are equal), and
+  // kept while the kept indexes stay under kMaxCachedIndexBytes: beyond that, an episode is cut
+  // again from the (kept) packet index and rows each time it is loaded.
+  ASSIGN_OR_RETURN(std::unique_ptr<pb::EpisodeIndex> built, BuildEpisode(episode));
+  std::shared_ptr<const pb::EpisodeIndex> index(std::move(built));
+  const uint64_t bytes = index->SpaceUsedLong();
+  if (cached_index_bytes_.fetch_add(bytes, std::memory_order_relaxed) + bytes <= kMaxCachedIndexBytes) {
+    absl::MutexLock lock(&slot.mu);
+    if (slot.value == nullptr) return slot.value = index;
+  }
+  cached_index_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
+  return index;
 }
 
 absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(

@@ -13,7 +13,8 @@
 // demuxed once into a packet index (offsets, sizes, XXH3 of every packet) that is kept in memory
 // and as a sidecar file in the index cache, keyed by the file's name, size and mtime or ETag, so
 // the next open of the same files needs no demuxing. A packet read is one range read of the mp4,
-// checked against that XXH3.
+// checked against that XXH3. Episode indexes built from them are kept up to 256 MiB in all
+// (beyond that an episode is re-cut when loaded), so memory stays bounded for any dataset size.
 //
 // Frame addressing: a camera's episode is the run of frames whose presentation times lie in
 // [from_timestamp, to_timestamp), each end rounded to the nearest frame; its length must equal
