@@ -201,13 +201,19 @@ kill_server() {  # kill_server K WHY
   RESTART_AT[k]=$(( $(now_ms) + 500 + RANDOM % 3500 ))  # back after 0.5..4 s
   echo "soak: t=$(( $(now_ms) / 1000 ))s SIGKILL server $k (${ADDRS[$k]}, pid $pid, $2)"
 }
-server_of() {  # server_of PID: the live server whose port PID has an established connection to, or -1
-  local peer k
-  while read -r peer; do
+# server_of PID: the live server PID streams from, or -1. A client keeps connections to servers
+# it streamed from before (gRPC even reconnects them to a restarted server), so of its connections
+# to live servers, the one that received data last (ss -i: lastrcv, in ms) carries the stream.
+server_of() {
+  local lastrcv peer k
+  while read -r lastrcv peer; do
     for k in "${!ADDRS[@]}"; do
       [[ ${peer##*:} == "${PORTS[$k]}" && -n ${SERVER_PIDS[$k]} ]] && { echo "$k"; return; }
     done
-  done < <(ss -Htnp state established 2> /dev/null | grep "pid=$1," | awk '{ print $4 }')
+  done < <(ss -Htnpi state established 2> /dev/null | awk -v pid="pid=$1," '
+    index($0, pid) { peer = $4; want = 1; next }
+    want { want = 0; r = 999999999; if (match($0, /lastrcv:[0-9]+/)) r = substr($0, RSTART + 8, RLENGTH - 8); print r, peer }
+  ' | sort -n)
   echo -1
 }
 servers_up() { local k n=0; for k in "${!ADDRS[@]}"; do [[ -n ${SERVER_PIDS[$k]} ]] && n=$((n + 1)); done; echo $n; }
