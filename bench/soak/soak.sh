@@ -201,19 +201,21 @@ kill_server() {  # kill_server K WHY
   RESTART_AT[k]=$(( $(now_ms) + 500 + RANDOM % 3500 ))  # back after 0.5..4 s
   echo "soak: t=$(( $(now_ms) / 1000 ))s SIGKILL server $k (${ADDRS[$k]}, pid $pid, $2)"
 }
-# server_of PID: the live server PID streams from, or -1. A client keeps connections to servers
-# it streamed from before (gRPC even reconnects them to a restarted server), so of its connections
-# to live servers, the one that received data last (ss -i: lastrcv, in ms) carries the stream.
+# server_of PID: the live server PID streams from, or -1. A client keeps its channels to servers
+# it streamed from before, and gRPC reconnects them to a restarted server: idle connections that
+# received a few hundred bytes of handshake, more recently than a stalled consumer's stream. Of
+# its connections to live servers, the one that received the most bytes (ss -i: bytes_received)
+# carries the stream (the connections to killed incarnations are gone).
 server_of() {
-  local lastrcv peer k
-  while read -r lastrcv peer; do
+  local received peer k
+  while read -r received peer; do
     for k in "${!ADDRS[@]}"; do
       [[ ${peer##*:} == "${PORTS[$k]}" && -n ${SERVER_PIDS[$k]} ]] && { echo "$k"; return; }
     done
   done < <(ss -Htnpi state established 2> /dev/null | awk -v pid="pid=$1," '
     index($0, pid) { peer = $4; want = 1; next }
-    want { want = 0; r = 999999999; if (match($0, /lastrcv:[0-9]+/)) r = substr($0, RSTART + 8, RLENGTH - 8); print r, peer }
-  ' | sort -n)
+    want { want = 0; r = 0; if (match($0, /bytes_received:[0-9]+/)) r = substr($0, RSTART + 15, RLENGTH - 15); print r, peer }
+  ' | sort -rn)
   echo -1
 }
 servers_up() { local k n=0; for k in "${!ADDRS[@]}"; do [[ -n ${SERVER_PIDS[$k]} ]] && n=$((n + 1)); done; echo $n; }
