@@ -100,5 +100,106 @@ TEST(TrainerTest, AlignedDataIsLearnedAndShiftedCamerasAreNot) {
   EXPECT_LT(aligned.rank[0]["loss"]["ratio"].get<double>(), 0.6);
 }
 
+
+json ReadJson(const std::string& path) {
+  std::ifstream f(path);
+  return f ? json::parse(f) : json();
+}
+
+// One rank (or `ranks` ranks) of `conveyor train` with a checkpoint file; returns each rank's JSON.
+std::vector<json> TrainWithCheckpoint(const std::string& address, const testing::TempDir& dir,
+                                      const std::string& tag, int ranks, int steps, const std::string& ckpt) {
+  std::vector<json> out(ranks);
+  std::vector<testing::CommandResult> res(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      std::string cmd = kCli + " train --servers " + address + " --rank " + std::to_string(r) +
+                        " --world-size " + std::to_string(ranks) + " --config " + dir.Join("train.yaml") +
+                        " --steps " + std::to_string(steps) + " --lr 0.01 --checkpoint-every 3 --json " +
+                        dir.Join(tag + "-" + std::to_string(r) + ".json");
+      cmd += ranks > 1 ? " --comm gloo --comm-host 127.0.0.1 --rendezvous " + dir.Join("rdv-" + tag) : " --comm none";
+      if (!ckpt.empty()) cmd += " --checkpoint " + ckpt;
+      res[r] = testing::RunCommand(cmd, 600);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(res[r].exit_code, 0) << res[r].output;
+    out[r] = ReadJson(dir.Join(tag + "-" + std::to_string(r) + ".json"));
+  }
+  return out;
+}
+
+// A run stopped at step 10 and resumed from its checkpoint ends with the uninterrupted run's
+// weights, having trained on the same batches at the same steps; resumed with two ranks instead
+// of one, the ranks' slices together are the one rank's batches (the same global order).
+TEST(TrainerTest, ACheckpointResumesTheSameRunAtAnyWorldSize) {
+  testing::TempDir dir;
+  ASSERT_SH(kCli + " synth --out " + dir.Join("ds") +
+            " --episodes 3 --episode-seconds 4 --cameras 1 --size 32x32 --audio-codec none --quiet");
+  testing::WriteFile(dir.Join("train.yaml"), R"(anchor: action
+streams:
+  cam0:
+    delta_timestamps: [0.0]
+  observation.state:
+    delta_timestamps: [0.0]
+  action:
+    delta_timestamps: [0.0, 0.1]
+pipeline:
+  global_batch_size: 8
+  seed: 5
+)");
+  testing::ServerProcess server(kCli, {dir.Join("ds"), "--config", dir.Join("train.yaml")}, dir.path());
+  ASSERT_TRUE(server.ok()) << server.log();
+  const json whole = TrainWithCheckpoint(server.address(), dir, "whole", 1, 24, "")[0];
+  const std::string ckpt = dir.Join("state.ckpt");
+  const json first = TrainWithCheckpoint(server.address(), dir, "first", 1, 10, ckpt)[0];
+  ASSERT_EQ(first["steps"].size(), 10u);
+  EXPECT_EQ(first["resumed_at_step"], -1);
+  const std::string saved = testing::ReadFile(ckpt);
+  const json rest = TrainWithCheckpoint(server.address(), dir, "rest", 1, 24, ckpt)[0];
+  ASSERT_EQ(whole["steps"].size(), 24u);
+  ASSERT_EQ(rest["steps"].size(), 14u);
+  EXPECT_EQ(rest["resumed_at_step"], 10);
+  EXPECT_EQ(rest["resumed_cursor"], whole["steps"][10]["cursor"]);
+  for (size_t i = 0; i < 14; ++i) {
+    EXPECT_EQ(rest["steps"][i]["step"], whole["steps"][10 + i]["step"]);
+    EXPECT_EQ(rest["steps"][i]["ids"], whole["steps"][10 + i]["ids"]) << "step " << 10 + i;
+  }
+  EXPECT_EQ(rest["weights_fnv1a"], whole["weights_fnv1a"]) << "the resumed run trained other weights";
+
+  // The same checkpoint (step 10) resumed by two ranks at the same global batch.
+  testing::WriteFile(ckpt, saved);
+  const std::vector<json> two = TrainWithCheckpoint(server.address(), dir, "two", 2, 24, ckpt);
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(two[r]["steps"].size(), 14u) << r;
+  for (size_t i = 0; i < 14; ++i) {
+    json both = two[0]["steps"][i]["ids"];
+    for (const json& id : two[1]["steps"][i]["ids"]) both.push_back(id);
+    EXPECT_EQ(both, whole["steps"][10 + i]["ids"]) << "step " << 10 + i;
+    EXPECT_EQ(two[0]["steps"][i]["cursor"], whole["steps"][10 + i]["cursor"]);
+  }
+  EXPECT_EQ(two[0]["weights_fnv1a"], two[1]["weights_fnv1a"]);
+
+  // A damaged checkpoint is refused with what is wrong, never trained from.
+  std::string flipped = saved;
+  flipped[flipped.size() - 5] ^= 0x40;
+  testing::WriteFile(ckpt, flipped);
+  const std::string cmd = kCli + " train --servers " + server.address() + " --comm none --config " +
+                          dir.Join("train.yaml") + " --steps 24 --checkpoint " + ckpt;
+  testing::CommandResult bad = testing::RunCommand(cmd, 120);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("checksum does not match"), std::string::npos) << bad.output;
+  testing::WriteFile(ckpt, saved.substr(0, saved.size() - 100));
+  bad = testing::RunCommand(cmd, 120);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("torn or truncated"), std::string::npos) << bad.output;
+  testing::WriteFile(ckpt, saved);
+  bad = testing::RunCommand(kCli + " train --servers " + server.address() + " --comm none --config " +
+                            dir.Join("train.yaml") + " --steps 10 --checkpoint " + ckpt, 120);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("nothing left of --steps 10"), std::string::npos) << bad.output;
+}
+
 }  // namespace
 }  // namespace conveyor

@@ -172,6 +172,9 @@ struct TrainCliOptions {
   bool device = false;
   std::string json;
   bool quiet = false;
+  double step_ms = 0;
+  std::string checkpoint;
+  int64_t checkpoint_every = 10;
 };
 
 // The reference trainer (docs/trainer.md).

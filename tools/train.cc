@@ -45,6 +45,9 @@ absl::Status RunTrain(const TrainCliOptions& o) {
   t.comm_host = o.comm_host;
   t.device = o.device;
   t.quiet = o.quiet;
+  t.step_ms = o.step_ms;
+  t.checkpoint = o.checkpoint;
+  t.checkpoint_every = o.checkpoint_every;
   ASSIGN_OR_RETURN(trainer::TrainResult r, trainer::Train(t));
   if (!o.json.empty()) {
     std::ofstream f(o.json);
@@ -53,6 +56,10 @@ absl::Status RunTrain(const TrainCliOptions& o) {
   }
   if (!o.quiet) {
     const double step = std::max(r.total.mean, 1e-12);
+    if (r.resumed_at_step >= 0) {
+      std::fprintf(stderr, "\ntrain: rank %d resumed at step %lld (cursor %s)", r.rank,
+                   static_cast<long long>(r.resumed_at_step), r.resumed_cursor.c_str());
+    }
     std::fprintf(stderr, "\ntrain: rank %d of %d, %zu steps, comm %s, %lld features -> %lld outputs\n",
                  r.rank, r.world_size, r.steps.size(), r.comm.c_str(),
                  static_cast<long long>(r.features), static_cast<long long>(r.outputs));
@@ -101,6 +108,11 @@ class TrainCommand final : public Command {
     c->add_flag("--device", o_.device, "Deliver batches to the GPU (CUDA builds)");
     c->add_option("--json", o_.json, "Write per-step times and the summary as JSON");
     c->add_flag("--quiet", o_.quiet, "No progress output");
+    c->add_option("--step-ms", o_.step_ms, "Pad each step's compute to at least this many ms (a stand-in for a real model; sleeps)")
+        ->capture_default_str()->check(CLI::Range(0.0, 600000.0));
+    c->add_option("--checkpoint", o_.checkpoint, "Training state file: resumed from when it exists (its cursor overrides --cursor); rank 0 rewrites it atomically");
+    c->add_option("--checkpoint-every", o_.checkpoint_every, "Steps between checkpoints (and one at the end)")
+        ->capture_default_str()->check(CLI::PositiveNumber);
     return c;
   }
   absl::Status Run() override {

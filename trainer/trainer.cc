@@ -5,9 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "base/strings.h"
 #include "conveyor/v1/service.pb.h"
@@ -166,7 +171,108 @@ struct Linear {
   }
 };
 
+uint64_t Fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::string Hex64(uint64_t x) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(x));
+  return hex;
+}
+
+constexpr char kCheckpointMagic[] = "conveyor-train-checkpoint 1\n";
+
 }  // namespace
+
+// The file: the magic line, one line of JSON (step, cursor, shape, Adam's step, the byte count
+// and FNV-1a of what follows), then w, m and v as little-endian float32.
+absl::Status WriteCheckpoint(const std::string& path, const TrainState& st) {
+  const size_t n = static_cast<size_t>(st.in * st.out);
+  if (st.w.size() != n || st.m.size() != n || st.v.size() != n) {
+    return absl::InvalidArgumentError(StrCat("checkpoint ", path, ": the state's arrays are not ", n, " long"));
+  }
+  std::string body;
+  body.reserve(3 * n * sizeof(float));
+  for (const std::vector<float>* a : {&st.w, &st.m, &st.v}) {
+    body.append(reinterpret_cast<const char*>(a->data()), a->size() * sizeof(float));
+  }
+  nlohmann::json head = {{"step", st.step},   {"cursor", st.cursor},          {"in", st.in},
+                         {"out", st.out},     {"adam_t", st.adam_t},          {"bytes", body.size()},
+                         {"fnv1a", Hex64(Fnv1a(body.data(), body.size()))}};
+  const std::string text = kCheckpointMagic + head.dump() + "\n" + body;
+  const std::string tmp = StrCat(path, ".tmp.", getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return absl::InternalError(StrCat("checkpoint ", tmp, ": ", std::strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t k = ::write(fd, text.data() + done, text.size() - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return absl::InternalError(StrCat("checkpoint ", tmp, ": write: ", err));
+    }
+    done += static_cast<size_t>(k);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(StrCat("checkpoint ", tmp, ": ", std::strerror(errno)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(StrCat("checkpoint ", path, ": rename: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) {
+    if (errno == ENOENT) return absl::NotFoundError(StrCat("checkpoint ", path, " does not exist"));
+    return absl::InternalError(StrCat("checkpoint ", path, ": ", std::strerror(errno)));
+  }
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto bad = [&](const std::string& why) { return absl::DataLossError(StrCat("checkpoint ", path, ": ", why)); };
+  const std::string magic = kCheckpointMagic;
+  if (text.compare(0, magic.size(), magic) != 0) return bad("not a conveyor train checkpoint (no magic line)");
+  const size_t eol = text.find('\n', magic.size());
+  if (eol == std::string::npos) return bad("truncated in its header");
+  TrainState st;
+  std::string fnv;
+  size_t bytes = 0;
+  try {
+    const nlohmann::json head = nlohmann::json::parse(text.substr(magic.size(), eol - magic.size()));
+    st.step = head.at("step").get<int64_t>();
+    st.cursor = head.at("cursor").get<std::string>();
+    st.in = head.at("in").get<int64_t>();
+    st.out = head.at("out").get<int64_t>();
+    st.adam_t = head.at("adam_t").get<int64_t>();
+    bytes = head.at("bytes").get<size_t>();
+    fnv = head.at("fnv1a").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    return bad(StrCat("bad header: ", e.what()));
+  }
+  if (st.step < 0 || st.in < 0 || st.out < 0 || st.adam_t < 0 || (st.in > 0 && st.out > (1 << 28) / st.in)) {
+    return bad("impossible header values");
+  }
+  const size_t n = static_cast<size_t>(st.in * st.out);
+  if (bytes != 3 * n * sizeof(float)) return bad(StrCat("header says ", bytes, " bytes for a ", st.in, "x", st.out, " model"));
+  if (text.size() - eol - 1 != bytes) {
+    return bad(StrCat("holds ", text.size() - eol - 1, " bytes of state, its header says ", bytes, " (torn or truncated)"));
+  }
+  const char* body = text.data() + eol + 1;
+  if (Hex64(Fnv1a(body, bytes)) != fnv) return bad("the state's checksum does not match (corrupt)");
+  for (std::vector<float>* a : {&st.w, &st.m, &st.v}) {
+    a->resize(n);
+    std::memcpy(a->data(), body, n * sizeof(float));
+    body += n * sizeof(float);
+  }
+  return st;
+}
 
 absl::StatusOr<std::string> ShiftCameras(const std::string& yaml, const std::vector<std::string>& cameras,
                                          double shift_s) {
@@ -229,6 +335,43 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     co.config_yaml = *shifted;
   }
   r.config_sent = co.config_yaml;
+  // Resume before meeting the other ranks: rank 0 may rewrite the checkpoint once training runs.
+  Linear model;
+  int64_t first_step = 0;
+  if (!o.checkpoint.empty()) {
+    absl::StatusOr<TrainState> ck = ReadCheckpoint(o.checkpoint);
+    if (ck.ok()) {
+      if (ck->step >= o.steps) {
+        return absl::FailedPreconditionError(StrCat("checkpoint ", o.checkpoint, " is at step ", ck->step,
+                                                    ": nothing left of --steps ", o.steps));
+      }
+      absl::StatusOr<client::Cursor> cursor = client::Cursor::Parse(ck->cursor);
+      if (!cursor.ok()) return absl::DataLossError(StrCat("checkpoint ", o.checkpoint, ": ", cursor.status().message()));
+      co.start = *cursor;
+      first_step = ck->step;
+      if (ck->in > 0) {
+        model.Init(ck->in, ck->out);
+        model.w = std::move(ck->w);
+        model.m = std::move(ck->m);
+        model.v = std::move(ck->v);
+        model.t = ck->adam_t;
+      }
+      r.resumed_at_step = first_step;
+      r.resumed_cursor = ck->cursor;
+      if (!o.quiet) {
+        std::fprintf(stderr, "train: rank %d resumes from %s at step %lld, cursor %s\n", r.rank,
+                     o.checkpoint.c_str(), static_cast<long long>(first_step), ck->cursor.c_str());
+      }
+    } else if (!absl::IsNotFound(ck.status())) {
+      return ck.status();
+    }
+  }
+  co.max_batches = static_cast<uint64_t>(o.steps - first_step);
+  auto save = [&](int64_t steps_done, const client::Cursor& next) -> absl::Status {
+    if (o.checkpoint.empty() || r.rank != 0) return absl::OkStatus();
+    TrainState st{steps_done, next.ToString(), model.in, model.out, model.t, model.w, model.m, model.v};
+    return WriteCheckpoint(o.checkpoint, st);
+  };
   absl::StatusOr<std::unique_ptr<Communicator>> comm =
       CreateCommunicator(o.comm, r.rank, r.world_size, o.rendezvous, o.comm_timeout_s, o.comm_host);
   if (!comm.ok()) return comm.status();
@@ -236,7 +379,6 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   absl::StatusOr<std::unique_ptr<client::Client>> cl = client::Client::Create(co);
   if (!cl.ok()) return cl.status();
 
-  Linear model;
   std::vector<float> x, grad, target_sum;
   uint64_t targets_seen = 0;
   double final_sum = 0, mean_sum = 0, first_sum = 0, first_mean_sum = 0;
@@ -245,8 +387,11 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   const int64_t final_from = o.steps - std::max<int64_t>(1, o.steps / 4);
   const auto start = Clock::now();
   uint64_t samples = 0;
-  for (int64_t step = 0; step < o.steps; ++step) {
+  client::Cursor next_cursor = co.start;
+  int64_t saved_at = first_step;
+  for (int64_t step = first_step; step < o.steps; ++step) {
     StepTimes st;
+    st.step = step;
     const auto t0 = Clock::now();
     absl::StatusOr<std::optional<client::Batch>> next = (*cl)->Next();
     st.wait = Since(t0);
@@ -267,15 +412,22 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     if (absl::Status s = Features(*b, o.pool, o.action, &x, &in); !s.ok()) return s;
     const int64_t n = static_cast<int64_t>(b->ids.size());
     const int64_t out = static_cast<int64_t>(y->bytes / 4) / n;
-    if (model.in == 0) {
-      model.Init(in, out);
+    if (model.in == 0) model.Init(in, out);
+    if (model.in != in || model.out != out) {
+      return absl::DataLossError(StrCat("batch ", b->cursor.ToString(), " has ", in, " features and ", out,
+                                        " outputs per sample; the model (", step == first_step ? "from the checkpoint" : "from the first batch",
+                                        ") has ", model.in, " and ", model.out));
+    }
+    if (target_sum.empty()) {
       first_outputs = y->shape.size() == 3 ? y->shape[2] : out;
       target_sum.assign(static_cast<size_t>(out), 0.0f);
       r.features = in;
       r.outputs = out;
-    } else if (model.in != in || model.out != out) {
-      return absl::DataLossError(StrCat("batch ", b->cursor.ToString(), " has ", in, " features and ", out,
-                                        " outputs per sample; the first had ", model.in, " and ", model.out));
+    }
+    st.cursor = b->cursor.ToString();
+    for (const client::SampleId& id : b->ids) {
+      st.ids.push_back(id.dataset != 0 ? StrCat(id.dataset, ":", id.episode, "/", id.step)
+                                       : StrCat(id.episode, "/", id.step));
     }
     const float* target = reinterpret_cast<const float*>(y->data);
     std::vector<float> pred;
@@ -305,6 +457,10 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
       ++final_n;
     }
     st.compute = Since(t1);
+    if (o.step_ms > 0 && st.compute * 1e3 < o.step_ms) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.step_ms - st.compute * 1e3));
+      st.compute = Since(t1);
+    }
     const auto t2 = Clock::now();
     if (absl::Status s = (*comm)->AllreduceSum(grad.data(), grad.size()); !s.ok()) return s;
     st.comm = Since(t2);
@@ -315,7 +471,12 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     st.total = Since(t0);
     st.samples = static_cast<uint64_t>(n);
     samples += st.samples;
-    r.steps.push_back(st);
+    next_cursor = b->next;
+    if ((step + 1 - first_step) % std::max<int64_t>(o.checkpoint_every, 1) == 0 || step + 1 == o.steps) {
+      if (absl::Status s = save(step + 1, next_cursor); !s.ok()) return s;
+      saved_at = step + 1;
+    }
+    r.steps.push_back(std::move(st));
     if (!o.quiet && r.rank == 0 && (step % o.print_every == 0 || step + 1 == o.steps)) {
       std::fprintf(stderr,
                    "train: step %4lld/%lld  loss %.5f  wait %6.1f ms  h2d %5.1f ms  compute %6.1f ms  "
@@ -326,6 +487,10 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     }
   }
   const double seconds = Since(start);
+  const int64_t done = first_step + static_cast<int64_t>(r.steps.size());
+  if (done != saved_at) {
+    if (absl::Status s = save(done, next_cursor); !s.ok()) return s;
+  }
   std::vector<double> w, h, c, m, t;
   double wait_total = 0, step_total = 0;
   for (const StepTimes& s : r.steps) {
@@ -352,14 +517,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   r.mean_action_loss = sums[2] > 0 ? sums[1] / sums[2] : 0;
   r.first_step_loss = sums[2] > 0 ? sums[3] / sums[2] : 0;
   r.first_step_mean_loss = sums[2] > 0 ? sums[4] / sums[2] : 0;
-  uint64_t fnv = 1469598103934665603ull;
-  for (const float& f : model.w) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&f);
-    for (size_t i = 0; i < sizeof f; ++i) fnv = (fnv ^ p[i]) * 1099511628211ull;
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv));
-  r.weights_fnv1a = hex;
+  r.weights_fnv1a = Hex64(Fnv1a(model.w.data(), model.w.size() * sizeof(float)));
   return r;
 }
 
@@ -367,10 +525,10 @@ std::string ResultJson(const TrainResult& r) {
   using json = nlohmann::json;
   auto part = [](const PartSummary& p) { return json{{"mean_s", p.mean}, {"p50_s", p.p50}, {"p99_s", p.p99}}; };
   json steps = json::array();
-  for (size_t i = 0; i < r.steps.size(); ++i) {
-    const StepTimes& s = r.steps[i];
-    steps.push_back({{"step", i}, {"wait_s", s.wait}, {"h2d_s", s.h2d}, {"compute_s", s.compute},
-                     {"comm_s", s.comm}, {"total_s", s.total}, {"loss", s.loss}, {"samples", s.samples}});
+  for (const StepTimes& s : r.steps) {
+    steps.push_back({{"step", s.step}, {"cursor", s.cursor}, {"wait_s", s.wait}, {"h2d_s", s.h2d},
+                     {"compute_s", s.compute}, {"comm_s", s.comm}, {"total_s", s.total}, {"loss", s.loss},
+                     {"samples", s.samples}, {"ids", s.ids}});
   }
   json j = {{"rank", r.rank},
             {"world_size", r.world_size},
@@ -378,6 +536,8 @@ std::string ResultJson(const TrainResult& r) {
             {"features", r.features},
             {"outputs", r.outputs},
             {"weights_fnv1a", r.weights_fnv1a},
+            {"resumed_at_step", r.resumed_at_step},
+            {"resumed_cursor", r.resumed_cursor},
             {"summary",
              {{"wait", part(r.wait)}, {"h2d", part(r.h2d)}, {"compute", part(r.compute)},
               {"comm", part(r.comm_time)}, {"step", part(r.total)},

@@ -33,12 +33,24 @@ struct TrainOptions {
   bool device = false;            // deliver batches to the GPU (CUDA builds)
   int print_every = 10;
   bool quiet = false;
+  // A stand-in for a real model's step: each step's compute is padded (by sleeping, so the data
+  // servers keep their cores) to at least this long. 0: the small policy's own cost only.
+  double step_ms = 0;
+  // The training state (weights, Adam moments, steps done, the global cursor of the next batch)
+  // in one file. When it exists at start, training resumes from it: at its step, with its
+  // weights, at its cursor (which overrides client.start), with any world size at the same
+  // global batch. Rank 0 rewrites it atomically every `checkpoint_every` steps and at the end.
+  std::string checkpoint;
+  int64_t checkpoint_every = 10;
 };
 
 struct StepTimes {
+  int64_t step = 0;               // of the whole run (a resumed run starts at its checkpoint's)
   double wait = 0, h2d = 0, compute = 0, comm = 0, total = 0;
   double loss = 0;
   uint64_t samples = 0;
+  std::string cursor;             // the batch's place in the global order, EPOCH:STEP
+  std::vector<std::string> ids;   // this rank's samples, in batch order (EPISODE/STEP)
 };
 
 struct PartSummary {
@@ -60,7 +72,25 @@ struct TrainResult {
   int64_t features = 0, outputs = 0;
   std::string weights_fnv1a;      // of the final weights: equal on every rank when gradients are averaged
   std::string config_sent;        // what was sent to the server (after any shift)
+  int64_t resumed_at_step = -1;   // from the checkpoint; -1: started fresh
+  std::string resumed_cursor;
 };
+
+// The training state a checkpoint holds (trainer.cc writes and reads it; public for tests).
+struct TrainState {
+  int64_t step = 0;               // steps done
+  std::string cursor = "0:0";     // the global cursor of the next batch
+  int64_t in = 0, out = 0;        // the linear policy's shape
+  int64_t adam_t = 0;
+  std::vector<float> w, m, v;     // each in * out
+};
+
+// Writes `state` to `path` atomically (a temporary file beside it, fsync, rename), so a reader
+// sees the old checkpoint or the new one, never a torn one.
+absl::Status WriteCheckpoint(const std::string& path, const TrainState& state);
+// NOT_FOUND when `path` does not exist; DATA_LOSS naming the file when it is torn, truncated or
+// not a checkpoint.
+absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path);
 
 absl::StatusOr<TrainResult> Train(const TrainOptions& options);
 

@@ -16,6 +16,11 @@
 #      from its log (its checkpoint) and the two runs together equal an uninterrupted one.
 #   5. resubmission with 4 ranks instead of 2 from the cursor where 4's first run was cancelled
 #      (START_CURSOR), at the same global batch: the same global order continues.
+#   6. TRAINER=train with a CHECKPOINT: scancel mid-run, then the same job resubmitted: the
+#      trainers resume from their checkpoint and end with the uninterrupted run's (1's) weights,
+#      having trained on its batches at its steps.
+#   7. 6's checkpoint as it was at the scancel, resumed by 4 trainer ranks instead of 2 at the
+#      same global batch: ranks 2k and 2k+1 together train on what rank k of 2 did in 1.
 #
 # Needs: slurmctld, slurmd, sbatch, scontrol (Debian: slurmctld slurmd slurm-client); skipped
 # with exit code 77 (ctest SKIP_RETURN_CODE) when they are missing.
@@ -349,5 +354,65 @@ for k in 0 1; do
     fail "4 ranks: ranks $((2 * k)),$((2 * k + 1)) together differ from rank $k of 2 from step $CANCELLED_AT"
 done
 log "5. job $job COMPLETED: 4 ranks from $cursor continue the 2-rank global order ($((EPOCH_STEPS - CANCELLED_AT)) steps)"
+
+# ---- 6. scancel of training ranks, then resubmission resuming from their checkpoint ------------
+# STEP_MS pads each step to 100 ms (a model's cost) so that the scancel lands mid-run.
+mkdir -p "$T/ckpt"
+job=$(submit trainstop TRAINER=train STEPS=60 STEP_MS=100 CHECKPOINT="$T/ckpt/state" CHECKPOINT_EVERY=1 \
+  RESULTS_DIR="$T/trainstop")
+log "6. submitted job $job (TRAINER=train, CHECKPOINT, 100 ms steps)"
+out=$T/job-trainstop-$job.out
+for _ in $(seq 1200); do
+  ! grep -q '^train: step   21/60' "$out" 2> /dev/null || break
+  sleep 0.1
+done
+grep -q '^train: step   21/60' "$out" || fail "the trainers did not reach step 21"
+scancel "$job"
+wait_state "$job" 60 CANCELLED
+cp "$T/ckpt/state" "$T/ckpt/at-cancel"
+ckpt_step=$(sed -n '2s/.*"step":\([0-9]*\).*/\1/p' "$T/ckpt/state")
+[[ -n $ckpt_step && $ckpt_step -ge 21 && $ckpt_step -lt 60 ]] ||
+  fail "the checkpoint after the scancel is at step '$ckpt_step', expected within [21, 60)"
+log "6. job $job cancelled; its checkpoint is at step $ckpt_step"
+job=$(submit trainresume TRAINER=train STEPS=60 CHECKPOINT="$T/ckpt/state" RESULTS_DIR="$T/trainresume")
+wait_state "$job" 120 COMPLETED
+exit_ok "$job"
+out=$T/job-trainresume-$job.out
+for r in 0 1; do
+  grep -q "train: rank $r resumes from $T/ckpt/state at step $ckpt_step" "$out" ||
+    fail "rank $r did not resume from the checkpoint at step $ckpt_step"
+  grep -q "train: rank $r of 2, $((60 - ckpt_step)) steps" "$out" || fail "rank $r did not train the rest"
+done
+# The same batches at the same steps as the uninterrupted run, and so the same weights.
+/usr/bin/python3 - "$T/train" "$T/trainresume" "$ckpt_step" << 'EOF' || fail "6. the resumed run trained on other batches"
+import json, sys
+whole, resumed, at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for r in (0, 1):
+    w = json.load(open(f"{whole}/train-{r}.json"))["steps"][at:]
+    s = json.load(open(f"{resumed}/train-{r}.json"))["steps"]
+    assert [x["ids"] for x in s] == [x["ids"] for x in w], f"rank {r}: other samples"
+    assert [x["step"] for x in s] == [x["step"] for x in w], f"rank {r}: other step numbers"
+EOF
+r0=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/trainresume/train-0.json")
+[[ $r0 == "$w0" ]] || fail "6. weights after scancel + resume ($r0) differ from the uninterrupted run's ($w0)"
+log "6. job $job COMPLETED: resumed at step $ckpt_step, the uninterrupted run's batches and weights"
+
+# ---- 7. the checkpoint resumed by 4 trainer ranks instead of 2 ---------------------------------
+job=$(submit trainresize TRAINER=train STEPS=60 CHECKPOINT="$T/ckpt/at-cancel" RESULTS_DIR="$T/trainresize" \
+  RANKS_PER_NODE=4)
+log "7. submitted job $job (4 trainer ranks from the checkpoint at step $ckpt_step)"
+wait_state "$job" 120 COMPLETED
+exit_ok "$job"
+/usr/bin/python3 - "$T/train" "$T/trainresize" "$ckpt_step" << 'EOF' || fail "7. 4 ranks did not continue the 2-rank global order"
+import json, sys
+whole, resized, at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+four = [json.load(open(f"{resized}/train-{r}.json"))["steps"] for r in range(4)]
+for k in (0, 1):
+    w = json.load(open(f"{whole}/train-{k}.json"))["steps"][at:]
+    got = [a["ids"] + b["ids"] for a, b in zip(four[2 * k], four[2 * k + 1])]
+    assert len(got) == len(w) == 60 - at, (len(got), len(w))
+    assert got == [x["ids"] for x in w], f"ranks {2 * k},{2 * k + 1} differ from rank {k} of 2"
+EOF
+log "7. job $job COMPLETED: 4 ranks from step $ckpt_step trained on the 2-rank run's global order"
 
 log "PASS"
