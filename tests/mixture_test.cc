@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
+#include <tuple>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -202,11 +204,11 @@ pipeline: {seed: 3, global_batch_size: 12, schedule: {mode: gop, block_steps: 10
   }
 
   static std::vector<Line> Run(int threads, uint32_t consumer, uint32_t consumers, Cursor start,
-                               int steps) {
+                               int steps, const std::string& config = config_) {
     std::unique_ptr<Source> src = Open();
     std::vector<Line> out;
     if (!src) return out;
-    auto c = Config(*src, config_);
+    auto c = Config(*src, config);
     EXPECT_TRUE(c.ok()) << c.status();
     if (!c.ok()) return out;
     PipelineOptions o = c->second;
@@ -312,6 +314,94 @@ TEST_F(MixtureTest, MissingStreamsArePaddingAndTagsNameTheDataset) {
     }
   }
   for (int k = 0; k < 4; ++k) EXPECT_TRUE(saw[k]) << "dataset " << k << " never appeared";
+}
+
+// Each dataset's state is normalized with that dataset's own statistics (under its own stream
+// name: d's are those of "joints"), not the mixture's: against the same batches without
+// normalization, value for value, as sample_spec.cc computes it in float32.
+TEST_F(MixtureTest, EachDatasetIsNormalizedWithItsOwnStatistics) {
+  std::string raw_config = config_;
+  const std::string norm = "observation.state: {normalize: mean_std}";
+  const size_t at = raw_config.find(norm);
+  ASSERT_NE(at, std::string::npos);
+  raw_config.replace(at, norm.size(), "observation.state: {}");
+  const std::vector<Line> normalized = Run(2, 0, 1, Cursor{0, 0}, 10);
+  const std::vector<Line> raw = Run(2, 0, 1, Cursor{0, 0}, 10, raw_config);
+  ASSERT_EQ(normalized.size(), 10u);
+  ASSERT_EQ(raw.size(), 10u);
+  const char* member[4] = {"a", "b", "c", "d"};
+  const char* state[4] = {"observation.state", "observation.state", "observation.state", "joints"};
+  std::vector<StreamStats> stats(4);
+  for (int k = 0; k < 4; ++k) {
+    auto src = Source::Open(dir_->Join(member[k]));
+    ASSERT_TRUE(src.ok()) << src.status();
+    auto it = (*src)->manifest().stats.find(state[k]);
+    ASSERT_NE(it, (*src)->manifest().stats.end()) << member[k];
+    stats[k] = it->second;
+  }
+  // Different robots: the datasets' means differ, so pooled statistics would show.
+  EXPECT_NE(stats[0].mean[0], stats[1].mean[0]);
+  int checked[4] = {0, 0, 0, 0};
+  for (size_t b = 0; b < raw.size(); ++b) {
+    ASSERT_EQ(raw[b].ids, normalized[b].ids) << "normalization changed the order";
+    const auto& x = raw[b].tensors.at("observation.state");
+    const auto& y = normalized[b].tensors.at("observation.state");
+    for (size_t i = 0; i < raw[b].ids.size(); ++i) {
+      const uint32_t k = raw[b].ids[i].dataset;
+      const size_t dim = stats[k].mean.size();  // b: 7 of the 14 (the rest is padding)
+      for (size_t d = 0; d < dim; ++d) {
+        float v = 0, got = 0;
+        std::memcpy(&v, x.data() + 4 * (i * 14 + d), 4);
+        std::memcpy(&got, y.data() + 4 * (i * 14 + d), 4);
+        const float want = (v - static_cast<float>(stats[k].mean[d])) *
+                           static_cast<float>(1.0 / (stats[k].std[d] + 1e-8));
+        EXPECT_FLOAT_EQ(got, want) << "dataset " << member[k] << " sample " << i << " dim " << d;
+      }
+      ++checked[k];
+    }
+  }
+  for (int k = 0; k < 4; ++k) EXPECT_GT(checked[k], 0) << member[k];
+}
+
+// Packing takes a mixture's variable token counts: a dataset lacking cam1 (padding, which costs
+// nothing) gives shorter samples. The packed batches hold the unpacked batches' samples, are the
+// same at any thread count, and each sample's stream lengths say what its dataset has.
+TEST_F(MixtureTest, PackedBatchesTakeEachDatasetsTokenCounts) {
+  const std::string packed_config = config_ + R"(packing:
+  max_tokens: 64
+  tokens:
+    cam0: {per_frame: 8}
+    cam1: {per_frame: 8}
+    observation.state: {per_step: 1}
+    action: {per_step: 1}
+)";
+  const std::vector<Line> stacked = Run(2, 0, 1, Cursor{0, 0}, 6);
+  const std::vector<Line> packed = Run(2, 0, 1, Cursor{0, 0}, 6, packed_config);
+  ASSERT_EQ(packed.size(), 6u);
+  EXPECT_EQ(Run(1, 0, 1, Cursor{0, 0}, 6, packed_config), packed);
+  std::set<int32_t> cam1_lengths[4];
+  for (size_t b = 0; b < packed.size(); ++b) {
+    std::vector<SampleId> want = stacked[b].ids, got = packed[b].ids;
+    auto by_index = [](const SampleId& x, const SampleId& y) {
+      return std::tie(x.dataset, x.index) < std::tie(y.dataset, y.index);
+    };
+    std::sort(want.begin(), want.end(), by_index);
+    std::sort(got.begin(), got.end(), by_index);
+    EXPECT_EQ(got, want) << "step " << b << ": packing changed which samples the batch holds";
+    const auto& lengths = packed[b].tensors.at("stream_lengths");  // int32 [n, K], spec order
+    const size_t n = packed[b].ids.size(), k = lengths.size() / 4 / n;
+    ASSERT_EQ(k, 5u);  // cam0, cam1, observation.state, action, instruction
+    for (size_t i = 0; i < n; ++i) {
+      int32_t cam1 = 0;
+      std::memcpy(&cam1, lengths.data() + 4 * (i * k + 1), 4);
+      cam1_lengths[packed[b].ids[i].dataset].insert(cam1);
+    }
+  }
+  // a and c have cam1 (one frame, 8 tokens); b and d lack it: padding costs nothing.
+  EXPECT_EQ(cam1_lengths[0], std::set<int32_t>{8});
+  EXPECT_EQ(cam1_lengths[2], std::set<int32_t>{8});
+  EXPECT_EQ(cam1_lengths[1], std::set<int32_t>{0});
+  EXPECT_EQ(cam1_lengths[3], std::set<int32_t>{0});
 }
 
 TEST_F(MixtureTest, SameBatchesAtAnyThreadCountAndFromAnyCursor) {
