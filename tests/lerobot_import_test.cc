@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <sstream>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -649,6 +650,66 @@ TEST_F(LeRobotImportTest, InPlaceErrorsNameTheFileAndEpisode) {
     absl::Status s = (*ds)->LoadEpisode(1).status();
     EXPECT_TRUE(Mentions(s, "episode_000001.parquet, episode 1: 7 rows")) << s;
     EXPECT_TRUE(Mentions(s, "length 8")) << s;
+  }
+}
+
+// A broken episode read in place: `inspect --verify` fails naming the file; `on_error: skip`
+// drops that episode's samples, counted, while the others are served.
+TEST_F(LeRobotImportTest, InPlaceVerifyFindsABrokenEpisodeAndSkipSkipsIt) {
+  const std::string root = CopyOf("v30", "broken_inplace");
+  fs::remove(root + "/videos/observation.images.wrist/chunk-000/file-001.mp4");  // episodes 1-3
+  const std::string cli = ShellQuote(CONVEYOR_CLI);
+  const auto verify = RunCommand(cli + " inspect " + ShellQuote(root) + " --verify 2>&1", 120);
+  EXPECT_NE(verify.exit_code, 0) << verify.output;
+  EXPECT_NE(verify.output.find("file-001.mp4"), std::string::npos) << verify.output;
+  EXPECT_EQ(RunCommand(cli + " inspect " + ShellQuote(InPlace("v30")) + " --verify 2>&1", 120).exit_code, 0);
+
+  std::string text = kBatchesConfig;
+  text.insert(0, "on_error: skip\n");
+  const std::string config = dir_->Join("batches_skip.yaml");
+  WriteFile(config, text);
+  const auto r = RunCommand(cli + " batches " + ShellQuote(root) + " --config " + ShellQuote(config) +
+                                " --steps 8 --ids --stats 2>&1",
+                            120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t samples = 0, skipped_line = 0;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t open = line.find('[');
+    if (line.find(" consumer ") == std::string::npos || open == std::string::npos) continue;
+    std::istringstream ids(line.substr(open + 1, line.find(']') - open - 1));
+    for (std::string id; ids >> id;) {
+      ++samples;
+      EXPECT_EQ(id.rfind("0/", 0), 0u) << "a sample of a broken episode was served: " << line;
+    }
+  }
+  EXPECT_GT(samples, 0u) << r.output;
+  skipped_line = r.output.find(" skipped)");
+  ASSERT_NE(skipped_line, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(0 skipped)"), std::string::npos) << "no skip was counted: " << r.output;
+}
+
+// Exact resume in place: from the cursor of any batch, the same batches follow as in one run.
+TEST_F(LeRobotImportTest, InPlaceResumesExactlyFromAnyCursor) {
+  const std::string config = dir_->Join("batches_resume.yaml");
+  WriteFile(config, kBatchesConfig);
+  int code = 0;
+  const std::string all = BatchesDigest(InPlace("v30"), config, 2, &code);
+  ASSERT_EQ(code, 0) << all;
+  std::vector<std::string> lines;
+  std::istringstream in(all);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 24u) << all;
+  for (size_t at : {1u, 7u, 13u, 23u}) {
+    const std::string cursor = lines[at].substr(0, lines[at].find(' '));
+    const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " batches " + ShellQuote(InPlace("v30")) +
+                                  " --config " + ShellQuote(config) + " --digest --threads 1 --cursor " +
+                                  cursor + " --steps " + std::to_string(24 - at) + " 2>&1",
+                              120);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::string want;
+    for (size_t i = at; i < 24; ++i) want += lines[i] + "\n";
+    EXPECT_EQ(r.output, want) << "resumed at " << cursor;
   }
 }
 
