@@ -44,6 +44,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/base/thread_annotations.h"
+#include "base/cancel.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "readers/storage.h"
@@ -63,6 +64,8 @@ constexpr double kLowWater = 0.9;
 // (kRamBlocks below: checked blocks kept in memory per CachingStorage.)
 constexpr size_t kRamBlocks = 16;
 constexpr uint64_t kReadAheadBlocks = 8;
+// A parallel range request covers at least this many blocks.
+constexpr uint64_t kMinPartBlocks = 2;
 // tmp/ files older than this belong to a process that died while writing.
 constexpr int kStaleTmpSeconds = 3600;
 
@@ -123,6 +126,9 @@ class CachedFile final : public RandomAccessFile {
 
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override;
   uint64_t size() const override { return backend_->size(); }
+  // [offset, offset + n) from the backend as `parts` concurrent range requests of whole blocks
+  // (the calling thread takes the first), under the caller's cancellation; the first error wins.
+  absl::Status ReadParallel(uint64_t offset, size_t n, char* dst, uint64_t parts) const;
   const std::string& name() const override { return backend_->name(); }
   std::string version() const override { return backend_->version(); }
 
@@ -186,6 +192,7 @@ class CachingStorage final : public Storage {
   }
 
   uint32_t block_bytes() const { return options_.block_bytes; }
+  uint64_t parallel_ranges() const { return std::max<uint32_t>(options_.parallel_ranges, 1); }
 
   // Reads entry (key, block) of `len` bytes into dst; false when absent or corrupt (then
   // removed).
@@ -413,7 +420,12 @@ absl::Status CachedFile::Read(uint64_t offset, size_t n, char* dst) const {
     const uint64_t run_offset = block * b;
     const uint64_t run_bytes = std::min(size, run_end * b) - run_offset;
     buf.resize(run_bytes);
-    RETURN_IF_ERROR(backend_->Read(run_offset, run_bytes, buf.data()));
+    const uint64_t parts = std::min<uint64_t>(cache_->parallel_ranges(), (run_end - block) / kMinPartBlocks);
+    if (parts > 1) {
+      RETURN_IF_ERROR(ReadParallel(run_offset, run_bytes, buf.data(), parts));
+    } else {
+      RETURN_IF_ERROR(backend_->Read(run_offset, run_bytes, buf.data()));
+    }
     for (uint64_t k = block; k < run_end; ++k) {
       const char* src = buf.data() + (k - block) * b;
       cache_->Insert(key_, k, src, block_len(k));
@@ -423,6 +435,34 @@ absl::Status CachedFile::Read(uint64_t offset, size_t n, char* dst) const {
     block = run_end;
   }
   next_block_.store(last + 1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status CachedFile::ReadParallel(uint64_t offset, size_t n, char* dst, uint64_t parts) const {
+  const uint64_t b = cache_->block_bytes();
+  const uint64_t blocks = (n + b - 1) / b;
+  std::vector<absl::Status> status(parts);
+  // Part i: blocks [i * blocks / parts, (i + 1) * blocks / parts) of the run.
+  auto part = [&](uint64_t i) {
+    const uint64_t from = i * blocks / parts * b;
+    const uint64_t to = std::min<uint64_t>(n, (i + 1) * blocks / parts * b);
+    status[i] = backend_->Read(offset + from, to - from, dst + from);
+  };
+  // The helpers run under the caller's cancellation (base/cancel.h is per thread). They live for
+  // one read and are joined before it returns: a round-trip costs milliseconds, a thread start
+  // microseconds, and no pool outlives the call.
+  const std::atomic<bool>* cancel = cancel_internal::current;
+  std::vector<std::thread> helpers;
+  helpers.reserve(parts - 1);
+  for (uint64_t i = 1; i < parts; ++i) {
+    helpers.emplace_back([&, i] {
+      CancelScope scope(cancel);
+      part(i);
+    });
+  }
+  part(0);
+  for (std::thread& t : helpers) t.join();
+  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
   return absl::OkStatus();
 }
 

@@ -118,6 +118,11 @@ struct StorageCacheOptions {
   // mean fewer requests and more bytes read around a small read. Every process sharing `dir`
   // must use the same value (it is part of each entry's key).
   uint32_t block_bytes = 1u << 20;
+  // A run of missing blocks (a read plus its read-ahead) of at least 2 x kMinPartBlocks blocks is
+  // fetched as up to this many range requests at once, each of consecutive blocks, so one
+  // remote scan keeps several connections busy (a single S3/HTTP stream is bound by its
+  // round-trips and window, not the link). 1: one request per run.
+  uint32_t parallel_ranges = 4;
 };
 
 // Everything OpenStorage needs. HTTP options apply to S3 too (it is HTTP underneath).

@@ -3,12 +3,19 @@
 // across "processes" (two caches on one directory), and every byte read equals the backend's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
+
+#include "absl/synchronization/mutex.h"
 
 #include "readers/memory_storage.h"
 #include "readers/storage.h"
@@ -37,11 +44,14 @@ class CachingStorageTest : public ::testing::Test {
     files_["long.bin"] = RandomBytes(20 * kBlock, 3);     // for read-ahead
   }
 
+  // One backend request per run of missing blocks (parallel_ranges 1), so the counts below say
+  // how runs and read-ahead are cut; ParallelRangesSplitALongRun covers the split.
   std::unique_ptr<Storage> Open(uint64_t max_bytes = 1 << 30) {
     StorageCacheOptions o;
     o.dir = dir_.Join("cache");
     o.max_bytes = max_bytes;
     o.block_bytes = kBlock;
+    o.parallel_ranges = 1;
     auto s = NewCachingStorage(NewMemoryStorage(files_), "mem://test/", o);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
@@ -134,6 +144,7 @@ TEST_F(CachingStorageTest, SequentialReadsReadAheadAndRandomReadsDoNot) {
   o.dir = dir_.Join("cache_random");
   o.max_bytes = 1 << 30;
   o.block_bytes = kBlock;
+  o.parallel_ranges = 1;
   auto random = NewCachingStorage(NewMemoryStorage(files_), "mem://test/", o);
   ASSERT_TRUE(random.ok());
   auto h = (*random)->Open("long.bin");
@@ -144,6 +155,90 @@ TEST_F(CachingStorageTest, SequentialReadsReadAheadAndRandomReadsDoNot) {
   }
   EXPECT_EQ((*random)->stats().reads, 4u);
   EXPECT_EQ((*random)->stats().cache_fill_bytes, 4u * kBlock);
+}
+
+// A backend whose every read takes 200 ms (a slow remote round-trip) and that records how many reads
+// were in flight at once.
+class SlowStorage final : public Storage {
+ public:
+  explicit SlowStorage(std::unique_ptr<Storage> inner) : inner_(std::move(inner)) {}
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(std::string_view relpath) override {
+    auto f = inner_->Open(relpath);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<RandomAccessFile>(new File(std::move(*f), this));
+  }
+  std::string Describe(std::string_view relpath) const override { return inner_->Describe(relpath); }
+  StorageStats stats() const override { return inner_->stats(); }
+  int max_in_flight() const { return max_in_flight_.load(); }
+  std::vector<std::pair<uint64_t, size_t>> ranges() const {
+    absl::MutexLock l(&mu_);
+    return ranges_;
+  }
+
+ private:
+  class File final : public RandomAccessFile {
+   public:
+    File(std::unique_ptr<RandomAccessFile> inner, SlowStorage* owner) : inner_(std::move(inner)), owner_(owner) {}
+    absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
+      const int now = ++owner_->in_flight_;
+      for (int seen = owner_->max_in_flight_.load(); seen < now && !owner_->max_in_flight_.compare_exchange_weak(seen, now);) {
+      }
+      {
+        absl::MutexLock l(&owner_->mu_);
+        owner_->ranges_.emplace_back(offset, n);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      absl::Status s = inner_->Read(offset, n, dst);
+      --owner_->in_flight_;
+      return s;
+    }
+    uint64_t size() const override { return inner_->size(); }
+    const std::string& name() const override { return inner_->name(); }
+
+   private:
+    std::unique_ptr<RandomAccessFile> inner_;
+    SlowStorage* owner_;
+  };
+  std::unique_ptr<Storage> inner_;
+  std::atomic<int> in_flight_{0}, max_in_flight_{0};
+  mutable absl::Mutex mu_;
+  std::vector<std::pair<uint64_t, size_t>> ranges_;
+};
+
+// A scan's run of missing blocks is fetched as parallel range requests of whole blocks that tile
+// it exactly (no byte twice, none missing), and every byte delivered is the backend's.
+TEST_F(CachingStorageTest, ParallelRangesSplitALongRun) {
+  auto slow = std::make_unique<SlowStorage>(NewMemoryStorage(files_));
+  SlowStorage* backend = slow.get();
+  StorageCacheOptions o;
+  o.dir = dir_.Join("cache_parallel");
+  o.max_bytes = 1 << 30;
+  o.block_bytes = kBlock;
+  o.parallel_ranges = 4;
+  auto storage = NewCachingStorage(std::move(slow), "mem://test/", o);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  auto f = (*storage)->Open("long.bin");
+  ASSERT_TRUE(f.ok()) << f.status();
+  const std::string& want = files_["long.bin"];
+  std::string got(want.size(), '\0');
+  // One read of blocks 0-15: a run of 16 blocks, 4 requests of 4 blocks at once.
+  ASSERT_TRUE((*f)->Read(0, 16 * kBlock, got.data()).ok());
+  EXPECT_TRUE(std::string_view(got.data(), 16 * kBlock) == std::string_view(want).substr(0, 16 * kBlock));
+  std::vector<std::pair<uint64_t, size_t>> ranges = backend->ranges();
+  std::sort(ranges.begin(), ranges.end());
+  ASSERT_EQ(ranges.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(ranges[i], (std::pair<uint64_t, size_t>{i * 4 * kBlock, 4 * kBlock}));
+  EXPECT_EQ(backend->max_in_flight(), 4) << "the ranges were not requested at once";
+  // A sequential read after it takes its read-ahead (blocks 16-19, the end) in parallel too, and
+  // a run of 3 blocks is too short to split.
+  ASSERT_TRUE((*f)->Read(16 * kBlock, 100, got.data()).ok());
+  EXPECT_EQ(backend->ranges().size(), 6u);  // blocks 16-17 and 18-19
+  EXPECT_EQ((*storage)->stats().cache_fill_bytes, want.size());
+  auto g = (*storage)->Open("a.bin");
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE((*g)->Read(kBlock + 1, 2 * kBlock, got.data()).ok());  // blocks 1-3
+  EXPECT_TRUE(std::string_view(got.data(), 2 * kBlock) == std::string_view(files_["a.bin"]).substr(kBlock + 1, 2 * kBlock));
+  EXPECT_EQ(backend->ranges().size(), 7u);
 }
 
 TEST_F(CachingStorageTest, ACorruptedEntryIsDetectedAndFetchedAgain) {
