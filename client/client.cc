@@ -201,6 +201,7 @@ struct Client::Impl {
   bool stop = false;
   grpc::ClientContext* active = nullptr;  // to cancel from the destructor
   Cursor delivered;                       // cursor() for the user
+  uint32_t schedule_version = 0;          // the first stream start's (0 until then)
   ClientStats stats;
   std::unique_ptr<DeviceCopier> device;
   std::shared_ptr<BufferPool> pool;
@@ -295,6 +296,8 @@ struct Client::Impl {
       if (!o.config_name.empty()) req.set_config_name(o.config_name);
       if (o.max_batches) req.set_max_batches(o.max_batches - received);
       req.set_max_message_bytes(o.max_message_bytes);
+      // After the first start, every server is asked for the order that stream began with.
+      req.set_schedule_version(first ? first->schedule_version() : o.schedule_version);
 
       grpc::ClientContext ctx;
       AddMetadata(o, &ctx);
@@ -366,7 +369,11 @@ struct Client::Impl {
                 "): every listed server must serve the same dataset and config"));
             break;
           }
-          if (!first) first = s;
+          if (!first) {
+            first = s;
+            std::lock_guard<std::mutex> lock(mu);
+            schedule_version = s.schedule_version();
+          }
           started = true;
           continue;
         }
@@ -631,6 +638,11 @@ void Client::Cancel() {
 Cursor Client::cursor() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->delivered;
+}
+
+uint32_t Client::schedule_version() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->schedule_version;
 }
 
 ClientStats Client::stats() const {

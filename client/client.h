@@ -93,6 +93,10 @@ struct ClientOptions {
   size_t prefetch_batches = 4;
   uint64_t prefetch_bytes = 1ull << 30;
   uint64_t max_message_bytes = 0;    // 0: the server's default
+  // The GOP schedule's version (docs/pipeline.md "Schedule versions"): 0 = the config's. A job
+  // resuming from a checkpoint passes the schedule_version() it saved beside the cursor, so it
+  // continues the order it started even after the default changes.
+  uint32_t schedule_version = 0;
   // The largest batch this client accepts (its payload is allocated once the header arrives); a
   // larger one ends the stream with RESOURCE_EXHAUSTED instead of exhausting memory.
   uint64_t max_batch_bytes = 8ull << 30;
@@ -143,6 +147,9 @@ class Client {
   void Cancel();
 
   Cursor cursor() const;
+  // The order's schedule version, from the server's stream start (0 before the first batch):
+  // save it with cursor() in a checkpoint.
+  uint32_t schedule_version() const;
   ClientStats stats() const;
   static bool device_supported();  // built with CUDA
 

@@ -127,7 +127,22 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
       threads = static_cast<int>(t);
       if (const YAML::Node s = p["schedule"]) {
         RETURN_IF_ERROR(yaml::CheckKeys(source, s, "pipeline.schedule",
-                                        {"mode", "block_steps", "window_blocks"}));
+                                        {"mode", "block_steps", "window_blocks", "version"}));
+        uint32_t version = kScheduleVersionCurrent;
+        if (s["version"]) {
+          int64_t v = 0;
+          try {
+            v = s["version"].as<int64_t>();
+          } catch (const YAML::Exception&) {
+            v = -1;
+          }
+          if (v != 1 && v != 2) {
+            return yaml::ConfigError(source, s["version"],
+                                     "pipeline.schedule.version must be 1 (blocks of block_steps samples, "
+                                     "as before 2026-11) or 2 (whole GOPs per episode)");
+          }
+          version = static_cast<uint32_t>(v);
+        }
         std::string mode = "gop";
         if (s["mode"]) mode = s["mode"].as<std::string>();
         if (mode != "naive" && mode != "gop") {
@@ -136,7 +151,10 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
         }
         if (mode == "naive") {
           order = OrderOptions{};
+          order.version = version;
         } else {
+          order = OrderOptions{};
+          order.version = version;
           order.block_steps = 0;  // 0 = auto, resolved in Create
           order.window_blocks = 0;
           auto sub = [&](const char* key, uint64_t* out) -> absl::Status {
@@ -585,12 +603,89 @@ Pipeline::~Pipeline() {
 
 namespace {
 
+// The most common distance between consecutive keyframes of `stream` in episode 0, in frames
+// (0 when episode 0 cannot be read; its length when it has one keyframe).
+uint64_t MeasureGopFrames(const Dataset& dataset, int stream, double* aligned_share) {
+  *aligned_share = 1;
+  if (dataset.num_episodes() == 0) return 0;
+  auto ep = dataset.LoadEpisode(0);
+  if (!ep.ok()) return 0;
+  const auto& flags = (*ep)->streams(stream).packets().flags();
+  std::vector<uint64_t> keys;
+  for (int i = 0; i < flags.size(); ++i) {
+    if (flags[i] & 1) keys.push_back(static_cast<uint64_t>(i));
+  }
+  if (keys.size() < 2) return static_cast<uint64_t>(std::max(flags.size(), 1));
+  std::map<uint64_t, uint64_t> count;
+  for (size_t i = 1; i < keys.size(); ++i) ++count[keys[i] - keys[i - 1]];
+  uint64_t gop = 1, most = 0;
+  for (const auto& [interval, n] : count) {
+    if (n > most) gop = interval, most = n;
+  }
+  uint64_t on_grid = 0;
+  for (uint64_t k : keys) on_grid += k % gop == 0 ? 1 : 0;
+  *aligned_share = static_cast<double>(on_grid) / static_cast<double>(keys.size());
+  return gop;
+}
+
+// Schedule version 2's blocks: whole GOPs of the spec's first camera, per episode, shifted by
+// the frames its samples reach back (so a block's earliest frame is a keyframe), at least
+// `block_steps` anchor steps long when that is given.
+absl::Status ResolveGopBlocks(const Dataset& dataset, const SampleSpec& spec, OrderOptions* order) {
+  const Manifest& manifest = dataset.manifest();
+  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(dataset, spec.anchor_stream));
+  std::vector<uint64_t> starts;
+  starts.reserve(index.num_episodes() + 1);
+  for (uint64_t e = 0; e < index.num_episodes(); ++e) starts.push_back(index.EpisodeStart(e));
+  starts.push_back(index.size());
+  const double anchor_rate = std::max(manifest.streams[spec.anchor_stream].rate, 1e-6);
+  GopBlocks gop;
+  const StreamSpec* camera = nullptr;
+  for (const StreamSpec& s : spec.streams) {
+    if (s.kind == pb::VIDEO) {
+      camera = &s;
+      break;
+    }
+  }
+  uint64_t gop_frames = 0;
+  if (camera != nullptr) {
+    const double fps = std::max(manifest.streams[camera->stream].rate, 1e-6);
+    gop.frames_per_step = fps / anchor_rate;
+    double min_delta = 0;
+    for (double d : camera->deltas) min_delta = std::min(min_delta, d);
+    gop.back_frames = static_cast<uint64_t>(std::ceil(-min_delta * fps - 1e-6));
+    double aligned = 1;
+    gop_frames = MeasureGopFrames(dataset, camera->stream, &aligned);
+    if (gop_frames > 0 && aligned < 0.9) {
+      spdlog::warn("{}: stream '{}' has keyframes off a {}-frame grid ({:.0f}% on it): GOP-aligned "
+                   "blocks will decode more than they deliver",
+                   manifest.name, camera->name, gop_frames, 100 * aligned);
+    }
+  }
+  if (gop_frames == 0) {
+    // No camera (or none readable): blocks of about a second of anchor steps, per episode.
+    gop.frames_per_step = 1;
+    gop_frames = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(anchor_rate)));
+  }
+  uint64_t gops = 1;
+  if (order->block_steps > 0) {
+    const double min_frames = static_cast<double>(order->block_steps) * gop.frames_per_step;
+    gops = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(min_frames / static_cast<double>(gop_frames) - 1e-9)));
+  }
+  gop.span_frames = gops * gop_frames;
+  order->blocks = std::make_shared<const BlockTable>(std::move(starts), gop);
+  order->block_steps = std::max<uint64_t>(1, order->blocks->max_block_size());
+  return absl::OkStatus();
+}
+
 // The schedule of one dataset with `queue_bytes` of budget: a block is about one group of
 // pictures of anchor steps; a window as many blocks as half the byte budget holds twice over.
-void ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
-                  OrderOptions* order) {
+absl::Status ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
+                          OrderOptions* order) {
   const Manifest& manifest = dataset.manifest();
-  if (order->block_steps == 0) {
+  if (order->version >= 2 && !order->naive() && !order->blocks) {
+    RETURN_IF_ERROR(ResolveGopBlocks(dataset, spec, order));
+  } else if (order->block_steps == 0) {
     double gop_s = 1.0;
     for (const StreamSpec& s : spec.streams) {
       if (s.kind != pb::VIDEO || dataset.num_episodes() == 0) continue;
@@ -613,6 +708,7 @@ void ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue
         std::max<uint64_t>(1, EstimateBlockFrameBytes(spec, manifest, order->block_steps));
     order->window_blocks = std::clamp<uint64_t>(queue_bytes / 2 / (2 * per_block), 1, 4096);
   }
+  return absl::OkStatus();
 }
 
 bool HasVideo(const SampleSpec& spec) {
@@ -626,16 +722,14 @@ bool HasVideo(const SampleSpec& spec) {
 
 absl::Status ResolveSchedule(const Source& source, const SampleSpec& spec, PipelineOptions* options) {
   PipelineOptions& o = *options;
-  if (!source.is_mixture()) {
-    ResolveOrder(source.dataset(0), spec, o.queue_bytes, &o.order);
-    return absl::OkStatus();
-  }
+  if (!source.is_mixture()) return ResolveOrder(source.dataset(0), spec, o.queue_bytes, &o.order);
   if (o.member_orders.size() == source.size()) return absl::OkStatus();  // resolved before
   ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(spec));
   o.member_orders.assign(source.size(), o.order);
   for (size_t k = 0; k < source.size(); ++k) {
     // The members share the budget: each gets an equal part for its windows.
-    ResolveOrder(source.dataset(k), bound[k].spec, o.queue_bytes / source.size(), &o.member_orders[k]);
+    RETURN_IF_ERROR(ResolveOrder(source.dataset(k), bound[k].spec, o.queue_bytes / source.size(),
+                                 &o.member_orders[k]));
   }
   return absl::OkStatus();
 }

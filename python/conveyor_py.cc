@@ -146,6 +146,7 @@ class PyClient {
   }
 
   py::tuple Cursor() const { return CursorTuple(Get()->cursor()); }
+  uint32_t ScheduleVersion() const { return Get()->schedule_version(); }
 
   py::dict Stats() const {
     const cc::ClientStats s = Get()->stats();
@@ -198,8 +199,9 @@ cc::ClientOptions MakeOptions(std::vector<std::string> servers, std::string job,
                               std::string auth_token, double reconnect_timeout_s,
                               std::string dataset, bool tls, std::string tls_ca_pem,
                               std::string tls_cert_pem, std::string tls_key_pem,
-                              std::string tls_server_name) {
+                              std::string tls_server_name, uint32_t schedule_version) {
   cc::ClientOptions o;
+  o.schedule_version = schedule_version;
   o.servers = std::move(servers);
   o.job = std::move(job);
   o.consumer = consumer;
@@ -249,13 +251,13 @@ PYBIND11_MODULE(_conveyor, m) {
                        size_t prefetch_batches, uint64_t prefetch_bytes, uint64_t max_message_bytes,
                        std::string auth_token, double reconnect_timeout_s, std::string dataset,
                        bool tls, std::string tls_ca_pem, std::string tls_cert_pem,
-                       std::string tls_key_pem, std::string tls_server_name) {
+                       std::string tls_key_pem, std::string tls_server_name, uint32_t schedule_version) {
              return std::make_unique<PyClient>(MakeOptions(
                  std::move(servers), std::move(job), consumer, consumers, start,
                  std::move(config_yaml), std::move(config_name), max_batches, prefetch_batches,
                  prefetch_bytes, max_message_bytes, std::move(auth_token), reconnect_timeout_s,
                  std::move(dataset), tls, std::move(tls_ca_pem), std::move(tls_cert_pem),
-                 std::move(tls_key_pem), std::move(tls_server_name)));
+                 std::move(tls_key_pem), std::move(tls_server_name), schedule_version));
            }),
            py::kw_only(), py::arg("servers"), py::arg("job") = "default", py::arg("consumer") = 0,
            py::arg("consumers") = 1, py::arg("start") = std::pair<uint64_t, uint64_t>{0, 0},
@@ -264,7 +266,7 @@ PYBIND11_MODULE(_conveyor, m) {
            py::arg("max_message_bytes") = 0, py::arg("auth_token") = "",
            py::arg("reconnect_timeout_s") = 60.0, py::arg("dataset") = "", py::arg("tls") = false,
            py::arg("tls_ca_pem") = "", py::arg("tls_cert_pem") = "", py::arg("tls_key_pem") = "",
-           py::arg("tls_server_name") = "")
+           py::arg("tls_server_name") = "", py::arg("schedule_version") = 0)
       .def("next", &PyClient::Next,
            "The next batch: {tensor name: numpy view, ..., '_cursor': (epoch, step), '_next': "
            "(epoch, step), '_consumer', '_consumers', '_ids': int64 [n, 3] (index, episode, "
@@ -273,6 +275,9 @@ PYBIND11_MODULE(_conveyor, m) {
       .def("__iter__", [](py::object self) { return self; })
       .def("cursor", &PyClient::Cursor,
            "(epoch, step) right after the last batch next() returned: resume from it.")
+      .def("schedule_version", [](PyClient& c) { return c.ScheduleVersion(); },
+           "The order's schedule version from the server (0 before the first batch): save it "
+           "with the cursor.")
       .def("stats", &PyClient::Stats)
       .def("close", &PyClient::Close, "Cancels the stream; arrays already returned stay valid.")
       .def_property_readonly("closed", &PyClient::closed)

@@ -99,14 +99,24 @@ struct Config {
   uint64_t steps_per_epoch = 0;
 };
 
+// schedule_version: 0 = the config's; 1 or 2 overrides it (a resumed job's recorded version).
 absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::string name,
-                                                      std::string text, std::string_view source) {
+                                                      std::string text, std::string_view source,
+                                                      uint32_t schedule_version = 0) {
   auto c = std::make_shared<Config>();
   c->name = std::move(name);
   c->text = std::move(text);
-  c->digest = Sha256Hex(c->text);
   ASSIGN_OR_RETURN(c->spec, SampleSpec::FromYaml(c->text, ds.manifest(), source));
   RETURN_IF_ERROR(c->options.MergeYaml(c->text, c->spec, ds.manifest(), source));
+  if (schedule_version != 0) c->options.order.version = schedule_version;
+  // The digest a failing-over client compares: the config's text, and the schedule version
+  // when it shapes the order (GOP mode, version 2+). A version-1 order keeps the digest servers
+  // gave before versions existed, so old and new servers of one job agree exactly when their
+  // orders do.
+  c->digest = c->options.order.naive() || c->options.order.version == 1
+                  ? Sha256Hex(c->text)
+                  : Sha256Hex(StrCat(c->text, std::string_view("\0", 1), "schedule_version=",
+                                     c->options.order.version));
   // The schedule shapes the order: resolve it from the config's own byte budget, before the
   // server's per-stream budget applies, so every server and `conveyor batches` agree.
   RETURN_IF_ERROR(ResolveSchedule(ds, c->spec, &c->options));
@@ -559,6 +569,17 @@ struct DataServer::Impl : public pb::Conveyor::Service {
                              absl::StrJoin(names, ", ")));
       }
     }
+    if (req.schedule_version() > kScheduleVersionCurrent) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                    StrCat("schedule_version ", req.schedule_version(), " is unknown to this server (",
+                           o.version, "): it knows 1 to ", kScheduleVersionCurrent));
+    }
+    if (req.schedule_version() != 0 && req.schedule_version() != config->options.order.version) {
+      absl::StatusOr<std::shared_ptr<Config>> c = ResolveConfig(
+          *source, config->name, config->text, "request config", req.schedule_version());
+      if (!c.ok()) return Reject(ToGrpc(c.status()).error_code(), std::string(c.status().message()));
+      config = *c;
+    }
     const uint64_t max_message =
         req.max_message_bytes() == 0
             ? o.max_message_bytes
@@ -613,6 +634,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     st->set_steps_per_epoch(steps);
     st->set_global_batch_size(po.global_batch_size);
     st->set_max_epochs(po.max_epochs);
+    st->set_schedule_version(po.order.version);
     PipelineStats last{};
     // This job's series, created at 0 so that increase() and alerts see the first skip.
     const std::string label = metrics->JobLabel(job);

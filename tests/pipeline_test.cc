@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -55,6 +58,100 @@ TEST(OrderTest, EpochOrderIsABijectionInEveryMode) {
       }
     }
   }
+}
+
+// Frame f(s) of anchor step s, as BlockTable defines it.
+uint64_t FrameOf(uint64_t s, double frames_per_step) {
+  return static_cast<uint64_t>(std::floor(static_cast<double>(s) * frames_per_step + 0.5));
+}
+
+// Schedule version 2's blocks tile every episode in order, never cross an episode's end, and
+// every block but an episode's first needs frames from its own keyframe on: its samples reach
+// back no further than the GOP boundary it starts at, and no further forward than the next one
+// plus what they reach back.
+TEST(OrderTest, BlockTableCutsEpisodesAtGopBoundaries) {
+  const std::vector<uint64_t> starts = {0, 100, 100, 257, 300, 301};  // an empty and a 1-step episode
+  for (GopBlocks gop : {GopBlocks{0.6, 3, 30}, GopBlocks{1.0, 0, 30}, GopBlocks{1.0, 5, 2},
+                        GopBlocks{3.0, 0, 2}, GopBlocks{1.0 / 3, 1, 60}}) {
+    SCOPED_TRACE(::testing::Message() << "frames/step " << gop.frames_per_step << " back " << gop.back_frames
+                                      << " span " << gop.span_frames);
+    const BlockTable t(starts, gop);
+    ASSERT_EQ(t.num_samples(), 301u);
+    uint64_t at = 0;
+    for (uint64_t b = 0; b < t.num_blocks(); ++b) {
+      ASSERT_EQ(t.BlockBegin(b), at) << "block " << b;
+      at = t.BlockEnd(b);
+      ASSERT_LE(t.BlockSize(b), t.max_block_size());
+      if (t.BlockSize(b) == 0) continue;
+      const uint64_t first = t.BlockBegin(b), last = t.BlockEnd(b) - 1;
+      size_t e = 0;
+      while (starts[e + 1] <= first) ++e;
+      ASSERT_LT(last, starts[e + 1]) << "block " << b << " crosses the end of episode " << e;
+      for (uint64_t s = first; s <= last; ++s) ASSERT_EQ(t.BlockOf(s), b) << "sample " << s;
+      if (first == starts[e]) continue;  // an episode's first block starts at frame 0
+      // A later block starts at the first step whose frame reaches a GOP boundary K (a multiple
+      // of the span past back_frames): the step before it shows a frame before K, so every
+      // frame the block needs (from f - back_frames on) lies at or after the keyframe K - back.
+      const uint64_t f = FrameOf(first - starts[e], gop.frames_per_step);
+      ASSERT_GE(f, gop.back_frames);
+      const uint64_t k = gop.back_frames + (f - gop.back_frames) / gop.span_frames * gop.span_frames;
+      EXPECT_LT(FrameOf(first - 1 - starts[e], gop.frames_per_step), k)
+          << "block " << b << " starts at frame " << f << ", not at the first step past " << k;
+      if (gop.frames_per_step <= 1) EXPECT_EQ(f, k) << "block " << b << ": dense steps reach the boundary itself";
+    }
+    EXPECT_EQ(at, 301u) << "the blocks do not tile the samples";
+  }
+}
+
+// Version 2 is a bijection, and each window's positions hold exactly its blocks' samples (the
+// blocks of permuted slots [w * W, (w + 1) * W)).
+TEST(OrderTest, EpochOrderVersion2IsABijectionOfWholeBlocks) {
+  const std::vector<uint64_t> starts = {0, 140, 141, 500, 512, 1000};
+  auto table = std::make_shared<const BlockTable>(starts, GopBlocks{0.6, 3, 30});
+  for (uint64_t window_blocks : {1ull, 3ull, 7ull, 1000ull}) {
+    OrderOptions o;
+    o.window_blocks = window_blocks;
+    o.blocks = table;
+    EpochOrder order(1000, 99, 4, o);
+    std::vector<bool> seen(1000, false);
+    for (uint64_t w = 0; w < order.num_windows(); ++w) {
+      std::set<uint64_t> blocks;
+      for (uint64_t p = order.WindowBegin(w); p < order.WindowEnd(w); ++p) {
+        const uint64_t s = order.SampleAt(p);
+        ASSERT_LT(s, 1000u);
+        ASSERT_FALSE(seen[s]) << "W=" << window_blocks << " p=" << p;
+        seen[s] = true;
+        ASSERT_EQ(order.WindowOf(p), w);
+        blocks.insert(order.BlockOf(s));
+      }
+      uint64_t held = 0;
+      for (uint64_t b : blocks) held += table->BlockSize(b);
+      EXPECT_EQ(held, order.WindowEnd(w) - order.WindowBegin(w)) << "window " << w << " holds part of a block";
+      EXPECT_LE(blocks.size(), window_blocks);
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 1000);
+  }
+}
+
+// The orders running jobs resume under: these values may never change for a released schedule
+// version (a change belongs in a new version, docs/pipeline.md "Schedule versions").
+TEST(OrderTest, ReleasedOrdersNeverChange) {
+  const uint64_t key = OrderKey("3f2a9c0d5e7b1a24", 7);
+  auto first = [](const EpochOrder& o) {
+    std::vector<uint64_t> v;
+    for (uint64_t p = 0; p < 10; ++p) v.push_back(o.SampleAt(p));
+    return v;
+  };
+  EXPECT_EQ(first(EpochOrder(5000, key, 2, {})),
+            (std::vector<uint64_t>{4724, 3120, 2329, 3007, 1273, 1108, 1, 3723, 3458, 4736}));
+  OrderOptions v1{25, 4};
+  v1.version = 1;
+  EXPECT_EQ(first(EpochOrder(5000, key, 2, v1)),
+            (std::vector<uint64_t>{1067, 3370, 1054, 1050, 3356, 1064, 1989, 1982, 1995, 1975}));
+  OrderOptions v2{25, 4};
+  v2.blocks = std::make_shared<const BlockTable>(std::vector<uint64_t>{0, 1200, 2950, 5000}, GopBlocks{0.6, 3, 30});
+  EXPECT_EQ(first(EpochOrder(5000, key, 2, v2)),
+            (std::vector<uint64_t>{476, 472, 3509, 3505, 2236, 464, 998, 3537, 3550, 3530}));
 }
 
 TEST(OrderTest, DependsOnSeedEpochAndFingerprint) {
@@ -233,6 +330,42 @@ TEST_F(PipelineTest, GopSchedulingDecodesLessAndStaysWithinTheBudget) {
   }
   EXPECT_GT(amp[0], 3.0) << "naive random access should re-decode GOP prefixes";
   EXPECT_LT(amp[1], 1.25) << "scheduled mode should decode each frame about once";
+}
+
+// Schedule version 2 decodes each frame of an epoch about once. Anchored at a camera (each
+// sample one frame of cam1 and two of cam0, one reaching 0.1 s back), a whole epoch decodes at
+// most 1.1x the frames the two cameras have; version 1's blocks, off the GOP grid, decode more.
+TEST_F(PipelineTest, Version2DecodesEachFrameOfAnEpochAboutOnce) {
+  auto spec = SampleSpec::FromYaml("anchor: cam0\nstreams:\n  cam0: {delta_timestamps: [-0.1, 0.0]}\n  cam1: {}\n",
+                                   dataset_->manifest(), "cam.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto index = SampleIndex::Build(*dataset_, spec->anchor_stream);
+  ASSERT_TRUE(index.ok()) << index.status();
+  const uint64_t frames = 2 * index->size();  // cam0's frames are the anchor steps; cam1 has as many
+  uint64_t decoded[3] = {0, 0, 0};
+  for (uint32_t version : {1u, 2u}) {
+    PipelineOptions o = Options(2, true);
+    o.order = OrderOptions{0, 0};
+    o.order.version = version;
+    o.global_batch_size = 16;
+    o.max_epochs = 1;
+    auto p = Pipeline::Create(*dataset_, *spec, o, {0, 0});
+    ASSERT_TRUE(p.ok()) << p.status();
+    uint64_t samples = 0;
+    for (;;) {
+      auto b = (*p)->Next();
+      ASSERT_TRUE(b.ok()) << b.status();
+      if (!b->has_value()) break;
+      samples += (*b)->ids.size();
+    }
+    EXPECT_EQ(samples, index->size() / 16 * 16);
+    decoded[version] = (*p)->stats().frames_decoded;
+  }
+  std::printf("frames decoded in an epoch of %llu frames: version 1 %llu, version 2 %llu\n",
+              static_cast<unsigned long long>(frames), static_cast<unsigned long long>(decoded[1]),
+              static_cast<unsigned long long>(decoded[2]));
+  EXPECT_LE(decoded[2], frames * 11 / 10) << "version 2 decoded frames more than once";
+  EXPECT_GT(decoded[1], frames * 11 / 10) << "version 1 should decode GOP prefixes again (the test's premise)";
 }
 
 TEST_F(PipelineTest, CancelAndDestroyMidEpochDoNotHang) {

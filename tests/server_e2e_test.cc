@@ -84,13 +84,13 @@ class ServerE2ETest : public ::testing::Test {
   // `conveyor batches --digest` lines.
   static std::vector<std::string> Offline(const std::string& config, uint64_t steps,
                                           const std::string& cursor = "0:0", int consumer = 0,
-                                          int consumers = 1) {
+                                          int consumers = 1, int schedule_version = 0) {
     int code = 0;
-    const std::string out = Capture(
-        StrCatForShell({kCli, "batches", ds(), "--config", config, "--steps", std::to_string(steps),
-                        "--cursor", cursor, "--consumer", std::to_string(consumer), "--consumers",
-                        std::to_string(consumers), "--digest"}),
-        &code);
+    std::vector<std::string> cmd = {kCli, "batches", ds(), "--config", config, "--steps", std::to_string(steps),
+                                    "--cursor", cursor, "--consumer", std::to_string(consumer), "--consumers",
+                                    std::to_string(consumers), "--digest"};
+    if (schedule_version > 0) cmd.insert(cmd.end(), {"--schedule-version", std::to_string(schedule_version)});
+    const std::string out = Capture(StrCatForShell(cmd), &code);
     EXPECT_EQ(code, 0) << out;
     return Lines(out);
   }
@@ -160,6 +160,45 @@ TEST_F(ServerE2ETest, FetchDigestEqualsOfflineBatches) {
   EXPECT_EQ(Lines(sliced), want);
   ASSERT_EQ(want.size(), 5u);
   EXPECT_EQ(want[3].substr(0, 4), "1:0 ");  // crossed into epoch 1
+}
+
+// A job that checkpointed under GOP schedule 1 asks for it and gets schedule 1's batches from a
+// server whose configs default to 2; the client reports the version to save with the cursor,
+// and keeps it when it fails over; an unknown version is refused.
+TEST_F(ServerE2ETest, AClientGetsTheScheduleVersionItAsksFor) {
+  auto a = Serve();
+  auto b = Serve();
+  ASSERT_TRUE(a->ok() && b->ok());
+  const std::vector<std::string> v1 = Offline(small(), 6, "0:2", 0, 1, 1);
+  const std::vector<std::string> v2 = Offline(small(), 6, "0:2");
+  ASSERT_NE(v1, v2) << "the small config's schedules 1 and 2 coincide";
+  for (uint32_t version : {0u, 1u}) {
+    client::ClientOptions o = Options({a->address(), b->address()});
+    o.start = {0, 2};
+    o.max_batches = 6;
+    o.prefetch_batches = 1;
+    o.schedule_version = version;
+    auto c = client::Client::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    std::vector<std::string> got;
+    for (;;) {
+      absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+      ASSERT_TRUE(next.ok()) << next.status();
+      if (!next->has_value()) break;
+      got.push_back(Line(**next));
+      if (version == 1 && got.size() == 2) EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
+    }
+    EXPECT_EQ(got, version == 1 ? v1 : v2) << "schedule version " << version;
+    EXPECT_EQ((*c)->schedule_version(), version == 1 ? 1u : 2u);
+  }
+  client::ClientOptions o = Options({b->address()});
+  o.schedule_version = 3;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kInvalidArgument) << next.status();
+  EXPECT_NE(next.status().message().find("schedule_version 3"), std::string::npos) << next.status();
 }
 
 TEST_F(ServerE2ETest, SigkilledServerFailsOverWithoutLossOrRepeat) {

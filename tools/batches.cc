@@ -52,6 +52,10 @@ absl::Status RunBatches(const BatchesOptions& o) {
   if (o.threads >= 0) po.threads = o.threads;
   if (o.batch_size > 0) po.global_batch_size = static_cast<uint64_t>(o.batch_size);
   if (o.seed >= 0) po.seed = static_cast<uint64_t>(o.seed);
+  const uint32_t version = o.schedule_version > 0 ? static_cast<uint32_t>(o.schedule_version) : po.order.version;
+  if (version != 1 && version != 2) {
+    return absl::InvalidArgumentError(StrCat("--schedule-version ", o.schedule_version, ": expected 1 or 2"));
+  }
   if (o.schedule == "naive") {
     po.order = OrderOptions{};
   } else if (o.schedule == "gop") {
@@ -59,8 +63,11 @@ absl::Status RunBatches(const BatchesOptions& o) {
   } else if (!o.schedule.empty()) {
     return absl::InvalidArgumentError(StrCat("--schedule '", o.schedule, "': expected naive or gop"));
   }
+  po.order.version = version;
   ASSIGN_OR_RETURN(Cursor cursor, ParseCursor(o.cursor));
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
+  // Resolved here as Create would, so that --stats measures the order the batches follow.
+  RETURN_IF_ERROR(ResolveSchedule(*source, spec, &po));
   ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(*source, spec, po, cursor));
   for (int64_t i = 0; i < o.steps; ++i) {
     absl::StatusOr<std::optional<Batch>> next = pipeline->Next();
@@ -106,9 +113,11 @@ absl::Status RunBatches(const BatchesOptions& o) {
                              po.order);
       const ShuffleQuality q = MeasureShuffle(order, index, po.global_batch_size, 1u << 20);
       std::fprintf(stderr,
-                   "  order (%s, block %llu steps, window %llu blocks): same-episode neighbours %.4f "
-                   "(uniform shuffle %.4f), episodes per batch %.2f (uniform %.2f)\n",
-                   po.order.naive() ? "naive" : "gop", static_cast<unsigned long long>(po.order.block_steps),
+                   "  order (%s, schedule version %u, block %s%llu steps, window %llu blocks): "
+                   "same-episode neighbours %.4f (uniform shuffle %.4f), episodes per batch %.2f "
+                   "(uniform %.2f)\n",
+                   po.order.naive() ? "naive" : "gop", po.order.version, po.order.blocks ? "<= " : "",
+                   static_cast<unsigned long long>(po.order.block_steps),
                    static_cast<unsigned long long>(po.order.window_blocks), q.same_episode_adjacent,
                    q.same_episode_expected, q.episodes_per_batch, q.episodes_per_batch_expected);
     } else {
@@ -171,6 +180,8 @@ class BatchesCommand final : public Command {
     c->add_option("--batch-size", o_.batch_size, "Global batch size (overrides the config)")->check(CLI::PositiveNumber);
     c->add_option("--seed", o_.seed, "Seed (overrides the config)")->check(CLI::NonNegativeNumber);
     c->add_option("--schedule", o_.schedule, "naive or gop (overrides the config)");
+    c->add_option("--schedule-version", o_.schedule_version,
+                  "1 or 2: the GOP schedule's version (overrides the config's; docs/pipeline.md)");
     c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");
     c->add_flag("--ids", o_.ids, "Print every sample id (episode/step)");
     c->add_flag("--stats", o_.stats, "Print amplification, shuffle quality, fill ratio and stage times");

@@ -98,6 +98,7 @@ struct BatchesOptions {
   int64_t batch_size = 0;    // 0: the config's pipeline.global_batch_size
   int64_t seed = -1;         // -1: the config's pipeline.seed
   std::string schedule;      // "", "naive" or "gop": overrides pipeline.schedule.mode
+  int64_t schedule_version = 0;  // 0: the config's
   bool digest = false;       // SHA-256 of each batch's tensors
   bool ids = false;          // print every sample id
   bool stats = false;        // amplification, shuffle quality, fill ratio, stage times at the end
@@ -132,6 +133,7 @@ struct FetchOptions {
   int64_t consumer = -1;     // -1 and 0: from the launcher (client/launch_env.h), else 0 of 1
   int64_t consumers = 0;
   std::string cursor = "0:0";
+  int64_t schedule_version = 0;  // 0: the config's
   int64_t steps = 10;
   bool digest = false;
   bool ids = false;

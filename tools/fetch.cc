@@ -33,6 +33,10 @@ absl::Status RunFetch(const FetchOptions& o) {
   c.consumer = launch.rank;
   c.consumers = launch.world_size;
   ASSIGN_OR_RETURN(c.start, client::Cursor::Parse(o.cursor));
+  if (o.schedule_version < 0 || o.schedule_version > 2) {
+    return absl::InvalidArgumentError(StrCat("--schedule-version ", o.schedule_version, ": expected 1 or 2"));
+  }
+  c.schedule_version = static_cast<uint32_t>(o.schedule_version);
   c.max_batches = static_cast<uint64_t>(o.steps);
   if (!o.config.empty()) {
     ASSIGN_OR_RETURN(c.config_yaml, ReadLocalFile(o.config, "config"));
@@ -76,8 +80,10 @@ absl::Status RunFetch(const FetchOptions& o) {
   for (;;) {
     absl::StatusOr<std::optional<client::Batch>> next = client->Next();
     if (!next.ok()) {
+      const uint32_t v = client->schedule_version();
       return Annotate(next.status(), StrCat("after ", n, " batches; resume with --cursor ",
-                                            client->cursor().ToString()));
+                                            client->cursor().ToString(),
+                                            v > 0 ? StrCat(" --schedule-version ", v) : std::string()));
     }
     if (!next->has_value()) break;  // the end of the stream
     const client::Batch* b = &**next;
@@ -106,12 +112,14 @@ absl::Status RunFetch(const FetchOptions& o) {
     const client::ClientStats st = client->stats();
     std::fprintf(stderr,
                  "fetch: %lld batches, %llu samples in %.2f s = %.1f samples/s, %.1f MB/s; %llu "
-                 "messages, %llu reconnects, waited %.2f s, %llu wait reports; next cursor %s\n",
+                 "messages, %llu reconnects, waited %.2f s, %llu wait reports; next cursor %s "
+                 "(schedule version %u)\n",
                  static_cast<long long>(n), static_cast<unsigned long long>(samples), s,
                  samples / std::max(s, 1e-9), st.bytes / 1e6 / std::max(s, 1e-9),
                  static_cast<unsigned long long>(st.messages),
                  static_cast<unsigned long long>(st.reconnects), st.wait_seconds,
-                 static_cast<unsigned long long>(st.reports), client->cursor().ToString().c_str());
+                 static_cast<unsigned long long>(st.reports), client->cursor().ToString().c_str(),
+                 client->schedule_version());
   }
   return absl::OkStatus();
 }
@@ -127,6 +135,8 @@ class FetchCommand final : public Command {
     c->add_option("--consumer", o_.consumer, "This consumer's index (default: the launcher's rank, RANK or SLURM_PROCID ..., else 0; docs/launch.md)")->check(CLI::NonNegativeNumber);
     c->add_option("--consumers", o_.consumers, "Number of consumers (default: the launcher's world size, WORLD_SIZE or SLURM_STEP_NUM_TASKS ..., else 1)")->check(CLI::PositiveNumber);
     c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP")->capture_default_str();
+    c->add_option("--schedule-version", o_.schedule_version,
+                  "The order's schedule version to resume (what --stats printed with the cursor; 0: the config's)");
     c->add_option("--steps", o_.steps, "Batches to stream (0: to the end of the stream)")->capture_default_str()->check(CLI::NonNegativeNumber);
     c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");
     c->add_flag("--ids", o_.ids, "Print every sample id (episode/step)");

@@ -201,7 +201,8 @@ absl::Status WriteCheckpoint(const std::string& path, const TrainState& st) {
   }
   nlohmann::json head = {{"step", st.step},   {"cursor", st.cursor},          {"in", st.in},
                          {"out", st.out},     {"adam_t", st.adam_t},          {"bytes", body.size()},
-                         {"fnv1a", Hex64(Fnv1a(body.data(), body.size()))}};
+                         {"fnv1a", Hex64(Fnv1a(body.data(), body.size()))},
+                         {"schedule_version", st.schedule_version}};
   const std::string text = kCheckpointMagic + head.dump() + "\n" + body;
   const std::string tmp = StrCat(path, ".tmp.", getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -253,6 +254,7 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path) {
     st.adam_t = head.at("adam_t").get<int64_t>();
     bytes = head.at("bytes").get<size_t>();
     fnv = head.at("fnv1a").get<std::string>();
+    st.schedule_version = head.value("schedule_version", 0u);
   } catch (const nlohmann::json::exception& e) {
     return bad(StrCat("bad header: ", e.what()));
   }
@@ -348,6 +350,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
       absl::StatusOr<client::Cursor> cursor = client::Cursor::Parse(ck->cursor);
       if (!cursor.ok()) return absl::DataLossError(StrCat("checkpoint ", o.checkpoint, ": ", cursor.status().message()));
       co.start = *cursor;
+      co.schedule_version = ck->schedule_version;  // the order the run started with
       first_step = ck->step;
       if (ck->in > 0) {
         model.Init(ck->in, ck->out);
@@ -367,9 +370,11 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     }
   }
   co.max_batches = static_cast<uint64_t>(o.steps - first_step);
+  client::Client* client = nullptr;  // set below, before the first save
   auto save = [&](int64_t steps_done, const client::Cursor& next) -> absl::Status {
     if (o.checkpoint.empty() || r.rank != 0) return absl::OkStatus();
-    TrainState st{steps_done, next.ToString(), model.in, model.out, model.t, model.w, model.m, model.v};
+    TrainState st{steps_done, next.ToString(), model.in, model.out, model.t,
+                  model.w,    model.m,         model.v,  client->schedule_version()};
     return WriteCheckpoint(o.checkpoint, st);
   };
   absl::StatusOr<std::unique_ptr<Communicator>> comm =
@@ -378,6 +383,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   r.comm = (*comm)->name();
   absl::StatusOr<std::unique_ptr<client::Client>> cl = client::Client::Create(co);
   if (!cl.ok()) return cl.status();
+  client = cl->get();
 
   std::vector<float> x, grad, target_sum;
   uint64_t targets_seen = 0;

@@ -83,6 +83,7 @@ struct TrainState {
   int64_t in = 0, out = 0;        // the linear policy's shape
   int64_t adam_t = 0;
   std::vector<float> w, m, v;     // each in * out
+  uint32_t schedule_version = 0;  // the order's (client::Client::schedule_version); 0: unknown
 };
 
 // Writes `state` to `path` atomically (a temporary file beside it, fsync, rename), so a reader

@@ -42,7 +42,9 @@ __all__ = ["Loader", "Client", "ConveyorError", "METADATA_KEYS", "tensors", "to_
            "protocol_version"]
 
 # state_dict() layout version; load_state_dict() refuses others.
-STATE_VERSION = 1
+# state_dict() format. 2 adds "schedule_version" (the order's GOP schedule version); a version-1
+# state has none and was saved under schedule version 1, so it resumes under that.
+STATE_VERSION = 2
 
 try:  # A torch IterableDataset when torch is there, so DataLoader and Stateful loaders accept it.
     from torch.utils.data import IterableDataset as _Base
@@ -181,6 +183,8 @@ class Loader(_Base):
         DataLoader workers needed). prefetch_bytes bounds them in bytes.
       auth_token: bearer token, when the server asks for one (--auth-token-file).
       reconnect_timeout_s: give up after this long without a batch from any server.
+      schedule_version: the order's GOP schedule version (docs/pipeline.md "Schedule versions");
+        None: the config's. load_state_dict() sets the one the state was saved under.
       **client_options: passed on to conveyor.Client (dataset, tls, tls_ca_pem, tls_cert_pem,
         tls_key_pem, tls_server_name, max_message_bytes).
 
@@ -197,8 +201,8 @@ class Loader(_Base):
 
     def __init__(self, servers=None, job="default", rank=None, world_size=None, config=None,
                  config_name=None, start=None, max_batches=0, prefetch=4, auth_token=None,
-                 reconnect_timeout_s=60.0, prefetch_bytes=1 << 30, _from_jax=False,
-                 **client_options):
+                 reconnect_timeout_s=60.0, prefetch_bytes=1 << 30, schedule_version=None,
+                 _from_jax=False, **client_options):
         super().__init__()
         launch = _resolve_launch(rank=None if rank is None else int(rank),
                                  world_size=None if world_size is None else int(world_size),
@@ -219,6 +223,9 @@ class Loader(_Base):
         self.reconnect_timeout_s = float(reconnect_timeout_s)
         self.client_options = client_options
         self._cursor = _parse_cursor(start)
+        self._schedule_version = 0 if schedule_version is None else int(schedule_version)
+        if self._schedule_version not in (0, 1, 2):
+            raise ValueError(f"schedule_version {schedule_version!r}: expected 1 or 2")
         self._iterator = None   # the running iteration's generator, closed by the next one
         self._client = None     # its client, for stats()
         self._last_stats = {}
@@ -231,7 +238,7 @@ class Loader(_Base):
                       config_name=self.config_name, max_batches=self.max_batches,
                       prefetch_batches=self.prefetch, prefetch_bytes=self.prefetch_bytes,
                       auth_token=self.auth_token, reconnect_timeout_s=self.reconnect_timeout_s,
-                      **self.client_options)
+                      schedule_version=self._schedule_version, **self.client_options)
 
     def __iter__(self):
         if _HAVE_TORCH:
@@ -255,8 +262,11 @@ class Loader(_Base):
                 except StopIteration:
                     return
                 # The cursor after the last batch handed out, set before the trainer sees it:
-                # a state_dict() taken while it holds this batch resumes after it.
+                # a state_dict() taken while it holds this batch resumes after it. The schedule
+                # version is pinned from the first batch on, so later iterations keep the order.
                 self._cursor = batch["_next"]
+                if not self._schedule_version:
+                    self._schedule_version = client.schedule_version()
                 yield batch
                 del batch  # the trainer's references decide when the batch's block is released
         finally:
@@ -291,26 +301,40 @@ class Loader(_Base):
         """(epoch, step) after the last batch yielded: where the next iteration starts."""
         return self._cursor
 
+    @property
+    def schedule_version(self):
+        """The order's GOP schedule version (0 until the first batch, unless given)."""
+        return self._schedule_version
+
     def state_dict(self):
-        """{"version", "cursor": [epoch, step], "job", "rank", "world_size"}; plain JSON types.
+        """{"version", "cursor": [epoch, step], "schedule_version", "job", "rank", "world_size"};
+        plain JSON types.
 
         The cursor is global (a step of the global batch), the same on every rank; a job may
         resume it with another world_size when the global batch size stays a multiple of it.
+        schedule_version is the order's (0 when no batch was received yet and none was given).
         """
         return {"version": STATE_VERSION, "cursor": [int(self._cursor[0]), int(self._cursor[1])],
+                "schedule_version": int(self._schedule_version),
                 "job": self.job, "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state_dict):
-        """Resume: the next iteration starts at the saved cursor."""
+        """Resume: the next iteration starts at the saved cursor, in the saved order's schedule
+        version (a version-1 state, saved before schedule versions existed, resumes under
+        schedule version 1)."""
         version = state_dict.get("version")
-        if version != STATE_VERSION:
+        if version not in (1, STATE_VERSION):
             raise ValueError(f"conveyor.Loader state version {version!r}, this release reads "
-                             f"{STATE_VERSION}")
+                             f"1 and {STATE_VERSION}")
         if state_dict.get("job", self.job) != self.job:
             warnings.warn(f"conveyor.Loader: state of job {state_dict['job']!r} loaded into job "
                           f"{self.job!r}", stacklevel=2)
         self.close()
         self._cursor = _parse_cursor(state_dict["cursor"])
+        schedule = 1 if version == 1 else int(state_dict.get("schedule_version", 0))
+        if schedule not in (0, 1, 2):
+            raise ValueError(f"conveyor.Loader state: schedule_version {schedule!r}, expected 1 or 2")
+        self._schedule_version = schedule
 
     def __getstate__(self):  # a copy (pickle, DataLoader worker) gets the settings and cursor
         state = dict(self.__dict__)

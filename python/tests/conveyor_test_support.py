@@ -74,10 +74,11 @@ def parse_lines(text):
     return out
 
 
-def cli_batches(dataset, steps, consumer=0, consumers=1, cursor="0:0", config=PIPELINE_YAML):
+def cli_batches(dataset, steps, consumer=0, consumers=1, cursor="0:0", config=PIPELINE_YAML,
+                extra=()):
     """What `conveyor batches --digest --ids` says every batch is."""
     r = run([CLI, "batches", dataset, "--config", config, "--steps", steps, "--consumer", consumer,
-             "--consumers", consumers, "--cursor", cursor, "--digest", "--ids"])
+             "--consumers", consumers, "--cursor", cursor, "--digest", "--ids", *extra])
     lines = parse_lines(r.stdout)
     if len(lines) != steps:
         raise RuntimeError(f"conveyor batches printed {len(lines)} lines, not {steps}:\n{r.stdout}")

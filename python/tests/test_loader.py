@@ -205,7 +205,8 @@ class StateTest(unittest.TestCase):
         self.assertEqual(first, ENV["ref"][:3])
         state = l.state_dict()
         self.assertEqual(state, {"version": conveyor.STATE_VERSION, "cursor": [0, 3],
-                                 "job": "default", "rank": 0, "world_size": 1})
+                                 "schedule_version": 2, "job": "default", "rank": 0,
+                                 "world_size": 1})
         l.close()
         state = json.loads(json.dumps(state))  # plain JSON types
         resumed = loader(max_batches=1)
@@ -215,6 +216,20 @@ class StateTest(unittest.TestCase):
         self.assertEqual(resumed.state_dict()["cursor"], [0, 4])
         with self.assertRaises(ValueError):
             resumed.load_state_dict({"version": 99, "cursor": [0, 0]})
+
+    def test_a_state_saved_before_schedule_versions_resumes_that_order(self):
+        """A version-1 state (no schedule_version: saved under GOP schedule 1) resumes schedule 1:
+        the batches `conveyor batches --schedule-version 1` computes, which a schedule-2 resume
+        would not give; the state it saves next records the version."""
+        want = support.cli_batches(ENV["dataset"], 2, cursor="0:3", extra=["--schedule-version", "1"])
+        self.assertNotEqual(want, ENV["ref"][3:5], "the config's GOP schedules 1 and 2 coincide")
+        resumed = loader(max_batches=2)
+        resumed.load_state_dict({"version": 1, "cursor": [0, 3], "job": "default", "rank": 0,
+                                 "world_size": 1})
+        self.assertEqual(resumed.schedule_version, 1)
+        self.assertEqual([support.summary(b) for b in resumed], want)
+        self.assertEqual(resumed.state_dict()["schedule_version"], 1)
+        self.assertEqual(resumed.state_dict()["cursor"], [0, 5])
 
     def test_iterating_again_continues(self):
         """Breaking out of a loop and iterating again continues after the last batch yielded;
