@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 
+#include "base/mix.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/augment.h"
@@ -129,6 +130,14 @@ absl::StatusOr<double> SampleAssembler::AnchorTime(Episode& ep, uint32_t step) {
                                       (*t)->size(), " shown frames"));
   }
   return (*t)->time_s[step];
+}
+
+uint64_t SampleAssembler::DecodeSettingsKey(size_t spec_stream) const {
+  const VideoOutput vo = OutputFor(spec_.streams[spec_stream]);
+  uint64_t h = Mix64(0x6465636f6465ull ^ static_cast<uint64_t>(static_cast<uint32_t>(vo.width)));
+  h = Mix64(h ^ static_cast<uint64_t>(static_cast<uint32_t>(vo.height)));
+  h = Mix64(h ^ static_cast<uint64_t>(vo.filter));
+  return Mix64(h ^ (vo.autorotate ? 1u : 0u));
 }
 
 VideoOutput SampleAssembler::OutputFor(const StreamSpec& s) const {

@@ -122,6 +122,11 @@ class SampleAssembler {
   // decodes them, into `out` (one image per frame).
   absl::Status DecodeFrames(const FrameRequest& request, std::vector<RgbImage>* out);
 
+  // A key of everything besides the frame itself that decides the pixels DecodeFrames delivers
+  // for spec stream `spec_stream` (output size, resize filter, autorotation): two streams with
+  // equal keys decode a frame to the same bytes. For caches of decoded frames.
+  uint64_t DecodeSettingsKey(size_t spec_stream) const;
+
  private:
   struct Episode;
   absl::StatusOr<Episode*> GetEpisode(uint64_t episode);

@@ -520,17 +520,31 @@ struct Pipeline::Impl {
           }
         }
         std::vector<std::pair<uint64_t, std::shared_ptr<const RgbImage>>> decoded;
+        uint64_t from_cache = 0, decoded_for_cache = 0;
+        bool all_cached = true;
         for (auto& [k, r] : merged) {
           std::sort(r.frames.begin(), r.frames.end());
           r.frames.erase(std::unique(r.frames.begin(), r.frames.end()), r.frames.end());
+          if (TakeCachedFrames(task.member, assembler, r, &decoded)) {
+            from_cache += r.frames.size();
+            continue;
+          }
+          all_cached = false;
           if (!assembler.DecodeFrames(r, &images).ok()) continue;  // the sample task reports it
           for (size_t i = 0; i < r.frames.size(); ++i) {
-            decoded.emplace_back(FrameKey(r.episode, r.stream, r.frames[i]),
-                                 std::make_shared<const RgbImage>(std::move(images[i])));
+            auto img = std::make_shared<const RgbImage>(std::move(images[i]));
+            if (opt.frame_cache) {
+              opt.frame_cache->Insert(CacheKey(task.member, assembler, r, r.frames[i]), img);
+              ++decoded_for_cache;
+            }
+            decoded.emplace_back(FrameKey(r.episode, r.stream, r.frames[i]), std::move(img));
           }
         }
         decode += Seconds(t0, Clock::now());
         std::lock_guard<std::mutex> lock(mu);
+        stats.frame_cache_hits += from_cache;
+        stats.frame_cache_misses += decoded_for_cache;
+        if (opt.frame_cache && all_cached && !merged.empty()) ++stats.blocks_from_frame_cache;
         Window& w = windows[task.window];
         for (auto& [k, img] : decoded) {
           if (w.frames.emplace(k, img).second) {
@@ -574,6 +588,30 @@ struct Pipeline::Impl {
     }
     std::lock_guard<std::mutex> lock(mu);
     Publish(id, assemblers, &idle, &decode, &assemble);
+  }
+
+  FrameCacheKey CacheKey(uint32_t member, const SampleAssembler& assembler, const FrameRequest& r,
+                         int64_t frame) const {
+    return FrameCacheKey{members[member]->dataset->manifest().fingerprint, r.episode, r.stream, frame,
+                         assembler.DecodeSettingsKey(r.spec_stream)};
+  }
+
+  // All of `r`'s frames from the decoded-frame cache, appended to `out`; false (and nothing
+  // appended) when any is missing: the decoder has to run from the keyframe anyway, and then
+  // delivers them all.
+  bool TakeCachedFrames(uint32_t member, const SampleAssembler& assembler, const FrameRequest& r,
+                        std::vector<std::pair<uint64_t, std::shared_ptr<const RgbImage>>>* out) const {
+    if (!opt.frame_cache || r.frames.empty()) return false;
+    const size_t before = out->size();
+    for (int64_t f : r.frames) {
+      std::shared_ptr<const RgbImage> img = opt.frame_cache->Find(CacheKey(member, assembler, r, f));
+      if (!img) {
+        out->resize(before);
+        return false;
+      }
+      out->emplace_back(FrameKey(r.episode, r.stream, f), std::move(img));
+    }
+    return true;
   }
 
   // Hands a worker's counters to stats() (mu held).

@@ -24,6 +24,7 @@
 #include "decoders/sample_assembler.h"
 #include "readers/dataset.h"
 #include "pipeline/batch.h"
+#include "pipeline/frame_cache.h"
 #include "shuffle/order.h"
 #include "pipeline/packing.h"
 #include "pipeline/source.h"
@@ -49,6 +50,10 @@ struct PipelineOptions {
   std::optional<PackingSpec> packing;  // packed sequences instead of stacked samples
   // A mixture: each member's schedule (resolved from `order` per member by ResolveSchedule).
   std::vector<OrderOptions> member_orders;
+  // Decoded frames kept across epochs and shared with every pipeline given the same cache
+  // (pipeline/frame_cache.h); null: none. GOP mode: a block whose frames are all cached is not
+  // decoded. Changes where pixels come from, never what they are, nor the order.
+  std::shared_ptr<DecodedFrameCache> frame_cache;
 
   // Reads the `pipeline:` (and `packing:`) sections of a config file; keys not given keep the
   // values already in *this. Unknown keys are errors naming file:line:col.
@@ -65,6 +70,11 @@ struct PipelineStats {
   uint64_t frames_delivered = 0;
   uint64_t cache_hits = 0;       // frames served from pre-decoded blocks
   uint64_t cache_misses = 0;
+  // The decoded-frame cache (PipelineOptions::frame_cache), in frames of pre-decoded blocks:
+  // found there (not decoded), and decoded because some frame of their block was not.
+  uint64_t frame_cache_hits = 0;
+  uint64_t frame_cache_misses = 0;
+  uint64_t blocks_from_frame_cache = 0;  // blocks not decoded at all
   uint64_t queue_bytes = 0;        // reorder buffer + frame cache, now
   uint64_t queue_bytes_peak = 0;   // reorder buffer + frame cache, at most
   uint64_t cache_bytes_peak = 0;

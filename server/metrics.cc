@@ -156,7 +156,49 @@ class StorageCollectable final : public prometheus::Collectable {
   const std::function<StorageStats()> stats_;
 };
 
+// The decoded-frame cache's counters and gauges, read at scrape time.
+class FrameCacheCollectable final : public prometheus::Collectable {
+ public:
+  explicit FrameCacheCollectable(std::function<FrameCacheStats()> stats) : stats_(std::move(stats)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    const FrameCacheStats s = stats_();
+    std::vector<prometheus::MetricFamily> out;
+    auto metric = [&](const char* name, const char* help, prometheus::MetricType type, uint64_t value) {
+      prometheus::MetricFamily f;
+      f.name = name;
+      f.help = help;
+      f.type = type;
+      prometheus::ClientMetric m;
+      if (type == prometheus::MetricType::Counter) {
+        m.counter.value = static_cast<double>(value);
+      } else {
+        m.gauge.value = static_cast<double>(value);
+      }
+      f.metric.push_back(m);
+      out.push_back(std::move(f));
+    };
+    using T = prometheus::MetricType;
+    metric("conveyor_frame_cache_hits_total", "Decoded frames found in the frame cache (not decoded)", T::Counter, s.hits);
+    metric("conveyor_frame_cache_misses_total", "Frame cache lookups that missed (the block was decoded)", T::Counter, s.misses);
+    metric("conveyor_frame_cache_bytes", "Bytes of decoded frames the frame cache holds", T::Gauge, s.bytes);
+    metric("conveyor_frame_cache_max_bytes", "The frame cache's bound (--frame-cache-bytes)", T::Gauge, s.max_bytes);
+    metric("conveyor_frame_cache_frames", "Decoded frames the frame cache holds", T::Gauge, s.frames);
+    metric("conveyor_frame_cache_evicted_bytes_total", "Bytes evicted to admit other frames (lru)", T::Counter, s.evicted_bytes);
+    metric("conveyor_frame_cache_rejected_total", "Frames not admitted because the cache was full (pin)", T::Counter, s.rejected);
+    return out;
+  }
+
+ private:
+  const std::function<FrameCacheStats()> stats_;
+};
+
 }  // namespace
+
+void ServerMetrics::ExposeFrameCache(std::function<FrameCacheStats()> stats) {
+  frame_cache_ = std::make_shared<FrameCacheCollectable>(std::move(stats));
+  if (exposer_ != nullptr) exposer_->RegisterCollectable(frame_cache_);
+}
 
 void ServerMetrics::ExposeStorage(std::function<StorageStats()> stats) {
   storage_ = std::make_shared<StorageCollectable>(std::move(stats));

@@ -19,6 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "pipeline/frame_cache.h"
 #include "readers/storage.h"
 
 namespace conveyor {
@@ -66,12 +67,16 @@ class ServerMetrics {
   // conveyor_storage_* counters, read from `stats` at each scrape. REQUIRES: what `stats` reads
   // outlives this object.
   void ExposeStorage(std::function<StorageStats()> stats);
+  // conveyor_frame_cache_* (the decoded-frame cache shared by the server's streams), read from
+  // `stats` at each scrape. Same REQUIRES as ExposeStorage.
+  void ExposeFrameCache(std::function<FrameCacheStats()> stats);
 
  private:
   explicit ServerMetrics(std::shared_ptr<prometheus::Registry> registry);
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<prometheus::Collectable> storage_;
+  std::shared_ptr<prometheus::Collectable> frame_cache_;
   std::string address_;
   std::mutex mu_;  // Family::Add is thread-safe; this guards jobs_
   static constexpr size_t kMaxJobLabels = 256;

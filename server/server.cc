@@ -184,6 +184,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   std::vector<std::shared_ptr<Config>> configs;
   std::string token;  // empty: no token required
   std::unique_ptr<ServerMetrics> metrics;
+  std::shared_ptr<DecodedFrameCache> frame_cache;  // shared by every stream; null: none
   std::unique_ptr<grpc::Server> server;
   std::string address;
 
@@ -585,6 +586,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
             ? o.max_message_bytes
             : std::clamp<uint64_t>(req.max_message_bytes(), kMinMessageBytes, kMaxMessageCap);
     PipelineOptions po = config->options;
+    po.frame_cache = frame_cache;
     po.consumer = req.consumer();
     po.consumers = req.consumers();
     po.threads = o.threads;
@@ -863,6 +865,15 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   }
   ASSIGN_OR_RETURN(m.metrics, ServerMetrics::Create(o.metrics_listen, o.version));
   m.metrics->ExposeStorage([source = m.source.get()] { return source->storage_stats(); });
+  if (o.frame_cache_bytes > 0) {
+    DecodedFrameCache::Options fo;
+    fo.max_bytes = o.frame_cache_bytes;
+    if (!ParseFrameCachePolicy(o.frame_cache_policy, &fo.policy)) {
+      return absl::InvalidArgumentError(StrCat("--frame-cache-policy '", o.frame_cache_policy, "': expected pin or lru"));
+    }
+    m.frame_cache = std::make_shared<DecodedFrameCache>(fo);
+    m.metrics->ExposeFrameCache([cache = m.frame_cache] { return cache->stats(); });
+  }
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (tls) {

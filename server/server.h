@@ -57,6 +57,10 @@ struct ServerOptions {
   std::string tls_client_ca_file;         // require and verify client certificates
   int threads = 2;                        // decode workers per stream
   uint64_t queue_bytes = 256ull << 20;    // per stream
+  // One decoded-frame cache of this many bytes shared by every stream (pipeline/frame_cache.h):
+  // a dataset's frames are decoded once per server, not once per epoch and stream. 0: none.
+  uint64_t frame_cache_bytes = 0;
+  std::string frame_cache_policy = "pin";  // pin | lru
   uint64_t max_message_bytes = 4ull << 20;
   int max_streams = 64;
   uint64_t max_config_bytes = 1ull << 20;  // inline configs larger than this are refused

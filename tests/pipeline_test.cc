@@ -368,6 +368,93 @@ TEST_F(PipelineTest, Version2DecodesEachFrameOfAnEpochAboutOnce) {
   EXPECT_GT(decoded[1], frames * 11 / 10) << "version 1 should decode GOP prefixes again (the test's premise)";
 }
 
+TEST(DecodedFrameCacheTest, PoliciesKeepTheBound) {
+  auto frame = [](size_t bytes) {
+    auto f = std::make_shared<RgbImage>();
+    f->pixels.assign(bytes, 7);
+    return std::shared_ptr<const RgbImage>(f);
+  };
+  auto key = [](int64_t i) { return FrameCacheKey{"ds", 0, 0, i, 1}; };
+  DecodedFrameCache pin({1000, DecodedFrameCache::Policy::kPinWhatFits});
+  for (int64_t i = 0; i < 5; ++i) pin.Insert(key(i), frame(300));
+  EXPECT_EQ(pin.stats().frames, 3u);
+  EXPECT_EQ(pin.stats().bytes, 900u);
+  EXPECT_EQ(pin.stats().rejected, 2u);
+  EXPECT_NE(pin.Find(key(0)), nullptr);  // the first ones stay
+  EXPECT_EQ(pin.Find(key(4)), nullptr);
+  EXPECT_EQ(pin.Find(FrameCacheKey{"ds", 0, 0, 0, 2}), nullptr) << "other decode settings, other frame";
+  DecodedFrameCache lru({1000, DecodedFrameCache::Policy::kLru});
+  for (int64_t i = 0; i < 3; ++i) lru.Insert(key(i), frame(300));
+  ASSERT_NE(lru.Find(key(0)), nullptr);  // 0 is now the most recently used
+  lru.Insert(key(3), frame(300));         // evicts 1, the least recently used
+  EXPECT_EQ(lru.Find(key(1)), nullptr);
+  EXPECT_NE(lru.Find(key(0)), nullptr);
+  EXPECT_NE(lru.Find(key(3)), nullptr);
+  EXPECT_LE(lru.stats().bytes, 1000u);
+  EXPECT_EQ(lru.stats().evicted_bytes, 300u);
+  lru.Insert(key(9), frame(2000));  // larger than the bound: never admitted
+  EXPECT_EQ(lru.Find(key(9)), nullptr);
+  EXPECT_LE(lru.stats().bytes, 1000u);
+}
+
+// The decoded-frame cache changes where frames come from, never the batches: two epochs with a
+// cache that holds everything, one that holds a third (pin), one that evicts (lru), and a second
+// pipeline sharing the first's cache all give the uncached run's batches bit for bit; with
+// everything cached the second epoch decodes nothing, and a pipeline sharing a warm cache
+// decodes nothing at all.
+TEST_F(PipelineTest, DecodedFrameCacheKeepsBatchesBitIdentical) {
+  PipelineOptions o = Options(2, true);
+  o.order = OrderOptions{0, 0};
+  const auto index = SampleIndex::Build(*dataset_, spec_->anchor_stream);
+  ASSERT_TRUE(index.ok());
+  const int epoch_steps = static_cast<int>(index->size() / o.global_batch_size);
+  const std::vector<Line> want = Run(o, {0, 0}, 2 * epoch_steps);
+  ASSERT_EQ(want.size(), static_cast<size_t>(2 * epoch_steps));
+
+  auto run_with = [&](std::shared_ptr<DecodedFrameCache> cache, PipelineStats* stats) {
+    PipelineOptions c = o;
+    c.frame_cache = std::move(cache);
+    auto p = Pipeline::Create(*dataset_, *spec_, c, {0, 0});
+    EXPECT_TRUE(p.ok()) << p.status();
+    std::vector<Line> out;
+    if (!p.ok()) return out;
+    for (int i = 0; i < 2 * epoch_steps; ++i) {
+      auto next = (*p)->Next();
+      EXPECT_TRUE(next.ok() && next->has_value());
+      if (!next.ok() || !next->has_value()) break;
+      Line l{(*next)->cursor, (*next)->ids, {}};
+      for (const TensorView& t : (*next)->tensors) l.tensors[t.name].assign((*next)->data(t), (*next)->data(t) + t.bytes);
+      out.push_back(std::move(l));
+    }
+    *stats = (*p)->stats();
+    return out;
+  };
+  PipelineStats uncached_stats;
+  run_with(nullptr, &uncached_stats);
+
+  auto big = std::make_shared<DecodedFrameCache>(DecodedFrameCache::Options{1ull << 30});
+  PipelineStats s;
+  EXPECT_EQ(run_with(big, &s), want) << "a cache holding everything";
+  const FrameCacheStats full = big->stats();
+  EXPECT_GT(s.frame_cache_hits, 0u);
+  EXPECT_GT(s.blocks_from_frame_cache, 0u);
+  EXPECT_LT(s.frames_decoded, uncached_stats.frames_decoded * 6 / 10) << "the second epoch was decoded again";
+  EXPECT_EQ(full.rejected, 0u);
+
+  PipelineStats again;
+  EXPECT_EQ(run_with(big, &again), want) << "a second pipeline on the warm cache";
+  EXPECT_EQ(again.frames_decoded, 0u) << "a warm cache holding every frame, and still decoding";
+
+  for (auto policy : {DecodedFrameCache::Policy::kPinWhatFits, DecodedFrameCache::Policy::kLru}) {
+    auto small = std::make_shared<DecodedFrameCache>(DecodedFrameCache::Options{full.bytes / 3, policy});
+    PipelineStats ps;
+    EXPECT_EQ(run_with(small, &ps), want) << "a cache holding a third, policy " << static_cast<int>(policy);
+    const FrameCacheStats fs = small->stats();
+    EXPECT_LE(fs.bytes, full.bytes / 3);
+    EXPECT_GT(fs.rejected + fs.evicted_bytes, 0u);
+  }
+}
+
 TEST_F(PipelineTest, CancelAndDestroyMidEpochDoNotHang) {
   for (bool gop : {false, true}) {
     auto p = Pipeline::Create(*dataset_, *spec_, Options(2, gop), {0, 0});

@@ -567,6 +567,41 @@ TEST_F(ServerE2ETest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(server->Poll(), -2);
 }
 
+// --frame-cache-bytes: one decoded-frame cache for every stream of the server. Two jobs read the
+// same epoch: both get exactly the offline batches, the second from frames the first decoded, and
+// the metrics say so.
+TEST_F(ServerE2ETest, AFrameCacheSharedByStreamsKeepsTheirBatches) {
+  auto server = Serve({"--frame-cache-bytes", "1000000000", "--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(server->ok());
+  const std::vector<std::string> want = Offline(small(), 6);
+  for (const char* job : {"first", "second"}) {
+    client::ClientOptions o = Options({server->address()});
+    o.job = job;
+    o.max_batches = 6;
+    auto c = client::Client::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    std::vector<std::string> got;
+    for (;;) {
+      absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+      ASSERT_TRUE(next.ok()) << next.status();
+      if (!next->has_value()) break;
+      got.push_back(Line(**next));
+    }
+    EXPECT_EQ(got, want) << job;
+  }
+  int code = 0;
+  const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);
+  ASSERT_EQ(code, 0);
+  auto value = [&](const std::string& name) {
+    const size_t at = metrics.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + name.size() + 2));
+  };
+  EXPECT_GT(value("conveyor_frame_cache_hits_total"), 0) << metrics;
+  EXPECT_GT(value("conveyor_frame_cache_bytes"), 0) << metrics;
+  EXPECT_LE(value("conveyor_frame_cache_bytes"), 1e9);
+  EXPECT_EQ(value("conveyor_frame_cache_max_bytes"), 1e9);
+}
+
 TEST_F(ServerE2ETest, BearerTokenIsCheckedOnEveryCall) {
   const std::string token = dir_->Join("token");
   testing::WriteFile(token, "0123456789abcdef0123456789abcdef\n");

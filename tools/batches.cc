@@ -64,6 +64,14 @@ absl::Status RunBatches(const BatchesOptions& o) {
     return absl::InvalidArgumentError(StrCat("--schedule '", o.schedule, "': expected naive or gop"));
   }
   po.order.version = version;
+  if (o.frame_cache_bytes > 0) {
+    DecodedFrameCache::Options fo;
+    fo.max_bytes = o.frame_cache_bytes;
+    if (!ParseFrameCachePolicy(o.frame_cache_policy, &fo.policy)) {
+      return absl::InvalidArgumentError(StrCat("--frame-cache-policy '", o.frame_cache_policy, "': expected pin or lru"));
+    }
+    po.frame_cache = std::make_shared<DecodedFrameCache>(fo);
+  }
   ASSIGN_OR_RETURN(Cursor cursor, ParseCursor(o.cursor));
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
   // Resolved here as Create would, so that --stats measures the order the batches follow.
@@ -106,6 +114,17 @@ absl::Status RunBatches(const BatchesOptions& o) {
                  static_cast<unsigned long long>(s.cache_hits),
                  static_cast<unsigned long long>(s.cache_misses), s.cache_bytes_peak / 1e6,
                  s.queue_bytes_peak / 1e6);
+    if (po.frame_cache) {
+      const FrameCacheStats fc = po.frame_cache->stats();
+      std::fprintf(stderr,
+                   "  frame cache (%s): %llu frames from the cache, %llu decoded into it; %llu blocks "
+                   "not decoded at all; holds %llu frames, %.1f of %.1f MB; %llu rejected, %.1f MB evicted\n",
+                   o.frame_cache_policy.c_str(), static_cast<unsigned long long>(s.frame_cache_hits),
+                   static_cast<unsigned long long>(s.frame_cache_misses),
+                   static_cast<unsigned long long>(s.blocks_from_frame_cache),
+                   static_cast<unsigned long long>(fc.frames), fc.bytes / 1e6, fc.max_bytes / 1e6,
+                   static_cast<unsigned long long>(fc.rejected), fc.evicted_bytes / 1e6);
+    }
     if (!source->is_mixture()) {
       const Dataset& ds = source->dataset(0);
       ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(ds, spec.anchor_stream));
@@ -180,6 +199,10 @@ class BatchesCommand final : public Command {
     c->add_option("--batch-size", o_.batch_size, "Global batch size (overrides the config)")->check(CLI::PositiveNumber);
     c->add_option("--seed", o_.seed, "Seed (overrides the config)")->check(CLI::NonNegativeNumber);
     c->add_option("--schedule", o_.schedule, "naive or gop (overrides the config)");
+    c->add_option("--frame-cache-bytes", o_.frame_cache_bytes,
+                  "Keep decoded frames across epochs, up to this many bytes (0: none; docs/pipeline.md)");
+    c->add_option("--frame-cache-policy", o_.frame_cache_policy, "pin (keep what fits) or lru")
+        ->capture_default_str()->check(CLI::IsMember({"pin", "lru"}));
     c->add_option("--schedule-version", o_.schedule_version,
                   "1 or 2: the GOP schedule's version (overrides the config's; docs/pipeline.md)");
     c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");

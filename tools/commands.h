@@ -99,6 +99,8 @@ struct BatchesOptions {
   int64_t seed = -1;         // -1: the config's pipeline.seed
   std::string schedule;      // "", "naive" or "gop": overrides pipeline.schedule.mode
   int64_t schedule_version = 0;  // 0: the config's
+  uint64_t frame_cache_bytes = 0;  // a decoded-frame cache shared by the run's epochs
+  std::string frame_cache_policy = "pin";
   bool digest = false;       // SHA-256 of each batch's tensors
   bool ids = false;          // print every sample id
   bool stats = false;        // amplification, shuffle quality, fill ratio, stage times at the end
@@ -116,6 +118,8 @@ struct ServeOptions {
   std::string tls_cert, tls_key, tls_client_ca;
   int threads = 2;
   uint64_t queue_bytes = 256ull << 20;
+  uint64_t frame_cache_bytes = 0;
+  std::string frame_cache_policy = "pin";
   uint64_t max_message_bytes = 4ull << 20;
   int max_streams = 64;
   std::string ready_file;      // written with "ADDRESS [METRICS_ADDRESS]" once serving
