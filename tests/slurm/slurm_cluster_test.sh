@@ -21,6 +21,9 @@
 #      having trained on its batches at its steps.
 #   7. 6's checkpoint as it was at the scancel, resumed by 4 trainer ranks instead of 2 at the
 #      same global batch: ranks 2k and 2k+1 together train on what rank k of 2 did in 1.
+#   8. With CONVEYOR_SLURM_REQUEUE=1: the same training job requeued by `scontrol requeue` mid-run:
+#      SLURM restarts it (after about three minutes), and it resumes from its checkpoint and ends
+#      with 1's weights.
 #
 # Needs: slurmctld, slurmd, sbatch, scontrol (Debian: slurmctld slurmd slurm-client); skipped
 # with exit code 77 (ctest SKIP_RETURN_CODE) when they are missing.
@@ -414,5 +417,36 @@ for k in (0, 1):
     assert got == [x["ids"] for x in w], f"ranks {2 * k},{2 * k + 1} differ from rank {k} of 2"
 EOF
 log "7. job $job COMPLETED: 4 ranks from step $ckpt_step trained on the 2-rank run's global order"
+
+# ---- 8. scontrol requeue of the training job: it restarts and resumes from its checkpoint ------
+# SLURM holds a requeued job for about three minutes before starting it again (22.05 here;
+# AuthInfo=cred_expire=5 in slurm.conf did not shorten it), so this runs when
+# CONVEYOR_SLURM_REQUEUE=1 (by hand: the whole test then takes about 4.5 minutes), not in every
+# ctest run.
+if [[ ${CONVEYOR_SLURM_REQUEUE:-0} == 1 ]]; then
+mkdir -p "$T/ckpt8"
+job=$(submit trainrequeue TRAINER=train STEPS=60 STEP_MS=100 CHECKPOINT="$T/ckpt8/state" CHECKPOINT_EVERY=1 \
+  RESULTS_DIR="$T/trainrequeue")
+log "8. submitted job $job (TRAINER=train, CHECKPOINT, 100 ms steps)"
+out=$T/job-trainrequeue-$job.out
+for _ in $(seq 1200); do
+  ! grep -q '^train: step   21/60' "$out" 2> /dev/null || break
+  sleep 0.1
+done
+grep -q '^train: step   21/60' "$out" || fail "8. the trainers did not reach step 21"
+scontrol requeue "$job"
+log "8. scontrol requeue $job after the trainers' step 21"
+wait_state "$job" 300 COMPLETED
+exit_ok "$job"
+[[ $(scontrol show job "$job" | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p' | head -n 1) -ge 1 ]] ||
+  fail "8. job $job was not restarted"
+grep -q "train: rank 0 resumes from $T/ckpt8/state at step" "$out" ||
+  fail "8. the requeued job did not resume from its checkpoint: $(tail -n 20 "$out")"
+r8=$(sed -n 's/.*"weights_fnv1a": "\([0-9a-f]*\)".*/\1/p' "$T/trainrequeue/train-0.json")
+[[ $r8 == "$w0" ]] || fail "8. weights after the requeue ($r8) differ from the uninterrupted run's ($w0)"
+log "8. job $job COMPLETED after a requeue: resumed from its checkpoint with the uninterrupted run's weights"
+else
+  log "8. skipped (CONVEYOR_SLURM_REQUEUE=1 runs the requeue scenario, about 3 more minutes)"
+fi
 
 log "PASS"
