@@ -131,7 +131,7 @@ TEST(S3Radosgw, BatchDigestsEqualTheLocalCopys) {
   // The endpoint as a flag instead of AWS_ENDPOINT_URL, before or after the subcommand.
   auto env = UserEnv();
   env.erase("AWS_ENDPOINT_URL");
-  for (const std::string& where : {"before", "after"}) {
+  for (const std::string where : {"before", "after"}) {
     std::vector<std::string> args = {"batches", gateway->s3_ds(), "--config", gateway->config(),
                                      "--steps", "6", "--digest"};
     if (where == "before") {
