@@ -12,30 +12,10 @@
 # Usage: bash bench/frame_cache_bench.sh BUILD_DIR [--threads T] [--work DIR]
 # Writes bench/out/frame_cache_bench.json and prints a markdown table.
 set -euo pipefail
-build=$(realpath "${1:?usage: bash bench/frame_cache_bench.sh BUILD_DIR [--threads T] [--work DIR]}")
-shift
-threads=2 work=""
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --threads) threads=$2; shift 2 ;;
-    --work) work=$2; shift 2 ;;
-    *) echo "frame_cache_bench: unknown flag $1" >&2; exit 2 ;;
-  esac
-done
-cli="$build/tools/conveyor"
-[[ -x "$cli" ]] || { echo "frame_cache_bench: $cli not found" >&2; exit 1; }
-bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-mkdir -p "$bench_dir/out"
-if [[ -z "$work" ]]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
-mkdir -p "$work"
-say() { printf '%s\n' "$*" >&2; }
-
-[[ -d $work/h264 ]] || "$cli" synth --out "$work/h264" --episodes 8 --seed 0 --quiet
-[[ -d $work/av1 ]] || "$cli" synth --out "$work/av1" --episodes 6 --cameras 2 --size 224x224 \
-  --video-codec av1 --gop 2 --audio-codec none --seed 1 --quiet
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_setup frame_cache_bench "$@"
+bench_datasets
 
 config() {  # FILE CAMERAS
   { echo "anchor: cam0"; echo "streams:"
@@ -45,15 +25,6 @@ config() {  # FILE CAMERAS
 config "$work/h264.yaml" 3
 config "$work/av1.yaml" 2
 
-ffmpeg_fps() {  # DATASET
-  local mp4="$work/$(basename "$1")-cam0.mp4" frames t0 t1
-  [[ -s $mp4 ]] || "$cli" extract "$1" --episode 0 --stream cam0 --out "$mp4" > /dev/null
-  frames=$(ffprobe -v error -count_packets -select_streams v:0 -show_entries stream=nb_read_packets -of csv=p=0 "$mp4")
-  t0=$(date +%s.%N)
-  for _ in 1 2 3; do ffmpeg -v error -threads 1 -i "$mp4" -f null -; done
-  t1=$(date +%s.%N)
-  awk -v f="$frames" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", 3 * f / (b - a)}'
-}
 memcpy_gbs=$(/usr/bin/python3 -c '
 import numpy as np, time
 a = np.ones(256 << 20, dtype=np.uint8); b = np.empty_like(a); np.copyto(b, a)
@@ -80,7 +51,7 @@ for name in h264 av1; do
   ds=$work/$name cfg=$work/$name.yaml
   cams=3
   [[ $name == av1 ]] && cams=2
-  fps=$(ffmpeg_fps "$ds")
+  fps=$(bench_ffmpeg_fps "$ds")
   limit=$(awk -v f="$fps" -v t="$threads" -v c="$cams" 'BEGIN {printf "%.0f", f * t / c}')
   samples=$("$cli" inspect "$ds" --json | /usr/bin/python3 -c 'import json,sys; m=json.load(sys.stdin); print([s for s in m["streams"] if s["name"]=="cam0"][0]["total_frames"])' 2> /dev/null || echo 0)
   steps=$((samples / 32))

@@ -13,30 +13,10 @@
 # Usage: bash bench/schedule_bench.sh BUILD_DIR [--threads T] [--work DIR]
 # Writes bench/out/schedule_bench.json (one object per row) and prints a markdown table.
 set -euo pipefail
-build=$(realpath "${1:?usage: bash bench/schedule_bench.sh BUILD_DIR [--threads T] [--work DIR]}")
-shift
-threads=2 work=""
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --threads) threads=$2; shift 2 ;;
-    --work) work=$2; shift 2 ;;
-    *) echo "schedule_bench: unknown flag $1" >&2; exit 2 ;;
-  esac
-done
-cli="$build/tools/conveyor"
-[[ -x "$cli" ]] || { echo "schedule_bench: $cli not found" >&2; exit 1; }
-bench_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-mkdir -p "$bench_dir/out"
-if [[ -z "$work" ]]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
-mkdir -p "$work"
-
-say() { printf '%s\n' "$*" >&2; }
-[[ -d $work/h264 ]] || "$cli" synth --out "$work/h264" --episodes 8 --seed 0 --quiet
-[[ -d $work/av1 ]] || "$cli" synth --out "$work/av1" --episodes 6 --cameras 2 --size 224x224 \
-  --video-codec av1 --gop 2 --audio-codec none --seed 1 --quiet
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_setup schedule_bench "$@"
+bench_datasets
 
 config() {  # NAME ANCHOR CAM0_DELTAS CAMERAS
   local name=$1 anchor=$2 deltas=$3 cams=$4 c
@@ -54,17 +34,6 @@ config h264-50hz action "[0.0]" 3
 config h264-back cam0 "[-0.1, 0.0]" 3
 config av1-gop2 cam0 "[0.0]" 2
 
-# ffmpeg's own sequential decode of cam0, frames/s on one core: the decode limit.
-ffmpeg_fps() {  # DATASET
-  local mp4="$work/$(basename "$1")-cam0.mp4"
-  [[ -s $mp4 ]] || "$cli" extract "$1" --episode 0 --stream cam0 --out "$mp4" > /dev/null
-  local frames t0 t1
-  frames=$(ffprobe -v error -count_packets -select_streams v:0 -show_entries stream=nb_read_packets -of csv=p=0 "$mp4")
-  t0=$(date +%s.%N)
-  for _ in 1 2 3; do ffmpeg -v error -threads 1 -i "$mp4" -f null - ; done
-  t1=$(date +%s.%N)
-  echo "$frames $t0 $t1" | awk '{printf "%.0f", 3 * $1 / ($3 - $2)}'
-}
 
 json="$bench_dir/out/schedule_bench.json"
 : > "$json"
@@ -73,7 +42,7 @@ printf '|---|---|---|---|---|---|---|---|\n'
 for w in h264-cam h264-50hz h264-back av1-gop2; do
   ds=$work/h264
   [[ $w == av1-gop2 ]] && ds=$work/av1
-  fps=$(ffmpeg_fps "$ds")
+  fps=$(bench_ffmpeg_fps "$ds")
   for order in naive v1 v2; do
     args=(--schedule gop --schedule-version "${order#v}")
     [[ $order == naive ]] && args=(--schedule naive)

@@ -110,6 +110,24 @@ class ServerE2ETest : public ::testing::Test {
     return line.ok() ? *line : "";
   }
 
+  // Every batch of a bounded stream as its line; `after_each(n)` runs after the n-th (a kill, a
+  // stall). An error is a test failure, and the lines read so far are returned.
+  static std::vector<std::string> ReadAll(client::Client& c,
+                                          const std::function<void(size_t)>& after_each = nullptr) {
+    std::vector<std::string> got;
+    for (;;) {
+      absl::StatusOr<std::optional<client::Batch>> next = c.Next();
+      if (!next.ok()) {
+        ADD_FAILURE() << next.status();
+        break;
+      }
+      if (!next->has_value()) break;
+      got.push_back(Line(**next));
+      if (after_each) after_each(got.size());
+    }
+    return got;
+  }
+
   static client::ClientOptions Options(std::vector<std::string> servers) {
     client::ClientOptions o;
     o.servers = std::move(servers);
@@ -180,14 +198,9 @@ TEST_F(ServerE2ETest, AClientGetsTheScheduleVersionItAsksFor) {
     o.schedule_version = version;
     auto c = client::Client::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
-    std::vector<std::string> got;
-    for (;;) {
-      absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
-      ASSERT_TRUE(next.ok()) << next.status();
-      if (!next->has_value()) break;
-      got.push_back(Line(**next));
-      if (version == 1 && got.size() == 2) EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
-    }
+    const std::vector<std::string> got = ReadAll(**c, [&](size_t n) {
+      if (version == 1 && n == 2) EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
+    });
     EXPECT_EQ(got, version == 1 ? v1 : v2) << "schedule version " << version;
     EXPECT_EQ((*c)->schedule_version(), version == 1 ? 1u : 2u);
   }
@@ -580,14 +593,7 @@ TEST_F(ServerE2ETest, AFrameCacheSharedByStreamsKeepsTheirBatches) {
     o.max_batches = 6;
     auto c = client::Client::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
-    std::vector<std::string> got;
-    for (;;) {
-      absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
-      ASSERT_TRUE(next.ok()) << next.status();
-      if (!next->has_value()) break;
-      got.push_back(Line(**next));
-    }
-    EXPECT_EQ(got, want) << job;
+    EXPECT_EQ(ReadAll(**c), want) << job;
   }
   int code = 0;
   const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);

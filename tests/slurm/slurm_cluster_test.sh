@@ -237,6 +237,17 @@ wait_lines() {
   fail "$1 has fewer than $2 lines after $3 s"
 }
 
+# wait_step OUT STEP: polls until rank 0 of the job writing OUT has printed `train: step STEP/60`.
+wait_step() {
+  local line
+  line=$(printf 'train: step %4d/60' "$2")
+  for _ in $(seq 1200); do
+    ! grep -q "^$line" "$1" 2> /dev/null || return 0
+    sleep 0.1
+  done
+  fail "the trainers did not reach step $2 ($1)"
+}
+
 # check_epoch DIR: every consumer's batches equal the offline ones, and the ids are exactly once.
 check_epoch() {
   local dir=$1 r
@@ -278,11 +289,7 @@ grep -A 7 '^train: rank 0 of 2' "$out" | grep -E '^  (part|waiting for data|comp
 job=$(submit trainkill TRAINER=train STEPS=60 RESULTS_DIR="$T/trainkill")
 log "2. submitted job $job (TRAINER=train, as in 1)"
 out=$T/job-trainkill-$job.out
-for _ in $(seq 1200); do
-  ! grep -q '^train: step   11/60' "$out" 2> /dev/null || break
-  sleep 0.1
-done
-grep -q '^train: step   11/60' "$out" || fail "the trainers did not reach step 11"
+wait_step "$out" 11
 read -r victim node < "$T/shared/job-$job/server-0.pid"
 kill -KILL "$victim"
 log "2. kill -9 server 0 (pid $victim on $node) after the trainers' step 11 of 60"
@@ -365,11 +372,7 @@ job=$(submit trainstop TRAINER=train STEPS=60 STEP_MS=100 CHECKPOINT="$T/ckpt/st
   RESULTS_DIR="$T/trainstop")
 log "6. submitted job $job (TRAINER=train, CHECKPOINT, 100 ms steps)"
 out=$T/job-trainstop-$job.out
-for _ in $(seq 1200); do
-  ! grep -q '^train: step   21/60' "$out" 2> /dev/null || break
-  sleep 0.1
-done
-grep -q '^train: step   21/60' "$out" || fail "the trainers did not reach step 21"
+wait_step "$out" 21
 scancel "$job"
 wait_state "$job" 60 CANCELLED
 cp "$T/ckpt/state" "$T/ckpt/at-cancel"
@@ -429,11 +432,7 @@ job=$(submit trainrequeue TRAINER=train STEPS=60 STEP_MS=100 CHECKPOINT="$T/ckpt
   RESULTS_DIR="$T/trainrequeue")
 log "8. submitted job $job (TRAINER=train, CHECKPOINT, 100 ms steps)"
 out=$T/job-trainrequeue-$job.out
-for _ in $(seq 1200); do
-  ! grep -q '^train: step   21/60' "$out" 2> /dev/null || break
-  sleep 0.1
-done
-grep -q '^train: step   21/60' "$out" || fail "8. the trainers did not reach step 21"
+wait_step "$out" 21
 scontrol requeue "$job"
 log "8. scontrol requeue $job after the trainers' step 21"
 wait_state "$job" 300 COMPLETED
