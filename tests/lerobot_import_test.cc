@@ -713,6 +713,54 @@ TEST_F(LeRobotImportTest, InPlaceResumesExactlyFromAnyCursor) {
   }
 }
 
+// A LeRobot dataset read in place as a member of a mixture with a native dataset of another
+// robot: its cameras renamed onto the shared names, every batch half from each, the ids say
+// which, and a resume from a mid-run cursor gives the same lines.
+TEST_F(LeRobotImportTest, InPlaceAsAMixtureMember) {
+  const std::string cli = ShellQuote(CONVEYOR_CLI);
+  const std::string synth = dir_->Join("mix_synth");
+  auto made = RunCommand(cli + " synth --quiet --out " + ShellQuote(synth) +
+                         " --episodes 2 --episode-seconds 2 --cameras 2 --size 64x48 --fps 30 --state-dim 6"
+                         " --action-dim 4 --lowdim-rate 30 --audio-codec none --seed 3",
+                         120);
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string mix = dir_->Join("mix.yaml");
+  WriteFile(mix, "mixture:\n  name: two_robots\n  tag: robot\n  datasets:\n"
+                 "    - {name: lerobot, uri: " + InPlace("v30") + ", weight: 0.5,\n"
+                 "       streams: {cam0: observation.images.top, cam1: observation.images.wrist}}\n"
+                 "    - {name: synth, uri: " + synth + ", weight: 0.5}\n");
+  const std::string config = dir_->Join("mix_config.yaml");
+  WriteFile(config, "anchor: action\nstreams:\n  cam0: {size: [48, 64]}\n  cam1: {size: [64, 64]}\n"
+                    "  observation.state: {}\n  action: {}\n"
+                    "pipeline: {global_batch_size: 8, seed: 1, schedule: {mode: gop}}\n");
+  auto batches = [&](const std::string& cursor, int steps) {
+    return RunCommand(cli + " batches " + ShellQuote(mix) + " --config " + ShellQuote(config) +
+                          " --digest --ids --threads 2 --cursor " + cursor + " --steps " + std::to_string(steps),
+                      120);
+  };
+  const auto all = batches("0:0", 12);
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  std::vector<std::string> lines;
+  std::istringstream in(all.output);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 12u) << all.output;
+  for (const std::string& line : lines) {
+    const size_t open = line.find('[');
+    ASSERT_NE(open, std::string::npos) << line;
+    std::istringstream ids(line.substr(open + 1, line.find(']') - open - 1));
+    int from_synth = 0, n = 0;
+    for (std::string id; ids >> id; ++n) from_synth += id.rfind("1:", 0) == 0 ? 1 : 0;
+    EXPECT_EQ(n, 8) << line;
+    EXPECT_EQ(from_synth, 4) << "not half from each dataset: " << line;
+  }
+  const std::string cursor = lines[5].substr(0, lines[5].find(' '));
+  const auto rest = batches(cursor, 7);
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  std::string want;
+  for (size_t i = 5; i < 12; ++i) want += lines[i] + "\n";
+  EXPECT_EQ(rest.output, want) << "resumed at " << cursor;
+}
+
 // pi0-style quantile normalization from v3.0's stats.json: 2 (x - q01) / (q99 - q01 + 1e-8) - 1
 // in float32, in place and imported; a mode whose quantiles the dataset lacks is refused, naming
 // what it has.
