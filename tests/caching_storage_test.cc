@@ -2,6 +2,9 @@
 // without the backend, a corrupted entry is detected and fetched again, the byte bound holds
 // across "processes" (two caches on one directory), and every byte read equals the backend's.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -274,6 +277,51 @@ TEST_F(CachingStorageTest, ACorruptedEntryIsDetectedAndFetchedAgain) {
   ExpectRead(*third, "a.bin", 0, kBlock);
   EXPECT_EQ(third->stats().cache_corrupt, 1u);
   EXPECT_EQ(third->stats().reads, 1u);
+}
+
+// Real processes on one cache directory: three forked readers read random ranges of one file
+// through caches bounded at a few blocks, a fourth is SIGKILLed mid-read (its half-written
+// entries stay in tmp/), and afterwards every byte a fresh reader gets is still the file's, and
+// the bound holds on disk.
+TEST_F(CachingStorageTest, ForkedProcessesShareTheCacheAndItsBound) {
+  const uint64_t bound = 6 * (kBlock + 24) + 1000;
+  const std::string& want = files_["long.bin"];
+  auto reader = [&](uint64_t seed, int reads) -> int {
+    auto storage = Open(bound);
+    if (!storage) return 2;
+    auto f = storage->Open("long.bin");
+    if (!f.ok()) return 3;
+    std::mt19937_64 rng(seed);
+    std::string got(3 * kBlock, '\0');
+    for (int i = 0; i < reads; ++i) {
+      const uint64_t n = 1 + rng() % (3 * kBlock);
+      const uint64_t at = rng() % (want.size() - n);
+      if (!(*f)->Read(at, n, got.data()).ok()) return 4;
+      if (std::string_view(got.data(), n) != std::string_view(want).substr(at, n)) return 5;
+    }
+    return 0;
+  };
+  std::vector<pid_t> children;
+  for (uint64_t c = 0; c < 4; ++c) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) _exit(reader(100 + c, c == 3 ? 1000000 : 300));
+    children.push_back(pid);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(children[3], SIGKILL);
+  for (size_t c = 0; c < children.size(); ++c) {
+    int status = 0;
+    ASSERT_EQ(waitpid(children[c], &status, 0), children[c]);
+    if (c < 3) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "reader " << c << " status " << status;
+    } else {
+      EXPECT_TRUE(WIFSIGNALED(status)) << "the reader to kill ended by itself: " << status;
+    }
+  }
+  EXPECT_LE(EntryBytes(), bound) << "the bound does not hold across processes";
+  EXPECT_EQ(reader(7, 300), 0) << "a reader after the kill got a wrong byte";
+  EXPECT_LE(EntryBytes(), bound);
 }
 
 TEST_F(CachingStorageTest, TheByteBoundHoldsAcrossProcesses) {
