@@ -28,9 +28,27 @@ const Tensor* Sample::Find(std::string_view name) const {
   return nullptr;
 }
 
+size_t Tensor::bytes() const {
+  if (frames.empty()) return data.size();
+  size_t n = 0;
+  for (const auto& f : frames) n += f->pixels.size();
+  return n;
+}
+
+void Tensor::CopyTo(uint8_t* dst) const {
+  if (frames.empty()) {
+    if (!data.empty()) std::memcpy(dst, data.data(), data.size());
+    return;
+  }
+  for (const auto& f : frames) {
+    std::memcpy(dst, f->pixels.data(), f->pixels.size());
+    dst += f->pixels.size();
+  }
+}
+
 size_t Sample::bytes() const {
   size_t n = 0;
-  for (const Tensor& t : tensors) n += t.data.size();
+  for (const Tensor& t : tensors) n += t.bytes();
   return n;
 }
 
@@ -403,9 +421,18 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
               StrCat("the frames need ", elem_bytes * views.size(),
                      " bytes, over limits.max_sample_bytes (", spec_.limits.max_sample_bytes, ")")));
         }
-        Tensor t = MakeTensor(s.name, dt, std::move(shape));
-        for (size_t i = 0; i < views.size(); ++i) {
-          WriteImage(*views[i], s, t.data.data() + i * elem_bytes);
+        Tensor t;
+        if (!held.empty() && dt == DType::kUint8 && s.layout == ImageLayout::kHWC) {
+          // The pre-decoded frames are the output as they are: share them, copy nothing here.
+          t.name = s.name;
+          t.dtype = dt;
+          t.shape = std::move(shape);
+          t.frames = held;
+        } else {
+          t = MakeTensor(s.name, dt, std::move(shape));
+          for (size_t i = 0; i < views.size(); ++i) {
+            WriteImage(*views[i], s, t.data.data() + i * elem_bytes);
+          }
         }
         out.tensors.push_back(std::move(t));
         out.tensors.push_back(PadTensor(s.name, pads));

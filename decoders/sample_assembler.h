@@ -28,7 +28,14 @@ struct Tensor {
   DType dtype = DType::kUint8;
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;  // C order, little-endian
+  // A video tensor whose frames are the decoded frames as they are (uint8 [T, H, W, 3], no
+  // augmentation): the frames themselves, shared with the frame cache, instead of a copy in
+  // `data` (which is then empty). Frame t's bytes are frames[t]->pixels. Saves one copy of every
+  // frame: from the decoder's frame straight into its slot of the batch (pipeline/packing.cc).
+  std::vector<std::shared_ptr<const RgbImage>> frames;
   size_t num_elements() const;
+  size_t bytes() const;               // data.size(), or the frames' bytes
+  void CopyTo(uint8_t* dst) const;    // all bytes() of them, in C order
 };
 
 // What one sample holds. Tensors, in spec order, per stream: `<name>` and, except for text,

@@ -234,9 +234,9 @@ absl::StatusOr<std::vector<StackedTensor>> PlanStack(const std::vector<Sample>& 
                                                    " has shape ", ShapeText(t->shape)));
         }
       }
-      if (t->data.size() != t->num_elements() * DTypeSize(t->dtype)) {
+      if (t->bytes() != t->num_elements() * DTypeSize(t->dtype)) {
         return absl::InvalidArgumentError(
-            StrCat("tensor '", t0.name, "' of ", SampleName(sj, j), " holds ", t->data.size(),
+            StrCat("tensor '", t0.name, "' of ", SampleName(sj, j), " holds ", t->bytes(),
                    " bytes; shape ", ShapeText(t->shape), " ", DTypeName(t->dtype), " needs ",
                    t->num_elements() * DTypeSize(t->dtype)));
       }
@@ -317,8 +317,9 @@ void FillStacked(const std::vector<StackedTensor>& plan, Batch* batch) {
     for (size_t j = 0; j < st.parts.size(); ++j) {
       const Tensor& t = *st.parts[j];
       uint8_t* dst = base + v.offset + j * slot_bytes;
-      if (!t.data.empty()) std::memcpy(dst, t.data.data(), t.data.size());
-      std::memset(dst + t.data.size(), 0, slot_bytes - t.data.size());
+      const size_t n = t.bytes();
+      t.CopyTo(dst);
+      std::memset(dst + n, 0, slot_bytes - n);
       if (mask != nullptr) {
         const size_t len = static_cast<size_t>(t.shape[0]);
         uint8_t* row = mask + j * static_cast<size_t>(st.max_len);

@@ -37,8 +37,14 @@ absl::Status WriteSample(const Sample& sample, const std::string& dir, uint64_t 
   json tensors = json::object();
   for (const Tensor& t : sample.tensors) {
     tensors[t.name] = {{"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}};
+    std::vector<uint8_t> shared;  // frames held by reference (Tensor::frames), laid out
+    if (!t.frames.empty()) {
+      shared.resize(t.bytes());
+      t.CopyTo(shared.data());
+    }
+    const std::vector<uint8_t>& bytes = t.frames.empty() ? t.data : shared;
     RETURN_IF_ERROR(WriteNpyRaw(StrCat(dir, "/", t.name, ".npy"), t.shape, NumpyDescr(t.dtype),
-                                t.data.data(), t.data.size()));
+                                bytes.data(), bytes.size()));
     if (t.dtype == DType::kUint8 && t.shape.size() == 1 && !t.name.ends_with("_is_pad")) {
       // Text: also readable as is.
       meta["text"][t.name] = std::string(t.data.begin(), t.data.end());
