@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The decoded-frame cache (issue 20, docs/pipeline.md "The decoded-frame cache"): samples/s of
-# `conveyor batches` in epoch 1 and in epochs 2-3, with the cache holding the whole dataset, with
+# `conveyor batches` in epoch 1 and in epochs 2-3 of one run, with the cache holding the whole dataset, with
 # it holding a third (pin and lru), and without it, in the same run, beside the limits measured
 # in the same run:
 #   decode limit: the ffmpeg CLI's sequential decode of one camera (`ffmpeg -threads 1`, frames/s
@@ -32,15 +32,22 @@ t = time.perf_counter()
 for _ in range(8): np.copyto(b, a)
 print(f"{8 * a.nbytes / (time.perf_counter() - t) / 1e9:.1f}")')
 
-# Seconds of `conveyor batches` for STEPS steps: prints "SECONDS FRAMES_DECODED".
+# One run of 3 epochs: prints "EPOCH1_SECONDS EPOCHS_2_3_SECONDS FRAMES_DECODED". The times are
+# taken from the batch lines as they arrive (conveyor batches flushes each): epoch 1 from the
+# start to its last line (start-up included), epochs 2-3 from there to the last line.
 timed() {  # DATASET CONFIG STEPS ARGS...
-  local ds=$1 cfg=$2 steps=$3 t0 t1 err
+  local ds=$1 cfg=$2 steps=$3
   shift 3
-  t0=$(date +%s.%N)
-  err=$("$cli" batches "$ds" --config "$cfg" --steps "$steps" --threads "$threads" --stats "$@" 2>&1 > /dev/null)
-  t1=$(date +%s.%N)
-  awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f ", b - a}'
-  sed -n 's/.*video: \([0-9]*\) frames decoded.*/\1/p' <<< "$err"
+  local err=$work/timed.err
+  "$cli" batches "$ds" --config "$cfg" --steps $((3 * steps)) --threads "$threads" --stats "$@" 2> "$err" |
+    /usr/bin/python3 -c '
+import sys, time
+t0, steps, marks = time.perf_counter(), int(sys.argv[1]), []
+for n, _ in enumerate(sys.stdin, 1):
+    if n in (steps, 3 * steps):
+        marks.append(time.perf_counter())
+print(f"{marks[0] - t0:.3f} {marks[1] - marks[0]:.3f}", end=" ")' "$steps"
+  sed -n 's/.*video: \([0-9]*\) frames decoded.*/\1/p' "$err"
 }
 
 json="$bench_dir/out/frame_cache_bench.json"
@@ -65,10 +72,9 @@ for name in h264 av1; do
       lru-third) args=(--frame-cache-bytes $((full / 3)) --frame-cache-policy lru) ;;
     esac
     say "frame_cache_bench: $name $mode ($steps steps per epoch)"
-    read -r one _ < <(timed "$ds" "$cfg" "$steps" "${args[@]}")
-    read -r three decoded < <(timed "$ds" "$cfg" $((3 * steps)) "${args[@]}")
+    read -r one rest decoded < <(timed "$ds" "$cfg" "$steps" "${args[@]}")
     r1=$(awk -v s="$steps" -v t="$one" 'BEGIN {printf "%.0f", 32 * s / t}')
-    r2=$(awk -v s="$steps" -v a="$one" -v b="$three" 'BEGIN {printf "%.0f", 64 * s / (b - a)}')
+    r2=$(awk -v s="$steps" -v t="$rest" 'BEGIN {printf "%.0f", 64 * s / t}')
     x=$(awk -v r="$r2" -v l="$limit" 'BEGIN {printf "%.2f", r / l}')
     printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$mode" "$r1" "$r2" "$x" "$decoded" "$limit" "$memcpy_gbs"
     printf '{"bench":"frame_cache","dataset":"%s","cache":"%s","threads":%s,"steps_per_epoch":%s,"epoch1_samples_per_s":%s,"epochs2_3_samples_per_s":%s,"frames_decoded_3_epochs":%s,"decode_limit_samples_per_s":%s,"ffmpeg_fps":%s,"memcpy_gb_per_s":%s}\n' \
