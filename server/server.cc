@@ -357,6 +357,18 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       }
     }
     r->set_wait_window_seconds(60);
+    if (frame_cache) {
+      const FrameCacheStats fs = frame_cache->stats();
+      pb::FrameCacheStatus* fc = r->mutable_frame_cache();
+      fc->set_max_bytes(fs.max_bytes);
+      fc->set_bytes(fs.bytes);
+      fc->set_frames(fs.frames);
+      fc->set_hits(fs.hits);
+      fc->set_misses(fs.misses);
+      fc->set_evicted_bytes(fs.evicted_bytes);
+      fc->set_rejected(fs.rejected);
+      fc->set_policy(o.frame_cache_policy);
+    }
     for (double b : JobWaits::kBucketBounds) r->add_wait_bucket_bounds(b);
     return grpc::Status::OK;
   }

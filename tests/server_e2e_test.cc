@@ -606,6 +606,17 @@ TEST_F(ServerE2ETest, AFrameCacheSharedByStreamsKeepsTheirBatches) {
   EXPECT_GT(value("conveyor_frame_cache_bytes"), 0) << metrics;
   EXPECT_LE(value("conveyor_frame_cache_bytes"), 1e9);
   EXPECT_EQ(value("conveyor_frame_cache_max_bytes"), 1e9);
+  // Info carries it, and `conveyor top` shows it.
+  absl::StatusOr<conveyor::v1::InfoResponse> info = client::GetInfo(Options({server->address()}));
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_TRUE(info->has_frame_cache());
+  EXPECT_EQ(info->frame_cache().max_bytes(), 1000000000u);
+  EXPECT_GT(info->frame_cache().hits(), 0u);
+  EXPECT_EQ(info->frame_cache().policy(), "pin");
+  const std::string top = Capture(StrCatForShell({kCli, "top", server->address(), "--iterations", "1"}), &code);
+  EXPECT_EQ(code, 0) << top;
+  EXPECT_NE(top.find("frame cache (pin): "), std::string::npos) << top;
+  EXPECT_NE(top.find("hit rate "), std::string::npos) << top;
 }
 
 TEST_F(ServerE2ETest, BearerTokenIsCheckedOnEveryCall) {

@@ -92,7 +92,7 @@ absl::Status RunTop(const TopOptions& o) {
     if (it > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o.interval));
     std::map<std::string, JobRow> jobs;
     std::vector<double> bounds;
-    std::string problems;
+    std::string problems, caches;
     int answered = 0;
     for (const std::string& server : launch.servers) {
       client::ClientOptions c;
@@ -104,6 +104,16 @@ absl::Status RunTop(const TopOptions& o) {
         continue;
       }
       ++answered;
+      if (info->has_frame_cache()) {
+        const pb::FrameCacheStatus& fc = info->frame_cache();
+        const uint64_t lookups = fc.hits() + fc.misses();
+        StrAppend(&caches, "  ", server, " frame cache (", fc.policy(), "): ", Bytes(fc.bytes()), " of ",
+                  Bytes(fc.max_bytes()), ", ", fc.frames(), " frames, hit rate ",
+                  lookups > 0 ? StrCat(static_cast<int64_t>(100.0 * fc.hits() / lookups), "%") : std::string("-"),
+                  fc.evicted_bytes() > 0 ? StrCat(", ", Bytes(fc.evicted_bytes()), " evicted") : std::string(),
+                  fc.rejected() > 0 ? StrCat(", ", fc.rejected(), " frames not admitted (full)") : std::string(),
+                  "\n");
+      }
       if (bounds.empty()) bounds.assign(info->wait_bucket_bounds().begin(), info->wait_bucket_bounds().end());
       for (const pb::JobStatus& j : info->jobs()) {
         JobRow& row = jobs[j.job()];
@@ -133,7 +143,7 @@ absl::Status RunTop(const TopOptions& o) {
     if (tty) out += "\033[H\033[2J";
     StrAppend(&out, "conveyor top: ", answered, " of ", launch.servers.size(),
               " servers answered; every ", o.interval, " s; step waits over the servers' last 60 s\n",
-              problems, "\n");
+              problems, caches, "\n");
     char line[256];
     std::snprintf(line, sizeof line, "%-24s %10s %7s %14s %7s %9s %9s %9s  %s\n", "JOB", "SAMPLES/S",
                   "STREAMS", "QUEUE", "AMPLIF", "WAIT p50", "p99", "max", "WAITS MOST");
