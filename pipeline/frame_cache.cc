@@ -85,4 +85,14 @@ bool ParseFrameCachePolicy(const std::string& name, DecodedFrameCache::Policy* o
   return true;
 }
 
+absl::StatusOr<std::shared_ptr<DecodedFrameCache>> MakeFrameCache(uint64_t max_bytes, const std::string& policy) {
+  DecodedFrameCache::Options o;
+  o.max_bytes = max_bytes;
+  if (!ParseFrameCachePolicy(policy, &o.policy)) {
+    return absl::InvalidArgumentError("frame cache policy '" + policy + "': expected pin or lru");
+  }
+  if (max_bytes == 0) return std::shared_ptr<DecodedFrameCache>();
+  return std::make_shared<DecodedFrameCache>(o);
+}
+
 }  // namespace conveyor

@@ -25,6 +25,7 @@
 #include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "decoders/decode_common.h"
 
@@ -83,5 +84,9 @@ class DecodedFrameCache {
 
 // "pin" -> kPinWhatFits, "lru" -> kLru; false for anything else.
 bool ParseFrameCachePolicy(const std::string& name, DecodedFrameCache::Policy* out);
+
+// The cache a --frame-cache-bytes / --frame-cache-policy pair asks for: null for 0 bytes;
+// INVALID_ARGUMENT for a policy other than pin or lru.
+absl::StatusOr<std::shared_ptr<DecodedFrameCache>> MakeFrameCache(uint64_t max_bytes, const std::string& policy);
 
 }  // namespace conveyor

@@ -877,15 +877,8 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   }
   ASSIGN_OR_RETURN(m.metrics, ServerMetrics::Create(o.metrics_listen, o.version));
   m.metrics->ExposeStorage([source = m.source.get()] { return source->storage_stats(); });
-  if (o.frame_cache_bytes > 0) {
-    DecodedFrameCache::Options fo;
-    fo.max_bytes = o.frame_cache_bytes;
-    if (!ParseFrameCachePolicy(o.frame_cache_policy, &fo.policy)) {
-      return absl::InvalidArgumentError(StrCat("--frame-cache-policy '", o.frame_cache_policy, "': expected pin or lru"));
-    }
-    m.frame_cache = std::make_shared<DecodedFrameCache>(fo);
-    m.metrics->ExposeFrameCache([cache = m.frame_cache] { return cache->stats(); });
-  }
+  ASSIGN_OR_RETURN(m.frame_cache, MakeFrameCache(o.frame_cache_bytes, o.frame_cache_policy));
+  if (m.frame_cache) m.metrics->ExposeFrameCache([cache = m.frame_cache] { return cache->stats(); });
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (tls) {

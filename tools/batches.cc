@@ -64,14 +64,7 @@ absl::Status RunBatches(const BatchesOptions& o) {
     return absl::InvalidArgumentError(StrCat("--schedule '", o.schedule, "': expected naive or gop"));
   }
   po.order.version = version;
-  if (o.frame_cache_bytes > 0) {
-    DecodedFrameCache::Options fo;
-    fo.max_bytes = o.frame_cache_bytes;
-    if (!ParseFrameCachePolicy(o.frame_cache_policy, &fo.policy)) {
-      return absl::InvalidArgumentError(StrCat("--frame-cache-policy '", o.frame_cache_policy, "': expected pin or lru"));
-    }
-    po.frame_cache = std::make_shared<DecodedFrameCache>(fo);
-  }
+  ASSIGN_OR_RETURN(po.frame_cache, MakeFrameCache(o.frame_cache_bytes, o.frame_cache_policy));
   ASSIGN_OR_RETURN(Cursor cursor, ParseCursor(o.cursor));
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
   // Resolved here as Create would, so that --stats measures the order the batches follow.
