@@ -696,9 +696,7 @@ TEST_F(LeRobotImportTest, InPlaceResumesExactlyFromAnyCursor) {
   int code = 0;
   const std::string all = BatchesDigest(InPlace("v30"), config, 2, &code);
   ASSERT_EQ(code, 0) << all;
-  std::vector<std::string> lines;
-  std::istringstream in(all);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  const std::vector<std::string> lines = conveyor::testing::SplitLines(all);
   ASSERT_EQ(lines.size(), 24u) << all;
   for (size_t at : {1u, 7u, 13u, 23u}) {
     const std::string cursor = lines[at].substr(0, lines[at].find(' '));
@@ -740,9 +738,7 @@ TEST_F(LeRobotImportTest, InPlaceAsAMixtureMember) {
   };
   const auto all = batches("0:0", 12);
   ASSERT_EQ(all.exit_code, 0) << all.output;
-  std::vector<std::string> lines;
-  std::istringstream in(all.output);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  const std::vector<std::string> lines = conveyor::testing::SplitLines(all.output);
   ASSERT_EQ(lines.size(), 12u) << all.output;
   for (const std::string& line : lines) {
     const size_t open = line.find('[');
