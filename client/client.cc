@@ -5,20 +5,21 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
-#include <mutex>
-#include <thread>
 
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/status_macros.h"
+#include "base/worker_pool.h"
 #include "client/device_copy.h"
 #include "client/internal/wire.h"
 #include "conveyor/v1/service.grpc.pb.h"
@@ -124,7 +125,7 @@ class BufferPool {
   explicit BufferPool(size_t max_free) : max_free_(max_free) {}
   Block Take(size_t bytes, size_t* capacity) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (size_t i = 0; i < free_.size(); ++i) {
         if (free_[i].first >= bytes && free_[i].first <= 2 * bytes + 4096) {
           *capacity = free_[i].first;
@@ -138,15 +139,15 @@ class BufferPool {
     return Block(static_cast<uint8_t*>(std::aligned_alloc(64, *capacity)));
   }
   void Give(Block b, size_t capacity) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (free_.size() >= max_free_) free_.erase(free_.begin());
     free_.emplace_back(capacity, std::move(b));
   }
 
  private:
   const size_t max_free_;
-  std::mutex mu_;
-  std::vector<std::pair<size_t, Block>> free_;
+  absl::Mutex mu_;
+  std::vector<std::pair<size_t, Block>> free_ ABSL_GUARDED_BY(mu_);
 };
 
 // What a Batch's views point into: its payload block (back to the pool when released).
@@ -191,32 +192,35 @@ bool Client::device_supported() { return DeviceCopySupported(); }
 struct Client::Impl {
   ClientOptions o;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Batch> queue;  // received, not yet handed out
-  uint64_t queue_bytes = 0;
-  absl::Status final_status;  // set once the stream is over: OK at its end, else the error
-  bool done = false;
-  bool stop = false;
-  grpc::ClientContext* active = nullptr;  // to cancel from the destructor
-  Cursor delivered;                       // cursor() for the user
-  uint32_t schedule_version = 0;          // the first stream start's (0 until then)
-  ClientStats stats;
   std::unique_ptr<DeviceCopier> device;
   std::shared_ptr<BufferPool> pool;
-  std::thread thread;
-  pid_t owner = getpid();  // the process whose thread `thread` is (see ~Client)
+  pid_t owner = getpid();  // the process whose threads `receiver` and `reporter` are (see ~Client)
 
-  // Steps since the last report (guarded by mu), sent by `reporter`.
+  // Shared by the receiving thread, the reporting thread and the user's calls.
+  mutable absl::Mutex mu;
+  absl::CondVar cv;
+  std::deque<Batch> queue ABSL_GUARDED_BY(mu);  // received, not yet handed out
+  uint64_t queue_bytes ABSL_GUARDED_BY(mu) = 0;
+  absl::Status final_status ABSL_GUARDED_BY(mu);  // set once the stream is over: OK at its end, else the error
+  bool done ABSL_GUARDED_BY(mu) = false;
+  bool stop ABSL_GUARDED_BY(mu) = false;
+  grpc::ClientContext* active ABSL_GUARDED_BY(mu) = nullptr;  // to cancel from the destructor
+  Cursor delivered ABSL_GUARDED_BY(mu);                       // cursor() for the user
+  uint32_t schedule_version ABSL_GUARDED_BY(mu) = 0;          // the first stream start's (0 until then)
+  ClientStats stats ABSL_GUARDED_BY(mu);
+
+  // Steps since the last report, sent by `reporter`.
   struct PendingReport {
     uint64_t steps = 0;
     double wait_seconds = 0, step_seconds = 0;
     std::vector<float> step_waits;
-  } pending;
-  double wait_since_batch = 0;        // Next() waits since the last batch (timeouts included)
-  Clock::time_point last_batch_at;    // when Next() last returned a batch (or Create)
-  std::thread reporter;
+  } pending ABSL_GUARDED_BY(mu);
+  double wait_since_batch ABSL_GUARDED_BY(mu) = 0;      // Next() waits since the last batch (timeouts included)
+  Clock::time_point last_batch_at ABSL_GUARDED_BY(mu);  // when Next() last returned a batch (or Create)
+
+  // Declared last: destroyed (joined) first, while everything they use is alive.
+  std::unique_ptr<WorkerPool> receiver;  // Run()
+  std::unique_ptr<WorkerPool> reporter;  // Report()
 
   // Runs on its own thread: every report_interval_s, sends what Next() recorded to the server of
   // the current stream. Failures lose that report only; UNIMPLEMENTED (an older server) ends them.
@@ -224,278 +228,318 @@ struct Client::Impl {
   // finished client keeps no thread (a process that forks, as DataLoader workers do, has none in
   // a gRPC call).
   void Report() {
-    std::unique_lock<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     for (bool last = false; !last;) {
-      auto over = [&] { return stop || (done && queue.empty()); };
-      cv.wait_for(lock, std::chrono::duration<double>(o.report_interval_s), over);
+      const absl::Time deadline = absl::Now() + absl::Seconds(o.report_interval_s);
+      while (!(stop || (done && queue.empty()))) {
+        if (cv.WaitWithDeadline(&mu, deadline)) break;  // timed out
+      }
       if (stop) return;
-      last = over();
+      last = done && queue.empty();
       if (pending.steps == 0 || stats.server.empty()) continue;
       PendingReport r = std::move(pending);
       pending = PendingReport{};
       const std::string target = stats.server;
-      lock.unlock();
-      pb::ReportRequest req;
-      req.set_protocol_version(ProtocolVersion());
-      req.set_job(o.job);
-      req.set_consumer(o.consumer);
-      req.set_consumers(o.consumers);
-      req.set_steps(r.steps);
-      req.set_wait_seconds(r.wait_seconds);
-      req.set_step_seconds(r.step_seconds);
-      const size_t keep = std::min<size_t>(r.step_waits.size(), 1024);
-      for (size_t i = r.step_waits.size() - keep; i < r.step_waits.size(); ++i) {
-        req.add_step_wait_seconds(r.step_waits[i]);
-      }
-      size_t index = 0;
-      while (index + 1 < o.servers.size() && o.servers[index] != target) ++index;
-      grpc::ClientContext ctx;
-      AddMetadata(o, &ctx);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-      pb::ReportResponse resp;
-      const grpc::Status st = pb::Conveyor::NewStub(channels[index])->Report(&ctx, req, &resp);
-      lock.lock();
+      mu.Unlock();
+      const grpc::Status st = SendReport(target, r);
+      mu.Lock();
       if (st.ok()) ++stats.reports;
       if (st.error_code() == grpc::StatusCode::UNIMPLEMENTED) return;
     }
   }
 
+  grpc::Status SendReport(const std::string& target, const PendingReport& r) const {
+    pb::ReportRequest req;
+    req.set_protocol_version(ProtocolVersion());
+    req.set_job(o.job);
+    req.set_consumer(o.consumer);
+    req.set_consumers(o.consumers);
+    req.set_steps(r.steps);
+    req.set_wait_seconds(r.wait_seconds);
+    req.set_step_seconds(r.step_seconds);
+    const size_t keep = std::min<size_t>(r.step_waits.size(), 1024);
+    for (size_t i = r.step_waits.size() - keep; i < r.step_waits.size(); ++i) {
+      req.add_step_wait_seconds(r.step_waits[i]);
+    }
+    size_t index = 0;
+    while (index + 1 < o.servers.size() && o.servers[index] != target) ++index;
+    grpc::ClientContext ctx;
+    AddMetadata(o, &ctx);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    pb::ReportResponse resp;
+    return pb::Conveyor::NewStub(channels[index])->Report(&ctx, req, &resp);
+  }
+
   void Finish(absl::Status s) {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     if (!done) {
       done = true;
       final_status = std::move(s);
     }
-    cv.notify_all();
+    cv.SignalAll();
   }
 
-  // Runs in the background: one stream at a time, reconnecting on transport failures.
-  void Run() {
-    Cursor expected = o.start;  // next batch to receive
+  // Where the receiving thread is in the global sequence, across streams and servers.
+  struct Progress {
+    Cursor expected;  // the next batch to receive
     uint64_t received = 0;
-    std::optional<pb::StreamStart> first;
-    size_t server = FirstServer(o);
-    auto last_progress = Clock::now();
+    std::optional<pb::StreamStart> first;  // the first stream's start: every later one must match it
+    Clock::time_point last_progress = Clock::now();
     std::map<std::string, std::string> last_error;  // per server, for the final message
     int failures_in_row = 0;
     bool first_stream = true;
+  };
+  // How one stream ended.
+  struct StreamEnd {
+    bool stopped = false;   // the client is being destroyed or cancelled: nothing more to do
+    absl::Status local;     // an error found by the client: final
+    grpc::Status status;    // the server's status
+    bool got_batch = false;
+  };
+  // One batch being reassembled from its header and payload messages.
+  struct Reassembly {
+    bool started = false;  // the stream start arrived
+    pb::BatchHeader header;
+    std::shared_ptr<BatchStorage> storage;
+    uint64_t filled = 0;
+  };
+
+  // Runs in the background: one stream at a time, reconnecting on transport failures.
+  void Run() {
+    Progress p;
+    p.expected = o.start;
+    size_t server = FirstServer(o);
     for (;;) {
       // Every batch asked for has arrived (the stream failed before its end was confirmed): a
       // request for 0 more would mean "no limit", so end here.
-      if (o.max_batches && received >= o.max_batches) return Finish(absl::OkStatus());
+      if (o.max_batches && p.received >= o.max_batches) return Finish(absl::OkStatus());
       const std::string& target = o.servers[server];
-      pb::StreamBatchesRequest req;
-      req.set_protocol_version(ProtocolVersion());
-      req.set_job(o.job);
-      req.set_dataset(o.dataset);
-      req.set_consumer(o.consumer);
-      req.set_consumers(o.consumers);
-      req.mutable_start()->set_epoch(expected.epoch);
-      req.mutable_start()->set_step(expected.step);
-      if (!o.config_yaml.empty()) req.set_config_yaml(o.config_yaml);
-      if (!o.config_name.empty()) req.set_config_name(o.config_name);
-      if (o.max_batches) req.set_max_batches(o.max_batches - received);
-      req.set_max_message_bytes(o.max_message_bytes);
-      // After the first start, every server is asked for the order that stream began with.
-      req.set_schedule_version(first ? first->schedule_version() : o.schedule_version);
-
-      grpc::ClientContext ctx;
-      AddMetadata(o, &ctx);
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (stop) return;
-        active = &ctx;
-        stats.server = target;
-        if (!first_stream) ++stats.reconnects;
-      }
-      first_stream = false;
-      // The generic API hands us the raw messages (ByteBuffers), so the payload is parsed
-      // straight into the batch block: one copy after gRPC's receive.
-      grpc::CompletionQueue cq;
-      grpc::GenericStub stub(channels[server]);
-      auto wait = [&cq] {
-        void* tag = nullptr;
-        bool ok = false;
-        return cq.Next(&tag, &ok) && ok;
-      };
-      std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-          stub.PrepareCall(&ctx, "/conveyor.v1.Conveyor/StreamBatches", &cq);
-      call->StartCall(nullptr);
-      bool open = wait();
-      if (open) {
-        const std::string bytes = req.SerializeAsString();
-        grpc::Slice slice(bytes);
-        grpc::ByteBuffer request(&slice, 1);
-        call->Write(request, nullptr);
-        open = wait();
-      }
-      if (open) {
-        call->WritesDone(nullptr);
-        open = wait();
-      }
-      absl::Status local;  // an error found by the client, final
-      bool got_batch = false;
-      bool started = false;
-      Batch cur;
-      pb::BatchHeader header;
-      std::shared_ptr<BatchStorage> storage;
-      uint64_t filled = 0;
-      std::vector<grpc::Slice> slices;
-      while (open) {
-        grpc::ByteBuffer bb;
-        call->Read(&bb, nullptr);
-        if (!wait()) break;
-        slices.clear();
-        Message m;
-        if (!bb.Dump(&slices).ok() || !ParseMessage(&slices, &m)) {
-          local = absl::DataLossError(absl::StrCat("server ", target, " sent a malformed message"));
-          break;
-        }
-        if (m.start) {
-          const pb::StreamStart& s = *m.start;
-          if (s.protocol_version() != ProtocolVersion()) {
-            local = absl::FailedPreconditionError(absl::StrCat(
-                "server ", target, " speaks Conveyor protocol ", s.protocol_version(),
-                ", this client ", ProtocolVersion(), ": use a client and server of the same release"));
-            break;
-          }
-          if (first && (s.dataset_fingerprint() != first->dataset_fingerprint() ||
-                        s.config_digest() != first->config_digest())) {
-            local = absl::FailedPreconditionError(absl::StrCat(
-                "server ", target, " serves dataset ", s.dataset_name(), " (fingerprint ",
-                s.dataset_fingerprint(), ", config ", s.config_digest().substr(0, 12),
-                ") but this stream started on dataset ", first->dataset_name(), " (fingerprint ",
-                first->dataset_fingerprint(), ", config ", first->config_digest().substr(0, 12),
-                "): every listed server must serve the same dataset and config"));
-            break;
-          }
-          if (!first) {
-            first = s;
-            std::lock_guard<std::mutex> lock(mu);
-            schedule_version = s.schedule_version();
-          }
-          started = true;
-          continue;
-        }
-        if (!started) {
-          local = absl::DataLossError(absl::StrCat("server ", target, " sent data before the stream start"));
-          break;
-        }
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          ++stats.messages;
-        }
-        if (m.header) {
-          const Cursor c{m.header->cursor().epoch(), m.header->cursor().step()};
-          if (!(c == expected)) {
-            local = absl::DataLossError(absl::StrCat("server ", target, " sent batch ", c.ToString(),
-                                                     " where ", expected.ToString(), " was due"));
-            break;
-          }
-          // The server is not trusted with this process's memory: a batch larger than the
-          // client's cap is refused before anything is allocated for it.
-          if (m.header->payload_bytes() > o.max_batch_bytes) {
-            local = absl::ResourceExhaustedError(absl::StrCat(
-                "server ", target, " announced a batch of ", m.header->payload_bytes(),
-                " bytes; this client accepts at most ", o.max_batch_bytes,
-                " (ClientOptions::max_batch_bytes)"));
-            break;
-          }
-          header = std::move(*m.header);
-          storage = std::make_shared<BatchStorage>();
-          storage->pool = pool;
-          storage->block = pool->Take(header.payload_bytes(), &storage->capacity);
-          if (!storage->block) {
-            local = absl::ResourceExhaustedError(absl::StrCat(
-                "cannot allocate ", header.payload_bytes(), " bytes for batch ", expected.ToString(),
-                " from server ", target));
-            break;
-          }
-          filled = 0;
-        } else if (!storage) {
-          local = absl::DataLossError(absl::StrCat("server ", target, " sent batch data without a header"));
-          break;
-        }
-        if (m.data_size > 0 || m.data_at) {
-          if (m.offset != filled || filled + m.data_size > header.payload_bytes()) {
-            local = absl::DataLossError(absl::StrCat(
-                "server ", target, ": payload bytes [", m.offset, ", ", m.offset + m.data_size,
-                ") where offset ", filled, " of ", header.payload_bytes(), " was due"));
-            break;
-          }
-          if (m.data_size > 0 && !m.data_at->Copy(storage->block.get() + filled, m.data_size)) {
-            local = absl::DataLossError(absl::StrCat("server ", target, " sent a truncated message"));
-            break;
-          }
-          filled += m.data_size;
-        }
-        if (!m.last) continue;
-        if (filled != header.payload_bytes()) {
-          local = absl::DataLossError(absl::StrCat("server ", target, ": batch ", expected.ToString(),
-                                                   " carried ", filled, " payload bytes, its header says ",
-                                                   header.payload_bytes()));
-          break;
-        }
-        cur = Batch{};
-        absl::Status st = Assemble(target, header, storage, &cur);
-        storage.reset();
-        if (!st.ok()) {
-          local = std::move(st);
-          break;
-        }
-        expected = cur.next;
-        ++received;
-        got_batch = true;
-        last_progress = Clock::now();
-        failures_in_row = 0;
-        const uint64_t b = cur.bytes();
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          stats.batches++;
-          stats.bytes += b;
-          queue_bytes += b;
-          queue.push_back(std::move(cur));
-          cv.notify_all();
-          // Bounded prefetch: stop reading (gRPC flow control then stops the server).
-          cv.wait(lock, [&] {
-            return stop || (queue.size() < o.prefetch_batches && queue_bytes < o.prefetch_bytes);
-          });
-          if (stop) break;
-        }
-      }
-      if (!local.ok()) ctx.TryCancel();
-      grpc::Status status;
-      call->Finish(&status, nullptr);
-      wait();
-      cq.Shutdown();
-      for (void* tag; [&] { bool ok; return cq.Next(&tag, &ok); }();) {
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        active = nullptr;
-        if (stop) return;
-      }
-      if (!local.ok()) return Finish(std::move(local));
-      if (status.ok()) return Finish(absl::OkStatus());  // the server reached the real end
-      if (!Retryable(status.error_code())) return Finish(FromGrpc(status, target));
-      last_error[target] = absl::StrCat(status.error_code(), " ", status.error_message());
-      const double idle = std::chrono::duration<double>(Clock::now() - last_progress).count();
+      StreamEnd end = Stream(server, &p);
+      if (end.stopped) return;
+      if (!end.local.ok()) return Finish(std::move(end.local));
+      if (end.status.ok()) return Finish(absl::OkStatus());  // the server reached the real end
+      if (!Retryable(end.status.error_code())) return Finish(FromGrpc(end.status, target));
+      p.last_error[target] = absl::StrCat(end.status.error_code(), " ", end.status.error_message());
+      const double idle = std::chrono::duration<double>(Clock::now() - p.last_progress).count();
       if (idle > o.reconnect_timeout_s) {
         std::string all;
-        for (const auto& [s, e] : last_error) absl::StrAppend(&all, all.empty() ? "" : "; ", s, ": ", e);
+        for (const auto& [s, e] : p.last_error) absl::StrAppend(&all, all.empty() ? "" : "; ", s, ": ", e);
         return Finish(absl::UnavailableError(absl::StrCat(
             "no server delivered a batch for ", static_cast<int>(idle), " s (", all,
-            "); resume from cursor ", expected.ToString())));
+            "); resume from cursor ", p.expected.ToString())));
       }
-      if (!got_batch) ++failures_in_row;
+      if (!end.got_batch) ++p.failures_in_row;
       // Next server; back off once a whole round failed.
       server = (server + 1) % o.servers.size();
-      if (failures_in_row >= static_cast<int>(o.servers.size())) {
-        const int ms = std::min(2000, 50 << std::min(failures_in_row - static_cast<int>(o.servers.size()), 5));
-        std::unique_lock<std::mutex> lock(mu);
-        if (cv.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stop; })) return;
+      if (p.failures_in_row >= static_cast<int>(o.servers.size())) {
+        const int ms = std::min(2000, 50 << std::min(p.failures_in_row - static_cast<int>(o.servers.size()), 5));
+        absl::MutexLock lock(&mu);
+        const absl::Time deadline = absl::Now() + absl::Milliseconds(ms);
+        while (!stop && !cv.WaitWithDeadline(&mu, deadline)) {
+        }
+        if (stop) return;
       }
     }
+  }
+
+  pb::StreamBatchesRequest Request(const Progress& p) const {
+    pb::StreamBatchesRequest req;
+    req.set_protocol_version(ProtocolVersion());
+    req.set_job(o.job);
+    req.set_dataset(o.dataset);
+    req.set_consumer(o.consumer);
+    req.set_consumers(o.consumers);
+    req.mutable_start()->set_epoch(p.expected.epoch);
+    req.mutable_start()->set_step(p.expected.step);
+    if (!o.config_yaml.empty()) req.set_config_yaml(o.config_yaml);
+    if (!o.config_name.empty()) req.set_config_name(o.config_name);
+    if (o.max_batches) req.set_max_batches(o.max_batches - p.received);
+    req.set_max_message_bytes(o.max_message_bytes);
+    // After the first start, every server is asked for the order that stream began with.
+    req.set_schedule_version(p.first ? p.first->schedule_version() : o.schedule_version);
+    return req;
+  }
+
+  // One StreamBatches call to o.servers[server], until it ends, fails or the client stops.
+  StreamEnd Stream(size_t server, Progress* p) {
+    const std::string& target = o.servers[server];
+    StreamEnd end;
+    grpc::ClientContext ctx;
+    AddMetadata(o, &ctx);
+    {
+      absl::MutexLock lock(&mu);
+      if (stop) {
+        end.stopped = true;
+        return end;
+      }
+      active = &ctx;
+      stats.server = target;
+      if (!p->first_stream) ++stats.reconnects;
+    }
+    p->first_stream = false;
+    // The generic API hands us the raw messages (ByteBuffers), so the payload is parsed
+    // straight into the batch block: one copy after gRPC's receive.
+    grpc::CompletionQueue cq;
+    grpc::GenericStub stub(channels[server]);
+    auto wait = [&cq] {
+      void* tag = nullptr;
+      bool ok = false;
+      return cq.Next(&tag, &ok) && ok;
+    };
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        stub.PrepareCall(&ctx, "/conveyor.v1.Conveyor/StreamBatches", &cq);
+    call->StartCall(nullptr);
+    bool open = wait();
+    if (open) {
+      const std::string bytes = Request(*p).SerializeAsString();
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer request(&slice, 1);
+      call->Write(request, nullptr);
+      open = wait();
+    }
+    if (open) {
+      call->WritesDone(nullptr);
+      open = wait();
+    }
+    Reassembly r;
+    std::vector<grpc::Slice> slices;
+    while (open && end.local.ok() && !end.stopped) {
+      grpc::ByteBuffer bb;
+      call->Read(&bb, nullptr);
+      if (!wait()) break;
+      slices.clear();
+      Message m;
+      if (!bb.Dump(&slices).ok() || !ParseMessage(&slices, &m)) {
+        end.local = absl::DataLossError(absl::StrCat("server ", target, " sent a malformed message"));
+        break;
+      }
+      end.local = Receive(target, m, p, &r, &end);
+    }
+    if (!end.local.ok()) ctx.TryCancel();
+    call->Finish(&end.status, nullptr);
+    wait();
+    cq.Shutdown();
+    for (void* tag; [&] { bool ok; return cq.Next(&tag, &ok); }();) {
+    }
+    absl::MutexLock lock(&mu);
+    active = nullptr;
+    if (stop) end.stopped = true;
+    return end;
+  }
+
+  // One message of a stream: the start, or part of a batch. An error is final; a batch once
+  // whole is queued (end->stopped when the client stopped while the queue was full).
+  absl::Status Receive(const std::string& target, Message& m, Progress* p, Reassembly* r, StreamEnd* end) {
+    if (m.start) {
+      RETURN_IF_ERROR(CheckStart(target, *m.start, p));
+      r->started = true;
+      return absl::OkStatus();
+    }
+    if (!r->started) {
+      return absl::DataLossError(absl::StrCat("server ", target, " sent data before the stream start"));
+    }
+    {
+      absl::MutexLock lock(&mu);
+      ++stats.messages;
+    }
+    if (m.header) RETURN_IF_ERROR(BeginBatch(target, std::move(*m.header), p->expected, r));
+    if (!r->storage) {
+      return absl::DataLossError(absl::StrCat("server ", target, " sent batch data without a header"));
+    }
+    if (m.data_size > 0 || m.data_at) {
+      if (m.offset != r->filled || r->filled + m.data_size > r->header.payload_bytes()) {
+        return absl::DataLossError(absl::StrCat(
+            "server ", target, ": payload bytes [", m.offset, ", ", m.offset + m.data_size,
+            ") where offset ", r->filled, " of ", r->header.payload_bytes(), " was due"));
+      }
+      if (m.data_size > 0 && !m.data_at->Copy(r->storage->block.get() + r->filled, m.data_size)) {
+        return absl::DataLossError(absl::StrCat("server ", target, " sent a truncated message"));
+      }
+      r->filled += m.data_size;
+    }
+    if (!m.last) return absl::OkStatus();
+    if (r->filled != r->header.payload_bytes()) {
+      return absl::DataLossError(absl::StrCat("server ", target, ": batch ", p->expected.ToString(),
+                                              " carried ", r->filled, " payload bytes, its header says ",
+                                              r->header.payload_bytes()));
+    }
+    Batch cur;
+    absl::Status st = Assemble(target, r->header, r->storage, &cur);
+    r->storage.reset();
+    RETURN_IF_ERROR(st);
+    p->expected = cur.next;
+    ++p->received;
+    end->got_batch = true;
+    p->last_progress = Clock::now();
+    p->failures_in_row = 0;
+    if (!Enqueue(std::move(cur))) end->stopped = true;
+    return absl::OkStatus();
+  }
+
+  // A stream start: the same protocol, and after failover the same dataset and config.
+  absl::Status CheckStart(const std::string& target, const pb::StreamStart& s, Progress* p) {
+    if (s.protocol_version() != ProtocolVersion()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", target, " speaks Conveyor protocol ", s.protocol_version(),
+          ", this client ", ProtocolVersion(), ": use a client and server of the same release"));
+    }
+    if (p->first && (s.dataset_fingerprint() != p->first->dataset_fingerprint() ||
+                     s.config_digest() != p->first->config_digest())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", target, " serves dataset ", s.dataset_name(), " (fingerprint ",
+          s.dataset_fingerprint(), ", config ", s.config_digest().substr(0, 12),
+          ") but this stream started on dataset ", p->first->dataset_name(), " (fingerprint ",
+          p->first->dataset_fingerprint(), ", config ", p->first->config_digest().substr(0, 12),
+          "): every listed server must serve the same dataset and config"));
+    }
+    if (!p->first) {
+      p->first = s;
+      absl::MutexLock lock(&mu);
+      schedule_version = s.schedule_version();
+    }
+    return absl::OkStatus();
+  }
+
+  // A batch header: the batch due next, within the client's cap; its block taken from the pool.
+  absl::Status BeginBatch(const std::string& target, pb::BatchHeader header, const Cursor& expected,
+                          Reassembly* r) {
+    const Cursor c{header.cursor().epoch(), header.cursor().step()};
+    if (!(c == expected)) {
+      return absl::DataLossError(absl::StrCat("server ", target, " sent batch ", c.ToString(),
+                                              " where ", expected.ToString(), " was due"));
+    }
+    // The server is not trusted with this process's memory: a batch larger than the client's cap
+    // is refused before anything is allocated for it.
+    if (header.payload_bytes() > o.max_batch_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "server ", target, " announced a batch of ", header.payload_bytes(),
+          " bytes; this client accepts at most ", o.max_batch_bytes, " (ClientOptions::max_batch_bytes)"));
+    }
+    r->header = std::move(header);
+    r->storage = std::make_shared<BatchStorage>();
+    r->storage->pool = pool;
+    r->storage->block = pool->Take(r->header.payload_bytes(), &r->storage->capacity);
+    if (!r->storage->block) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot allocate ", r->header.payload_bytes(), " bytes for batch ", expected.ToString(),
+          " from server ", target));
+    }
+    r->filled = 0;
+    return absl::OkStatus();
+  }
+
+  // Hands a whole batch to Next(); waits while the prefetch bound is reached (gRPC flow control
+  // then stops the server). False when the client stopped meanwhile.
+  bool Enqueue(Batch b) {
+    const uint64_t bytes = b.bytes();
+    absl::MutexLock lock(&mu);
+    stats.batches++;
+    stats.bytes += bytes;
+    queue_bytes += bytes;
+    queue.push_back(std::move(b));
+    cv.SignalAll();
+    while (!stop && !(queue.size() < o.prefetch_batches && queue_bytes < o.prefetch_bytes)) cv.Wait(&mu);
+    return !stop;
   }
 
   // Views into the batch block, checked against it.
@@ -551,7 +595,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   options.prefetch_batches = std::max<size_t>(1, options.prefetch_batches);
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(options);
-  impl->delivered = impl->o.start;
   impl->pool = std::make_shared<BufferPool>(impl->o.prefetch_batches + 2);
   if (impl->o.device) {
     auto copier = DeviceCopier::Create(impl->o.device_index);
@@ -560,9 +603,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   }
   for (const std::string& s : impl->o.servers) impl->channels.push_back(MakeChannel(impl->o, s));
   Impl* raw = impl.get();
-  impl->last_batch_at = Clock::now();
-  impl->thread = std::thread([raw] { raw->Run(); });
-  if (impl->o.report_interval_s > 0) impl->reporter = std::thread([raw] { raw->Report(); });
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->delivered = impl->o.start;
+    impl->last_batch_at = Clock::now();
+  }
+  impl->receiver = std::make_unique<WorkerPool>("conveyor-recv", 1, [raw](int) { raw->Run(); });
+  if (impl->o.report_interval_s > 0) {
+    impl->reporter = std::make_unique<WorkerPool>("conveyor-report", 1, [raw](int) { raw->Report(); });
+  }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -575,24 +624,26 @@ Client::~Client() {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    absl::MutexLock lock(&impl_->mu);
     impl_->stop = true;
     if (impl_->active) impl_->active->TryCancel();
-    impl_->cv.notify_all();
+    impl_->cv.SignalAll();
   }
-  if (impl_->thread.joinable()) impl_->thread.join();
-  if (impl_->reporter.joinable()) impl_->reporter.join();
+  impl_->receiver.reset();  // joins
+  impl_->reporter.reset();
 }
 
 absl::StatusOr<std::optional<Batch>> Client::Next() { return Next(-1); }
 
 absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   const auto t0 = Clock::now();
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  auto ready = [&] { return !impl_->queue.empty() || impl_->done; };
-  if (timeout_s < 0) {
-    impl_->cv.wait(lock, ready);
-  } else if (!impl_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), ready)) {
+  absl::MutexLock lock(&impl_->mu);
+  const absl::Time deadline = timeout_s < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout_s);
+  bool timed_out = false;
+  while (impl_->queue.empty() && !impl_->done && !timed_out) {
+    timed_out = impl_->cv.WaitWithDeadline(&impl_->mu, deadline);
+  }
+  if (impl_->queue.empty() && !impl_->done) {
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     impl_->stats.wait_seconds += waited;
     impl_->wait_since_batch += waited;
@@ -618,12 +669,12 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   if (r.step_waits.size() < 4096) r.step_waits.push_back(static_cast<float>(impl_->wait_since_batch));
   impl_->wait_since_batch = 0;
   impl_->last_batch_at = now;
-  impl_->cv.notify_all();
+  impl_->cv.SignalAll();
   return std::optional<Batch>(std::move(b));
 }
 
 void Client::Cancel() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  absl::MutexLock lock(&impl_->mu);
   impl_->stop = true;
   if (impl_->active) impl_->active->TryCancel();
   if (!impl_->done) {
@@ -632,21 +683,21 @@ void Client::Cancel() {
   }
   impl_->queue.clear();
   impl_->queue_bytes = 0;
-  impl_->cv.notify_all();
+  impl_->cv.SignalAll();
 }
 
 Cursor Client::cursor() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  absl::MutexLock lock(&impl_->mu);
   return impl_->delivered;
 }
 
 uint32_t Client::schedule_version() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  absl::MutexLock lock(&impl_->mu);
   return impl_->schedule_version;
 }
 
 ClientStats Client::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  absl::MutexLock lock(&impl_->mu);
   return impl_->stats;
 }
 

@@ -6,18 +6,18 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <deque>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
+#include "absl/synchronization/mutex.h"
 #include "base/cancel.h"
+#include "base/worker_pool.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/yaml_config.h"
@@ -227,7 +227,7 @@ struct Pipeline::Impl {
     const Impl* impl = nullptr;
     uint32_t member = 0;
     std::shared_ptr<const RgbImage> Find(uint64_t episode, int stream, int64_t frame) const override {
-      std::lock_guard<std::mutex> lock(impl->mu);
+      absl::MutexLock lock(&impl->mu);
       const uint64_t k = FrameKey(episode, stream, frame);
       for (auto it = impl->windows.lower_bound(WindowKey{member, 0, 0});
            it != impl->windows.end() && it->first.member == member; ++it) {
@@ -246,7 +246,7 @@ struct Pipeline::Impl {
     uint64_t epoch_len = 0;  // samples of one of its epochs in the sequence it feeds
     bool scheduled = false;
     MemberCache cache;
-    std::map<uint64_t, std::unique_ptr<EpochOrder>> orders;  // by member epoch (mu held)
+    std::map<uint64_t, std::unique_ptr<EpochOrder>> orders;  // by member epoch; Impl::mu (OrderFor)
   };
   // This consumer's walk through the global positions, one global batch at a time.
   struct Walker {
@@ -267,48 +267,53 @@ struct Pipeline::Impl {
   Cursor start;
   Clock::time_point created = Clock::now();
 
-  mutable std::mutex mu;
-  std::condition_variable work_cv;    // workers: a task or budget became available
-  std::condition_variable result_cv;  // Next(): a result arrived
-  std::condition_variable window_cv;  // sample tasks: a window's frames are ready
-  bool cancelled = false;
-  std::atomic<bool> cancel_flag{false};  // `cancelled` for blocking I/O in workers (base/cancel.h)
-  absl::Status fatal;  // a worker failed outside any one sample: the pipeline is over
-  Walker gen;          // the next global batch to turn into tasks
-  bool gen_done = false;
-  std::deque<Task> pending;
-  std::map<WindowKey, Window> windows;
-  std::map<uint64_t, Result> results;  // by seq
-  uint64_t next_seq = 0;                // the next sample Next() hands out
-  uint64_t results_bytes = 0, cache_bytes = 0;
-  PipelineStats stats;
-  std::vector<std::thread> workers;
-  std::vector<AssemblerStats> worker_stats;
+  // Everything below that workers and the consumer share is guarded by `mu` (checked by clang's
+  // -Wthread-safety in ./run test); the fields above are set before the workers start.
+  mutable absl::Mutex mu;
+  absl::CondVar work_cv;    // workers: a task or budget became available
+  absl::CondVar result_cv;  // Next(): a result arrived
+  absl::CondVar window_cv;  // sample tasks: a window's frames are ready
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  absl::Status fatal ABSL_GUARDED_BY(mu);  // a worker failed outside any one sample: the pipeline is over
+  Walker gen ABSL_GUARDED_BY(mu);          // the next global batch to turn into tasks
+  bool gen_done ABSL_GUARDED_BY(mu) = false;
+  std::deque<Task> pending ABSL_GUARDED_BY(mu);
+  std::map<WindowKey, Window> windows ABSL_GUARDED_BY(mu);
+  std::map<uint64_t, Result> results ABSL_GUARDED_BY(mu);  // by seq
+  uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;                // the next sample Next() hands out
+  uint64_t results_bytes ABSL_GUARDED_BY(mu) = 0;
+  uint64_t cache_bytes ABSL_GUARDED_BY(mu) = 0;
+  PipelineStats stats ABSL_GUARDED_BY(mu);
+  std::vector<AssemblerStats> worker_stats ABSL_GUARDED_BY(mu);
+  // The workers (base/worker_pool.h): its flag is the cancellation of their blocking reads.
+  std::unique_ptr<WorkerPool> pool;
 
   Impl(const Source& src, SampleSpec s, PipelineOptions o)
       : source(src), spec(std::move(s)), opt(std::move(o)) {}
   ~Impl() { Stop(); }
 
+  // Wakes every waiter; the workers' blocking reads give up (mu held).
+  void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    cancelled = true;
+    if (pool) pool->Cancel();
+    work_cv.SignalAll();
+    result_cv.SignalAll();
+    window_cv.SignalAll();
+  }
+
   void Stop() {
     {
-      std::lock_guard<std::mutex> lock(mu);
-      cancelled = true;
-      cancel_flag = true;
+      absl::MutexLock lock(&mu);
+      CancelLocked();
     }
-    work_cv.notify_all();
-    result_cv.notify_all();
-    window_cv.notify_all();
-    for (auto& t : workers) {
-      if (t.joinable()) t.join();
-    }
-    workers.clear();
+    pool.reset();  // joins
   }
 
   static uint64_t FrameKey(uint64_t episode, int stream, int64_t frame) {
     return (episode << 24) ^ (static_cast<uint64_t>(stream) << 56) ^ static_cast<uint64_t>(frame);
   }
 
-  const EpochOrder& OrderFor(Member& m, uint64_t epoch) {  // mu held
+  const EpochOrder& OrderFor(Member& m, uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto it = m.orders.find(epoch);
     if (it == m.orders.end()) {
       it = m.orders.emplace(epoch, std::make_unique<EpochOrder>(m.index.size(), m.key, epoch, m.order)).first;
@@ -345,7 +350,7 @@ struct Pipeline::Impl {
   // Registers member k's window `key` and queues the prefetch of the frames this consumer's
   // samples of it need (mu held). Walks ahead from the current step to find those samples; the
   // walk stops once the member's counter passes the window's end.
-  void RegisterWindow(const WindowKey& key, const EpochOrder& order) {
+  void RegisterWindow(const WindowKey& key, const EpochOrder& order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     Member& m = *members[key.member];
     const uint64_t first = key.epoch * m.epoch_len + order.WindowBegin(key.w);
     const uint64_t last = key.epoch * m.epoch_len + std::min(order.WindowEnd(key.w), m.epoch_len);
@@ -378,7 +383,7 @@ struct Pipeline::Impl {
   // Turns this consumer's slice of the next global batch into tasks (mu held), each member's
   // samples in the order of its own sequence, so that its windows come in order; a window's
   // prefetch goes before its first sample.
-  void Generate() {
+  void Generate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (gen_done) return;
     if (opt.max_epochs > 0 && gen.epoch >= opt.max_epochs) {
       gen_done = true;
@@ -411,8 +416,8 @@ struct Pipeline::Impl {
     NextStep(&gen);
   }
 
-  // Blocks until a task may run (mu held through `lock`). False when cancelled or done.
-  bool TakeTask(std::unique_lock<std::mutex>& lock, Task* out, double* idle) {
+  // Blocks until a task may run (mu held; released while it waits). False when cancelled or done.
+  bool TakeTask(Task* out, double* idle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     while (true) {
       if (cancelled) return false;
       if (pending.empty()) Generate();
@@ -436,7 +441,7 @@ struct Pipeline::Impl {
         return true;
       }
       const auto t0 = Clock::now();
-      work_cv.wait(lock);
+      work_cv.Wait(&mu);
       *idle += Seconds(t0, Clock::now());
     }
   }
@@ -444,8 +449,8 @@ struct Pipeline::Impl {
   // A worker never lets an exception escape (it would terminate the process and every other
   // stream with it): a throw while assembling a sample becomes that sample's error; anything
   // else ends this pipeline with `fatal`, which Next() returns.
+  // Runs under the pool's CancelScope: Cancel() aborts this worker's storage reads in flight.
   void Worker(size_t id) {
-    CancelScope scope(&cancel_flag);  // Cancel() aborts this worker's storage reads in flight
     try {
       WorkerLoop(id);
     } catch (const std::exception& e) {
@@ -456,15 +461,9 @@ struct Pipeline::Impl {
   }
 
   void Fail(absl::Status s) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (fatal.ok()) fatal = std::move(s);
-      cancelled = true;
-      cancel_flag = true;
-    }
-    work_cv.notify_all();
-    result_cv.notify_all();
-    window_cv.notify_all();
+    absl::MutexLock lock(&mu);
+    if (fatal.ok()) fatal = std::move(s);
+    CancelLocked();
   }
 
   absl::StatusOr<Sample> AssembleNoThrow(SampleAssembler& assembler, const Task& task) const {
@@ -501,8 +500,8 @@ struct Pipeline::Impl {
     while (true) {
       Task task;
       {
-        std::unique_lock<std::mutex> lock(mu);
-        if (!TakeTask(lock, &task, &idle)) break;
+        absl::MutexLock lock(&mu);
+        if (!TakeTask(&task, &idle)) break;
       }
       SampleAssembler& assembler = assembler_for(task.member);
       if (task.prefetch) {
@@ -541,7 +540,7 @@ struct Pipeline::Impl {
           }
         }
         decode += Seconds(t0, Clock::now());
-        std::lock_guard<std::mutex> lock(mu);
+        absl::MutexLock lock(&mu);
         stats.frame_cache_hits += from_cache;
         stats.frame_cache_misses += decoded_for_cache;
         if (opt.frame_cache && all_cached && !merged.empty()) ++stats.blocks_from_frame_cache;
@@ -554,16 +553,16 @@ struct Pipeline::Impl {
         }
         stats.cache_bytes_peak = std::max(stats.cache_bytes_peak, cache_bytes);
         stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, cache_bytes + results_bytes);
-        if (--w.prefetch_left == 0) window_cv.notify_all();
-        work_cv.notify_all();
+        if (--w.prefetch_left == 0) window_cv.SignalAll();
+        work_cv.SignalAll();
         Publish(id, assemblers, &idle, &decode, &assemble);
         continue;
       }
       const bool scheduled = members[task.member]->scheduled;
       if (scheduled) {
-        std::unique_lock<std::mutex> lock(mu);
+        absl::MutexLock lock(&mu);
         const auto t0 = Clock::now();
-        window_cv.wait(lock, [&] { return cancelled || windows[task.window].prefetch_left == 0; });
+        while (!cancelled && windows[task.window].prefetch_left != 0) window_cv.Wait(&mu);
         idle += Seconds(t0, Clock::now());
         if (cancelled) break;
       }
@@ -571,22 +570,22 @@ struct Pipeline::Impl {
       Result r{AssembleNoThrow(assembler, task), 0};
       assemble += Seconds(t0, Clock::now());
       if (r.sample.ok()) r.bytes = r.sample->bytes();
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       if (scheduled) {
         auto it = windows.find(task.window);
         if (it != windows.end() && --it->second.samples_left == 0 && it->second.prefetch_left == 0) {
           cache_bytes -= it->second.bytes;
           windows.erase(it);
-          work_cv.notify_all();
+          work_cv.SignalAll();
         }
       }
       results_bytes += r.bytes;
       stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, cache_bytes + results_bytes);
       results.emplace(task.seq, std::move(r));
-      result_cv.notify_all();
+      result_cv.SignalAll();
       Publish(id, assemblers, &idle, &decode, &assemble);
     }
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     Publish(id, assemblers, &idle, &decode, &assemble);
   }
 
@@ -614,9 +613,9 @@ struct Pipeline::Impl {
     return true;
   }
 
-  // Hands a worker's counters to stats() (mu held).
+  // Hands a worker's counters to stats().
   void Publish(size_t id, const std::vector<std::unique_ptr<SampleAssembler>>& assemblers,
-               double* idle, double* decode, double* assemble) {
+               double* idle, double* decode, double* assemble) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     AssemblerStats sum;
     for (const auto& a : assemblers) {
       if (!a) continue;
@@ -906,12 +905,14 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
   const uint64_t ahead = (source.is_mixture() ? 2 * m.local : m.local) + 2 * static_cast<uint64_t>(threads);
   m.max_inflight = std::max<uint64_t>(ahead, sample_budget / sample_bytes);
   m.start = start;
-  m.gen = m.WalkerAt(start);
-  m.stats.member_samples.assign(m.members.size(), 0);
-  m.worker_stats.resize(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    m.workers.emplace_back([&m, t] { m.Worker(static_cast<size_t>(t)); });
+  {
+    absl::MutexLock lock(&m.mu);
+    m.gen = m.WalkerAt(start);
+    m.stats.member_samples.assign(m.members.size(), 0);
+    m.worker_stats.resize(static_cast<size_t>(threads));
   }
+  m.pool = std::make_unique<WorkerPool>("conveyor-work", threads,
+                                        [&m](int t) { m.Worker(static_cast<size_t>(t)); });
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
@@ -919,7 +920,7 @@ std::vector<MixtureProgress> Pipeline::Mixture() const {
   const Impl& m = *impl_;
   uint64_t next_seq = 0;
   {
-    std::lock_guard<std::mutex> lock(m.mu);
+    absl::MutexLock lock(&m.mu);
     next_seq = m.next_seq;
   }
   const uint64_t steps_from_start = next_seq / m.local + m.start.step;
@@ -943,29 +944,27 @@ uint64_t Pipeline::steps_per_epoch() const { return impl_->steps; }
 const PipelineOptions& Pipeline::options() const { return impl_->opt; }
 
 void Pipeline::Cancel() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->cancelled = true;
-    impl_->cancel_flag = true;
-  }
-  impl_->work_cv.notify_all();
-  impl_->result_cv.notify_all();
-  impl_->window_cv.notify_all();
+  absl::MutexLock lock(&impl_->mu);
+  impl_->CancelLocked();
 }
 
 absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
   Impl& m = *impl_;
   std::vector<Sample> samples;
   std::vector<SampleId> skipped;
-  const uint64_t first = m.next_seq;
+  uint64_t first = 0;
+  {
+    absl::MutexLock lock(&m.mu);
+    first = m.next_seq;  // written only here, by the one consumer thread
+  }
   const uint64_t steps_from_start = first / m.local + m.start.step;
   Cursor cursor{m.start.epoch + steps_from_start / m.steps, steps_from_start % m.steps};
   if (m.opt.max_epochs > 0 && cursor.epoch >= m.opt.max_epochs) return std::nullopt;  // the end
   {
-    std::unique_lock<std::mutex> lock(m.mu);
+    absl::MutexLock lock(&m.mu);
     for (uint64_t seq = first; seq < first + m.local; ++seq) {
       const auto t0 = Clock::now();
-      m.result_cv.wait(lock, [&] { return m.cancelled || m.results.count(seq) > 0; });
+      while (!m.cancelled && m.results.count(seq) == 0) m.result_cv.Wait(&m.mu);
       m.stats.wait_seconds += Seconds(t0, Clock::now());
       if (m.cancelled) {
         if (!m.fatal.ok()) return m.fatal;
@@ -986,8 +985,8 @@ absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
       samples.push_back(std::move(*r.sample));
     }
     m.next_seq = first + m.local;
+    m.work_cv.SignalAll();
   }
-  m.work_cv.notify_all();
   const auto t0 = Clock::now();
   absl::StatusOr<Batch> batch;
   double fill = 0;
@@ -1007,7 +1006,7 @@ absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
   batch->cursor = cursor;
   batch->consumer = m.opt.consumer;
   batch->consumers = m.opt.consumers;
-  std::lock_guard<std::mutex> lock(m.mu);
+  absl::MutexLock lock(&m.mu);
   m.stats.batch_seconds += Seconds(t0, Clock::now());
   ++m.stats.batches;
   m.stats.samples += batch->ids.size();
@@ -1021,7 +1020,7 @@ absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
 
 PipelineStats Pipeline::stats() const {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
+  absl::MutexLock lock(&m.mu);
   PipelineStats s = m.stats;
   s.seconds = Seconds(m.created, Clock::now());
   s.queue_bytes = m.cache_bytes + m.results_bytes;

@@ -46,6 +46,7 @@
 #include "absl/base/thread_annotations.h"
 #include "base/cancel.h"
 #include "base/status_macros.h"
+#include "base/worker_pool.h"
 #include "base/strings.h"
 #include "readers/storage.h"
 #include "spdlog/spdlog.h"
@@ -441,28 +442,14 @@ absl::Status CachedFile::Read(uint64_t offset, size_t n, char* dst) const {
 absl::Status CachedFile::ReadParallel(uint64_t offset, size_t n, char* dst, uint64_t parts) const {
   const uint64_t b = cache_->block_bytes();
   const uint64_t blocks = (n + b - 1) / b;
-  std::vector<absl::Status> status(parts);
-  // Part i: blocks [i * blocks / parts, (i + 1) * blocks / parts) of the run.
-  auto part = [&](uint64_t i) {
+  // Part i: blocks [i * blocks / parts, (i + 1) * blocks / parts) of the run. The parts run on
+  // threads that live for this one read, under the caller's cancellation (base/worker_pool.h): a
+  // round-trip costs milliseconds, a thread start microseconds, and no pool outlives the call.
+  RETURN_IF_ERROR(ParallelFor("conveyor-range", static_cast<int>(parts), parts, [&](size_t i) {
     const uint64_t from = i * blocks / parts * b;
     const uint64_t to = std::min<uint64_t>(n, (i + 1) * blocks / parts * b);
-    status[i] = backend_->Read(offset + from, to - from, dst + from);
-  };
-  // The helpers run under the caller's cancellation (base/cancel.h is per thread). They live for
-  // one read and are joined before it returns: a round-trip costs milliseconds, a thread start
-  // microseconds, and no pool outlives the call.
-  const std::atomic<bool>* cancel = cancel_internal::current;
-  std::vector<std::thread> helpers;
-  helpers.reserve(parts - 1);
-  for (uint64_t i = 1; i < parts; ++i) {
-    helpers.emplace_back([&, i] {
-      CancelScope scope(cancel);
-      part(i);
-    });
-  }
-  part(0);
-  for (std::thread& t : helpers) t.join();
-  for (const absl::Status& s : status) RETURN_IF_ERROR(s);
+    return backend_->Read(offset + from, to - from, dst + from);
+  }));
   return absl::OkStatus();
 }
 

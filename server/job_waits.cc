@@ -33,7 +33,7 @@ void JobWaits::Add(const std::string& job, uint32_t rank, uint32_t consumers, ui
     ++e.delta.buckets[Bucket(v)];
     e.delta.max_wait_seconds = std::max(e.delta.max_wait_seconds, v);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Expire(now);
   auto& ranks = jobs_[job];
   if (!ranks.count(rank) && ranks.size() >= kMaxRanksPerJob) return;
@@ -52,7 +52,7 @@ void JobWaits::Expire(Clock::time_point now) {
 
 std::map<std::string, std::vector<JobWaits::Rank>> JobWaits::Snapshot(Clock::time_point now) {
   std::map<std::string, std::vector<Rank>> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Expire(now);
   for (const auto& [job, ranks] : jobs_) {
     std::vector<Rank>& v = out[job];
@@ -69,7 +69,7 @@ std::map<std::string, std::vector<JobWaits::Rank>> JobWaits::Snapshot(Clock::tim
 
 std::vector<JobWaits::Rank> JobWaits::Ranks(const std::string& job, Clock::time_point now) {
   std::vector<Rank> out;
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Expire(now);
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return out;

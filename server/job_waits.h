@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace conveyor {
 
@@ -77,7 +77,7 @@ class JobWaits {
   void Expire(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Clock::duration window_;
-  std::mutex mu_;
+  absl::Mutex mu_;
   // job -> rank -> reports in the window, oldest first.
   std::map<std::string, std::map<uint32_t, std::deque<Entry>>> jobs_ ABSL_GUARDED_BY(mu_);
 };

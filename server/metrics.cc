@@ -210,7 +210,7 @@ void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"
 std::string ServerMetrics::JobLabel(const std::string& job) {
   // Bounded label cardinality: the first kMaxJobLabels job names get series of their own, later
   // ones share "_other" (a client inventing a job name per request cannot grow the registry).
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (jobs_.count(job)) return job;
   if (jobs_.size() >= kMaxJobLabels) return "_other";
   jobs_.insert(job);

@@ -12,13 +12,13 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "pipeline/frame_cache.h"
 #include "readers/storage.h"
 
@@ -78,7 +78,7 @@ class ServerMetrics {
   std::shared_ptr<prometheus::Collectable> storage_;
   std::shared_ptr<prometheus::Collectable> frame_cache_;
   std::string address_;
-  std::mutex mu_;  // Family::Add is thread-safe; this guards jobs_
+  absl::Mutex mu_;  // Family::Add is thread-safe; this guards jobs_
   static constexpr size_t kMaxJobLabels = 256;
   std::set<std::string> jobs_ ABSL_GUARDED_BY(mu_);  // job names with series of their own
   prometheus::Family<prometheus::Counter>& streams_;

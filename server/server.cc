@@ -17,18 +17,18 @@
 #include <new>
 #include <optional>
 #include <chrono>
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
-#include <set>
+#include <mutex>  // std::once_flag
 #include <sstream>
-#include <thread>
 
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "base/worker_pool.h"
 #include "conveyor/v1/service.grpc.pb.h"
 #include "readers/dataset.h"
 #include "readers/format.h"
@@ -125,13 +125,16 @@ absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::str
 
 // One open stream, registered so that the reaper can cancel its pipeline when the client goes
 // away (the sync API offers no callback) or the server shuts down.
+// What the registry (DataServer::Impl::streams, under its mutex) keeps of it is in Registered.
 struct ActiveStream {
   grpc::ServerContext* ctx = nullptr;
-  std::string peer;              // client IP address (no port), for the per-peer limit
-  Pipeline* pipeline = nullptr;  // guarded by the registry's mutex
-  std::string job_label;         // guarded by the registry's mutex; empty until resolved
-  uint64_t queue_budget = 0;     // guarded by the registry's mutex
+  std::string peer;                      // client IP address (no port), for the per-peer limit
   std::atomic<uint64_t> queue_bytes{0};  // the pipeline's bytes in flight, after each batch
+};
+struct Registered {
+  Pipeline* pipeline = nullptr;  // while it serves: the reaper cancels it
+  std::string job_label;         // empty until resolved
+  uint64_t queue_budget = 0;
 };
 
 // The client's address without its port: "ipv4:10.0.0.5:51234" -> "ipv4:10.0.0.5".
@@ -188,12 +191,13 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   std::unique_ptr<grpc::Server> server;
   std::string address;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::set<ActiveStream*> streams;  // guarded by mu; entries removed by StreamSlot's destructor
-  bool shutting_down = false;
-  bool reaper_stop = false;
-  std::thread reaper;
+  absl::Mutex mu;
+  absl::CondVar cv;
+  // The open streams; entries removed by StreamSlot's destructor.
+  std::map<const ActiveStream*, Registered> streams ABSL_GUARDED_BY(mu);
+  bool shutting_down ABSL_GUARDED_BY(mu) = false;
+  bool reaper_stop ABSL_GUARDED_BY(mu) = false;
+  std::unique_ptr<WorkerPool> reaper;  // Reap()
   std::once_flag shutdown_once;
 
   // Aggregates for the amplification gauge.
@@ -205,8 +209,8 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     uint64_t samples = 0, frames_decoded = 0, frames_delivered = 0;
     std::chrono::steady_clock::time_point summarized{};
   };
-  std::mutex jobs_mu;
-  std::map<std::string, JobTotals> job_totals;  // guarded by jobs_mu
+  absl::Mutex jobs_mu;
+  std::map<std::string, JobTotals> job_totals ABSL_GUARDED_BY(jobs_mu);
   JobWaits waits;                               // the clients' reports, last 60 s
 
   grpc::Status Reject(grpc::StatusCode code, std::string message) {
@@ -234,12 +238,12 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   // The reaper: cancels the pipelines of streams whose client went away, so that a stream
   // blocked in Pipeline::Next() ends promptly, and all of them at shutdown.
   void Reap() {
-    std::unique_lock<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     while (!reaper_stop) {
-      for (ActiveStream* s : streams) {
-        if (s->pipeline && (shutting_down || s->ctx->IsCancelled())) s->pipeline->Cancel();
+      for (const auto& [s, r] : streams) {
+        if (r.pipeline && (shutting_down || s->ctx->IsCancelled())) r.pipeline->Cancel();
       }
-      cv.wait_for(lock, std::chrono::milliseconds(20));
+      cv.WaitWithTimeout(&mu, absl::Milliseconds(20));
     }
   }
 
@@ -278,7 +282,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
               step_waits, now);
     bool summarize = false;
     {
-      std::lock_guard<std::mutex> lock(jobs_mu);
+      absl::MutexLock lock(&jobs_mu);
       JobTotals& t = job_totals[label];
       summarize = now - t.summarized >= std::chrono::seconds(1);
       if (summarize) t.summarized = now;
@@ -320,14 +324,14 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     // Jobs: streams open here, totals, and the ranks' reports of the window.
     std::map<std::string, pb::JobStatus> jobs;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       r->set_active_streams(streams.size());
-      for (const ActiveStream* s : streams) {
-        if (s->job_label.empty()) continue;
-        pb::JobStatus& j = jobs[s->job_label];
+      for (const auto& [s, reg] : streams) {
+        if (reg.job_label.empty()) continue;
+        pb::JobStatus& j = jobs[reg.job_label];
         j.set_streams(j.streams() + 1);
         j.set_queue_bytes(j.queue_bytes() + s->queue_bytes.load());
-        j.set_queue_budget_bytes(j.queue_budget_bytes() + s->queue_budget);
+        j.set_queue_budget_bytes(j.queue_budget_bytes() + reg.queue_budget);
       }
     }
     std::map<std::string, std::vector<JobWaits::Rank>> reported = waits.Snapshot();
@@ -345,7 +349,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       }
     }
     {
-      std::lock_guard<std::mutex> lock(jobs_mu);
+      absl::MutexLock lock(&jobs_mu);
       for (auto& [job, j] : jobs) {
         j.set_job(job);
         if (auto it = job_totals.find(job); it != job_totals.end()) {
@@ -398,7 +402,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     StreamSlot(Impl* server, ActiveStream* entry) : server_(server), entry_(entry) {}
     ~StreamSlot() {
       {
-        std::lock_guard<std::mutex> lock(server_->mu);
+        absl::MutexLock lock(&server_->mu);
         server_->streams.erase(entry_);
       }
       server_->metrics->streams_active.Decrement();
@@ -414,7 +418,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   // Admission, before anything is read or resolved: shutdown, the stream limit, the per-peer
   // limit. OK: `entry` is registered and *slot releases it.
   grpc::Status Admit(ActiveStream* entry, std::optional<StreamSlot>* slot) {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     if (shutting_down) {
       return Reject(grpc::StatusCode::UNAVAILABLE, "server is shutting down: use another server");
     }
@@ -424,14 +428,14 @@ struct DataServer::Impl : public pb::Conveyor::Service {
                            " streams (--max-streams): use another server or raise the limit"));
     }
     int from_peer = 0;
-    for (const ActiveStream* s : streams) from_peer += s->peer == entry->peer ? 1 : 0;
+    for (const auto& [s, r] : streams) from_peer += s->peer == entry->peer ? 1 : 0;
     if (from_peer >= o.limits.max_streams_per_peer) {
       return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
                     StrCat("client ", entry->peer, " already has ", from_peer,
                            " streams open, the limit per client address "
                            "(--max-streams-per-peer ", o.limits.max_streams_per_peer, ")"));
     }
-    streams.insert(entry);
+    streams.emplace(entry, Registered{});
     metrics->streams_active.Increment();
     slot->emplace(this, entry);
     return grpc::Status::OK;
@@ -622,8 +626,8 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     }
     std::unique_ptr<Pipeline> pipeline = std::move(*created);
     {
-      std::lock_guard<std::mutex> lock(mu);
-      entry->pipeline = pipeline.get();
+      absl::MutexLock lock(&mu);
+      streams[entry].pipeline = pipeline.get();
       if (shutting_down) pipeline->Cancel();
     }
     // Declared after `pipeline`, so destroyed before it however Serve ends (an exception too):
@@ -632,8 +636,8 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       Impl* server;
       ActiveStream* entry;
       ~Unregister() {
-        std::lock_guard<std::mutex> lock(server->mu);
-        entry->pipeline = nullptr;
+        absl::MutexLock lock(&server->mu);
+        if (auto it = server->streams.find(entry); it != server->streams.end()) it->second.pipeline = nullptr;
       }
     } unregister{this, entry};
     const uint64_t steps = pipeline->steps_per_epoch();
@@ -655,9 +659,10 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     metrics->Skipped(label, 0);
     metrics->Frames(label, 0, 0);
     {
-      std::lock_guard<std::mutex> lock(mu);
-      entry->job_label = label;
-      entry->queue_budget = po.queue_bytes;
+      absl::MutexLock lock(&mu);
+      Registered& reg = streams[entry];
+      reg.job_label = label;
+      reg.queue_budget = po.queue_bytes;
     }
     auto finish = [&](grpc::Status s, const char* what) {
       metrics->queue_bytes.Decrement(static_cast<double>(last.queue_bytes));
@@ -679,7 +684,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       entry->queue_bytes.store(now.queue_bytes);
       bool draining = false;
       {
-        std::lock_guard<std::mutex> lock(mu);
+        absl::MutexLock lock(&mu);
         draining = shutting_down;
       }
       if (draining) {
@@ -725,7 +730,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     total_decoded += decoded;
     total_delivered += delivered;
     if (decoded || delivered) {
-      std::lock_guard<std::mutex> lock(jobs_mu);
+      absl::MutexLock lock(&jobs_mu);
       JobTotals& t = job_totals[label];
       t.frames_decoded += decoded;
       t.frames_delivered += delivered;
@@ -750,7 +755,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
     metrics->Batch(job_label, b.ids.size());
     {
-      std::lock_guard<std::mutex> lock(jobs_mu);
+      absl::MutexLock lock(&jobs_mu);
       job_totals[job_label].samples += b.ids.size();
     }
     std::vector<uint64_t> per_dataset(source->size(), 0);
@@ -773,11 +778,11 @@ DataServer::DataServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DataServer::~DataServer() {
   Shutdown(0);
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    absl::MutexLock lock(&impl_->mu);
     impl_->reaper_stop = true;
-    impl_->cv.notify_all();
+    impl_->cv.SignalAll();
   }
-  if (impl_->reaper.joinable()) impl_->reaper.join();
+  impl_->reaper.reset();  // joins
 }
 
 std::string DataServer::address() const { return impl_->address; }
@@ -790,9 +795,9 @@ void DataServer::Shutdown(double grace_seconds) {
       health->Shutdown();
     }
     {
-      std::lock_guard<std::mutex> lock(impl_->mu);
+      absl::MutexLock lock(&impl_->mu);
       impl_->shutting_down = true;
-      impl_->cv.notify_all();
+      impl_->cv.SignalAll();
     }
     const auto deadline = std::chrono::system_clock::now() +
                           std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000));
@@ -930,7 +935,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   // stream's budget.
   HostBuffer::SetPoolLimit(static_cast<size_t>(std::min(o.limits.stream_memory_bytes, uint64_t{2} << 30)));
   m.o = std::move(o);
-  m.reaper = std::thread([&m] { m.Reap(); });
+  m.reaper = std::make_unique<WorkerPool>("conveyor-reaper", 1, [&m](int) { m.Reap(); });
   return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));
 }
 

@@ -30,6 +30,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "base/worker_pool.h"
 #include "client/client.h"
 #include "decoders/audio_decoder.h"
 #include "decoders/image_decoder.h"
@@ -281,17 +282,15 @@ class Bench {
     std::vector<absl::Status> st(static_cast<size_t>(threads));
     std::vector<uint64_t> units(static_cast<size_t>(threads)), bytes(static_cast<size_t>(threads));
     const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] { st[t] = body(t, stop, &units[t], &bytes[t]); });
-    }
-    std::thread timer([&] {
-      while (!stop && Since(t0) < o_.seconds) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      stop = true;
+    std::atomic<int> running{threads};
+    WorkerPool pool("conveyor-bench", threads, [&](int t) {
+      st[t] = body(t, stop, &units[t], &bytes[t]);
+      running.fetch_sub(1);
     });
-    for (auto& th : pool) th.join();
+    // This thread keeps the time budget.
+    while (running.load() > 0 && Since(t0) < o_.seconds) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     stop = true;
-    timer.join();
+    pool.Join();
     const double s = Since(t0);
     uint64_t u = 0, b = 0;
     for (int t = 0; t < threads; ++t) {
@@ -622,9 +621,8 @@ class Bench {
     std::vector<client::ClientStats> stats(static_cast<size_t>(n));
     std::atomic<int> started{0};
     const auto t0 = Clock::now();
-    std::vector<std::thread> threads;
-    for (int i = 0; i < n; ++i) {
-      threads.emplace_back([&, i] {
+    {
+      WorkerPool consumers("conveyor-consume", n, [&](int i) {
         client::ClientOptions mine = co;
         mine.consumer = i;
         mine.consumers = n;
@@ -658,8 +656,7 @@ class Bench {
         if (!counted) started.fetch_add(1);
         stats[static_cast<size_t>(i)] = (*c)->stats();
       });
-    }
-    for (std::thread& t : threads) t.join();
+    }  // joins
     for (const absl::Status& st : status) RETURN_IF_ERROR(st);
     Clock::time_point start{}, end = Clock::time_point::max();
     for (const auto& a : arrivals) {

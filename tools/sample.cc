@@ -5,14 +5,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "base/worker_pool.h"
 #include "decoders/sample_assembler.h"
 #include "pipeline/source.h"
 #include "readers/npy.h"
@@ -127,10 +128,13 @@ absl::Status RunSample(const SampleOptions& o) {
   const int threads = o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0}, done{0};
-  std::mutex mu;
-  absl::Status first_error;
-  std::vector<json> skipped;
-  AssemblerStats total;
+  // What the workers share.
+  struct Shared {
+    absl::Mutex mu;
+    absl::Status first_error ABSL_GUARDED_BY(mu);
+    std::vector<json> skipped ABSL_GUARDED_BY(mu);
+    AssemblerStats total ABSL_GUARDED_BY(mu);
+  } state;
   const auto t0 = std::chrono::steady_clock::now();
   auto worker = [&] {
     SampleAssembler assembler(*ds, spec, index);
@@ -138,8 +142,8 @@ absl::Status RunSample(const SampleOptions& o) {
       const size_t j = next.fetch_add(1);
       if (j >= picks.size()) break;
       {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first_error.ok()) break;
+        absl::MutexLock lock(&state.mu);
+        if (!state.first_error.ok()) break;
       }
       auto sample = assembler.Assemble(picks[j], o.seed, o.epoch);
       if (sample.ok()) {
@@ -150,15 +154,15 @@ absl::Status RunSample(const SampleOptions& o) {
                             ? WriteSample(*sample, StrCat(o.out, "/", absl::Dec(j, absl::kZeroPad6)),
                                           o.seed, o.epoch, member_name)
                             : sample.status();
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&state.mu);
       if (!st.ok()) {
         if (spec.on_error == OnError::kSkip && !sample.ok()) {
           spdlog::warn("sample {} skipped (on_error: skip): {}", picks[j], st.ToString());
-          skipped.push_back({{"slot", j}, {"index", picks[j]},
-                             {"reason", absl::StatusCodeToString(st.code())},
-                             {"error", std::string(st.message())}});
-        } else if (first_error.ok()) {
-          first_error = Annotate(st, StrCat("sample ", picks[j]));
+          state.skipped.push_back({{"slot", j}, {"index", picks[j]},
+                                    {"reason", absl::StatusCodeToString(st.code())},
+                                    {"error", std::string(st.message())}});
+        } else if (state.first_error.ok()) {
+          state.first_error = Annotate(st, StrCat("sample ", picks[j]));
         }
       }
       const size_t n = ++done;
@@ -167,17 +171,24 @@ absl::Status RunSample(const SampleOptions& o) {
         std::fprintf(stderr, "\rsample: %zu/%zu (%.1f samples/s)", n, picks.size(), n / std::max(s, 1e-9));
       }
     }
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&state.mu);
     const AssemblerStats& a = assembler.stats();
-    total.samples += a.samples;
-    total.frames_decoded += a.frames_decoded;
-    total.frames_delivered += a.frames_delivered;
-    total.images_decoded += a.images_decoded;
-    total.audio_windows += a.audio_windows;
+    state.total.samples += a.samples;
+    state.total.frames_decoded += a.frames_decoded;
+    state.total.frames_delivered += a.frames_delivered;
+    state.total.images_decoded += a.images_decoded;
+    state.total.audio_windows += a.audio_windows;
   };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  WorkerPool("conveyor-sample", threads, [&](int) { worker(); }).Join();
+  absl::Status first_error;
+  std::vector<json> skipped;
+  AssemblerStats total;
+  {
+    absl::MutexLock lock(&state.mu);
+    first_error = state.first_error;
+    skipped = std::move(state.skipped);
+    total = state.total;
+  }
   if (o.progress) std::fprintf(stderr, "\n");
   RETURN_IF_ERROR(first_error);
 
