@@ -1,12 +1,10 @@
-// `conveyor synth`: realistic synthetic robot episodes, really encoded through libavcodec.
+// `conveyor synth`: realistic synthetic robot episodes, really encoded through libavcodec
+// (decoders/media_encoder.h).
 //
 // Episodes are generated in parallel (one encoder per camera, single-threaded, so output is
 // deterministic) and handed to the DatasetWriter in episode order, with at most 2 x threads
 // episodes in memory.
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
 
 #include <atomic>
 #include <chrono>
@@ -19,278 +17,16 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/internal/av_util.h"
+#include "decoders/media_encoder.h"
 #include "readers/dataset_writer.h"
-#include "decoders/internal/av_codec_params.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 #include "tools/synth_signals.h"
-
-extern "C" {
-#include <libavutil/opt.h>
-#include <libavutil/pixdesc.h>
-}
 
 namespace conveyor::tools {
 namespace {
 
 namespace pb = format::v1;
-using av::CodecParamsFromAv;
-using av::CodecParamsToAv;
-using av::SetStreamRotation;
-using av::StreamRotationDeg;
-
-// The libavcodec encoder used for each --video-codec, best first.
-std::vector<std::string> VideoEncoderNames(const std::string& codec) {
-  if (codec == "h264") return {"libx264"};
-  if (codec == "hevc") return {"libx265"};
-  if (codec == "av1") return {"libsvtav1", "libaom-av1"};
-  if (codec == "vp9") return {"libvpx-vp9"};
-  return {};
-}
-
-std::vector<std::string> AudioEncoderNames(const std::string& codec) {
-  if (codec == "aac") return {"aac"};
-  if (codec == "opus") return {"libopus", "opus"};
-  if (codec == "flac") return {"flac"};
-  return {};
-}
-
-absl::StatusOr<const AVCodec*> FindEncoder(const std::vector<std::string>& names,
-                                           const std::string& what) {
-  for (const std::string& n : names) {
-    if (const AVCodec* c = avcodec_find_encoder_by_name(n.c_str())) return c;
-  }
-  if (names.empty()) return absl::InvalidArgumentError(StrCat("unknown ", what));
-  return absl::FailedPreconditionError(
-      StrCat(what, ": this FFmpeg build has no encoder for it (looked for ", names[0], ")"));
-}
-
-// Collects an encoder's packets into EpisodeData::Packet.
-absl::Status Drain(AVCodecContext* ctx, AVPacket* pkt, std::vector<EpisodeData::Packet>* out,
-                   const std::string& where) {
-  while (true) {
-    int r = avcodec_receive_packet(ctx, pkt);
-    if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return absl::OkStatus();
-    if (r < 0) return av::AvError(r, where);
-    EpisodeData::Packet p;
-    p.pts = pkt->pts;
-    p.dts = pkt->dts;
-    p.duration = pkt->duration;
-    p.key = (pkt->flags & AV_PKT_FLAG_KEY) != 0;
-    p.bytes.assign(reinterpret_cast<const char*>(pkt->data), static_cast<size_t>(pkt->size));
-    out->push_back(std::move(p));
-    av_packet_unref(pkt);
-  }
-}
-
-// ":asm=..." naming the x86 instruction sets x264 may use, AVX-512 left out; "" elsewhere.
-// Found with `synth` run repeatedly on one input: with AVX-512 (x264 r3095, Debian 12, AMD Zen 4)
-// about one run in two changed a B-frame's bits; with AVX2 and below, or no asm, every run gave
-// the same bytes. valgrind (which has no AVX-512) saw nothing.
-std::string X264InstructionSets() {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  std::string sets = "MMX2,SSE,SSE2,CMOV";
-  struct Set {
-    bool present;
-    const char* name;
-  };
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  const bool lzcnt = __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 5));
-  const Set optional[] = {{__builtin_cpu_supports("sse3") != 0, "SSE3"},
-                          {__builtin_cpu_supports("ssse3") != 0, "SSSE3"},
-                          {__builtin_cpu_supports("sse4.1") != 0, "SSE4.1"},
-                          {__builtin_cpu_supports("sse4.2") != 0, "SSE4.2"},
-                          {__builtin_cpu_supports("avx") != 0, "AVX"},
-                          {__builtin_cpu_supports("fma") != 0, "FMA3"},
-                          {__builtin_cpu_supports("bmi") != 0, "BMI1"},
-                          {__builtin_cpu_supports("bmi2") != 0, "BMI2"},
-                          {__builtin_cpu_supports("avx2") != 0, "AVX2"},
-                          {lzcnt, "LZCNT"}};
-  for (const Set& s : optional) {
-    if (s.present) StrAppend(&sets, ",", s.name);
-  }
-  return ":asm=" + sets;
-#else
-  return "";
-#endif
-}
-
-class VideoEncoder {
- public:
-  absl::Status Open(const SynthOptions& o, const std::string& where) {
-    where_ = where;
-    ASSIGN_OR_RETURN(const AVCodec* codec,
-                     FindEncoder(VideoEncoderNames(o.video_codec), "video codec '" + o.video_codec + "'"));
-    ctx_.reset(avcodec_alloc_context3(codec));
-    AVCodecContext* c = ctx_.get();
-    c->width = o.width;
-    c->height = o.height;
-    c->pix_fmt = AV_PIX_FMT_YUV420P;
-    c->time_base = av_inv_q(av_d2q(o.fps, 1 << 20));
-    c->framerate = av_d2q(o.fps, 1 << 20);
-    c->gop_size = o.gop;
-    c->max_b_frames = o.video_codec == "h264" || o.video_codec == "hevc" ? 2 : 0;
-    c->thread_count = 1;  // deterministic output; parallelism comes from episodes
-    c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-    AVDictionary* opts = nullptr;
-    const std::string name = codec->name;
-    if (name == "libx264") {
-      av_dict_set(&opts, "preset", "veryfast", 0);
-      av_dict_set(&opts, "crf", "23", 0);
-      // No scene-cut keyframes: keyframes exactly every GOP. The instruction sets are capped at
-      // AVX2 (X264InstructionSets) because x264's AVX-512 kernels gave different bytes from run
-      // to run on Zen 4.
-      av_dict_set(&opts, "x264-params", StrCat("scenecut=0", X264InstructionSets()).c_str(), 0);  // keyframes exactly every GOP
-    } else if (name == "libx265") {
-      av_dict_set(&opts, "preset", "ultrafast", 0);
-      av_dict_set(&opts, "x265-params", "scenecut=0:log-level=error:pools=none:frame-threads=1", 0);
-    } else if (name == "libvpx-vp9") {
-      av_dict_set(&opts, "deadline", "realtime", 0);
-      av_dict_set(&opts, "cpu-used", "8", 0);
-      av_dict_set(&opts, "crf", "32", 0);
-      c->bit_rate = 0;
-    } else if (name == "libsvtav1") {
-      av_dict_set(&opts, "preset", "12", 0);
-      av_dict_set(&opts, "svtav1-params", "scd=0", 0);
-    } else if (name == "libaom-av1") {
-      av_dict_set(&opts, "cpu-used", "8", 0);
-      av_dict_set(&opts, "usage", "realtime", 0);
-    }
-    int r = avcodec_open2(c, codec, &opts);
-    av_dict_free(&opts);
-    if (r < 0) return av::AvError(r, StrCat(where, ": opening encoder ", name));
-    frame_ = av::MakeFrame();
-    frame_->format = c->pix_fmt;
-    frame_->width = c->width;
-    frame_->height = c->height;
-    if ((r = av_frame_get_buffer(frame_.get(), 0)) < 0) return av::AvError(r, where);
-    sws_.reset(sws_getContext(c->width, c->height, AV_PIX_FMT_RGB24, c->width, c->height,
-                              c->pix_fmt, SWS_BILINEAR | SWS_BITEXACT | SWS_ACCURATE_RND, nullptr,
-                              nullptr, nullptr));
-    if (sws_ == nullptr) return absl::InternalError(StrCat(where, ": sws_getContext failed"));
-    pkt_ = av::MakePacket();
-    return absl::OkStatus();
-  }
-
-  absl::Status Encode(const std::vector<uint8_t>& rgb, int64_t pts) {
-    int r = av_frame_make_writable(frame_.get());
-    if (r < 0) return av::AvError(r, where_);
-    const uint8_t* src[1] = {rgb.data()};
-    const int stride[1] = {3 * ctx_->width};
-    sws_scale(sws_.get(), src, stride, 0, ctx_->height, frame_->data, frame_->linesize);
-    frame_->pts = pts;
-    if ((r = avcodec_send_frame(ctx_.get(), frame_.get())) < 0) return av::AvError(r, where_);
-    return Drain(ctx_.get(), pkt_.get(), &packets_, where_);
-  }
-
-  absl::Status Flush() {
-    int r = avcodec_send_frame(ctx_.get(), nullptr);
-    if (r < 0) return av::AvError(r, where_);
-    return Drain(ctx_.get(), pkt_.get(), &packets_, where_);
-  }
-
-  AVCodecContext* ctx() const { return ctx_.get(); }
-  std::vector<EpisodeData::Packet>& packets() { return packets_; }
-
- private:
-  std::string where_;
-  av::UniqueCodecContext ctx_;
-  av::UniqueFrame frame_;
-  av::UniqueSws sws_;
-  av::UniquePacket pkt_;
-  std::vector<EpisodeData::Packet> packets_;
-};
-
-// Writes mono float samples into `frame` in the encoder's sample format.
-void FillAudio(const float* in, int n, AVSampleFormat fmt, AVFrame* frame) {
-  for (int i = 0; i < n; ++i) {
-    const float v = in[i];
-    switch (fmt) {
-      case AV_SAMPLE_FMT_FLT:
-      case AV_SAMPLE_FMT_FLTP:
-        reinterpret_cast<float*>(frame->data[0])[i] = v;
-        break;
-      case AV_SAMPLE_FMT_S16:
-      case AV_SAMPLE_FMT_S16P:
-        reinterpret_cast<int16_t*>(frame->data[0])[i] = static_cast<int16_t>(std::lround(v * 32767.0f));
-        break;
-      case AV_SAMPLE_FMT_S32:
-      case AV_SAMPLE_FMT_S32P:
-        reinterpret_cast<int32_t*>(frame->data[0])[i] =
-            static_cast<int32_t>(std::lround(static_cast<double>(v) * 2147483000.0));
-        break;
-      default:
-        break;
-    }
-  }
-}
-
-bool SupportedSampleFormat(AVSampleFormat f) {
-  return f == AV_SAMPLE_FMT_FLT || f == AV_SAMPLE_FMT_FLTP || f == AV_SAMPLE_FMT_S16 ||
-         f == AV_SAMPLE_FMT_S16P || f == AV_SAMPLE_FMT_S32 || f == AV_SAMPLE_FMT_S32P;
-}
-
-absl::Status EncodeAudio(const SynthOptions& o, const std::vector<float>& samples,
-                         const std::string& where, EpisodeData::Stream* out) {
-  ASSIGN_OR_RETURN(const AVCodec* codec,
-                   FindEncoder(AudioEncoderNames(o.audio_codec), "audio codec '" + o.audio_codec + "'"));
-  av::UniqueCodecContext ctx(avcodec_alloc_context3(codec));
-  AVCodecContext* c = ctx.get();
-  c->sample_rate = o.audio_rate;
-  av_channel_layout_default(&c->ch_layout, 1);
-  c->sample_fmt = AV_SAMPLE_FMT_NONE;
-  for (const AVSampleFormat* f = codec->sample_fmts; f && *f != AV_SAMPLE_FMT_NONE; ++f) {
-    if (SupportedSampleFormat(*f)) {
-      c->sample_fmt = *f;
-      break;
-    }
-  }
-  if (c->sample_fmt == AV_SAMPLE_FMT_NONE) {
-    return absl::FailedPreconditionError(StrCat(where, ": encoder ", codec->name,
-                                                " takes no sample format synth can produce"));
-  }
-  c->time_base = AVRational{1, o.audio_rate};
-  c->bit_rate = o.audio_codec == "flac" ? 0 : 32000;
-  c->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-  c->strict_std_compliance = FF_COMPLIANCE_EXPERIMENTAL;
-  int r = avcodec_open2(c, codec, nullptr);
-  if (r < 0) {
-    return av::AvError(r, StrCat(where, ": opening audio encoder ", codec->name, " at ",
-                                 o.audio_rate, " Hz (opus takes 8/12/16/24/48 kHz)"));
-  }
-  const int frame_size = c->frame_size > 0 ? c->frame_size : 1024;
-  av::UniqueFrame frame = av::MakeFrame();
-  av::UniquePacket pkt = av::MakePacket();
-  for (size_t at = 0; at < samples.size(); at += static_cast<size_t>(frame_size)) {
-    const int n = static_cast<int>(std::min<size_t>(frame_size, samples.size() - at));
-    av_frame_unref(frame.get());
-    frame->format = c->sample_fmt;
-    frame->nb_samples = n;
-    av_channel_layout_copy(&frame->ch_layout, &c->ch_layout);
-    if ((r = av_frame_get_buffer(frame.get(), 0)) < 0) return av::AvError(r, where);
-    FillAudio(samples.data() + at, n, c->sample_fmt, frame.get());
-    frame->pts = static_cast<int64_t>(at);
-    if ((r = avcodec_send_frame(c, frame.get())) < 0) return av::AvError(r, where);
-    RETURN_IF_ERROR(Drain(c, pkt.get(), &out->packets, where));
-  }
-  if ((r = avcodec_send_frame(c, nullptr)) < 0) return av::AvError(r, where);
-  RETURN_IF_ERROR(Drain(c, pkt.get(), &out->packets, where));
-
-  av::UniqueCodecParameters par(avcodec_parameters_alloc());
-  avcodec_parameters_from_context(par.get(), c);
-  out->codec = CodecParamsFromAv(*par, 0);
-  out->time_base_num = c->time_base.num;
-  out->time_base_den = c->time_base.den;
-  out->pts_origin = 0;
-  out->info.kind = pb::AUDIO;
-  out->info.codec = avcodec_get_name(c->codec_id);
-  out->info.rate = o.audio_rate;
-  out->info.shape = {1};
-  out->info.names = {"mono"};
-  return absl::OkStatus();
-}
 
 std::vector<std::string> StateNames(int dim, const std::string& prefix) {
   static const char* const kAloha[] = {"waist", "shoulder", "elbow", "forearm_roll",
@@ -316,42 +52,35 @@ absl::StatusOr<EpisodeData> MakeEpisode(const SynthOptions& o, int e, uint64_t* 
   // Cameras: render, record each frame's mean colour, encode.
   std::vector<std::vector<float>> means(o.cameras);  // [camera][frame * 3 + ch]
   std::vector<uint8_t> rgb;
+  VideoEncoderOptions video;
+  video.codec = o.video_codec;
+  video.width = o.width;
+  video.height = o.height;
+  video.fps = o.fps;
+  video.gop = o.gop;
   for (int cam = 0; cam < o.cameras; ++cam) {
     const std::string name = StrCat("cam", cam);
     const std::string where = StrCat("synth episode ", e, ", stream '", name, "'");
-    VideoEncoder enc;
-    RETURN_IF_ERROR(enc.Open(o, where));
+    ASSIGN_OR_RETURN(std::unique_ptr<VideoEncoder> enc, VideoEncoder::Open(video, where));
     means[cam].resize(static_cast<size_t>(plan.num_frames) * 3);
     for (int k = 0; k < plan.num_frames; ++k) {
       RenderFrame(plan, o.seed, e, cam, k, o.fps, o.width, o.height, &rgb, &means[cam][k * 3]);
-      RETURN_IF_ERROR(enc.Encode(rgb, k));
+      RETURN_IF_ERROR(enc->Encode(rgb, k));
     }
-    RETURN_IF_ERROR(enc.Flush());
+    ASSIGN_OR_RETURN(EpisodeData::Stream s, enc->Finish());
     *frames_encoded += static_cast<uint64_t>(plan.num_frames);
-    EpisodeData::Stream s;
     s.info.name = name;
-    s.info.kind = pb::VIDEO;
-    s.info.codec = avcodec_get_name(enc.ctx()->codec_id);
-    s.info.rate = o.fps;
-    s.info.shape = {o.height, o.width, 3};
-    s.info.pix_fmt = av_get_pix_fmt_name(enc.ctx()->pix_fmt);
-    av::UniqueCodecParameters par(avcodec_parameters_alloc());
-    avcodec_parameters_from_context(par.get(), enc.ctx());
-    s.codec = CodecParamsFromAv(*par, 0);
-    s.time_base_num = enc.ctx()->time_base.num;
-    s.time_base_den = enc.ctx()->time_base.den;
-    s.pts_origin = 0;
-    s.packets = std::move(enc.packets());
     ep.streams.push_back(std::move(s));
   }
 
   // Audio.
   if (o.audio_codec != "none") {
-    EpisodeData::Stream s;
-    s.info.name = "audio";
     std::vector<float> samples;
     RenderAudio(plan, o.seed, e, o.audio_rate, &samples);
-    RETURN_IF_ERROR(EncodeAudio(o, samples, StrCat("synth episode ", e, ", stream 'audio'"), &s));
+    ASSIGN_OR_RETURN(EpisodeData::Stream s,
+                     EncodeMonoAudio({.codec = o.audio_codec, .sample_rate = o.audio_rate}, samples,
+                                     StrCat("synth episode ", e, ", stream 'audio'")));
+    s.info.name = "audio";
     ep.streams.push_back(std::move(s));
   }
 
@@ -395,10 +124,10 @@ absl::Status CheckOptions(const SynthOptions& o) {
   }
   if (!(o.fps > 0 && o.fps <= 240)) return bad(StrCat("--fps must be in (0, 240] (got ", o.fps, ")"));
   if (o.gop < 1 || o.gop > 1000) return bad(StrCat("--gop must be in [1, 1000] (got ", o.gop, ")"));
-  if (VideoEncoderNames(o.video_codec).empty()) {
+  if (!IsKnownVideoCodec(o.video_codec)) {
     return bad(StrCat("--video-codec '", o.video_codec, "' is not one of h264, hevc, av1, vp9"));
   }
-  if (o.audio_codec != "none" && AudioEncoderNames(o.audio_codec).empty()) {
+  if (o.audio_codec != "none" && !IsKnownAudioCodec(o.audio_codec)) {
     return bad(StrCat("--audio-codec '", o.audio_codec, "' is not one of aac, opus, flac, none"));
   }
   if (o.audio_rate < 8000 || o.audio_rate > 192000) {
@@ -422,13 +151,10 @@ absl::Status CheckOptions(const SynthOptions& o) {
 
 absl::Status RunSynth(const SynthOptions& options) {
   RETURN_IF_ERROR(CheckOptions(options));
-  av::QuietLogging();
   // Fail fast on a codec this FFmpeg cannot encode, before any work.
-  RETURN_IF_ERROR(FindEncoder(VideoEncoderNames(options.video_codec),
-                              "video codec '" + options.video_codec + "'").status());
+  RETURN_IF_ERROR(CheckVideoEncoderAvailable(options.video_codec));
   if (options.audio_codec != "none") {
-    RETURN_IF_ERROR(FindEncoder(AudioEncoderNames(options.audio_codec),
-                                "audio codec '" + options.audio_codec + "'").status());
+    RETURN_IF_ERROR(CheckAudioEncoderAvailable(options.audio_codec));
   }
   DatasetWriter::Options wo;
   wo.name = StrCat("synth-seed", options.seed);
