@@ -1,6 +1,6 @@
 // `conveyor extract`: one stream of one episode back out as a standard file. Video and audio
-// packets are muxed as stored (no re-encode), so the file decodes to the same frames as the
-// imported original. docs/import.md lists the formats.
+// packets are muxed as stored (no re-encode; decoders/media_writer.h), so the file decodes to the
+// same frames as the imported original. docs/import.md lists the formats.
 
 #include <spdlog/spdlog.h>
 
@@ -16,11 +16,10 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/internal/av_util.h"
+#include "decoders/media_writer.h"
 #include "readers/dataset.h"
 #include "readers/format.h"
 #include "readers/npy.h"
-#include "decoders/internal/av_codec_params.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 
@@ -29,10 +28,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = format::v1;
-using av::CodecParamsFromAv;
-using av::CodecParamsToAv;
-using av::SetStreamRotation;
-using av::StreamRotationDeg;
 
 constexpr std::array<std::string_view, 4> kVideoOut = {".mp4", ".mkv", ".webm", ".mov"};
 constexpr std::array<std::string_view, 10> kAudioOut = {".m4a",  ".mka", ".mkv", ".ogg",  ".opus",
@@ -101,86 +96,38 @@ absl::Status MuxPackets(const Dataset& ds, const pb::EpisodeIndex& index, int st
   const std::string ext = LowerExtension(out);
   const std::string where = StrCat("episode ", index.episode_id(), " stream '", si.name(), "' (",
                                    si.codec().codec(), ")");
-  const char* fallback = video ? ".mkv" : ".mka";
-  av::QuietLogging();
-
-  AVFormatContext* raw = nullptr;
-  int ret = avformat_alloc_output_context2(&raw, nullptr, nullptr, out.c_str());
-  if (ret < 0 || raw == nullptr) {
-    return av::AvError(ret < 0 ? ret : AVERROR_MUXER_NOT_FOUND,
-                       StrCat("no FFmpeg muxer for ", out));
-  }
-  av::UniqueOutputFormat ctx(raw);
-  AVStream* st = avformat_new_stream(ctx.get(), nullptr);
-  if (st == nullptr) return av::AvError(AVERROR(ENOMEM), "adding an output stream");
-  RETURN_IF_ERROR(Annotate(CodecParamsToAv(si.codec(), st->codecpar), where));
-  if (avformat_query_codec(ctx->oformat, st->codecpar->codec_id, FF_COMPLIANCE_NORMAL) == 0) {
-    return absl::InvalidArgumentError(StrCat(
-        "cannot write ", where, " to ", out, ": the ", ext, " container (", ctx->oformat->name,
-        ") cannot hold ", si.codec().codec(), "; extract to ", fallback, " instead"));
-  }
-  const AVRational src_tb{si.time_base_num(), si.time_base_den()};
-  st->time_base = src_tb;
+  MuxedStream muxed;
+  muxed.kind = video ? MediaKind::kVideo : MediaKind::kAudio;
+  muxed.codec = si.codec();
+  muxed.time_base_num = si.time_base_num();
+  muxed.time_base_den = si.time_base_den();
   if (video) {
     const int s = ds.manifest().StreamIndex(si.name());
-    const double rate = s >= 0 ? ds.manifest().streams[static_cast<size_t>(s)].rate : 0;
-    if (rate > 0) st->avg_frame_rate = av_d2q(rate, 1 << 20);
-    const double rotation = si.codec().rotation_deg();
-    if (rotation != 0) {
-      RETURN_IF_ERROR(SetStreamRotation(st, rotation));
-      if (ext != ".mp4" && ext != ".mov") {
-        // FFmpeg 5.1's Matroska muxer has no place for a display matrix.
-        spdlog::warn(
-            "extract: {} does not keep the stored rotation of {} degrees; use .mp4 or "
-            ".mov to keep it",
-            out, rotation);
-      }
-    }
+    muxed.frame_rate = s >= 0 ? ds.manifest().streams[static_cast<size_t>(s)].rate : 0;
   }
-
-  if (!(ctx->oformat->flags & AVFMT_NOFILE)) {
-    ret = avio_open(&ctx->pb, out.c_str(), AVIO_FLAG_WRITE);
-    if (ret < 0) return av::AvError(ret, StrCat("cannot open ", out, " for writing"));
+  ASSIGN_OR_RETURN(std::unique_ptr<MediaFileWriter> writer,
+                   MediaFileWriter::Create(out, muxed, where));
+  const double rotation = si.codec().rotation_deg();
+  if (video && rotation != 0 && ext != ".mp4" && ext != ".mov") {
+    // FFmpeg 5.1's Matroska muxer has no place for a display matrix.
+    spdlog::warn(
+        "extract: {} does not keep the stored rotation of {} degrees; use .mp4 or "
+        ".mov to keep it",
+        out, rotation);
   }
-  PartialOutput partial(out, /*remove_all=*/false);
-  ret = avformat_write_header(ctx.get(), nullptr);
-  if (ret < 0) {
-    return av::AvError(ret, StrCat("cannot write ", where, " as ", ctx->oformat->name, " to ", out,
-                                   " (if the container cannot hold ", si.codec().codec(),
-                                   ", extract to ", fallback, ")"));
-  }
+  // From here on a failure removes the partly written file (MediaFileWriter).
+  RETURN_IF_ERROR(writer->Start());
 
   const pb::PacketTable& t = si.packets();
-  av::UniquePacket pkt = av::MakePacket();
-  if (pkt == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a packet");
   std::string bytes;
   for (int p = 0; p < t.offset_size(); ++p) {
     RETURN_IF_ERROR(ds.ReadPacket(index, stream, static_cast<size_t>(p), &bytes));
-    ret = av_new_packet(pkt.get(), static_cast<int>(bytes.size()));
-    if (ret < 0) return av::AvError(ret, "allocating a packet");
-    std::memcpy(pkt->data, bytes.data(), bytes.size());
-    pkt->pts = t.pts(p) - si.pts_origin();
-    pkt->dts = t.dts(p) - si.pts_origin();
-    pkt->duration = t.duration(p);
-    pkt->flags = ((t.flags(p) & format::kPacketKey) ? AV_PKT_FLAG_KEY : 0) |
-                 ((t.flags(p) & format::kPacketDiscard) ? AV_PKT_FLAG_DISCARD : 0);
-    pkt->stream_index = st->index;
-    pkt->pos = -1;
-    av_packet_rescale_ts(pkt.get(), src_tb, st->time_base);
-    // Takes the packet's reference and leaves it blank, ready for the next av_new_packet.
-    ret = av_interleaved_write_frame(ctx.get(), pkt.get());
-    if (ret < 0) {
-      return av::AvError(ret, StrCat("writing packet ", p, " of ", where, " to ", out));
-    }
+    RETURN_IF_ERROR(writer->WritePacket(bytes, t.pts(p) - si.pts_origin(),
+                                        t.dts(p) - si.pts_origin(), t.duration(p),
+                                        (t.flags(p) & format::kPacketKey) != 0,
+                                        (t.flags(p) & format::kPacketDiscard) != 0));
   }
-  ret = av_write_trailer(ctx.get());
-  if (ret < 0) return av::AvError(ret, StrCat("finishing ", out));
-  if (ctx->pb != nullptr) {
-    ret = avio_closep(&ctx->pb);
-    if (ret < 0) return av::AvError(ret, StrCat("closing ", out));
-  }
-  partial.Commit();
-  return absl::OkStatus();
+  return writer->Finish();
 }
 
 // LOWDIM: float32 [T, D] to `out`, float64 seconds [T] to <out stem>.timestamps.npy.
