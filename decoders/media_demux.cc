@@ -262,5 +262,24 @@ absl::StatusOr<DemuxedStream> DemuxBestStream(const RandomAccessFile& source, Me
   return demuxed;
 }
 
+absl::StatusOr<format::v1::CodecParams> ProbeImageFile(const std::string& path) {
+  av::QuietLogging();
+  AVFormatContext* raw = nullptr;
+  int ret = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
+  if (ret < 0) return av::AvError(ret, StrCat("cannot open ", path, " as an image"));
+  av::UniqueInputFormat ctx(raw);
+  ret = avformat_find_stream_info(ctx.get(), nullptr);
+  if (ret < 0) return av::AvError(ret, StrCat("cannot read the image parameters of ", path));
+  if (ctx->nb_streams != 1 || ctx->streams[0]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO ||
+      ctx->streams[0]->codecpar->width <= 0 || ctx->streams[0]->codecpar->height <= 0) {
+    return absl::InvalidArgumentError(StrCat(path, " is not a readable image"));
+  }
+  return CodecParamsFromAv(*ctx->streams[0]->codecpar, 0);
+}
+
+TimeBase FrameTimeBase(double rate) {
+  const AVRational q = av_d2q(rate, 1 << 20);
+  return TimeBase{q.den, q.num};
+}
 
 }  // namespace conveyor

@@ -1,6 +1,7 @@
 // Demuxing one media file's best video or audio stream with libavformat, reading through a
 // RandomAccessFile (so local files, HTTP and S3 alike). Used by `conveyor import` (which copies the
 // packets) and by datasets read in place (which keep only where each packet lies in the file).
+// Also probing single image files, for image streams `conveyor import` makes of image folders.
 #pragma once
 
 #include <cstdint>
@@ -32,5 +33,22 @@ struct DemuxedStream {
 // corrupt file is an error naming the file; so is a file without such a stream.
 absl::StatusOr<DemuxedStream> DemuxBestStream(const RandomAccessFile& file, MediaKind kind,
                                               const std::string& name, bool keep_bytes);
+
+// The codec parameters of the image file at local `path` (JPEG, PNG, or any single-picture format
+// libavformat reads), found by libavformat, which decodes the picture once: a corrupt file is
+// caught here. The codec name is FFmpeg's ("mjpeg", "png", ...). An error names the file; so is a
+// file that is not one picture with a size.
+absl::StatusOr<format::v1::CodecParams> ProbeImageFile(const std::string& path);
+
+// A stream time base: num / den seconds per tick.
+struct TimeBase {
+  int num = 1;
+  int den = 1;
+};
+
+// One tick per frame at `rate` frames per second: 1/rate, rounded as FFmpeg rounds a frame rate
+// to a fraction (av_d2q with denominators up to 2^20), so it matches the time base FFmpeg
+// gives a stream of that rate. REQUIRES: rate > 0.
+TimeBase FrameTimeBase(double rate);
 
 }  // namespace conveyor

@@ -20,18 +20,12 @@
 #include <string_view>
 #include <vector>
 
-extern "C" {
-#include <libavutil/channel_layout.h>
-}
-
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/internal/av_util.h"
+#include "decoders/media_demux.h"
 #include "readers/dataset_writer.h"
 #include "readers/format.h"
 #include "readers/npy.h"
-#include "decoders/internal/av_codec_params.h"
-#include "decoders/media_demux.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 #include "tools/import_media.h"
@@ -41,10 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = format::v1;
-using av::CodecParamsFromAv;
-using av::CodecParamsToAv;
-using av::SetStreamRotation;
-using av::StreamRotationDeg;
 using json = nlohmann::json;
 
 constexpr std::array<std::string_view, 4> kVideoExtensions = {".mp4", ".mkv", ".webm", ".mov"};
@@ -161,30 +151,6 @@ absl::StatusOr<EpisodeData::Stream> DemuxLocalFile(const fs::path& path, MediaKi
 // ---------------------------------------------------------------------------------------------
 // Image folders (IMAGE): each file is one frame's packet.
 
-struct ImageProbe {
-  AVCodecID codec_id = AV_CODEC_ID_NONE;
-  pb::CodecParams params;
-};
-
-absl::StatusOr<ImageProbe> ProbeImage(const fs::path& path) {
-  const std::string file = path.string();
-  av::QuietLogging();
-  AVFormatContext* raw = nullptr;
-  int ret = avformat_open_input(&raw, file.c_str(), nullptr, nullptr);
-  if (ret < 0) return av::AvError(ret, StrCat("cannot open ", file, " as an image"));
-  av::UniqueInputFormat ctx(raw);
-  ret = avformat_find_stream_info(ctx.get(), nullptr);
-  if (ret < 0) return av::AvError(ret, StrCat("cannot read the image parameters of ", file));
-  if (ctx->nb_streams != 1 || ctx->streams[0]->codecpar->codec_type != AVMEDIA_TYPE_VIDEO ||
-      ctx->streams[0]->codecpar->width <= 0 || ctx->streams[0]->codecpar->height <= 0) {
-    return absl::InvalidArgumentError(StrCat(file, " is not a readable image"));
-  }
-  ImageProbe probe;
-  probe.codec_id = ctx->streams[0]->codecpar->codec_id;
-  probe.params = CodecParamsFromAv(*ctx->streams[0]->codecpar, 0);
-  return probe;
-}
-
 absl::StatusOr<EpisodeData::Stream> ReadImageFolder(const fs::path& dir, const std::string& name,
                                                     const EpisodeMeta& meta,
                                                     const fs::path& meta_path) {
@@ -210,28 +176,28 @@ absl::StatusOr<EpisodeData::Stream> ReadImageFolder(const fs::path& dir, const s
   out.info.kind = pb::IMAGE;
   out.info.rate = rate_it->second;
   // One frame per tick of 1/rate.
-  const AVRational q = av_d2q(rate_it->second, 1 << 20);
-  out.time_base_num = q.den;
-  out.time_base_den = q.num;
+  const TimeBase tb = FrameTimeBase(rate_it->second);
+  out.time_base_num = tb.num;
+  out.time_base_den = tb.den;
   for (size_t i = 0; i < images.size(); ++i) {
     // Probing decodes each image once: a corrupt or differently sized frame is caught here,
     // naming its file, rather than at training time.
-    ASSIGN_OR_RETURN(ImageProbe probe, ProbeImage(images[i]));
+    ASSIGN_OR_RETURN(const pb::CodecParams params, ProbeImageFile(images[i].string()));
     if (i == 0) {
-      if (probe.codec_id != AV_CODEC_ID_MJPEG && probe.codec_id != AV_CODEC_ID_PNG) {
-        return absl::InvalidArgumentError(StrCat(
-            images[i].string(), " is ", avcodec_get_name(probe.codec_id), ", not JPEG or PNG"));
+      // FFmpeg's codec names: one name per codec id.
+      if (params.codec() != "mjpeg" && params.codec() != "png") {
+        return absl::InvalidArgumentError(
+            StrCat(images[i].string(), " is ", params.codec(), ", not JPEG or PNG"));
       }
-      out.codec = probe.params;
-      out.info.codec = probe.params.codec();
-      out.info.pix_fmt = probe.params.pix_fmt();
-      out.info.shape = {probe.params.height(), probe.params.width(), 3};
-    } else if (probe.params.codec() != out.codec.codec() ||
-               probe.params.width() != out.codec.width() ||
-               probe.params.height() != out.codec.height()) {
+      out.codec = params;
+      out.info.codec = params.codec();
+      out.info.pix_fmt = params.pix_fmt();
+      out.info.shape = {params.height(), params.width(), 3};
+    } else if (params.codec() != out.codec.codec() || params.width() != out.codec.width() ||
+               params.height() != out.codec.height()) {
       return absl::InvalidArgumentError(
-          StrCat(images[i].string(), " is ", probe.params.codec(), " ", probe.params.width(), "x",
-                 probe.params.height(), ", the folder's first image ",
+          StrCat(images[i].string(), " is ", params.codec(), " ", params.width(), "x",
+                 params.height(), ", the folder's first image ",
                  images[0].filename().string(), " is ", out.codec.codec(), " ", out.codec.width(),
                  "x", out.codec.height(), "; every frame of an image stream must match"));
     }
@@ -414,11 +380,9 @@ absl::StatusOr<EpisodeData> ReadEpisodeFolder(const fs::path& dir) {
       }
     } else if (OneOf(kVideoExtensions, ext) || OneOf(kAudioExtensions, ext)) {
       RETURN_IF_ERROR(claim(stem, path));
-      const AVMediaType type =
-          OneOf(kVideoExtensions, ext) ? AVMEDIA_TYPE_VIDEO : AVMEDIA_TYPE_AUDIO;
-      ASSIGN_OR_RETURN(EpisodeData::Stream s,
-                       DemuxLocalFile(path, type == AVMEDIA_TYPE_VIDEO ? MediaKind::kVideo
-                                                                       : MediaKind::kAudio, stem));
+      const MediaKind kind =
+          OneOf(kVideoExtensions, ext) ? MediaKind::kVideo : MediaKind::kAudio;
+      ASSIGN_OR_RETURN(EpisodeData::Stream s, DemuxLocalFile(path, kind, stem));
       episode.streams.push_back(std::move(s));
     } else if (ext == ".npy") {
       RETURN_IF_ERROR(claim(stem, path));
