@@ -82,8 +82,6 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/audio_decoder.h"
-#include "decoders/internal/av_codec_params.h"
-#include "decoders/internal/av_util.h"
 #include "decoders/image_decoder.h"
 #include "decoders/sample_assembler.h"
 #include "decoders/sample_spec.h"
@@ -91,6 +89,11 @@
 #include "nlohmann/json.hpp"
 #include "readers/dataset.h"
 #include "readers/npy.h"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavutil/pixdesc.h>
+}
 
 extern char** environ;
 
@@ -653,28 +656,83 @@ absl::StatusOr<double> ConveyorRandom(const OpenedEpisode& e, const FrameTable& 
   return seconds;
 }
 
+// The raw-libavcodec baseline's own FFmpeg plumbing: the library's (decoders/internal/) is private
+// to it, and the baseline should not lean on Conveyor's code anyway.
+struct AvCodecContextFree {
+  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct AvCodecParametersFree {
+  void operator()(AVCodecParameters* p) const { avcodec_parameters_free(&p); }
+};
+struct AvFrameFree {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct AvPacketFree {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+
+absl::Status AvError(int errnum, std::string_view call) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(errnum, buf, sizeof(buf));
+  return absl::InternalError(StrCat(call, ": ", buf));
+}
+
+// The stored video codec parameters as libavcodec takes them: the video fields of the library's
+// conversion (decoders/av_codec_params.cc), which is what VideoDecoder opens its decoder with.
+absl::Status VideoCodecParametersFromStored(const pb::CodecParams& params, AVCodecParameters* out) {
+  const AVCodecDescriptor* desc = avcodec_descriptor_get_by_name(params.codec().c_str());
+  if (desc == nullptr || desc->type != AVMEDIA_TYPE_VIDEO) {
+    return absl::InvalidArgumentError(StrCat("'", params.codec(), "' is not a video codec"));
+  }
+  out->codec_type = desc->type;
+  out->codec_id = desc->id;
+  if (!params.extradata().empty()) {
+    const size_t n = params.extradata().size();
+    out->extradata = static_cast<uint8_t*>(av_mallocz(n + AV_INPUT_BUFFER_PADDING_SIZE));
+    if (out->extradata == nullptr) return AvError(AVERROR(ENOMEM), "av_mallocz");
+    std::memcpy(out->extradata, params.extradata().data(), n);
+    out->extradata_size = static_cast<int>(n);
+  }
+  out->width = params.width();
+  out->height = params.height();
+  out->format = params.pix_fmt().empty() ? -1 : av_get_pix_fmt(params.pix_fmt().c_str());
+  out->bits_per_coded_sample = params.bits_per_coded_sample();
+  out->bits_per_raw_sample = params.bits_per_raw_sample();
+  out->profile = params.profile();
+  out->level = params.level();
+  out->color_range = static_cast<AVColorRange>(params.color_range());
+  out->color_primaries = static_cast<AVColorPrimaries>(params.color_primaries());
+  out->color_trc = static_cast<AVColorTransferCharacteristic>(params.color_trc());
+  out->color_space = static_cast<AVColorSpace>(params.color_space());
+  out->chroma_location = static_cast<AVChromaLocation>(params.chroma_location());
+  out->field_order = static_cast<AVFieldOrder>(params.field_order());
+  out->sample_aspect_ratio = AVRational{params.sar_num(), params.sar_den()};
+  out->video_delay = params.video_delay();
+  return absl::OkStatus();
+}
+
 // libavcodec alone on the same packets (read with Dataset::ReadPacket, as VideoDecoder reads
 // them), every packet in decode order, `passes` times, frames received and dropped: what decoding
 // costs in this process before any conversion. Returns seconds; `frames` counts frames out.
 absl::StatusOr<double> LibavcodecDecodeOnly(const OpenedEpisode& e, int passes, int64_t* frames) {
   const pb::StreamIndex& stream = e.index->streams(e.stream);
-  av::UniqueCodecParameters par(avcodec_parameters_alloc());
-  RETURN_IF_ERROR(av::CodecParamsToAv(stream.codec(), par.get()));
+  std::unique_ptr<AVCodecParameters, AvCodecParametersFree> par(avcodec_parameters_alloc());
+  RETURN_IF_ERROR(VideoCodecParametersFromStored(stream.codec(), par.get()));
   const AVCodec* codec = avcodec_find_decoder(par->codec_id);
   if (codec == nullptr) return absl::UnimplementedError("no decoder");
-  av::UniqueFrame frame = av::MakeFrame();
-  av::UniquePacket pkt = av::MakePacket();
+  std::unique_ptr<AVFrame, AvFrameFree> frame(av_frame_alloc());
+  std::unique_ptr<AVPacket, AvPacketFree> pkt(av_packet_alloc());
   std::string bytes;
   const pb::PacketTable& pk = stream.packets();
   *frames = 0;
   const Clock::time_point start = Clock::now();
-  av::UniqueCodecContext ctx(avcodec_alloc_context3(codec));
+  std::unique_ptr<AVCodecContext, AvCodecContextFree> ctx(avcodec_alloc_context3(codec));
   int ret = avcodec_parameters_to_context(ctx.get(), par.get());
-  if (ret < 0) return av::AvError(ret, "avcodec_parameters_to_context");
+  if (ret < 0) return AvError(ret, "avcodec_parameters_to_context");
   ctx->pkt_timebase = AVRational{stream.time_base_num(), stream.time_base_den()};
   ctx->thread_count = 1;
   ret = avcodec_open2(ctx.get(), codec, nullptr);
-  if (ret < 0) return av::AvError(ret, "avcodec_open2");
+  if (ret < 0) return AvError(ret, "avcodec_open2");
   for (int p = 0; p < passes; ++p) {
     if (p > 0) avcodec_flush_buffers(ctx.get());
     for (int i = 0; i <= pk.pts_size(); ++i) {
@@ -682,7 +740,7 @@ absl::StatusOr<double> LibavcodecDecodeOnly(const OpenedEpisode& e, int passes, 
         RETURN_IF_ERROR(e.dataset->ReadPacket(*e.index, e.stream, static_cast<size_t>(i), &bytes));
         av_packet_unref(pkt.get());
         ret = av_new_packet(pkt.get(), static_cast<int>(bytes.size()));
-        if (ret < 0) return av::AvError(ret, "av_new_packet");
+        if (ret < 0) return AvError(ret, "av_new_packet");
         std::memcpy(pkt->data, bytes.data(), bytes.size());
         pkt->pts = pk.pts(i);
         pkt->dts = pk.dts(i);
@@ -692,13 +750,13 @@ absl::StatusOr<double> LibavcodecDecodeOnly(const OpenedEpisode& e, int passes, 
       } else {
         ret = avcodec_send_packet(ctx.get(), nullptr);
       }
-      if (ret < 0) return av::AvError(ret, "avcodec_send_packet");
+      if (ret < 0) return AvError(ret, "avcodec_send_packet");
       while ((ret = avcodec_receive_frame(ctx.get(), frame.get())) == 0) {
         ++*frames;
         av_frame_unref(frame.get());
       }
       if (ret != AVERROR(EAGAIN) && ret != AVERROR_EOF) {
-        return av::AvError(ret, "avcodec_receive_frame");
+        return AvError(ret, "avcodec_receive_frame");
       }
     }
   }
