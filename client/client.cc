@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/block_pool.h"
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
 #include "client/device_copy.h"
@@ -112,53 +113,28 @@ void AddMetadata(const ClientOptions& o, grpc::ClientContext* ctx) {
   if (!o.auth_token.empty()) ctx->AddMetadata("authorization", "Bearer " + o.auth_token);
 }
 
-// One 64-byte aligned block per batch, which the payload is parsed into.
-struct AlignedFree {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Block = std::unique_ptr<uint8_t, AlignedFree>;
+// One 64-byte aligned block per batch, which the payload is parsed into, kept for reuse
+// (base/block_pool.h): a fresh block of tens or hundreds of MB per batch costs a page fault per
+// 4 KiB, which halved the throughput of large batches.
+void FreeAligned(uint8_t* p, int) { std::free(p); }
 
-// Batch blocks, kept for reuse: a fresh block of tens or hundreds of MB per batch costs a page
-// fault per 4 KiB, which halved the throughput of large batches.
-class BufferPool {
- public:
-  explicit BufferPool(size_t max_free) : max_free_(max_free) {}
-  Block Take(size_t bytes, size_t* capacity) {
-    {
-      absl::MutexLock lock(&mu_);
-      for (size_t i = 0; i < free_.size(); ++i) {
-        if (free_[i].first >= bytes && free_[i].first <= 2 * bytes + 4096) {
-          *capacity = free_[i].first;
-          Block b = std::move(free_[i].second);
-          free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
-          return b;
-        }
-      }
-    }
-    *capacity = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    return Block(static_cast<uint8_t*>(std::aligned_alloc(64, *capacity)));
-  }
-  void Give(Block b, size_t capacity) {
-    absl::MutexLock lock(&mu_);
-    if (free_.size() >= max_free_) free_.erase(free_.begin());
-    free_.emplace_back(capacity, std::move(b));
-  }
-
- private:
-  const size_t max_free_;
-  absl::Mutex mu_;
-  std::vector<std::pair<size_t, Block>> free_ ABSL_GUARDED_BY(mu_);
-};
+// A kept block of at least `bytes`, or a new one; {nullptr} when the allocation fails.
+BlockPool::Block TakeBlock(BlockPool& pool, size_t bytes) {
+  BlockPool::Block b = pool.Take(bytes, 0);
+  if (b.data != nullptr) return b;
+  b.capacity = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  b.data = static_cast<uint8_t*>(std::aligned_alloc(64, b.capacity));
+  return b;
+}
 
 // What a Batch's views point into: its payload block (back to the pool when released).
 struct BatchStorage {
-  std::shared_ptr<BufferPool> pool;
-  Block block;
-  size_t capacity = 0;
+  std::shared_ptr<BlockPool> pool;
+  BlockPool::Block block;
   std::shared_ptr<void> device;  // DeviceBatch, CUDA builds
   ~BatchStorage() {
     device.reset();  // waits for the copies out of the block
-    if (block && pool) pool->Give(std::move(block), capacity);
+    if (block.data != nullptr) pool->Give(block);
   }
 };
 
@@ -193,7 +169,7 @@ struct Client::Impl {
   ClientOptions o;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   std::unique_ptr<DeviceCopier> device;
-  std::shared_ptr<BufferPool> pool;
+  std::shared_ptr<BlockPool> pool;  // batch blocks
   pid_t owner = getpid();  // the process whose threads `receiver` and `reporter` are (see ~Client)
 
   // Shared by the receiving thread, the reporting thread and the user's calls.
@@ -452,7 +428,7 @@ struct Client::Impl {
             "server ", target, ": payload bytes [", m.offset, ", ", m.offset + m.data_size,
             ") where offset ", r->filled, " of ", r->header.payload_bytes(), " was due"));
       }
-      if (m.data_size > 0 && !m.data_at->Copy(r->storage->block.get() + r->filled, m.data_size)) {
+      if (m.data_size > 0 && !m.data_at->Copy(r->storage->block.data + r->filled, m.data_size)) {
         return absl::DataLossError(absl::StrCat("server ", target, " sent a truncated message"));
       }
       r->filled += m.data_size;
@@ -518,8 +494,8 @@ struct Client::Impl {
     r->header = std::move(header);
     r->storage = std::make_shared<BatchStorage>();
     r->storage->pool = pool;
-    r->storage->block = pool->Take(r->header.payload_bytes(), &r->storage->capacity);
-    if (!r->storage->block) {
+    r->storage->block = TakeBlock(*pool, r->header.payload_bytes());
+    if (r->storage->block.data == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot allocate ", r->header.payload_bytes(), " bytes for batch ", expected.ToString(),
           " from server ", target));
@@ -567,7 +543,7 @@ struct Client::Impl {
       out.shape.assign(t.shape().begin(), t.shape().end());
       out.role = FromProto(t.role());
       out.bytes = t.bytes();
-      out.data = storage->block.get() + t.offset();
+      out.data = storage->block.data + t.offset();
       b->tensors.push_back(std::move(out));
     }
     if (device) {
@@ -595,7 +571,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   options.prefetch_batches = std::max<size_t>(1, options.prefetch_batches);
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(options);
-  impl->pool = std::make_shared<BufferPool>(impl->o.prefetch_batches + 2);
+  impl->pool = std::make_shared<BlockPool>(impl->o.prefetch_batches + 2, SIZE_MAX, 0, FreeAligned);
   if (impl->o.device) {
     auto copier = DeviceCopier::Create(impl->o.device_index);
     if (!copier.ok()) return copier.status();

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/block_pool.h"
 #include "pipeline/batch.h"
 #include "spdlog/spdlog.h"
 
@@ -23,25 +24,6 @@ constexpr size_t kAlignment = 4096;
 constexpr size_t kPoolMinBytes = 1 << 20;
 constexpr size_t kPoolMaxBlocks = 8;
 
-struct Pooled {
-  uint8_t* data;
-  size_t capacity;
-  bool pinned;
-};
-
-struct Pool {
-  std::mutex mu;
-  std::vector<Pooled> blocks;
-  size_t bytes = 0;
-  size_t max_bytes = size_t{2} << 30;  // SetPoolLimit
-};
-
-// Never destroyed: buffers may be released during static destruction.
-Pool& GetPool() {
-  static Pool* pool = new Pool();
-  return *pool;
-}
-
 void FreeBlock(uint8_t* data, bool pinned) {
 #if CONVEYOR_HAVE_CUDA
   if (pinned) {
@@ -53,50 +35,17 @@ void FreeBlock(uint8_t* data, bool pinned) {
   std::free(data);
 }
 
-// A pooled block of at least `rounded` bytes (and at most twice that), or {nullptr}.
-Pooled TakePooled(size_t rounded, bool pinned) {
-  Pool& pool = GetPool();
-  std::lock_guard<std::mutex> lock(pool.mu);
-  size_t best = pool.blocks.size();
-  for (size_t i = 0; i < pool.blocks.size(); ++i) {
-    const Pooled& b = pool.blocks[i];
-    if (b.pinned != pinned || b.capacity < rounded || b.capacity > 2 * rounded) continue;
-    if (best == pool.blocks.size() || b.capacity < pool.blocks[best].capacity) best = i;
-  }
-  if (best == pool.blocks.size()) return Pooled{nullptr, 0, false};
-  Pooled b = pool.blocks[best];
-  pool.blocks.erase(pool.blocks.begin() + static_cast<ptrdiff_t>(best));
-  pool.bytes -= b.capacity;
-  return b;
-}
-
-// Keeps the block for reuse when the pool has room; false: the caller frees it.
-bool GivePooled(uint8_t* data, size_t capacity, bool pinned) {
-  if (capacity < kPoolMinBytes) return false;
-  Pool& pool = GetPool();
-  std::lock_guard<std::mutex> lock(pool.mu);
-  if (pool.blocks.size() >= kPoolMaxBlocks || pool.bytes + capacity > pool.max_bytes) return false;
-  pool.blocks.push_back(Pooled{data, capacity, pinned});
-  pool.bytes += capacity;
-  return true;
+// Released buffers kept for reuse (base/block_pool.h); kind 1 is pinned memory. Never destroyed:
+// buffers may be released during static destruction.
+BlockPool& Pool() {
+  static BlockPool* pool = new BlockPool(kPoolMaxBlocks, size_t{2} << 30, kPoolMinBytes,
+                                         [](uint8_t* data, int kind) { FreeBlock(data, kind == 1); });
+  return *pool;
 }
 
 }  // namespace
 
-void HostBuffer::SetPoolLimit(size_t bytes) {
-  Pool& pool = GetPool();
-  std::vector<Pooled> freed;
-  {
-    std::lock_guard<std::mutex> lock(pool.mu);
-    pool.max_bytes = bytes;
-    while (pool.bytes > pool.max_bytes && !pool.blocks.empty()) {
-      freed.push_back(pool.blocks.back());
-      pool.bytes -= pool.blocks.back().capacity;
-      pool.blocks.pop_back();
-    }
-  }
-  for (const Pooled& b : freed) FreeBlock(b.data, b.pinned);
-}
+void HostBuffer::SetPoolLimit(size_t bytes) { Pool().SetMaxBytes(bytes); }
 
 // Allocation failure throws std::bad_alloc, as the shared_ptr's own allocation here would:
 // running out of host memory is not something a caller can recover from batch by batch.
@@ -111,11 +60,11 @@ std::shared_ptr<HostBuffer> HostBuffer::Allocate(size_t bytes, bool pinned) {
   want_pinned = pinned && cuda::ProbeGpus().devices > 0;
 #endif
   if (rounded >= kPoolMinBytes) {
-    const Pooled reused = TakePooled(rounded, want_pinned);
+    const BlockPool::Block reused = Pool().Take(rounded, want_pinned ? 1 : 0);
     if (reused.data != nullptr) {
       buffer->data_ = reused.data;
       buffer->capacity_ = reused.capacity;
-      buffer->pinned_ = reused.pinned;
+      buffer->pinned_ = reused.kind == 1;
       return buffer;
     }
   }
@@ -148,8 +97,7 @@ std::shared_ptr<HostBuffer> HostBuffer::Allocate(size_t bytes, bool pinned) {
 }
 
 HostBuffer::~HostBuffer() {
-  if (data_ != nullptr && GivePooled(data_, capacity_, pinned_)) return;
-  FreeBlock(data_, pinned_);
+  if (data_ != nullptr) Pool().Give(BlockPool::Block{data_, capacity_, pinned_ ? 1 : 0});
 }
 
 }  // namespace conveyor

@@ -106,6 +106,13 @@ struct OrderOptions {
   // The plain global permutation. 0 in block_steps or window_blocks means "auto" (GOP mode, to
   // be resolved by the pipeline), not naive.
   bool naive() const { return block_steps == 1 && window_blocks == 1 && !blocks; }
+  // GOP mode with its sizes to be resolved by the pipeline.
+  static OrderOptions AutoGop() {
+    OrderOptions o;
+    o.block_steps = 0;
+    o.window_blocks = 0;
+    return o;
+  }
 };
 
 class EpochOrder {

@@ -35,8 +35,14 @@ for h in "${CLEAN[@]}"; do
   [[ -f "$ROOT/$h" ]] || { echo "FAIL: $h listed but missing"; fail=1; continue; }
   check "$h" "$h"
 done
+# The CLI reaches FFmpeg through the decoders' public headers (media_encoder.h, media_writer.h,
+# media_demux.h), never directly and never through a library's internal/ headers.
+while IFS= read -r hit; do
+  echo "FAIL: $hit: tools/ uses public, FFmpeg-free calls (docs/architecture.md)"
+  fail=1
+done < <(cd "$ROOT" && grep -nE '^#include [<"]((libav|libsw)[a-z]*/|[a-z_]+/internal/)' tools/*.cc tools/*.h || true)
 if [[ $fail -eq 0 ]]; then
-  echo "public headers: ${#CLEAN[@]} checked, none includes FFmpeg, gRPC, protobuf, CUDA or yaml-cpp"
+  echo "public headers: ${#CLEAN[@]} checked, none includes FFmpeg, gRPC, protobuf, CUDA or yaml-cpp; tools/ includes no FFmpeg or internal header"
 else
   exit 1
 fi

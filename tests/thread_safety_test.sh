@@ -43,7 +43,9 @@ struct Counter {
 };
 int main() { Counter c; c.Bump(); }
 CC
-if "$CXX" -std=c++20 -fsyntax-only -Wthread-safety -Werror=thread-safety "$tmp/control.cc" 2>/dev/null; then
+# Only the thread-safety analysis: the g++ build reports every other warning.
+FLAGS="-fsyntax-only -Wno-everything -Wthread-safety -Werror=thread-safety"
+if "$CXX" -std=c++20 $FLAGS "$tmp/control.cc" 2>/dev/null; then
   echo "FAIL: clang accepted an unguarded write: the analysis is not running"
   exit 1
 fi
@@ -74,12 +76,11 @@ open(out, "w").write("\n".join(lines) + "\n")
 PY
 n=$(grep -c . "$tmp/commands")
 [[ $n -gt 0 ]] || { echo "FAIL: no translation unit selected"; exit 1; }
-export CXX tmp
+export CXX tmp FLAGS
 check_one() {
   IFS=$'\t' read -r file dir args <<<"$1"
   eval "set -- $args"
-  if ! (cd "$dir" && "$CXX" "$@" -fsyntax-only -w -Wthread-safety -Werror=thread-safety \
-          -Wno-unknown-warning-option > "$tmp/$(echo "$file" | tr / _).log" 2>&1); then
+  if ! (cd "$dir" && "$CXX" "$@" $FLAGS > "$tmp/$(echo "$file" | tr / _).log" 2>&1); then
     echo "FAIL: $file"
     cat "$tmp/$(echo "$file" | tr / _).log" | head -40
     return 1

@@ -59,7 +59,7 @@ absl::Status RunBatches(const BatchesOptions& o) {
   if (o.schedule == "naive") {
     po.order = OrderOptions{};
   } else if (o.schedule == "gop") {
-    if (po.order.naive()) po.order = OrderOptions{0, 0};
+    if (po.order.naive()) po.order = OrderOptions::AutoGop();
   } else if (!o.schedule.empty()) {
     return absl::InvalidArgumentError(StrCat("--schedule '", o.schedule, "': expected naive or gop"));
   }

@@ -509,7 +509,7 @@ class Bench {
     po.packing.reset();
     po.consumer = 0;
     po.consumers = 1;
-    po.order = order == "naive" ? OrderOptions{} : (po.order.naive() ? OrderOptions{0, 0} : po.order);
+    po.order = order == "naive" ? OrderOptions{} : (po.order.naive() ? OrderOptions::AutoGop() : po.order);
     const auto t0 = Clock::now();
     ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(source_, spec, po, Cursor{}));
     ASSIGN_OR_RETURN(SteadyRate m, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {

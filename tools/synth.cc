@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "base/worker_pool.h"
 #include "decoders/media_encoder.h"
 #include "readers/dataset_writer.h"
 #include "tools/command.h"
@@ -169,32 +170,35 @@ absl::Status RunSynth(const SynthOptions& options) {
 
   // Workers generate episodes in any order; this thread writes them in episode order. Workers
   // may run at most max_in_flight episodes ahead of the writer, which bounds memory.
-  absl::Mutex mu;
-  std::map<int, absl::StatusOr<EpisodeData>> done;  // finished, not yet written
-  int next_to_start = 0;
-  int next_to_write = 0;
-  bool cancelled = false;
+  struct State {
+    absl::Mutex mu;
+    std::map<int, absl::StatusOr<EpisodeData>> done ABSL_GUARDED_BY(mu);  // finished, not yet written
+    int next_to_start ABSL_GUARDED_BY(mu) = 0;
+    int next_to_write ABSL_GUARDED_BY(mu) = 0;
+    bool cancelled ABSL_GUARDED_BY(mu) = false;
+  } state;
   std::atomic<uint64_t> frames{0};
 
   auto worker = [&] {
     while (true) {
       int e;
       {
-        absl::MutexLock lock(&mu);
-        auto may_start = [&] { return cancelled || next_to_start - next_to_write < max_in_flight; };
-        mu.Await(absl::Condition(&may_start));
-        if (cancelled || next_to_start >= options.episodes) return;
-        e = next_to_start++;
+        absl::MutexLock lock(&state.mu);
+        auto may_start = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+          return state.cancelled || state.next_to_start - state.next_to_write < max_in_flight;
+        };
+        state.mu.Await(absl::Condition(&may_start));
+        if (state.cancelled || state.next_to_start >= options.episodes) return;
+        e = state.next_to_start++;
       }
       uint64_t f = 0;
       absl::StatusOr<EpisodeData> ep = MakeEpisode(options, e, &f);
       frames += f;
-      absl::MutexLock lock(&mu);
-      done.emplace(e, std::move(ep));
+      absl::MutexLock lock(&state.mu);
+      state.done.emplace(e, std::move(ep));
     }
   };
-  std::vector<std::thread> pool;
-  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
+  WorkerPool pool("conveyor-synth", threads, [&](int) { worker(); });
 
   const auto start = std::chrono::steady_clock::now();
   const bool tty = isatty(STDERR_FILENO);
@@ -202,17 +206,17 @@ absl::Status RunSynth(const SynthOptions& options) {
   for (int e = 0; e < options.episodes && status.ok(); ++e) {
     absl::StatusOr<EpisodeData> ep;
     {
-      absl::MutexLock lock(&mu);
-      auto ready = [&] { return done.count(e) > 0; };
-      mu.Await(absl::Condition(&ready));
-      ep = std::move(done.at(e));
-      done.erase(e);
+      absl::MutexLock lock(&state.mu);
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) { return state.done.count(e) > 0; };
+      state.mu.Await(absl::Condition(&ready));
+      ep = std::move(state.done.at(e));
+      state.done.erase(e);
     }
     status = ep.ok() ? writer->AddEpisode(*ep) : ep.status();
     {
-      absl::MutexLock lock(&mu);
-      next_to_write = e + 1;
-      if (!status.ok()) cancelled = true;
+      absl::MutexLock lock(&state.mu);
+      state.next_to_write = e + 1;
+      if (!status.ok()) state.cancelled = true;
     }
     if (options.progress && status.ok()) {
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -224,7 +228,7 @@ absl::Status RunSynth(const SynthOptions& options) {
     }
   }
   if (options.progress && tty) std::fprintf(stderr, "\n");
-  for (std::thread& t : pool) t.join();
+  pool.Join();
   RETURN_IF_ERROR(status);
   ASSIGN_OR_RETURN(Manifest m, writer->Finish());
   if (options.progress) {
