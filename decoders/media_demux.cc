@@ -277,6 +277,41 @@ absl::StatusOr<format::v1::CodecParams> ProbeImageFile(const std::string& path) 
   return CodecParamsFromAv(*ctx->streams[0]->codecpar, 0);
 }
 
+absl::StatusOr<format::v1::CodecParams> ProbeImageBytes(std::string_view bytes, const std::string& where) {
+  AVCodecID id = AV_CODEC_ID_NONE;
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0) {
+    id = AV_CODEC_ID_PNG;
+  } else if (bytes.size() >= 3 && std::memcmp(bytes.data(), "\xff\xd8\xff", 3) == 0) {
+    id = AV_CODEC_ID_MJPEG;
+  } else {
+    return absl::InvalidArgumentError(StrCat(where, ": not a PNG or JPEG image"));
+  }
+  av::QuietLogging();
+  const AVCodec* codec = avcodec_find_decoder(id);
+  if (codec == nullptr) return absl::InternalError(StrCat("no decoder for ", avcodec_get_name(id)));
+  av::UniqueCodecContext ctx(avcodec_alloc_context3(codec));
+  if (ctx == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a decoder");
+  int ret = avcodec_open2(ctx.get(), codec, nullptr);
+  if (ret < 0) return av::AvError(ret, StrCat(where, ": opening the image decoder"));
+  av::UniquePacket pkt = av::MakePacket();
+  av::UniqueFrame frame = av::MakeFrame();
+  if (pkt == nullptr || frame == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating");
+  pkt->data = reinterpret_cast<uint8_t*>(const_cast<char*>(bytes.data()));
+  pkt->size = static_cast<int>(bytes.size());
+  ret = avcodec_send_packet(ctx.get(), pkt.get());
+  if (ret >= 0) ret = avcodec_send_packet(ctx.get(), nullptr);
+  if (ret >= 0) ret = avcodec_receive_frame(ctx.get(), frame.get());
+  if (ret < 0) return av::AvError(ret, StrCat(where, ": the image does not decode"));
+  av::UniqueCodecParameters par(avcodec_parameters_alloc());
+  if (par == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating");
+  ret = avcodec_parameters_from_context(par.get(), ctx.get());
+  if (ret < 0) return av::AvError(ret, "codec parameters");
+  par->width = frame->width;
+  par->height = frame->height;
+  par->format = frame->format;
+  return CodecParamsFromAv(*par, 0);
+}
+
 TimeBase FrameTimeBase(double rate) {
   const AVRational q = av_d2q(rate, 1 << 20);
   return TimeBase{q.den, q.num};

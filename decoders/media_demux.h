@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,10 @@ absl::StatusOr<DemuxedStream> DemuxBestStream(const RandomAccessFile& file, Medi
 // caught here. The codec name is FFmpeg's ("mjpeg", "png", ...). An error names the file; so is a
 // file that is not one picture with a size.
 absl::StatusOr<format::v1::CodecParams> ProbeImageFile(const std::string& path);
+
+// The codec parameters of a PNG or JPEG image held in memory (a LeRobot parquet's embedded
+// image), decoded once to learn its size and pixel format. `where` names it in errors.
+absl::StatusOr<format::v1::CodecParams> ProbeImageBytes(std::string_view bytes, const std::string& where);
 
 // A stream time base: num / den seconds per tick.
 struct TimeBase {

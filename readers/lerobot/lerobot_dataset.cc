@@ -15,17 +15,10 @@
 #include <sstream>
 #include <variant>
 
-extern "C" {
-#include <libavcodec/avcodec.h>
-#include <libavutil/rational.h>
-}
-
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "decoders/internal/av_codec_params.h"
-#include "decoders/internal/av_util.h"
 #include "decoders/media_demux.h"
 #include "readers/format.h"
 #include "readers/lerobot/lerobot_meta.h"
@@ -205,42 +198,6 @@ absl::Status LowdimRows(const parquet::Column& c, const Feature& f, int64_t firs
     RETURN_IF_ERROR(s);
   }
   return absl::OkStatus();
-}
-
-// Embedded images: the codec parameters of one image, decoded once to learn its size.
-absl::StatusOr<pb::CodecParams> ProbeImageBytes(std::string_view bytes, const std::string& where) {
-  AVCodecID id = AV_CODEC_ID_NONE;
-  if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0) {
-    id = AV_CODEC_ID_PNG;
-  } else if (bytes.size() >= 3 && std::memcmp(bytes.data(), "\xff\xd8\xff", 3) == 0) {
-    id = AV_CODEC_ID_MJPEG;
-  } else {
-    return absl::InvalidArgumentError(StrCat(where, ": not a PNG or JPEG image"));
-  }
-  av::QuietLogging();
-  const AVCodec* codec = avcodec_find_decoder(id);
-  if (codec == nullptr) return absl::InternalError(StrCat("no decoder for ", avcodec_get_name(id)));
-  av::UniqueCodecContext ctx(avcodec_alloc_context3(codec));
-  if (ctx == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a decoder");
-  int ret = avcodec_open2(ctx.get(), codec, nullptr);
-  if (ret < 0) return av::AvError(ret, StrCat(where, ": opening the image decoder"));
-  av::UniquePacket pkt = av::MakePacket();
-  av::UniqueFrame frame = av::MakeFrame();
-  if (pkt == nullptr || frame == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating");
-  pkt->data = reinterpret_cast<uint8_t*>(const_cast<char*>(bytes.data()));
-  pkt->size = static_cast<int>(bytes.size());
-  ret = avcodec_send_packet(ctx.get(), pkt.get());
-  if (ret >= 0) ret = avcodec_send_packet(ctx.get(), nullptr);
-  if (ret >= 0) ret = avcodec_receive_frame(ctx.get(), frame.get());
-  if (ret < 0) return av::AvError(ret, StrCat(where, ": the image does not decode"));
-  av::UniqueCodecParameters par(avcodec_parameters_alloc());
-  if (par == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating");
-  ret = avcodec_parameters_from_context(par.get(), ctx.get());
-  if (ret < 0) return av::AvError(ret, "codec parameters");
-  par->width = frame->width;
-  par->height = frame->height;
-  par->format = frame->format;
-  return av::CodecParamsFromAv(*par, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -946,9 +903,9 @@ absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(
         }
         ASSIGN_OR_RETURN(*out->mutable_codec(),
                          ProbeImageBytes((*bytes)[static_cast<size_t>(first)], at));
-        const AVRational q = av_d2q(meta_.fps, 1 << 20);
-        out->set_time_base_num(q.den);
-        out->set_time_base_den(q.num);
+        const TimeBase tb = FrameTimeBase(meta_.fps);
+        out->set_time_base_num(tb.num);
+        out->set_time_base_den(tb.den);
         out->set_pts_origin(0);
         pb::PacketTable* t = out->mutable_packets();
         for (int64_t r = 0; r < rows; ++r) {
