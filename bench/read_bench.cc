@@ -36,6 +36,7 @@
 #include "absl/strings/strip.h"
 #include "bench/machine_info.h"
 #include "base/status_macros.h"
+#include "base/worker_pool.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
 #include "readers/storage.h"
@@ -192,9 +193,8 @@ absl::StatusOr<double> RunWorkload(const RandomAccessFile& file, const RandomAcc
   std::vector<std::optional<uint64_t>> last_offsets(w.threads);
   std::vector<absl::Status> errors(w.threads);
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < w.threads; ++t) {
-    threads.emplace_back([&, t] {
+  {
+    WorkerPool pool("read-bench", w.threads, [&](int t) {
       std::mt19937_64 rng(1000 + t);
       const uint64_t first = count * t / w.threads;
       const uint64_t last = count * (t + 1) / w.threads;
@@ -209,8 +209,7 @@ absl::StatusOr<double> RunWorkload(const RandomAccessFile& file, const RandomAcc
         last_offsets[t] = offset;
       }
     });
-  }
-  for (std::thread& t : threads) t.join();
+  }  // joins
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<char> expected(w.range);
