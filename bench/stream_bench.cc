@@ -111,7 +111,7 @@ class RepeatService final : public pb::Conveyor::Service {
       const bool ok = EncodeBatch(
           b, Cursor{b.cursor.epoch, b.cursor.step + 1}, max_message_,
           [](std::string_view) { return pb::DATA; },
-          [&](const pb::StreamBatchesResponse& m) { return w->Write(m); });
+          [&](const pb::StreamBatchesResponse& m) { return w->Write(m); }).ok();
       if (!ok) return grpc::Status::CANCELLED;
     }
     return grpc::Status::OK;

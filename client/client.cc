@@ -22,6 +22,7 @@
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
 #include "client/device_copy.h"
+#include "client/internal/shm_region.h"
 #include "client/internal/wire.h"
 #include "conveyor/v1/service.grpc.pb.h"
 
@@ -127,13 +128,19 @@ BlockPool::Block TakeBlock(BlockPool& pool, size_t bytes) {
   return b;
 }
 
-// What a Batch's views point into: its payload block (back to the pool when released).
+// What a Batch's views point into: its payload block (back to the pool when released), or its
+// place in the stream's shared-memory region (released there).
 struct BatchStorage {
   std::shared_ptr<BlockPool> pool;
   BlockPool::Block block;
+  std::shared_ptr<ShmRegion> region;
+  uint64_t shm_position = 0;
+  const uint8_t* shm_data = nullptr;
   std::shared_ptr<void> device;  // DeviceBatch, CUDA builds
+  const uint8_t* data() const { return region ? shm_data : block.data; }
   ~BatchStorage() {
     device.reset();  // waits for the copies out of the block
+    if (region) region->Release(shm_position);
     if (block.data != nullptr) pool->Give(block);
   }
 };
@@ -275,6 +282,7 @@ struct Client::Impl {
   // One batch being reassembled from its header and payload messages.
   struct Reassembly {
     bool started = false;  // the stream start arrived
+    std::shared_ptr<ShmRegion> region;  // the stream's same-host region, once the server took it
     pb::BatchHeader header;
     std::shared_ptr<BatchStorage> storage;
     uint64_t filled = 0;
@@ -318,7 +326,7 @@ struct Client::Impl {
     }
   }
 
-  pb::StreamBatchesRequest Request(const Progress& p) const {
+  pb::StreamBatchesRequest Request(const Progress& p, const ShmRegion* region) const {
     pb::StreamBatchesRequest req;
     req.set_protocol_version(ProtocolVersion());
     req.set_job(o.job);
@@ -333,6 +341,11 @@ struct Client::Impl {
     req.set_max_message_bytes(o.max_message_bytes);
     // After the first start, every server is asked for the order that stream began with.
     req.set_schedule_version(p.first ? p.first->schedule_version() : o.schedule_version);
+    if (region) {
+      req.mutable_shared_memory()->set_name(region->name());
+      req.mutable_shared_memory()->set_nonce(region->nonce());
+      req.mutable_shared_memory()->set_capacity(region->capacity());
+    }
     return req;
   }
 
@@ -353,6 +366,17 @@ struct Client::Impl {
       if (!p->first_stream) ++stats.reconnects;
     }
     p->first_stream = false;
+    // A new region per stream: a server that went away can never write into the next stream's.
+    Reassembly r;
+    if (o.shared_memory) {
+      absl::StatusOr<std::shared_ptr<ShmRegion>> region = ShmRegion::Create(o.shared_memory_bytes);
+      if (region.ok()) {
+        r.region = std::move(*region);
+      } else {
+        absl::MutexLock lock(&mu);
+        stats.shared_memory_refused = std::string(region.status().message());
+      }
+    }
     // The generic API hands us the raw messages (ByteBuffers), so the payload is parsed
     // straight into the batch block: one copy after gRPC's receive.
     grpc::CompletionQueue cq;
@@ -367,7 +391,7 @@ struct Client::Impl {
     call->StartCall(nullptr);
     bool open = wait();
     if (open) {
-      const std::string bytes = Request(*p).SerializeAsString();
+      const std::string bytes = Request(*p, r.region.get()).SerializeAsString();
       grpc::Slice slice(bytes);
       grpc::ByteBuffer request(&slice, 1);
       call->Write(request, nullptr);
@@ -377,7 +401,6 @@ struct Client::Impl {
       call->WritesDone(nullptr);
       open = wait();
     }
-    Reassembly r;
     std::vector<grpc::Slice> slices;
     while (open && end.local.ok() && !end.stopped) {
       grpc::ByteBuffer bb;
@@ -409,6 +432,12 @@ struct Client::Impl {
     if (m.start) {
       RETURN_IF_ERROR(CheckStart(target, *m.start, p));
       r->started = true;
+      // The server has opened the region or refused it: its name can go.
+      if (r->region) r->region->Unlink();
+      if (!m.start->shared_memory()) r->region.reset();
+      absl::MutexLock lock(&mu);
+      stats.transport = r->region ? "shared_memory" : "grpc";
+      if (!m.start->shared_memory_refused().empty()) stats.shared_memory_refused = m.start->shared_memory_refused();
       return absl::OkStatus();
     }
     if (!r->started) {
@@ -418,7 +447,7 @@ struct Client::Impl {
       absl::MutexLock lock(&mu);
       ++stats.messages;
     }
-    if (m.header) RETURN_IF_ERROR(BeginBatch(target, std::move(*m.header), p->expected, r));
+    if (m.header) RETURN_IF_ERROR(BeginBatch(target, std::move(*m.header), p->expected, m, r));
     if (!r->storage) {
       return absl::DataLossError(absl::StrCat("server ", target, " sent batch data without a header"));
     }
@@ -428,7 +457,7 @@ struct Client::Impl {
             "server ", target, ": payload bytes [", m.offset, ", ", m.offset + m.data_size,
             ") where offset ", r->filled, " of ", r->header.payload_bytes(), " was due"));
       }
-      if (m.data_size > 0 && !m.data_at->Copy(r->storage->block.data + r->filled, m.data_size)) {
+      if (r->storage->region || (m.data_size > 0 && !m.data_at->Copy(r->storage->block.data + r->filled, m.data_size))) {
         return absl::DataLossError(absl::StrCat("server ", target, " sent a truncated message"));
       }
       r->filled += m.data_size;
@@ -440,6 +469,7 @@ struct Client::Impl {
                                               r->header.payload_bytes()));
     }
     Batch cur;
+    const bool in_shared_memory = r->storage->region != nullptr;
     absl::Status st = Assemble(target, r->header, r->storage, &cur);
     r->storage.reset();
     RETURN_IF_ERROR(st);
@@ -448,7 +478,7 @@ struct Client::Impl {
     end->got_batch = true;
     p->last_progress = Clock::now();
     p->failures_in_row = 0;
-    if (!Enqueue(std::move(cur))) end->stopped = true;
+    if (!Enqueue(std::move(cur), in_shared_memory)) end->stopped = true;
     return absl::OkStatus();
   }
 
@@ -478,7 +508,7 @@ struct Client::Impl {
 
   // A batch header: the batch due next, within the client's cap; its block taken from the pool.
   absl::Status BeginBatch(const std::string& target, pb::BatchHeader header, const Cursor& expected,
-                          Reassembly* r) {
+                          const Message& m, Reassembly* r) {
     const Cursor c{header.cursor().epoch(), header.cursor().step()};
     if (!(c == expected)) {
       return absl::DataLossError(absl::StrCat("server ", target, " sent batch ", c.ToString(),
@@ -493,6 +523,20 @@ struct Client::Impl {
     }
     r->header = std::move(header);
     r->storage = std::make_shared<BatchStorage>();
+    if (m.in_shared_memory) {
+      // The whole payload is in the region: nothing to allocate or copy.
+      if (!r->region || !m.last || m.data_at) {
+        return absl::DataLossError(absl::StrCat("server ", target, " sent a shared-memory batch ",
+                                                r->region ? "with payload messages" : "on a stream without a region"));
+      }
+      absl::StatusOr<const uint8_t*> at = r->region->Accept(m.shm_position, r->header.payload_bytes());
+      if (!at.ok()) return absl::DataLossError(absl::StrCat("server ", target, ": ", at.status().message()));
+      r->storage->region = r->region;
+      r->storage->shm_position = m.shm_position;
+      r->storage->shm_data = *at;
+      r->filled = r->header.payload_bytes();
+      return absl::OkStatus();
+    }
     r->storage->pool = pool;
     r->storage->block = TakeBlock(*pool, r->header.payload_bytes());
     if (r->storage->block.data == nullptr) {
@@ -506,10 +550,11 @@ struct Client::Impl {
 
   // Hands a whole batch to Next(); waits while the prefetch bound is reached (gRPC flow control
   // then stops the server). False when the client stopped meanwhile.
-  bool Enqueue(Batch b) {
+  bool Enqueue(Batch b, bool in_shared_memory) {
     const uint64_t bytes = b.bytes();
     absl::MutexLock lock(&mu);
     stats.batches++;
+    if (in_shared_memory) stats.shared_memory_batches++;
     stats.bytes += bytes;
     queue_bytes += bytes;
     queue.push_back(std::move(b));
@@ -543,7 +588,7 @@ struct Client::Impl {
       out.shape.assign(t.shape().begin(), t.shape().end());
       out.role = FromProto(t.role());
       out.bytes = t.bytes();
-      out.data = storage->block.data + t.offset();
+      out.data = storage->data() + t.offset();
       b->tensors.push_back(std::move(out));
     }
     if (device) {

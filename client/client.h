@@ -115,6 +115,13 @@ struct ClientOptions {
   // own thread, never in Next()'s way; a server that does not know the call ends the reports.
   // 0: never report.
   double report_interval_s = 1;
+  // The same-host transport (docs/serving.md "Same-host transport"): each stream offers the
+  // server a region of this many bytes under /dev/shm; a server on this host writes batch
+  // payloads there, and Batch tensors view them in place (no gRPC payload, no copy here). A
+  // server elsewhere refuses it and payloads travel in gRPC messages. Size it for
+  // prefetch_batches + 2 batches; a batch larger than the region travels in messages.
+  bool shared_memory = true;
+  uint64_t shared_memory_bytes = 256ull << 20;
 };
 
 struct ClientStats {
@@ -125,6 +132,9 @@ struct ClientStats {
   double wait_seconds = 0;       // Next() waiting for a batch
   uint64_t reports = 0;          // data-wait reports the servers accepted
   std::string server;            // the server of the current stream
+  std::string transport;         // of the current stream: "shared_memory" or "grpc"
+  std::string shared_memory_refused;  // why the server did not use the offered region
+  uint64_t shared_memory_batches = 0;  // batches whose payload came through shared memory
 };
 
 class Client {

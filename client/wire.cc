@@ -90,6 +90,8 @@ bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m) {
       if (!r.Varint(&v)) return false;
       if (field == 3) m->offset = v;
       if (field == 5) m->last = v != 0;
+      if (field == 6) m->in_shared_memory = v != 0;
+      if (field == 7) m->shm_position = v;
     } else if (wire == 1) {
       if (!r.Skip(8)) return false;
     } else if (wire == 5) {

@@ -20,9 +20,10 @@ pb::DType ToProto(DType t) {
 
 }  // namespace
 
-bool EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
-                 const std::function<pb::TensorRole(std::string_view)>& role,
-                 const std::function<bool(const pb::StreamBatchesResponse&)>& write) {
+absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
+                         const std::function<pb::TensorRole(std::string_view)>& role,
+                         const std::function<bool(const pb::StreamBatchesResponse&)>& write,
+                         const PayloadPlacer& place) {
   std::vector<const TensorView*> order;
   for (const TensorView& t : b.tensors) order.push_back(&t);
   std::sort(order.begin(), order.end(),
@@ -69,6 +70,17 @@ bool EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
     pk->set_fill_ratio(n ? static_cast<double>(used) / n : 0);
   }
   const uint8_t* data = b.buffer ? b.buffer->data() + base : nullptr;
+  const absl::Status gone = absl::CancelledError("the client went away");
+  if (place && payload > 0) {
+    absl::StatusOr<std::optional<uint64_t>> at = place(data, payload);
+    if (!at.ok()) return at.status();
+    if (at->has_value()) {
+      msg.set_in_shared_memory(true);
+      msg.set_shm_position(**at);
+      msg.set_last(true);
+      return write(msg) ? absl::OkStatus() : gone;
+    }
+  }
   uint64_t begin = 0;
   do {
     uint64_t end = std::min(payload, begin + max_message);
@@ -83,11 +95,11 @@ bool EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
     msg.set_offset(begin);
     msg.set_data(data + begin, end - begin);
     msg.set_last(end >= payload);
-    if (!write(msg)) return false;
+    if (!write(msg)) return gone;
     msg.Clear();
     begin = end;
   } while (begin < payload);
-  return true;
+  return absl::OkStatus();
 }
 
 }  // namespace conveyor

@@ -5,17 +5,26 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 
+#include "absl/status/statusor.h"
 #include "conveyor/v1/service.pb.h"
 #include "pipeline/batch.h"
 
 namespace conveyor {
 
+// Puts a batch's whole payload somewhere else than the messages (the same-host transport,
+// server/shm_writer.h): its position there, nullopt to send it in messages after all, or an
+// error that ends the stream.
+using PayloadPlacer = std::function<absl::StatusOr<std::optional<uint64_t>>(const uint8_t* data, uint64_t n)>;
+
 // `role` names each tensor's TensorRole; `write` sends one message and returns false when the
-// stream is gone (EncodeBatch then stops and returns false).
-bool EncodeBatch(const Batch& batch, Cursor next, uint64_t max_message,
-                 const std::function<v1::TensorRole(std::string_view)>& role,
-                 const std::function<bool(const v1::StreamBatchesResponse&)>& write);
+// stream is gone (EncodeBatch then stops and returns CANCELLED). With `place`, a payload it
+// places goes as one message: the header, in_shared_memory, shm_position and last.
+absl::Status EncodeBatch(const Batch& batch, Cursor next, uint64_t max_message,
+                         const std::function<v1::TensorRole(std::string_view)>& role,
+                         const std::function<bool(const v1::StreamBatchesResponse&)>& write,
+                         const PayloadPlacer& place = nullptr);
 
 }  // namespace conveyor

@@ -41,6 +41,10 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
       streams_(Counters(*registry_, "conveyor_streams_total", "Batch streams ended, by outcome")),
       rejected_(Counters(*registry_, "conveyor_requests_rejected_total",
                          "Requests refused before streaming, by gRPC status code")),
+      transport_(Counters(*registry_, "conveyor_stream_transport_total",
+                          "Batch streams started, by transport (grpc or shared_memory)")),
+      shm_wait_(Counters(*registry_, "conveyor_shared_memory_wait_seconds_total",
+                         "Seconds streams waited for their client to release shared memory").Add({})),
       batches_(Counters(*registry_, "conveyor_batches_total", "Batches sent, by job")),
       job_samples_(Counters(*registry_, "conveyor_job_samples_total", "Samples sent, by job")),
       bytes_(Counters(*registry_, "conveyor_tensor_bytes_total",
@@ -206,6 +210,10 @@ void ServerMetrics::ExposeStorage(std::function<StorageStats()> stats) {
 }
 
 void ServerMetrics::StreamEnded(const std::string& outcome) { streams_.Add({{"outcome", outcome}}).Increment(); }
+void ServerMetrics::StreamTransport(const std::string& transport) {
+  transport_.Add({{"transport", transport}}).Increment();
+}
+void ServerMetrics::SharedMemoryWait(double seconds) { shm_wait_.Increment(seconds); }
 void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"code", code}}).Increment(); }
 std::string ServerMetrics::JobLabel(const std::string& job) {
   // Bounded label cardinality: the first kMaxJobLabels job names get series of their own, later

@@ -42,6 +42,9 @@ class ServerMetrics {
   std::string JobLabel(const std::string& job);
 
   void StreamEnded(const std::string& outcome);          // ok, cancelled, shutdown, error
+  void StreamTransport(const std::string& transport);   // a stream started: grpc, shared_memory
+  // Seconds a stream waited for its client to release shared memory (the client is behind).
+  void SharedMemoryWait(double seconds);
   void RequestRejected(const std::string& code);         // grpc code name
   void Batch(const std::string& job_label, uint64_t samples);
   void Bytes(const std::string& modality, uint64_t bytes);  // video, image, audio, lowdim, ...
@@ -83,6 +86,8 @@ class ServerMetrics {
   std::set<std::string> jobs_ ABSL_GUARDED_BY(mu_);  // job names with series of their own
   prometheus::Family<prometheus::Counter>& streams_;
   prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Counter>& transport_;
+  prometheus::Counter& shm_wait_;
   prometheus::Family<prometheus::Counter>& batches_;
   prometheus::Family<prometheus::Counter>& job_samples_;
   prometheus::Family<prometheus::Counter>& bytes_;

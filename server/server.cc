@@ -36,6 +36,7 @@
 #include "server/batch_encoder.h"
 #include "server/job_waits.h"
 #include "server/metrics.h"
+#include "server/shm_writer.h"
 #include "pipeline/pipeline.h"
 
 namespace conveyor {
@@ -202,6 +203,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
 
   // Aggregates for the amplification gauge.
   std::atomic<uint64_t> total_decoded{0}, total_delivered{0};
+  std::atomic<bool> shm_warned_{false};  // one warning per server for a full /dev/shm
 
   // Per job (by metrics label, so at most 257 of them): totals for Info and `conveyor top`, and
   // when its wait gauges were last recomputed (at most once a second per job).
@@ -653,6 +655,23 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     st->set_global_batch_size(po.global_batch_size);
     st->set_max_epochs(po.max_epochs);
     st->set_schedule_version(po.order.version);
+    // The same-host transport: the client's region, when this server can open it.
+    std::unique_ptr<ShmWriter> shm;
+    if (req.has_shared_memory()) {
+      const pb::SharedMemoryOffer& offer = req.shared_memory();
+      absl::StatusOr<std::unique_ptr<ShmWriter>> w =
+          o.shared_memory ? ShmWriter::Open(offer.name(), offer.nonce(), offer.capacity())
+                          : absl::FailedPreconditionError("the server runs with --shared-memory=false");
+      if (w.ok()) {
+        shm = std::move(*w);
+        st->set_shared_memory(true);
+      } else {
+        st->set_shared_memory_refused(std::string(w.status().message()));
+      }
+      metrics->StreamTransport(shm ? "shared_memory" : "grpc");
+    } else {
+      metrics->StreamTransport("grpc");
+    }
     PipelineStats last{};
     // This job's series, created at 0 so that increase() and alerts see the first skip.
     const std::string label = metrics->JobLabel(job);
@@ -703,8 +722,12 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       if (!b->has_value()) return finish(grpc::Status::OK, "ok");  // the real end: max_epochs
       const Batch& batch = **b;
       const auto t1 = Clock::now();
-      if (!SendBatch(writer, batch, steps, max_message, label)) {
-        return finish(grpc::Status::CANCELLED, "cancelled");
+      const absl::Status delivered = SendBatch(ctx, writer, batch, steps, max_message, label, shm.get());
+      if (absl::IsCancelled(delivered)) return finish(grpc::Status::CANCELLED, "cancelled");
+      if (!delivered.ok()) {
+        spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
+                      std::string(delivered.message()));
+        return finish(ToGrpc(Annotate(delivered, StrCat("batch ", cursor.epoch, ":", cursor.step))), "error");
       }
       const double send = Seconds(t1, Clock::now());
       metrics->batch_send_seconds.Observe(send);
@@ -742,15 +765,31 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   }
 
   // One write outstanding: Write() returns when gRPC took the message (flow control).
-  bool SendBatch(Writer* writer, const Batch& b, uint64_t steps, uint64_t max_message,
-                 const std::string& job_label) {
+  // With `shm`, the payload goes into the client's region (waiting while it is full) and only the
+  // header is written. CANCELLED when the client went away or the server drains.
+  absl::Status SendBatch(grpc::ServerContext* ctx, Writer* writer, const Batch& b, uint64_t steps,
+                         uint64_t max_message, const std::string& job_label, ShmWriter* shm) {
     const bool packed = b.Find("segment_ids") != nullptr;
     Cursor next{b.cursor.epoch, b.cursor.step + 1};
     if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
-    const bool sent = EncodeBatch(
+    PayloadPlacer place;
+    if (shm) {
+      place = [&](const uint8_t* data, uint64_t n) {
+        return shm->Place(data, n, [&] {
+          absl::MutexLock lock(&mu);
+          return shutting_down || ctx->IsCancelled();
+        });
+      };
+    }
+    const double shm_wait = shm ? shm->wait_seconds() : 0;
+    RETURN_IF_ERROR(EncodeBatch(
         b, next, max_message, [&](std::string_view name) { return Role(std::string(name), packed); },
-        [&](const pb::StreamBatchesResponse& m) { return writer->Write(m); });
-    if (!sent) return false;
+        [&](const pb::StreamBatchesResponse& m) { return writer->Write(m); }, place));
+    if (shm && shm->wait_seconds() > shm_wait) metrics->SharedMemoryWait(shm->wait_seconds() - shm_wait);
+    if (shm && !shm->unusable_reason().empty() && !shm_warned_) {
+      shm_warned_ = true;
+      spdlog::warn("job={}: shared memory unusable, payloads go in messages: {}", job_label, shm->unusable_reason());
+    }
     std::map<std::string, uint64_t> modality_bytes;
     for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
     metrics->Batch(job_label, b.ids.size());
@@ -769,7 +808,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       metrics->Bytes(modality, bytes);
       if (modality != "mask" && modality != "packing") metrics->Samples(modality, b.ids.size());
     }
-    return true;
+    return absl::OkStatus();
   }
 };
 

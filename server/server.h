@@ -62,6 +62,9 @@ struct ServerOptions {
   uint64_t frame_cache_bytes = 0;
   std::string frame_cache_policy = "pin";  // pin | lru
   uint64_t max_message_bytes = 4ull << 20;
+  // Accept same-host clients' shared-memory regions (docs/serving.md "Same-host transport"):
+  // payloads are written there and only headers travel over gRPC.
+  bool shared_memory = true;
   int max_streams = 64;
   uint64_t max_config_bytes = 1ull << 20;  // inline configs larger than this are refused
   ServerLimits limits;

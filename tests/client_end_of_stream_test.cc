@@ -38,7 +38,8 @@ class BreaksAfterLastBatch final : public pb::Conveyor::Service {
       b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
       EncodeBatch(b, Cursor{b.cursor.epoch, b.cursor.step + 1}, 1 << 20,
                   [](std::string_view) { return pb::DATA; },
-                  [&](const pb::StreamBatchesResponse& m) { return w->Write(m); });
+                  [&](const pb::StreamBatchesResponse& m) { return w->Write(m); })
+          .IgnoreError();
     }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server died after its last batch");
   }

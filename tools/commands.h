@@ -121,6 +121,7 @@ struct ServeOptions {
   uint64_t frame_cache_bytes = 0;
   std::string frame_cache_policy = "pin";
   uint64_t max_message_bytes = 4ull << 20;
+  bool shared_memory = true;  // accept same-host clients' /dev/shm regions
   int max_streams = 64;
   std::string ready_file;      // written with "ADDRESS [METRICS_ADDRESS]" once serving
   double grace_seconds = 10;
@@ -151,6 +152,8 @@ struct FetchOptions {
   bool tls = false;
   int64_t prefetch = 4;
   uint64_t max_message_bytes = 0;
+  bool shared_memory = true;  // offer the same-host transport (docs/serving.md)
+  uint64_t shared_memory_bytes = 256ull << 20;
   double reconnect_timeout = 60;
   int64_t stall_after = -1;   // tests: stop reading after this many batches (and wait)
   double stall_seconds = 0;

@@ -60,6 +60,8 @@ absl::Status RunFetch(const FetchOptions& o) {
   c.tls_server_name = o.tls_server_name;
   c.prefetch_batches = static_cast<size_t>(std::max<int64_t>(1, o.prefetch));
   c.max_message_bytes = o.max_message_bytes;
+  c.shared_memory = o.shared_memory;
+  c.shared_memory_bytes = o.shared_memory_bytes;
   c.reconnect_timeout_s = o.reconnect_timeout;
 
   if (o.info) {
@@ -113,13 +115,16 @@ absl::Status RunFetch(const FetchOptions& o) {
     std::fprintf(stderr,
                  "fetch: %lld batches, %llu samples in %.2f s = %.1f samples/s, %.1f MB/s; %llu "
                  "messages, %llu reconnects, waited %.2f s, %llu wait reports; next cursor %s "
-                 "(schedule version %u)\n",
+                 "(schedule version %u); transport %s (%llu batches through shared memory)%s%s\n",
                  static_cast<long long>(n), static_cast<unsigned long long>(samples), s,
                  samples / std::max(s, 1e-9), st.bytes / 1e6 / std::max(s, 1e-9),
                  static_cast<unsigned long long>(st.messages),
                  static_cast<unsigned long long>(st.reconnects), st.wait_seconds,
                  static_cast<unsigned long long>(st.reports), client->cursor().ToString().c_str(),
-                 client->schedule_version());
+                 client->schedule_version(), st.transport.c_str(),
+                 static_cast<unsigned long long>(st.shared_memory_batches),
+                 st.shared_memory_refused.empty() ? "" : "; shared memory refused: ",
+                 st.shared_memory_refused.c_str());
   }
   return absl::OkStatus();
 }
@@ -151,6 +156,12 @@ class FetchCommand final : public Command {
     c->add_option("--tls-server-name", o_.tls_server_name, "Name to check in the server's certificate");
     c->add_option("--prefetch", o_.prefetch, "Batches received ahead")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-message-bytes", o_.max_message_bytes, "Ask for messages of at most this size (0: the server's)");
+    c->add_option("--shared-memory", o_.shared_memory,
+                  "Offer a server on this host a /dev/shm region for the payloads (docs/serving.md)")
+        ->capture_default_str();
+    c->add_option("--shared-memory-bytes", o_.shared_memory_bytes,
+                  "Size of that region; a batch larger than it travels in messages")
+        ->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--reconnect-timeout", o_.reconnect_timeout, "Give up after this many seconds without a batch")->capture_default_str();
     c->add_option("--stall-after", o_.stall_after, "Testing: stop reading after this many batches...");
     c->add_option("--stall-seconds", o_.stall_seconds, "...for this long");

@@ -40,6 +40,7 @@ absl::Status RunServe(const ServeOptions& o) {
   so.frame_cache_bytes = o.frame_cache_bytes;
   so.frame_cache_policy = o.frame_cache_policy;
   so.max_message_bytes = o.max_message_bytes;
+  so.shared_memory = o.shared_memory;
   so.max_streams = o.max_streams;
   so.version = o.version;
   so.limits = o.limits;
@@ -95,6 +96,9 @@ class ServeCommand final : public Command {
     c->add_option("--frame-cache-policy", o_.frame_cache_policy, "pin (keep what fits) or lru")
         ->capture_default_str()->check(CLI::IsMember({"pin", "lru"}));
     c->add_option("--max-message-bytes", o_.max_message_bytes, "Largest message; batches are split")->capture_default_str();
+    c->add_option("--shared-memory", o_.shared_memory,
+                  "Write payloads into the /dev/shm regions that clients on this host offer (docs/serving.md)")
+        ->capture_default_str();
     c->add_option("--max-streams", o_.max_streams, "Concurrent streams")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--ready-file", o_.ready_file, "Write the bound address here once serving");
     c->add_option("--grace-seconds", o_.grace_seconds, "Drain time on SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);

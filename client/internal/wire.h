@@ -39,6 +39,8 @@ struct Message {
   uint64_t data_size = 0;
   std::optional<SliceReader> data_at;
   bool last = false;
+  bool in_shared_memory = false;  // the payload lies in the client's region (base/shm_layout.h)
+  uint64_t shm_position = 0;
 };
 
 // False on malformed input (truncated varints or fields, bad wire types, submessages that do not

@@ -1,0 +1,137 @@
+#include "server/shm_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "base/shm_layout.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+
+namespace conveyor {
+namespace {
+
+bool ValidName(const std::string& name) {
+  const std::string prefix = shm::kNamePrefix;
+  if (name.size() != prefix.size() + 32 || name.compare(0, prefix.size(), prefix) != 0) return false;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    const char c = name[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+absl::Status PreadAll(int fd, void* dst, size_t n, uint64_t offset, const std::string& where) {
+  auto* p = static_cast<uint8_t*>(dst);
+  while (n > 0) {
+    const ssize_t r = pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return absl::DataLossError(StrCat(where, ": read failed (", r < 0 ? std::strerror(errno) : "end of file", ")"));
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShmWriter>> ShmWriter::Open(const std::string& name, const std::string& nonce,
+                                                          uint64_t capacity) {
+  if (!ValidName(name)) {
+    return absl::FailedPreconditionError(StrCat("shared memory name '", name.substr(0, 64), "' is not one Conveyor makes"));
+  }
+  if (nonce.size() != shm::kNonceBytes || capacity == 0 || capacity > (uint64_t{1} << 40)) {
+    return absl::FailedPreconditionError("shared memory offer with a bad nonce or size");
+  }
+  const std::string path = "/dev/shm/" + name;
+  const int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(StrCat("cannot open ", path, " (", std::strerror(errno),
+                                                "): the client is on another host or in another /dev/shm"));
+  }
+  std::unique_ptr<ShmWriter> w(new ShmWriter(fd, name, capacity));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) != shm::kHeaderBytes + capacity) {
+    return absl::FailedPreconditionError(StrCat(path, " is not a region of ", capacity, " bytes"));
+  }
+  char header[shm::kNonceOffset + shm::kNonceBytes];
+  RETURN_IF_ERROR(PreadAll(fd, header, sizeof(header), 0, path));
+  uint64_t cap = 0;
+  std::memcpy(&cap, header + shm::kCapacityOffset, 8);
+  if (std::memcmp(header + shm::kMagicOffset, shm::kMagic, 8) != 0 || cap != capacity ||
+      std::memcmp(header + shm::kNonceOffset, nonce.data(), shm::kNonceBytes) != 0) {
+    return absl::FailedPreconditionError(StrCat(path, " does not hold the offered region"));
+  }
+  // The descriptor keeps it: the name goes now, so nothing stays in /dev/shm whoever dies first.
+  unlink(path.c_str());
+  return w;
+}
+
+ShmWriter::~ShmWriter() { close(fd_); }
+
+absl::StatusOr<uint64_t> ShmWriter::Released() {
+  uint64_t released = 0;
+  RETURN_IF_ERROR(PreadAll(fd_, &released, 8, shm::kReleasedOffset, "shared memory " + name_));
+  return std::min(released, head_);  // a client claiming more only hurts itself
+}
+
+absl::StatusOr<std::optional<uint64_t>> ShmWriter::Place(const uint8_t* data, uint64_t n,
+                                                         const std::function<bool()>& stop) {
+  if (n == 0 || n > capacity_ || !usable_) return std::optional<uint64_t>();
+  const uint64_t pos = shm::PlaceAfter(head_, n, capacity_);
+  // Wait until [pos, pos + n) lies within one lap of what the client released. A client that
+  // keeps its batches (a list of them, a slow step) must not stall the stream: after kFullWait
+  // this batch travels in messages instead, which the client allocates for.
+  constexpr auto kFullWait = std::chrono::milliseconds(100);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool waited = false, full = false;
+  for (int sleep_us = 20;; sleep_us = std::min(sleep_us * 2, 2000)) {
+    ASSIGN_OR_RETURN(uint64_t released, Released());
+    if (pos + n <= released + capacity_) break;
+    if (stop()) return absl::CancelledError("the stream ended while the client's shared memory was full");
+    if (std::chrono::steady_clock::now() - t0 >= kFullWait) {
+      full = true;
+      break;
+    }
+    waited = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+  }
+  if (waited) wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (full) {
+    ++full_batches_;
+    return std::optional<uint64_t>();
+  }
+  uint64_t offset = shm::kHeaderBytes + pos % capacity_;
+  const uint8_t* p = data;
+  uint64_t left = n;
+  while (left > 0) {
+    const ssize_t w = pwrite(fd_, p, left, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == ENOSPC || errno == EFBIG || errno == ENOMEM)) {
+      // /dev/shm is smaller than the region (a container's 64 MB default): this stream goes on
+      // in messages. The bytes written so far are in a part of the ring nobody was told about.
+      usable_ = false;
+      unusable_reason_ = StrCat("writing to /dev/shm/", name_, ": ", std::strerror(errno));
+      return std::optional<uint64_t>();
+    }
+    if (w <= 0) {
+      return absl::DataLossError(StrCat("shared memory ", name_, ": write failed (",
+                                        w < 0 ? std::strerror(errno) : "no progress", ")"));
+    }
+    p += w;
+    left -= static_cast<uint64_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+  head_ = pos + n;
+  bytes_ += n;
+  return std::optional<uint64_t>(pos);
+}
+
+}  // namespace conveyor
