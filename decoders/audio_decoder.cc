@@ -179,25 +179,29 @@ std::string PacketWhere(const pb::StreamIndex& stream, const SampleClock& clock,
   return StrCat("packet ", p, " (pts ", pts, ", t=", clock.Seconds(pts), " s)");
 }
 
-}  // namespace
-
-struct AudioDecoder::Codec {
-  std::string key;  // the CodecParams, time base and limits it was opened with
-  av::UniqueCodecContext ctx;
-  bool needs_flush = false;
+// One window's arithmetic, fixed before anything is decoded.
+struct WindowPlan {
+  int64_t num_samples = 0;
+  int out_rate = 0;
+  int rate = 0;      // the stream's
+  int channels = 0;  // the stream's
+  int out_ch = 0;
+  int64_t out_floats = 0;  // num_samples * out_ch
+  SampleClock clock{};
+  // Output sample j is at grid point x0 + j of the output clock (x / out_rate seconds).
+  int64_t x0 = 0;
+  bool passthrough = false;
+  // The input samples [s_lo, s_hi) the window needs; the resampler's output sample m is at output
+  // grid point o0 + m, and output sample j is resampler sample d + j.
+  int64_t s_lo = 0, s_hi = 0, d = 0;
+  // The stream covers samples [0, k_end); the window decodes [dec_lo, dec_hi) of them.
+  int64_t k_end = 0, dec_lo = 0, dec_hi = 0;
 };
 
-AudioDecoder::AudioDecoder() { av::QuietLogging(); }
-AudioDecoder::~AudioDecoder() = default;
-
-absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketReader read,
-                                        double start_s, int64_t num_samples, int out_rate,
-                                        int out_channels, const DecodeLimits& limits,
-                                        std::vector<float>* out, std::vector<uint8_t>* is_pad) {
-  const pb::CodecParams& par = stream.codec();
-  const std::string& codec_name = par.codec();
-
-  // The request.
+// The request's own arguments, checked before the stream is looked at.
+absl::Status CheckRequest(double start_s, int64_t num_samples, int out_rate, int out_channels,
+                          const DecodeLimits& limits, const std::vector<float>* out,
+                          const std::vector<uint8_t>* is_pad) {
   if (out == nullptr || is_pad == nullptr) {
     return absl::InvalidArgumentError("audio window: null output");
   }
@@ -221,8 +225,15 @@ absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketRea
                                                " samples exceeds the limit of ",
                                                limits.max_audio_samples, " (max_audio_samples)"));
   }
+  return absl::OkStatus();
+}
 
-  // The stream.
+// The stream's parameters and packet table, and the output size they give: fills `w`'s rates,
+// channels, output size and clock.
+absl::Status CheckStream(const pb::StreamIndex& stream, int64_t num_samples, int out_rate,
+                         int out_channels, const DecodeLimits& limits, WindowPlan* w) {
+  const pb::CodecParams& par = stream.codec();
+  const std::string& codec_name = par.codec();
   if (stream.kind() != pb::AUDIO) {
     return absl::InvalidArgumentError(
         StrCat("stream of kind ", pb::StreamKind_Name(stream.kind()), " is not audio"));
@@ -243,7 +254,6 @@ absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketRea
                                              " Hz"));
   }
   const pb::PacketTable& table = stream.packets();
-  const size_t num_packets = static_cast<size_t>(table.pts_size());
   if (table.duration_size() != table.pts_size() ||
       (table.flags_size() != 0 && table.flags_size() != table.pts_size())) {
     return absl::InvalidArgumentError(
@@ -257,296 +267,410 @@ absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketRea
                                                " float samples exceeds ", limits.max_sample_bytes,
                                                " bytes (max_sample_bytes)"));
   }
+  w->num_samples = num_samples;
+  w->out_rate = out_rate;
+  w->rate = rate;
+  w->channels = channels;
+  w->out_ch = out_ch;
+  w->out_floats = out_floats;
+  w->clock = SampleClock{stream.pts_origin(), stream.time_base_num(), stream.time_base_den(), rate};
+  return absl::OkStatus();
+}
 
-  const SampleClock clock{stream.pts_origin(), stream.time_base_num(), stream.time_base_den(),
-                          rate};
-  // Output sample j is at grid point x0 + j of the output clock (x / out_rate seconds).
+// Fills `w`'s x0 and the input samples [s_lo, s_hi) the window needs (see WindowPlan).
+absl::Status PlanInputSamples(double start_s, const DecodeLimits& limits, WindowPlan* w) {
+  const int rate = w->rate, out_rate = w->out_rate;
+  const int64_t num_samples = w->num_samples;
   const int64_t x0 = std::llround(start_s * out_rate);
-  const bool passthrough = out_rate == rate && out_ch == channels;
-
-  // The input samples [s_lo, s_hi) the window needs; the resampler's output sample m is at output
-  // grid point o0 + m, and output sample j is resampler sample d + j.
-  int64_t s_lo = x0, s_hi = x0 + num_samples, d = 0;
-  if (!passthrough) {
-    const int64_t g = std::gcd(rate, out_rate);
-    const int64_t l_in = rate / g, l_out = out_rate / g;
-    // Beyond the resampler's filter (32 taps at the lower of the two rates) on both sides.
-    const int64_t margin = 64 + 64 * CeilDiv(rate, out_rate);
-    if (CeilDiv(static_cast<i128>(num_samples) * l_in, l_out) > limits.max_audio_samples) {
-      return absl::ResourceExhaustedError(
-          StrCat("audio window of ", num_samples, " samples at ", out_rate, " Hz needs more than ",
-                 limits.max_audio_samples, " input samples at ", rate, " Hz (max_audio_samples)"));
-    }
-    // Starting the resampler on a multiple of l_in input samples puts its output on the output
-    // grid exactly: input sample n*l_in and output grid point n*l_out are the same instant.
-    const int64_t n0 = static_cast<int64_t>(
-        FloorDiv(FloorDiv(static_cast<i128>(x0) * l_in, l_out) - margin, l_in));
-    s_lo = n0 * l_in;
-    d = x0 - n0 * l_out;
-    s_hi =
-        static_cast<int64_t>(CeilDiv(static_cast<i128>(x0 + num_samples) * l_in, l_out)) + margin;
-    if ((s_hi - s_lo) * channels * static_cast<int64_t>(sizeof(float)) > limits.max_sample_bytes ||
-        s_hi - s_lo > std::numeric_limits<int>::max() ||
-        d + num_samples > std::numeric_limits<int>::max()) {
-      return absl::ResourceExhaustedError(
-          StrCat("audio window needs ", s_hi - s_lo, " x ", channels, " input samples, more than ",
-                 limits.max_sample_bytes, " bytes (max_sample_bytes)"));
-    }
+  w->x0 = x0;
+  w->passthrough = out_rate == rate && w->out_ch == w->channels;
+  w->s_lo = x0;
+  w->s_hi = x0 + num_samples;
+  w->d = 0;
+  if (w->passthrough) return absl::OkStatus();
+  const int64_t g = std::gcd(rate, out_rate);
+  const int64_t l_in = rate / g, l_out = out_rate / g;
+  // Beyond the resampler's filter (32 taps at the lower of the two rates) on both sides.
+  const int64_t margin = 64 + 64 * CeilDiv(rate, out_rate);
+  if (CeilDiv(static_cast<i128>(num_samples) * l_in, l_out) > limits.max_audio_samples) {
+    return absl::ResourceExhaustedError(
+        StrCat("audio window of ", num_samples, " samples at ", out_rate, " Hz needs more than ",
+               limits.max_audio_samples, " input samples at ", rate, " Hz (max_audio_samples)"));
   }
-
-  out->assign(static_cast<size_t>(out_floats), 0.0f);
-  is_pad->assign(static_cast<size_t>(num_samples), 1);
-  if (num_packets == 0) {
-    ++windows_;
-    return absl::OkStatus();
+  // Starting the resampler on a multiple of l_in input samples puts its output on the output
+  // grid exactly: input sample n*l_in and output grid point n*l_out are the same instant.
+  const int64_t n0 =
+      static_cast<int64_t>(FloorDiv(FloorDiv(static_cast<i128>(x0) * l_in, l_out) - margin, l_in));
+  const int64_t s_lo = n0 * l_in;
+  const int64_t d = x0 - n0 * l_out;
+  const int64_t s_hi =
+      static_cast<int64_t>(CeilDiv(static_cast<i128>(x0 + num_samples) * l_in, l_out)) + margin;
+  if ((s_hi - s_lo) * w->channels * static_cast<int64_t>(sizeof(float)) > limits.max_sample_bytes ||
+      s_hi - s_lo > std::numeric_limits<int>::max() ||
+      d + num_samples > std::numeric_limits<int>::max()) {
+    return absl::ResourceExhaustedError(
+        StrCat("audio window needs ", s_hi - s_lo, " x ", w->channels, " input samples, more than ",
+               limits.max_sample_bytes, " bytes (max_sample_bytes)"));
   }
+  w->s_lo = s_lo;
+  w->s_hi = s_hi;
+  w->d = d;
+  return absl::OkStatus();
+}
 
+// Clears the pad flag of the output samples the stream covers and fills `w`'s k_end and decode
+// range; false when no output sample is real (nothing to decode). REQUIRES: the stream has
+// packets.
+bool MarkRealSamples(const pb::PacketTable& table, WindowPlan* w, std::vector<uint8_t>* is_pad) {
   // The stream covers samples [0, k_end): from t = 0 to the end of its last packet.
-  const size_t last = num_packets - 1;
+  const int last = table.pts_size() - 1;
   const int64_t k_end =
-      clock.SampleAt(table.pts(static_cast<int>(last)),
-                     std::max<int64_t>(table.duration(static_cast<int>(last)), 0));
+      w->clock.SampleAt(table.pts(last), std::max<int64_t>(table.duration(last), 0));
   // Output sample j (at x = x0 + j) is real for 0 <= x < x_end: x_end = k_end at the stream's
   // rate, else the first x with x * rate >= k_end * out_rate. The real samples are one run, so
   // the flags are a prefix and a suffix (two memsets, not a per-sample loop).
   i128 x_end = k_end;
-  if (!passthrough) {
-    const i128 num = static_cast<i128>(k_end) * out_rate;
-    x_end = num <= 0 ? 0 : (num + rate - 1) / rate;
+  if (!w->passthrough) {
+    const i128 num = static_cast<i128>(k_end) * w->out_rate;
+    x_end = num <= 0 ? 0 : (num + w->rate - 1) / w->rate;
   }
-  const i128 j_lo = std::clamp<i128>(-static_cast<i128>(x0), 0, num_samples);
-  const i128 j_hi = std::clamp<i128>(x_end - static_cast<i128>(x0), j_lo, num_samples);
+  const i128 j_lo = std::clamp<i128>(-static_cast<i128>(w->x0), 0, w->num_samples);
+  const i128 j_hi = std::clamp<i128>(x_end - static_cast<i128>(w->x0), j_lo, w->num_samples);
   const bool any_real = j_hi > j_lo;
   if (any_real) {
     std::memset(is_pad->data() + static_cast<size_t>(j_lo), 0, static_cast<size_t>(j_hi - j_lo));
   }
-  if (!any_real) {
-    ++windows_;
+  w->k_end = k_end;
+  w->dec_lo = std::max<int64_t>(w->s_lo, 0);
+  w->dec_hi = std::min(w->s_hi, k_end);
+  return any_real;
+}
+
+// A fresh decoder for `stream`, configured as every window needs it.
+absl::Status OpenDecoder(const pb::StreamIndex& stream, const DecodeLimits& limits,
+                         av::UniqueCodecContext* ctx) {
+  const pb::CodecParams& par = stream.codec();
+  const std::string& codec_name = par.codec();
+  av::UniqueCodecParameters avpar(avcodec_parameters_alloc());
+  if (avpar == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating codec parameters");
+  RETURN_IF_ERROR(Annotate(av::CodecParamsToAv(par, avpar.get()),
+                           StrCat("audio stream codec parameters (", codec_name, ")")));
+  if (avpar->codec_type != AVMEDIA_TYPE_AUDIO) {
+    return absl::InvalidArgumentError(StrCat("codec '", codec_name, "' is not an audio codec"));
+  }
+  const AVCodec* decoder = avcodec_find_decoder(avpar->codec_id);
+  if (decoder == nullptr) {
+    return absl::InvalidArgumentError(
+        StrCat("this FFmpeg (libavcodec ", LIBAVCODEC_IDENT, ") has no ", codec_name, " decoder"));
+  }
+  ctx->reset(avcodec_alloc_context3(decoder));
+  if (*ctx == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a decoder");
+  int ret = avcodec_parameters_to_context(ctx->get(), avpar.get());
+  if (ret < 0) return av::AvError(ret, StrCat("configuring the ", codec_name, " decoder"));
+  (*ctx)->pkt_timebase = AVRational{stream.time_base_num(), stream.time_base_den()};
+  (*ctx)->thread_count = 1;  // decoders own no threads (docs/architecture.md)
+  // One frame never needs more than a window's worth; FLAC's largest block is 65535.
+  (*ctx)->max_samples = std::max<int64_t>(limits.max_audio_samples, 1 << 16);
+  ret = avcodec_open2(ctx->get(), decoder, nullptr);
+  if (ret < 0) {
+    return av::AvError(
+        ret, StrCat("opening the ", codec_name, " decoder (", par.sample_rate(), " Hz, ",
+                    par.channels(), " channels, ", par.extradata().size(), " bytes of extradata)"));
+  }
+  return absl::OkStatus();
+}
+
+// The packet holding sample dec_lo (packets are in pts order), then the pre-roll before it.
+// REQUIRES: the stream has packets.
+size_t FirstPacket(const pb::PacketTable& table, const SampleClock& clock, int64_t dec_lo,
+                   const Preroll& preroll) {
+  const auto* pts_begin = table.pts().data();
+  const int64_t target_pts = clock.PtsAtOrBefore(dec_lo);
+  size_t first = static_cast<size_t>(
+      std::upper_bound(pts_begin, pts_begin + table.pts_size(), target_pts) - pts_begin);
+  first = first > 0 ? first - 1 : 0;
+  const int64_t cover_k = clock.SampleAt(table.pts(static_cast<int>(first)));
+  size_t back = 0;
+  while (first > 0 &&
+         (back < static_cast<size_t>(preroll.packets) ||
+          cover_k - clock.SampleAt(table.pts(static_cast<int>(first))) < preroll.samples)) {
+    --first;
+    ++back;
+  }
+  return first;
+}
+
+// The decoding of one window: packets from the pre-roll on go to the decoder, and the samples of
+// each frame that fall in [dec_lo, dec_hi) are placed at `dst` (input sample s_lo first).
+struct WindowDecode {
+  const pb::StreamIndex& stream;
+  const pb::PacketTable& table;
+  const std::string& codec_name;
+  const WindowPlan& w;
+  AVCodecContext* ctx;
+  AVFrame* frame;
+  AVPacket* pkt;
+  float* dst;
+  // Bounds the work a broken index can cause (packets that all claim the same time, say).
+  int64_t decode_budget;
+  size_t packet;  // the packet being sent (named in errors)
+  int64_t decoded = 0;
+  int64_t covered = std::numeric_limits<int64_t>::min();  // end of the latest samples placed
+  int64_t next_k = std::numeric_limits<int64_t>::min();   // where a frame without pts goes
+
+  absl::Status Place(const AVFrame& f) {
+    if (f.nb_samples <= 0) return absl::OkStatus();
+    if (f.ch_layout.nb_channels != w.channels || (f.sample_rate != 0 && f.sample_rate != w.rate)) {
+      return absl::DataLossError(
+          StrCat("the ", codec_name, " decoder produced ", f.ch_layout.nb_channels, " channels at ",
+                 f.sample_rate, " Hz at ", PacketWhere(stream, w.clock, packet),
+                 "; the stream has ", w.channels, " channels at ", w.rate, " Hz"));
+    }
+    decoded += f.nb_samples;
+    if (decoded > decode_budget) {
+      return absl::ResourceExhaustedError(StrCat(
+          "decoding the audio window took more than ", decode_budget, " samples of ", codec_name,
+          " at ", PacketWhere(stream, w.clock, packet), " (packet timestamps inconsistent?)"));
+    }
+    int64_t pts = f.best_effort_timestamp != AV_NOPTS_VALUE ? f.best_effort_timestamp : f.pts;
+    int64_t k0 = pts != AV_NOPTS_VALUE ? w.clock.SampleAt(pts)
+                 : next_k != std::numeric_limits<int64_t>::min()
+                     ? next_k
+                     : w.clock.SampleAt(table.pts(static_cast<int>(packet)));
+    const int64_t k1 = k0 + f.nb_samples;
+    next_k = k1;
+    covered = std::max(covered, k1);
+    const int64_t lo = std::max(k0, w.dec_lo), hi = std::min(k1, w.dec_hi);
+    if (lo >= hi) return absl::OkStatus();
+    if (!CopyFrameAsFloat(f, w.channels, lo - k0, hi - lo, dst + (lo - w.s_lo) * w.channels)) {
+      return absl::DataLossError(StrCat("the ", codec_name, " decoder produced sample format ",
+                                        f.format, " at ", PacketWhere(stream, w.clock, packet)));
+    }
     return absl::OkStatus();
   }
-  const int64_t dec_lo = std::max<int64_t>(s_lo, 0);
-  const int64_t dec_hi = std::min(s_hi, k_end);
 
-  // The decoder: kept open and flushed while the stream's parameters stay the same, where a flush
-  // is as good as a fresh decoder; otherwise opened afresh.
+  // Errors on pre-roll packets are forgiven: the decoder may lack context there (an MP3 bit
+  // reservoir reaching back further), and those samples are not output.
+  absl::Status DecoderError(int ret, bool in_window, std::string_view what) const {
+    if (!in_window && ret != AVERROR(ENOMEM)) return absl::OkStatus();
+    const std::string msg =
+        StrCat("the ", codec_name, " decoder ", what, " ", PacketWhere(stream, w.clock, packet),
+               ": ", av::ErrorString(ret));
+    return ret == AVERROR(ENOMEM) ? absl::ResourceExhaustedError(msg) : absl::DataLossError(msg);
+  }
+
+  // Places every frame the decoder has ready.
+  absl::Status Receive(bool in_window) {
+    while (true) {
+      const int ret = avcodec_receive_frame(ctx, frame);
+      if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return absl::OkStatus();
+      if (ret < 0) {
+        RETURN_IF_ERROR(DecoderError(ret, in_window, "failed after"));
+        return absl::OkStatus();
+      }
+      const absl::Status s = Place(*frame);
+      av_frame_unref(frame);
+      RETURN_IF_ERROR(s);
+    }
+  }
+
+  // Reads `packet` through `bytes` into `pkt`, with its timestamps and flags from the table.
+  absl::Status ReadPacket(PacketReader read, std::string* bytes) {
+    const int p = static_cast<int>(packet);
+    RETURN_IF_ERROR(read(packet, bytes));
+    if (bytes->size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
+      return absl::DataLossError(StrCat(codec_name, " ", PacketWhere(stream, w.clock, packet),
+                                        " is ", bytes->size(), " bytes"));
+    }
+    av_packet_unref(pkt);
+    int ret = av_new_packet(pkt, static_cast<int>(bytes->size()));
+    if (ret < 0) return av::AvError(ret, "allocating a packet");
+    if (!bytes->empty()) std::memcpy(pkt->data, bytes->data(), bytes->size());
+    pkt->pts = pkt->dts = table.pts(p);
+    pkt->duration = table.duration(p);
+    const uint32_t flags = table.flags_size() != 0 ? table.flags(p) : 1;
+    if (flags & 1) pkt->flags |= AV_PKT_FLAG_KEY;
+    if (flags & 2) pkt->flags |= AV_PKT_FLAG_DISCARD;
+    return absl::OkStatus();
+  }
+
+  // Sends packets from `packet` on until the window is covered (or a few packets past its end
+  // for a decoder with delay), then drains the decoder if the stream ends inside the window.
+  absl::Status Run(PacketReader read, std::string* bytes, uint64_t* packets_decoded) {
+    const size_t num_packets = static_cast<size_t>(table.pts_size());
+    int past_end = 0;
+    for (; packet < num_packets; ++packet) {
+      if (covered >= w.dec_hi) break;
+      const int p = static_cast<int>(packet);
+      const int64_t pkt_k = w.clock.SampleAt(table.pts(p));
+      if (pkt_k >= w.dec_hi && ++past_end > kMaxPostrollPackets) break;
+      const bool in_window =
+          w.clock.SampleAt(table.pts(p), std::max<int64_t>(table.duration(p), 0)) > w.dec_lo;
+      RETURN_IF_ERROR(ReadPacket(read, bytes));
+      int ret = avcodec_send_packet(ctx, pkt);
+      if (ret == AVERROR(EAGAIN)) {  // not expected: every frame is received after each packet
+        RETURN_IF_ERROR(Receive(in_window));
+        ret = avcodec_send_packet(ctx, pkt);
+      }
+      ++*packets_decoded;
+      if (ret < 0) {
+        RETURN_IF_ERROR(DecoderError(ret, in_window, "rejected"));
+        continue;
+      }
+      RETURN_IF_ERROR(Receive(in_window));
+    }
+    if (packet == num_packets && covered < w.dec_hi) {
+      // The stream ends inside the window: drain what the decoder still holds.
+      packet = num_packets - 1;
+      const int ret = avcodec_send_packet(ctx, nullptr);
+      if (ret < 0 && ret != AVERROR_EOF) {
+        RETURN_IF_ERROR(DecoderError(ret, true, "failed draining after"));
+      }
+      RETURN_IF_ERROR(Receive(true));
+    }
+    return absl::OkStatus();
+  }
+};
+
+// A fresh libswresample context from the stream's layout and rate to the output's (float32
+// interleaved both ways).
+absl::Status MakeResampler(const pb::CodecParams& par, const WindowPlan& w, av::UniqueSwr* swr) {
+  ChannelLayoutOwner in_layout, out_layout;
+  RETURN_IF_ERROR(StreamLayout(par, &in_layout.layout));
+  if (w.out_ch == w.channels) {
+    const int ret = av_channel_layout_copy(&out_layout.layout, &in_layout.layout);
+    if (ret < 0) return av::AvError(ret, "copying the channel layout");
+  } else {
+    av_channel_layout_default(&out_layout.layout, w.out_ch);
+  }
+  SwrContext* raw = nullptr;
+  int ret = swr_alloc_set_opts2(&raw, &out_layout.layout, AV_SAMPLE_FMT_FLT, w.out_rate,
+                                &in_layout.layout, AV_SAMPLE_FMT_FLT, w.rate, 0, nullptr);
+  swr->reset(raw);
+  if (ret >= 0) ret = swr_init(swr->get());
+  if (ret < 0) {
+    return av::AvError(ret, StrCat("setting up the resampler from ", w.rate, " Hz, ", w.channels,
+                                   " channels to ", w.out_rate, " Hz, ", w.out_ch, " channels"));
+  }
+  return absl::OkStatus();
+}
+
+// Resamples the window's input samples `staging` into `out` through `resampled` (output grid
+// points from o0 on), then zeroes the pad samples.
+absl::Status Resample(const pb::CodecParams& par, const WindowPlan& w,
+                      const std::vector<float>& staging, const std::vector<uint8_t>& is_pad,
+                      std::vector<float>* resampled, std::vector<float>* out) {
+  av::UniqueSwr swr;
+  RETURN_IF_ERROR(MakeResampler(par, w, &swr));
+  const int out_ch = w.out_ch;
+  const int64_t want = w.d + w.num_samples;
+  resampled->assign(static_cast<size_t>(want * out_ch), 0.0f);
+  const uint8_t* in_planes[1] = {reinterpret_cast<const uint8_t*>(staging.data())};
+  int64_t got = 0;
+  int64_t in_left = w.s_hi - w.s_lo;
+  while (got < want) {
+    uint8_t* out_planes[1] = {reinterpret_cast<uint8_t*>(resampled->data() + got * out_ch)};
+    // All input at once (the resampler buffers what does not fit), then flushes.
+    const int n = swr_convert(swr.get(), out_planes, static_cast<int>(want - got),
+                              in_left > 0 ? in_planes : nullptr, static_cast<int>(in_left));
+    if (n < 0) return av::AvError(n, "resampling");
+    const bool flushed = in_left == 0;
+    in_left = 0;
+    got += n;
+    if (n == 0 && flushed) break;
+  }
+  // `got` falls short of `want` only if the resampler ends early; those samples stay 0.
+  std::copy(resampled->begin() + w.d * out_ch, resampled->end(), out->begin());
+  // Output samples outside the stream are pad, and pad is 0 (the filter rings into them).
+  for (int64_t j = 0; j < w.num_samples; ++j) {
+    if (is_pad[static_cast<size_t>(j)]) {
+      std::fill_n(out->begin() + j * out_ch, out_ch, 0.0f);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct AudioDecoder::Codec {
+  std::string key;  // the CodecParams, time base and limits it was opened with
+  av::UniqueCodecContext ctx;
+  bool needs_flush = false;
+};
+
+AudioDecoder::AudioDecoder() { av::QuietLogging(); }
+AudioDecoder::~AudioDecoder() = default;
+
+// The decoder: kept open and flushed while the stream's parameters stay the same, where a flush
+// is as good as a fresh decoder; otherwise opened afresh.
+absl::Status AudioDecoder::UseDecoderFor(const pb::StreamIndex& stream,
+                                         const DecodeLimits& limits) {
+  const pb::CodecParams& par = stream.codec();
   const std::string key = StrCat(par.SerializeAsString(), "|", stream.time_base_num(), "/",
                                  stream.time_base_den(), "|", limits.max_audio_samples);
-  if (codec_ == nullptr || codec_->key != key || !FlushRestoresOpenState(codec_name)) {
+  if (codec_ == nullptr || codec_->key != key || !FlushRestoresOpenState(par.codec())) {
     codec_.reset();
     auto codec = std::make_unique<Codec>();
-    av::UniqueCodecParameters avpar(avcodec_parameters_alloc());
-    if (avpar == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating codec parameters");
-    RETURN_IF_ERROR(Annotate(av::CodecParamsToAv(par, avpar.get()),
-                             StrCat("audio stream codec parameters (", codec_name, ")")));
-    if (avpar->codec_type != AVMEDIA_TYPE_AUDIO) {
-      return absl::InvalidArgumentError(StrCat("codec '", codec_name, "' is not an audio codec"));
-    }
-    const AVCodec* decoder = avcodec_find_decoder(avpar->codec_id);
-    if (decoder == nullptr) {
-      return absl::InvalidArgumentError(StrCat("this FFmpeg (libavcodec ", LIBAVCODEC_IDENT,
-                                               ") has no ", codec_name, " decoder"));
-    }
-    codec->ctx.reset(avcodec_alloc_context3(decoder));
-    if (codec->ctx == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a decoder");
-    int ret = avcodec_parameters_to_context(codec->ctx.get(), avpar.get());
-    if (ret < 0) return av::AvError(ret, StrCat("configuring the ", codec_name, " decoder"));
-    codec->ctx->pkt_timebase = AVRational{stream.time_base_num(), stream.time_base_den()};
-    codec->ctx->thread_count = 1;  // decoders own no threads (docs/architecture.md)
-    // One frame never needs more than a window's worth; FLAC's largest block is 65535.
-    codec->ctx->max_samples = std::max<int64_t>(limits.max_audio_samples, 1 << 16);
-    ret = avcodec_open2(codec->ctx.get(), decoder, nullptr);
-    if (ret < 0) {
-      return av::AvError(ret,
-                         StrCat("opening the ", codec_name, " decoder (", rate, " Hz, ", channels,
-                                " channels, ", par.extradata().size(), " bytes of extradata)"));
-    }
+    RETURN_IF_ERROR(OpenDecoder(stream, limits, &codec->ctx));
     codec->key = key;
     codec_ = std::move(codec);
   } else if (codec_->needs_flush) {
     avcodec_flush_buffers(codec_->ctx.get());
   }
   codec_->needs_flush = true;
-  AVCodecContext* ctx = codec_->ctx.get();
+  return absl::OkStatus();
+}
 
+absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketReader read,
+                                        double start_s, int64_t num_samples, int out_rate,
+                                        int out_channels, const DecodeLimits& limits,
+                                        std::vector<float>* out, std::vector<uint8_t>* is_pad) {
+  RETURN_IF_ERROR(CheckRequest(start_s, num_samples, out_rate, out_channels, limits, out, is_pad));
+  WindowPlan w;
+  RETURN_IF_ERROR(CheckStream(stream, num_samples, out_rate, out_channels, limits, &w));
+  RETURN_IF_ERROR(PlanInputSamples(start_s, limits, &w));
+
+  out->assign(static_cast<size_t>(w.out_floats), 0.0f);
+  is_pad->assign(static_cast<size_t>(num_samples), 1);
+  const pb::PacketTable& table = stream.packets();
+  if (table.pts_size() == 0 || !MarkRealSamples(table, &w, is_pad)) {
+    ++windows_;
+    return absl::OkStatus();
+  }
+
+  RETURN_IF_ERROR(UseDecoderFor(stream, limits));
   // Where decoded samples go: straight into `out` when no resampling is needed.
   float* dst = nullptr;
-  if (passthrough) {
+  if (w.passthrough) {
     dst = out->data();
   } else {
-    staging_.assign(static_cast<size_t>((s_hi - s_lo) * channels), 0.0f);
+    staging_.assign(static_cast<size_t>((w.s_hi - w.s_lo) * w.channels), 0.0f);
     dst = staging_.data();
   }
-
-  // The packet holding sample dec_lo (packets are in pts order), then the pre-roll before it.
-  const auto* pts_begin = table.pts().data();
-  const int64_t target_pts = clock.PtsAtOrBefore(dec_lo);
-  size_t first = static_cast<size_t>(
-      std::upper_bound(pts_begin, pts_begin + num_packets, target_pts) - pts_begin);
-  first = first > 0 ? first - 1 : 0;
-  const Preroll preroll = PrerollFor(par);
-  {
-    const size_t cover = first;
-    const int64_t cover_k = clock.SampleAt(table.pts(static_cast<int>(cover)));
-    size_t back = 0;
-    while (first > 0 &&
-           (back < static_cast<size_t>(preroll.packets) ||
-            cover_k - clock.SampleAt(table.pts(static_cast<int>(first))) < preroll.samples)) {
-      --first;
-      ++back;
-    }
-  }
-
+  const Preroll preroll = PrerollFor(stream.codec());
+  const size_t first = FirstPacket(table, w.clock, w.dec_lo, preroll);
   av::UniqueFrame frame = av::MakeFrame();
   av::UniquePacket pkt = av::MakePacket();
   if (frame == nullptr || pkt == nullptr) {
     return av::AvError(AVERROR(ENOMEM), "allocating a frame and a packet");
   }
-  // Bounds the work a broken index can cause (packets that all claim the same time, say).
-  const int64_t decode_budget =
-      2 * (s_hi - s_lo) + 16 * static_cast<int64_t>(std::max(preroll.samples, int64_t{1} << 16));
-  int64_t decoded = 0;
-  int64_t covered = std::numeric_limits<int64_t>::min();  // end of the latest samples placed
-  int64_t next_k = std::numeric_limits<int64_t>::min();   // where a frame without pts goes
-  size_t packet = first;
-
-  auto place = [&](const AVFrame& f) -> absl::Status {
-    if (f.nb_samples <= 0) return absl::OkStatus();
-    if (f.ch_layout.nb_channels != channels || (f.sample_rate != 0 && f.sample_rate != rate)) {
-      return absl::DataLossError(
-          StrCat("the ", codec_name, " decoder produced ", f.ch_layout.nb_channels, " channels at ",
-                 f.sample_rate, " Hz at ", PacketWhere(stream, clock, packet), "; the stream has ",
-                 channels, " channels at ", rate, " Hz"));
-    }
-    decoded += f.nb_samples;
-    if (decoded > decode_budget) {
-      return absl::ResourceExhaustedError(StrCat(
-          "decoding the audio window took more than ", decode_budget, " samples of ", codec_name,
-          " at ", PacketWhere(stream, clock, packet), " (packet timestamps inconsistent?)"));
-    }
-    int64_t pts = f.best_effort_timestamp != AV_NOPTS_VALUE ? f.best_effort_timestamp : f.pts;
-    int64_t k0 = pts != AV_NOPTS_VALUE ? clock.SampleAt(pts)
-                 : next_k != std::numeric_limits<int64_t>::min()
-                     ? next_k
-                     : clock.SampleAt(table.pts(static_cast<int>(packet)));
-    const int64_t k1 = k0 + f.nb_samples;
-    next_k = k1;
-    covered = std::max(covered, k1);
-    const int64_t lo = std::max(k0, dec_lo), hi = std::min(k1, dec_hi);
-    if (lo >= hi) return absl::OkStatus();
-    if (!CopyFrameAsFloat(f, channels, lo - k0, hi - lo, dst + (lo - s_lo) * channels)) {
-      return absl::DataLossError(StrCat("the ", codec_name, " decoder produced sample format ",
-                                        f.format, " at ", PacketWhere(stream, clock, packet)));
-    }
-    return absl::OkStatus();
+  WindowDecode run{
+      .stream = stream,
+      .table = table,
+      .codec_name = stream.codec().codec(),
+      .w = w,
+      .ctx = codec_->ctx.get(),
+      .frame = frame.get(),
+      .pkt = pkt.get(),
+      .dst = dst,
+      .decode_budget = 2 * (w.s_hi - w.s_lo) +
+                       16 * static_cast<int64_t>(std::max(preroll.samples, int64_t{1} << 16)),
+      .packet = first,
   };
-  // Errors on pre-roll packets are forgiven: the decoder may lack context there (an MP3 bit
-  // reservoir reaching back further), and those samples are not output.
-  auto decoder_error = [&](int ret, bool in_window, std::string_view what) -> absl::Status {
-    if (!in_window && ret != AVERROR(ENOMEM)) return absl::OkStatus();
-    const std::string msg = StrCat("the ", codec_name, " decoder ", what, " ",
-                                   PacketWhere(stream, clock, packet), ": ", av::ErrorString(ret));
-    return ret == AVERROR(ENOMEM) ? absl::ResourceExhaustedError(msg) : absl::DataLossError(msg);
-  };
-  auto receive = [&](bool in_window) -> absl::Status {
-    while (true) {
-      const int ret = avcodec_receive_frame(ctx, frame.get());
-      if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return absl::OkStatus();
-      if (ret < 0) {
-        RETURN_IF_ERROR(decoder_error(ret, in_window, "failed after"));
-        return absl::OkStatus();
-      }
-      const absl::Status s = place(*frame);
-      av_frame_unref(frame.get());
-      RETURN_IF_ERROR(s);
-    }
-  };
+  RETURN_IF_ERROR(run.Run(read, &packet_bytes_, &packets_decoded_));
 
-  int past_end = 0;
-  for (; packet < num_packets; ++packet) {
-    if (covered >= dec_hi) break;
-    const int p = static_cast<int>(packet);
-    const int64_t pkt_k = clock.SampleAt(table.pts(p));
-    if (pkt_k >= dec_hi && ++past_end > kMaxPostrollPackets) break;
-    const bool in_window =
-        clock.SampleAt(table.pts(p), std::max<int64_t>(table.duration(p), 0)) > dec_lo;
-    RETURN_IF_ERROR(read(packet, &packet_bytes_));
-    if (packet_bytes_.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
-      return absl::DataLossError(StrCat(codec_name, " ", PacketWhere(stream, clock, packet), " is ",
-                                        packet_bytes_.size(), " bytes"));
-    }
-    av_packet_unref(pkt.get());
-    int ret = av_new_packet(pkt.get(), static_cast<int>(packet_bytes_.size()));
-    if (ret < 0) return av::AvError(ret, "allocating a packet");
-    if (!packet_bytes_.empty()) std::memcpy(pkt->data, packet_bytes_.data(), packet_bytes_.size());
-    pkt->pts = pkt->dts = table.pts(p);
-    pkt->duration = table.duration(p);
-    const uint32_t flags = table.flags_size() != 0 ? table.flags(p) : 1;
-    if (flags & 1) pkt->flags |= AV_PKT_FLAG_KEY;
-    if (flags & 2) pkt->flags |= AV_PKT_FLAG_DISCARD;
-    ret = avcodec_send_packet(ctx, pkt.get());
-    if (ret == AVERROR(EAGAIN)) {  // not expected: every frame is received after each packet
-      RETURN_IF_ERROR(receive(in_window));
-      ret = avcodec_send_packet(ctx, pkt.get());
-    }
-    ++packets_decoded_;
-    if (ret < 0) {
-      RETURN_IF_ERROR(decoder_error(ret, in_window, "rejected"));
-      continue;
-    }
-    RETURN_IF_ERROR(receive(in_window));
-  }
-  if (packet == num_packets && covered < dec_hi) {
-    // The stream ends inside the window: drain what the decoder still holds.
-    packet = last;
-    const int ret = avcodec_send_packet(ctx, nullptr);
-    if (ret < 0 && ret != AVERROR_EOF) {
-      RETURN_IF_ERROR(decoder_error(ret, true, "failed draining after"));
-    }
-    RETURN_IF_ERROR(receive(true));
-  }
-
-  if (!passthrough) {
-    ChannelLayoutOwner in_layout, out_layout;
-    RETURN_IF_ERROR(StreamLayout(par, &in_layout.layout));
-    if (out_channels == 0 || out_channels == channels) {
-      const int ret = av_channel_layout_copy(&out_layout.layout, &in_layout.layout);
-      if (ret < 0) return av::AvError(ret, "copying the channel layout");
-    } else {
-      av_channel_layout_default(&out_layout.layout, out_ch);
-    }
-    SwrContext* raw = nullptr;
-    int ret = swr_alloc_set_opts2(&raw, &out_layout.layout, AV_SAMPLE_FMT_FLT, out_rate,
-                                  &in_layout.layout, AV_SAMPLE_FMT_FLT, rate, 0, nullptr);
-    av::UniqueSwr swr(raw);
-    if (ret >= 0) ret = swr_init(swr.get());
-    if (ret < 0) {
-      return av::AvError(ret, StrCat("setting up the resampler from ", rate, " Hz, ", channels,
-                                     " channels to ", out_rate, " Hz, ", out_ch, " channels"));
-    }
-    const int64_t want = d + num_samples;
-    resampled_.assign(static_cast<size_t>(want * out_ch), 0.0f);
-    const uint8_t* in_planes[1] = {reinterpret_cast<const uint8_t*>(staging_.data())};
-    int64_t got = 0;
-    int64_t in_left = s_hi - s_lo;
-    while (got < want) {
-      uint8_t* out_planes[1] = {reinterpret_cast<uint8_t*>(resampled_.data() + got * out_ch)};
-      // All input at once (the resampler buffers what does not fit), then flushes.
-      const int n = swr_convert(swr.get(), out_planes, static_cast<int>(want - got),
-                                in_left > 0 ? in_planes : nullptr, static_cast<int>(in_left));
-      if (n < 0) return av::AvError(n, "resampling");
-      const bool flushed = in_left == 0;
-      in_left = 0;
-      got += n;
-      if (n == 0 && flushed) break;
-    }
-    // `got` falls short of `want` only if the resampler ends early; those samples stay 0.
-    std::copy(resampled_.begin() + d * out_ch, resampled_.end(), out->begin());
-    // Output samples outside the stream are pad, and pad is 0 (the filter rings into them).
-    for (int64_t j = 0; j < num_samples; ++j) {
-      if ((*is_pad)[static_cast<size_t>(j)]) {
-        std::fill_n(out->begin() + j * out_ch, out_ch, 0.0f);
-      }
-    }
+  if (!w.passthrough) {
+    RETURN_IF_ERROR(Resample(stream.codec(), w, staging_, *is_pad, &resampled_, out));
   }
   ++windows_;
   return absl::OkStatus();

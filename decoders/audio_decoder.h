@@ -79,6 +79,10 @@ class AudioDecoder {
 
  private:
   struct Codec;  // the open FFmpeg decoder and the parameters it was opened with
+
+  // Makes codec_ a decoder for `stream`, ready for a window's first packet.
+  absl::Status UseDecoderFor(const format::v1::StreamIndex& stream, const DecodeLimits& limits);
+
   std::unique_ptr<Codec> codec_;
   std::vector<float> staging_;    // decoded input samples of the current window (resampling)
   std::vector<float> resampled_;  // resampler output of the current window
