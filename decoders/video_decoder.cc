@@ -198,6 +198,56 @@ void RotateRgb(const RgbImage& in, Rotation r, RgbImage* out) {
   }
 }
 
+// Kept frames (State::recent): at most this many, and this many bytes.
+constexpr size_t kRecentFrames = 8;
+constexpr size_t kRecentBytes = 32u << 20;
+
+// The request alone: how many frames, which ones, and the output size.
+absl::Status CheckRequest(const FrameTable& table, std::span<const int64_t> frames,
+                          const VideoOutput& output, const DecodeLimits& limits) {
+  if (static_cast<int64_t>(frames.size()) > limits.max_frames_per_sample) {
+    return absl::ResourceExhaustedError(
+        StrCat(frames.size(), " frames requested, over the limit of ", limits.max_frames_per_sample,
+               " (limits.max_frames_per_sample)"));
+  }
+  for (int64_t f : frames) {
+    if (f < 0 || f >= static_cast<int64_t>(table.size())) {
+      return absl::OutOfRangeError(
+          StrCat("frame ", f, " requested; the stream has ", table.size(), " frames"));
+    }
+  }
+  if (output.width < 0 || output.height < 0 ||
+      static_cast<int64_t>(output.width) * output.height > limits.max_pixels) {
+    return absl::InvalidArgumentError(
+        StrCat("output size ", output.width, "x", output.height, " is invalid or over limits"));
+  }
+  return absl::OkStatus();
+}
+
+// Indices into `frames` sorted by frame (stable: repeats keep their order), so that each frame is
+// decoded once, in presentation order.
+std::vector<size_t> PresentationOrder(std::span<const int64_t> frames) {
+  std::vector<size_t> order(frames.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return frames[a] < frames[b]; });
+  return order;
+}
+
+// Copies `image` into the results of order[from..] that ask for frame k too (the order is by
+// frame, so they are one run) and counts them delivered; returns the index past that run.
+size_t DeliverRepeats(const RgbImage& image, int64_t k, std::span<const int64_t> frames,
+                      const std::vector<size_t>& order, size_t from, std::vector<RgbImage>* out,
+                      uint64_t* frames_delivered) {
+  size_t oi = from;
+  while (oi < order.size() && frames[order[oi]] == k) {
+    (*out)[order[oi]] = image;
+    ++*frames_delivered;
+    ++oi;
+  }
+  return oi;
+}
+
 }  // namespace
 
 struct VideoDecoder::State {
@@ -227,6 +277,28 @@ struct VideoDecoder::State {
   };
   std::deque<Recent> recent;
   size_t recent_bytes = 0;
+
+  // (Re)opens the codec context when the parameters change; forgets the decode chain when the
+  // stream (`key`, see Decode) changes.
+  absl::Status UseCodecFor(uint64_t key, const pb::StreamIndex& stream, const DecodeLimits& limits,
+                           VideoDecoderStats& stats);
+  // Frame k of stream `key` as `output` asks for it, if it is kept; else null.
+  const RgbImage* FindRecent(uint64_t key, int64_t k, const VideoOutput& output) const;
+  // Restarts decoding at packet `start` unless the decode chain can go on forward to `target`.
+  void SeekUnlessContinuing(uint64_t key, size_t start, int64_t target, VideoDecoderStats& stats);
+  // Decodes forward until frame k comes out into `frame`.
+  absl::Status DecodeFrame(int64_t k, const FrameTable& table, const pb::PacketTable& pk,
+                           PacketReader read, VideoDecoderStats& stats);
+  // Sends packet next_packet (for frame k), or signals the end of the stream after the last.
+  absl::Status SendNextPacket(int64_t k, const pb::PacketTable& pk, PacketReader read,
+                              VideoDecoderStats& stats);
+  // Converts `frame` to RGB into `image` (rotated and resized as `output` asks).
+  absl::Status ConvertFrame(Rotation rotation, const VideoOutput& output, RgbImage* image);
+  absl::Status RotatePlanes(const AVFrame* src, Rotation rotation);
+  absl::Status PrepareScaler(const AVFrame* src, int cw, int ch, int flags);
+  void Scale(const AVFrame* src, RgbImage* img);
+  // Keeps a copy of `image` (frame k of stream `key`) for the next calls.
+  void Remember(uint64_t key, int64_t k, const VideoOutput& output, const RgbImage& image);
 };
 
 VideoDecoder::VideoDecoder() : state_(std::make_unique<State>()) {}
@@ -275,6 +347,257 @@ absl::Status OpenCodec(const pb::StreamIndex& stream, const DecodeLimits& limits
 
 }  // namespace
 
+absl::Status VideoDecoder::State::UseCodecFor(uint64_t key, const pb::StreamIndex& stream,
+                                              const DecodeLimits& limits,
+                                              VideoDecoderStats& stats) {
+  std::string params = stream.codec().SerializeAsString();
+  if (ctx == nullptr || params != params_key) {
+    ctx.reset();
+    live = false;
+    RETURN_IF_ERROR(OpenCodec(stream, limits, &ctx));
+    params_key = std::move(params);
+    used = false;
+    ++stats.decoders_opened;
+  }
+  if (stream_key != key) live = false;
+  return absl::OkStatus();
+}
+
+const RgbImage* VideoDecoder::State::FindRecent(uint64_t key, int64_t k,
+                                                const VideoOutput& output) const {
+  for (const Recent& r : recent) {
+    if (r.stream_key == key && r.frame == k && r.width == output.width &&
+        r.height == output.height && r.filter == static_cast<int>(output.filter) &&
+        r.autorotate == output.autorotate) {
+      return &r.image;
+    }
+  }
+  return nullptr;
+}
+
+void VideoDecoder::State::SeekUnlessContinuing(uint64_t key, size_t start, int64_t target,
+                                               VideoDecoderStats& stats) {
+  // After a drain the decoder still holds the frames not yet received; EOF ends it.
+  const bool can_continue = live && last_pts < target && start <= next_packet;
+  if (can_continue) return;
+  if (used) avcodec_flush_buffers(ctx.get());
+  used = true;
+  stream_key = key;
+  live = true;
+  drained = false;
+  next_packet = start;
+  last_pts = std::numeric_limits<int64_t>::min();
+  ++stats.seeks;
+}
+
+absl::Status VideoDecoder::State::DecodeFrame(int64_t k, const FrameTable& table,
+                                              const pb::PacketTable& pk, PacketReader read,
+                                              VideoDecoderStats& stats) {
+  const int64_t target = table.pts[k];
+  while (true) {
+    const int ret = avcodec_receive_frame(ctx.get(), frame.get());
+    if (ret == 0) {
+      ++stats.frames_decoded;
+      const int64_t pts = frame->pts != AV_NOPTS_VALUE ? frame->pts : frame->best_effort_timestamp;
+      if ((frame->flags & AV_FRAME_FLAG_CORRUPT) || frame->decode_error_flags != 0) {
+        av_frame_unref(frame.get());
+        live = false;
+        return absl::DataLossError(StrCat("the decoder flagged the frame at pts ", pts,
+                                          " as corrupt (decoding frame ", k, ", packet ",
+                                          table.packet[k], ")"));
+      }
+      if (pts != AV_NOPTS_VALUE) last_pts = pts;
+      if (pts == target) return absl::OkStatus();
+      if (pts != AV_NOPTS_VALUE && pts > target) {
+        av_frame_unref(frame.get());
+        live = false;
+        return absl::DataLossError(
+            StrCat("frame ", k, " (pts ", target, ", packet ", table.packet[k],
+                   ") never came out of the decoder; it went on to pts ", pts));
+      }
+      av_frame_unref(frame.get());
+      continue;
+    }
+    if (ret == AVERROR(EAGAIN)) {
+      RETURN_IF_ERROR(SendNextPacket(k, pk, read, stats));
+      continue;
+    }
+    live = false;
+    if (ret == AVERROR_EOF) {
+      return absl::DataLossError(StrCat("the stream ended before frame ", k, " (pts ", target,
+                                        ", packet ", table.packet[k], ") came out"));
+    }
+    return av::AvError(ret, StrCat("decoding frame ", k, " (packet ", table.packet[k], ")"));
+  }
+}
+
+absl::Status VideoDecoder::State::SendNextPacket(int64_t k, const pb::PacketTable& pk,
+                                                 PacketReader read, VideoDecoderStats& stats) {
+  const size_t num_packets = static_cast<size_t>(pk.pts_size());
+  if (next_packet >= num_packets) {
+    const int ret = avcodec_send_packet(ctx.get(), nullptr);
+    drained = true;
+    if (ret < 0 && ret != AVERROR_EOF) {
+      live = false;
+      return av::AvError(ret, "draining the decoder");
+    }
+    return absl::OkStatus();
+  }
+  const size_t p = next_packet++;
+  absl::Status st = read(p, &bytes);
+  if (!st.ok()) {
+    live = false;
+    return st;
+  }
+  av_packet_unref(pkt.get());
+  if (bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
+    live = false;
+    return absl::DataLossError(StrCat("packet ", p, " is ", bytes.size(), " bytes"));
+  }
+  int ret = av_new_packet(pkt.get(), static_cast<int>(bytes.size()));
+  if (ret < 0) return av::AvError(ret, "allocating a packet");
+  if (!bytes.empty()) std::memcpy(pkt->data, bytes.data(), bytes.size());
+  const int pi = static_cast<int>(p);
+  pkt->pts = pk.pts(pi);
+  pkt->dts = pk.dts(pi);
+  pkt->duration = pk.duration(pi);
+  if (pk.flags(pi) & format::kPacketKey) pkt->flags |= AV_PKT_FLAG_KEY;
+  ret = avcodec_send_packet(ctx.get(), pkt.get());
+  ++stats.packets_sent;
+  if (ret < 0) {
+    live = false;
+    return av::AvError(
+        ret, StrCat("the ", ctx->codec->name, " decoder rejected packet ", p, " (", bytes.size(),
+                    " bytes, pts ", pk.pts(pi), ") while decoding frame ", k));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VideoDecoder::State::ConvertFrame(Rotation rotation, const VideoOutput& output,
+                                               RgbImage* image) {
+  // Rotate first, on the planes, as the CLI's transpose filters do.
+  AVFrame* src = frame.get();
+  bool rgb_rotate = false;
+  if (rotation != Rotation::kNone) {
+    if (PlanewiseRotatable(static_cast<AVPixelFormat>(src->format))) {
+      RETURN_IF_ERROR(RotatePlanes(src, rotation));
+      src = rotated.get();
+    } else {
+      rgb_rotate = true;
+    }
+  }
+  const bool quarter_after = rgb_rotate && rotation != Rotation::kHalf;
+  const int ow = output.width > 0 ? output.width : (quarter_after ? src->height : src->width);
+  const int oh = output.height > 0 ? output.height : (quarter_after ? src->width : src->height);
+  // With an RGB rotation afterwards, convert to the pre-rotation size.
+  const int cw = quarter_after ? oh : ow;
+  const int ch = quarter_after ? ow : oh;
+  const bool scaling = cw != src->width || ch != src->height;
+  RETURN_IF_ERROR(PrepareScaler(src, cw, ch, scaling ? SwsFlagsFor(output.filter) : SWS_BICUBIC));
+  RgbImage converted;
+  RgbImage& img = rgb_rotate ? converted : *image;
+  img.width = cw;
+  img.height = ch;
+  img.pixels.resize(static_cast<size_t>(cw) * ch * 3);
+  Scale(src, &img);
+  av_frame_unref(frame.get());
+  if (rgb_rotate) RotateRgb(converted, rotation, image);
+  return absl::OkStatus();
+}
+
+// Rotates `src` plane by plane into `rotated`. REQUIRES: PlanewiseRotatable(src's format).
+absl::Status VideoDecoder::State::RotatePlanes(const AVFrame* src, Rotation rotation) {
+  const AVPixelFormat fmt = static_cast<AVPixelFormat>(src->format);
+  const bool quarter = rotation != Rotation::kHalf;
+  av_frame_unref(rotated.get());
+  rotated->format = src->format;
+  rotated->width = quarter ? src->height : src->width;
+  rotated->height = quarter ? src->width : src->height;
+  int ret = av_frame_get_buffer(rotated.get(), 0);
+  if (ret < 0) return av::AvError(ret, "allocating a rotated frame");
+  av_frame_copy_props(rotated.get(), src);
+  const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(fmt);
+  for (int c = 0; c < d->nb_components; ++c) {
+    const int plane = d->comp[c].plane;
+    const bool chroma = (plane == 1 || plane == 2);
+    const int pw = chroma ? AV_CEIL_RSHIFT(src->width, d->log2_chroma_w) : src->width;
+    const int ph = chroma ? AV_CEIL_RSHIFT(src->height, d->log2_chroma_h) : src->height;
+    if (d->comp[c].step == 1) {
+      RotatePlane<uint8_t>(src->data[plane], src->linesize[plane], pw, ph, rotated->data[plane],
+                           rotated->linesize[plane], rotation);
+    } else {
+      RotatePlane<uint16_t>(src->data[plane], src->linesize[plane], pw, ph, rotated->data[plane],
+                            rotated->linesize[plane], rotation);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A scaler from `src` to rgb24 cw x ch with `flags`, reusing the cached one when it fits.
+absl::Status VideoDecoder::State::PrepareScaler(const AVFrame* src, int cw, int ch, int flags) {
+  sws.reset(sws_getCachedContext(sws.release(), src->width, src->height,
+                                 static_cast<AVPixelFormat>(src->format), cw, ch, AV_PIX_FMT_RGB24,
+                                 flags, nullptr, nullptr, nullptr));
+  if (sws == nullptr) {
+    return absl::UnimplementedError(StrCat(
+        "libswscale cannot convert ", av_get_pix_fmt_name(static_cast<AVPixelFormat>(src->format)),
+        " ", src->width, "x", src->height, " to rgb24 ", cw, "x", ch));
+  }
+  // The CLI's scale filter (colour matrix "auto"): the frame's matrix and range.
+  int *inv_table = nullptr, *table_out = nullptr;
+  int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
+  if (sws_getColorspaceDetails(sws.get(), &inv_table, &src_range, &table_out, &dst_range,
+                               &brightness, &contrast, &saturation) >= 0) {
+    // Read the enums as ints: a broken stream can carry values outside the enum's range.
+    int colorspace = 0, color_range = 0;
+    std::memcpy(&colorspace, &src->colorspace, sizeof(colorspace));
+    std::memcpy(&color_range, &src->color_range, sizeof(color_range));
+    if (colorspace < 0 || colorspace >= AVCOL_SPC_NB) colorspace = SWS_CS_DEFAULT;
+    const int* in_coeffs = sws_getCoefficients(colorspace);
+    if (color_range == AVCOL_RANGE_MPEG || color_range == AVCOL_RANGE_JPEG) {
+      src_range = color_range == AVCOL_RANGE_JPEG;
+    }
+    sws_setColorspaceDetails(sws.get(), in_coeffs, src_range, table_out, dst_range, brightness,
+                             contrast, saturation);
+  }
+  return absl::OkStatus();
+}
+
+// Converts `src` into `img` (sized already) with the scaler PrepareScaler set up.
+void VideoDecoder::State::Scale(const AVFrame* src, RgbImage* img) {
+  const int cw = img->width, ch = img->height;
+  if (cw % 16 == 0) {
+    // Rows of a multiple of 16 pixels: libswscale's vector code writes whole rows only, so it
+    // can write straight into the image (rows 16-byte aligned), saving a copy per frame.
+    uint8_t* dst_data[4] = {img->pixels.data(), nullptr, nullptr, nullptr};
+    int dst_linesize[4] = {cw * 3, 0, 0, 0};
+    sws_scale(sws.get(), src->data, src->linesize, 0, src->height, dst_data, dst_linesize);
+  } else {
+    // Other widths: libswscale may write past a row's end; convert into padded rows.
+    const int stride = FFALIGN(cw * 3, 64);
+    scratch.resize(static_cast<size_t>(stride) * ch + 64);
+    uint8_t* dst_data[4] = {scratch.data(), nullptr, nullptr, nullptr};
+    int dst_linesize[4] = {stride, 0, 0, 0};
+    sws_scale(sws.get(), src->data, src->linesize, 0, src->height, dst_data, dst_linesize);
+    for (int y = 0; y < ch; ++y) {
+      std::memcpy(&img->pixels[static_cast<size_t>(y) * cw * 3],
+                  &scratch[static_cast<size_t>(y) * stride], static_cast<size_t>(cw) * 3);
+    }
+  }
+}
+
+void VideoDecoder::State::Remember(uint64_t key, int64_t k, const VideoOutput& output,
+                                   const RgbImage& image) {
+  if (!output.keep_recent || image.pixels.size() > kRecentBytes) return;
+  recent.push_back(Recent{key, k, output.width, output.height, static_cast<int>(output.filter),
+                          output.autorotate, image});
+  recent_bytes += image.pixels.size();
+  while (recent.size() > kRecentFrames || recent_bytes > kRecentBytes) {
+    recent_bytes -= recent.front().image.pixels.size();
+    recent.pop_front();
+  }
+}
+
 absl::Status VideoDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& stream,
                                   const FrameTable& table, PacketReader read,
                                   std::span<const int64_t> frames, const VideoOutput& output,
@@ -283,272 +606,31 @@ absl::Status VideoDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
   if (s.frame == nullptr || s.pkt == nullptr || s.rotated == nullptr) {
     return absl::ResourceExhaustedError("allocating FFmpeg frames");
   }
-  if (static_cast<int64_t>(frames.size()) > limits.max_frames_per_sample) {
-    return absl::ResourceExhaustedError(
-        StrCat(frames.size(), " frames requested, over the limit of ",
-               limits.max_frames_per_sample, " (limits.max_frames_per_sample)"));
-  }
-  for (int64_t f : frames) {
-    if (f < 0 || f >= static_cast<int64_t>(table.size())) {
-      return absl::OutOfRangeError(
-          StrCat("frame ", f, " requested; the stream has ", table.size(), " frames"));
-    }
-  }
-  if (output.width < 0 || output.height < 0 ||
-      static_cast<int64_t>(output.width) * output.height > limits.max_pixels) {
-    return absl::InvalidArgumentError(
-        StrCat("output size ", output.width, "x", output.height, " is invalid or over limits"));
-  }
-
-  // (Re)open the codec context when the parameters change.
-  std::string key = stream.codec().SerializeAsString();
-  if (s.ctx == nullptr || key != s.params_key) {
-    s.ctx.reset();
-    s.live = false;
-    RETURN_IF_ERROR(OpenCodec(stream, limits, &s.ctx));
-    s.params_key = std::move(key);
-    s.used = false;
-    ++stats_.decoders_opened;
-  }
-  if (s.stream_key != stream_key) s.live = false;
-
+  RETURN_IF_ERROR(CheckRequest(table, frames, output, limits));
+  RETURN_IF_ERROR(s.UseCodecFor(stream_key, stream, limits, stats_));
   const Rotation rotation =
       output.autorotate ? RotationOf(stream.codec().rotation_deg()) : Rotation::kNone;
 
   // Unique targets in presentation order, and where each result goes.
-  std::vector<size_t> order(frames.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return frames[a] < frames[b]; });
+  const std::vector<size_t> order = PresentationOrder(frames);
   out->resize(frames.size());
-
-  const pb::PacketTable& pk = stream.packets();
-  const size_t num_packets = static_cast<size_t>(pk.pts_size());
   size_t oi = 0;
-  constexpr size_t kRecentFrames = 8;
-  constexpr size_t kRecentBytes = 32u << 20;
-  auto find_recent = [&](int64_t k) -> const RgbImage* {
-    for (const State::Recent& r : s.recent) {
-      if (r.stream_key == stream_key && r.frame == k && r.width == output.width &&
-          r.height == output.height && r.filter == static_cast<int>(output.filter) &&
-          r.autorotate == output.autorotate) {
-        return &r.image;
-      }
-    }
-    return nullptr;
-  };
   while (oi < order.size()) {
     const int64_t k = frames[order[oi]];
-    if (const RgbImage* r = find_recent(k)) {
+    if (const RgbImage* r = s.FindRecent(stream_key, k, output)) {
       // Delivered again without decoding (and without moving the decoder).
-      while (oi < order.size() && frames[order[oi]] == k) {
-        (*out)[order[oi]] = *r;
-        ++stats_.frames_delivered;
-        ++oi;
-      }
+      oi = DeliverRepeats(*r, k, frames, order, oi, out, &stats_.frames_delivered);
       continue;
     }
-    const int64_t target = table.pts[k];
-    const size_t start = table.start_packet[k];
-    // After a drain the decoder still holds the frames not yet received; EOF ends it.
-    const bool can_continue = s.live && s.last_pts < target && start <= s.next_packet;
-    if (!can_continue) {
-      if (s.used) avcodec_flush_buffers(s.ctx.get());
-      s.used = true;
-      s.stream_key = stream_key;
-      s.live = true;
-      s.drained = false;
-      s.next_packet = start;
-      s.last_pts = std::numeric_limits<int64_t>::min();
-      ++stats_.seeks;
-    }
-    // Decode forward until the target comes out.
-    while (true) {
-      int ret = avcodec_receive_frame(s.ctx.get(), s.frame.get());
-      if (ret == 0) {
-        ++stats_.frames_decoded;
-        const int64_t pts = s.frame->pts != AV_NOPTS_VALUE ? s.frame->pts
-                                                          : s.frame->best_effort_timestamp;
-        if ((s.frame->flags & AV_FRAME_FLAG_CORRUPT) || s.frame->decode_error_flags != 0) {
-          av_frame_unref(s.frame.get());
-          s.live = false;
-          return absl::DataLossError(
-              StrCat("the decoder flagged the frame at pts ", pts, " as corrupt (decoding frame ",
-                     k, ", packet ", table.packet[k], ")"));
-        }
-        if (pts != AV_NOPTS_VALUE) s.last_pts = pts;
-        if (pts == target) break;
-        if (pts != AV_NOPTS_VALUE && pts > target) {
-          av_frame_unref(s.frame.get());
-          s.live = false;
-          return absl::DataLossError(
-              StrCat("frame ", k, " (pts ", target, ", packet ", table.packet[k],
-                     ") never came out of the decoder; it went on to pts ", pts));
-        }
-        av_frame_unref(s.frame.get());
-        continue;
-      }
-      if (ret == AVERROR(EAGAIN)) {
-        if (s.next_packet < num_packets) {
-          const size_t p = s.next_packet++;
-          absl::Status st = read(p, &s.bytes);
-          if (!st.ok()) {
-            s.live = false;
-            return st;
-          }
-          av_packet_unref(s.pkt.get());
-          if (s.bytes.size() > static_cast<size_t>(std::numeric_limits<int>::max() / 2)) {
-            s.live = false;
-            return absl::DataLossError(StrCat("packet ", p, " is ", s.bytes.size(), " bytes"));
-          }
-          ret = av_new_packet(s.pkt.get(), static_cast<int>(s.bytes.size()));
-          if (ret < 0) return av::AvError(ret, "allocating a packet");
-          if (!s.bytes.empty()) std::memcpy(s.pkt->data, s.bytes.data(), s.bytes.size());
-          const int pi = static_cast<int>(p);
-          s.pkt->pts = pk.pts(pi);
-          s.pkt->dts = pk.dts(pi);
-          s.pkt->duration = pk.duration(pi);
-          if (pk.flags(pi) & format::kPacketKey) s.pkt->flags |= AV_PKT_FLAG_KEY;
-          ret = avcodec_send_packet(s.ctx.get(), s.pkt.get());
-          ++stats_.packets_sent;
-          if (ret < 0) {
-            s.live = false;
-            return av::AvError(ret, StrCat("the ", s.ctx->codec->name, " decoder rejected packet ",
-                                           p, " (", s.bytes.size(), " bytes, pts ", pk.pts(pi),
-                                           ") while decoding frame ", k));
-          }
-        } else {
-          ret = avcodec_send_packet(s.ctx.get(), nullptr);
-          s.drained = true;
-          if (ret < 0 && ret != AVERROR_EOF) {
-            s.live = false;
-            return av::AvError(ret, "draining the decoder");
-          }
-        }
-        continue;
-      }
-      s.live = false;
-      if (ret == AVERROR_EOF) {
-        return absl::DataLossError(StrCat("the stream ended before frame ", k, " (pts ", target,
-                                          ", packet ", table.packet[k], ") came out"));
-      }
-      return av::AvError(ret, StrCat("decoding frame ", k, " (packet ", table.packet[k], ")"));
-    }
-
-    // Convert (rotate first, on the planes, as the CLI's transpose filters do).
-    AVFrame* src = s.frame.get();
-    bool rgb_rotate = false;
-    if (rotation != Rotation::kNone) {
-      const AVPixelFormat fmt = static_cast<AVPixelFormat>(src->format);
-      if (PlanewiseRotatable(fmt)) {
-        const bool quarter = rotation != Rotation::kHalf;
-        av_frame_unref(s.rotated.get());
-        s.rotated->format = src->format;
-        s.rotated->width = quarter ? src->height : src->width;
-        s.rotated->height = quarter ? src->width : src->height;
-        int ret = av_frame_get_buffer(s.rotated.get(), 0);
-        if (ret < 0) return av::AvError(ret, "allocating a rotated frame");
-        av_frame_copy_props(s.rotated.get(), src);
-        const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(fmt);
-        for (int c = 0; c < d->nb_components; ++c) {
-          const int plane = d->comp[c].plane;
-          const bool chroma = (plane == 1 || plane == 2);
-          const int pw = chroma ? AV_CEIL_RSHIFT(src->width, d->log2_chroma_w) : src->width;
-          const int ph = chroma ? AV_CEIL_RSHIFT(src->height, d->log2_chroma_h) : src->height;
-          if (d->comp[c].step == 1) {
-            RotatePlane<uint8_t>(src->data[plane], src->linesize[plane], pw, ph,
-                                 s.rotated->data[plane], s.rotated->linesize[plane], rotation);
-          } else {
-            RotatePlane<uint16_t>(src->data[plane], src->linesize[plane], pw, ph,
-                                  s.rotated->data[plane], s.rotated->linesize[plane], rotation);
-          }
-        }
-        src = s.rotated.get();
-      } else {
-        rgb_rotate = true;
-      }
-    }
-    const bool quarter_after = rgb_rotate && rotation != Rotation::kHalf;
-    int ow = output.width > 0 ? output.width : (quarter_after ? src->height : src->width);
-    int oh = output.height > 0 ? output.height : (quarter_after ? src->width : src->height);
-    // With an RGB rotation afterwards, convert to the pre-rotation size.
-    const int cw = quarter_after ? oh : ow;
-    const int ch = quarter_after ? ow : oh;
-    const bool scaling = cw != src->width || ch != src->height;
-    const int flags = scaling ? SwsFlagsFor(output.filter) : SWS_BICUBIC;
-    s.sws.reset(sws_getCachedContext(s.sws.release(), src->width, src->height,
-                                     static_cast<AVPixelFormat>(src->format), cw, ch,
-                                     AV_PIX_FMT_RGB24, flags, nullptr, nullptr, nullptr));
-    if (s.sws == nullptr) {
-      return absl::UnimplementedError(
-          StrCat("libswscale cannot convert ",
-                 av_get_pix_fmt_name(static_cast<AVPixelFormat>(src->format)), " ", src->width,
-                 "x", src->height, " to rgb24 ", cw, "x", ch));
-    }
-    // The CLI's scale filter (colour matrix "auto"): the frame's matrix and range.
-    {
-      int *inv_table = nullptr, *table_out = nullptr;
-      int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
-      if (sws_getColorspaceDetails(s.sws.get(), &inv_table, &src_range, &table_out, &dst_range,
-                                   &brightness, &contrast, &saturation) >= 0) {
-        // Read the enums as ints: a broken stream can carry values outside the enum's range.
-        int colorspace = 0, color_range = 0;
-        std::memcpy(&colorspace, &src->colorspace, sizeof(colorspace));
-        std::memcpy(&color_range, &src->color_range, sizeof(color_range));
-        if (colorspace < 0 || colorspace >= AVCOL_SPC_NB) colorspace = SWS_CS_DEFAULT;
-        const int* in_coeffs = sws_getCoefficients(colorspace);
-        if (color_range == AVCOL_RANGE_MPEG || color_range == AVCOL_RANGE_JPEG) {
-          src_range = color_range == AVCOL_RANGE_JPEG;
-        }
-        sws_setColorspaceDetails(s.sws.get(), in_coeffs, src_range, table_out, dst_range,
-                                 brightness, contrast, saturation);
-      }
-    }
+    s.SeekUnlessContinuing(stream_key, table.start_packet[k], table.pts[k], stats_);
+    RETURN_IF_ERROR(s.DecodeFrame(k, table, stream.packets(), read, stats_));
     RgbImage& first = (*out)[order[oi]];
-    RgbImage converted;
-    RgbImage& img = rgb_rotate ? converted : first;
-    img.width = cw;
-    img.height = ch;
-    img.pixels.resize(static_cast<size_t>(cw) * ch * 3);
-    if (cw % 16 == 0) {
-      // Rows of a multiple of 16 pixels: libswscale's vector code writes whole rows only, so it
-      // can write straight into the image (rows 16-byte aligned), saving a copy per frame.
-      uint8_t* dst_data[4] = {img.pixels.data(), nullptr, nullptr, nullptr};
-      int dst_linesize[4] = {cw * 3, 0, 0, 0};
-      sws_scale(s.sws.get(), src->data, src->linesize, 0, src->height, dst_data, dst_linesize);
-    } else {
-      // Other widths: libswscale may write past a row's end; convert into padded rows.
-      const int stride = FFALIGN(cw * 3, 64);
-      s.scratch.resize(static_cast<size_t>(stride) * ch + 64);
-      uint8_t* dst_data[4] = {s.scratch.data(), nullptr, nullptr, nullptr};
-      int dst_linesize[4] = {stride, 0, 0, 0};
-      sws_scale(s.sws.get(), src->data, src->linesize, 0, src->height, dst_data, dst_linesize);
-      for (int y = 0; y < ch; ++y) {
-        std::memcpy(&img.pixels[static_cast<size_t>(y) * cw * 3],
-                    &s.scratch[static_cast<size_t>(y) * stride], static_cast<size_t>(cw) * 3);
-      }
-    }
-    av_frame_unref(s.frame.get());
-    if (rgb_rotate) RotateRgb(converted, rotation, &first);
+    RETURN_IF_ERROR(s.ConvertFrame(rotation, output, &first));
     // Remember it for the next call (see State::recent).
-    if (output.keep_recent && first.pixels.size() <= kRecentBytes) {
-      s.recent.push_back(State::Recent{stream_key, k, output.width, output.height,
-                                       static_cast<int>(output.filter), output.autorotate, first});
-      s.recent_bytes += first.pixels.size();
-      while (s.recent.size() > kRecentFrames || s.recent_bytes > kRecentBytes) {
-        s.recent_bytes -= s.recent.front().image.pixels.size();
-        s.recent.pop_front();
-      }
-    }
+    s.Remember(stream_key, k, output, first);
     ++stats_.frames_delivered;
     // Repeats of the same frame.
-    size_t oj = oi + 1;
-    while (oj < order.size() && frames[order[oj]] == k) {
-      (*out)[order[oj]] = first;
-      ++stats_.frames_delivered;
-      ++oj;
-    }
-    oi = oj;
+    oi = DeliverRepeats(first, k, frames, order, oi + 1, out, &stats_.frames_delivered);
   }
   return absl::OkStatus();
 }
