@@ -142,6 +142,32 @@ class SampleAssembler {
   absl::StatusOr<double> AnchorTime(Episode& ep, uint32_t step);
   VideoOutput OutputFor(const StreamSpec& s) const;
 
+  // Assemble's steps. Each adds to `out` the tensors of one stream of the spec (`si` indexes
+  // spec_.streams; `s` is that stream's spec) or gets them ready; errors carry `ctx` (dataset,
+  // shard, episode, stream) and the frame or time that failed.
+  absl::Status AddStream(size_t si, Episode& ep, uint64_t seed, uint64_t epoch,
+                         const std::string& ctx, Sample* out);
+  absl::Status AddLowdim(const StreamSpec& s, const format::v1::EpisodeIndex& index,
+                         const std::string& ctx, Sample* out);
+  absl::Status AddFrames(size_t si, Episode& ep, uint64_t seed, uint64_t epoch,
+                         const std::string& ctx, Sample* out);
+  absl::Status AddAudio(const StreamSpec& s, const format::v1::EpisodeIndex& index,
+                        const std::string& ctx, Sample* out);
+  // The frames of a video stream for `sample`: from the FrameCache when it has them all (in
+  // `held`, or copied into `images` for augmentation), else decoded into `images`.
+  absl::Status VideoFrames(size_t si, const Episode& ep, const FrameTable& table,
+                           const std::vector<int64_t>& frames, const Sample& sample,
+                           const std::string& ctx, std::vector<RgbImage>* images,
+                           std::vector<std::shared_ptr<const RgbImage>>* held);
+  // False (and `held` empty) unless the FrameCache holds every one of `frames`.
+  bool TakeCachedFrames(uint64_t episode, const StreamSpec& s, const std::vector<int64_t>& frames,
+                        std::vector<RgbImage>* images,
+                        std::vector<std::shared_ptr<const RgbImage>>* held);
+  // The frames of an image stream, each decoded once and resized to the spec's size.
+  absl::Status DecodeImages(const StreamSpec& s, const format::v1::EpisodeIndex& index,
+                            const FrameTable& table, const std::vector<int64_t>& frames,
+                            const std::string& ctx, std::vector<RgbImage>* images);
+
   const Dataset& dataset_;
   const SampleSpec& spec_;
   const SampleIndex& index_;
