@@ -1,9 +1,15 @@
 #include "server/shm_writer.h"
 
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <mutex>
+
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -39,6 +45,44 @@ absl::Status PreadAll(int fd, void* dst, size_t n, uint64_t offset, const std::s
   return absl::OkStatus();
 }
 
+// Copies into the client's mapping survive the client shrinking its file under them: the page
+// fault becomes SIGBUS, which the handler turns into a jump back to the copy (the thread's
+// guard), so the stream fails with DATA_LOSS and the server goes on. Faults outside a guarded
+// copy get the default action, as without the handler.
+// volatile: the stores around memcpy must happen, though nothing in this thread reads them.
+thread_local sigjmp_buf* volatile guarded_copy = nullptr;
+
+void OnSigbus(int, siginfo_t*, void*) {
+  if (sigjmp_buf* jb = guarded_copy) siglongjmp(*jb, 1);
+  signal(SIGBUS, SIG_DFL);  // not ours: returning re-runs the access, which now kills as before
+}
+
+void InstallSigbusGuard() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = OnSigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, nullptr);
+  });
+}
+
+// memcpy that returns false instead of dying when the mapping lost its pages.
+bool GuardedCopy(void* dst, const void* src, size_t n) {
+  sigjmp_buf jb;
+  if (sigsetjmp(jb, 1) != 0) {
+    guarded_copy = nullptr;
+    return false;
+  }
+  guarded_copy = &jb;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  std::memcpy(dst, src, n);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  guarded_copy = nullptr;
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShmWriter>> ShmWriter::Open(const std::string& name, const std::string& nonce,
@@ -71,14 +115,24 @@ absl::StatusOr<std::unique_ptr<ShmWriter>> ShmWriter::Open(const std::string& na
   }
   // The descriptor keeps it: the name goes now, so nothing stays in /dev/shm whoever dies first.
   unlink(path.c_str());
+  InstallSigbusGuard();
+  void* p = mmap(nullptr, shm::kHeaderBytes + capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return absl::FailedPreconditionError(StrCat("cannot map ", path, ": ", std::strerror(errno)));
+  w->base_ = static_cast<uint8_t*>(p);
   return w;
 }
 
-ShmWriter::~ShmWriter() { close(fd_); }
+ShmWriter::~ShmWriter() {
+  if (base_ != nullptr) munmap(base_, shm::kHeaderBytes + capacity_);
+  close(fd_);
+}
 
 absl::StatusOr<uint64_t> ShmWriter::Released() {
   uint64_t released = 0;
-  RETURN_IF_ERROR(PreadAll(fd_, &released, 8, shm::kReleasedOffset, "shared memory " + name_));
+  if (!GuardedCopy(&released, base_ + shm::kReleasedOffset, 8)) {
+    return absl::DataLossError(StrCat("shared memory ", name_, ": the client shrank its region"));
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
   return std::min(released, head_);  // a client claiming more only hurts itself
 }
 
@@ -108,26 +162,16 @@ absl::StatusOr<std::optional<uint64_t>> ShmWriter::Place(const uint8_t* data, ui
     ++full_batches_;
     return std::optional<uint64_t>();
   }
-  uint64_t offset = shm::kHeaderBytes + pos % capacity_;
-  const uint8_t* p = data;
-  uint64_t left = n;
-  while (left > 0) {
-    const ssize_t w = pwrite(fd_, p, left, static_cast<off_t>(offset));
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == ENOSPC || errno == EFBIG || errno == ENOMEM)) {
-      // /dev/shm is smaller than the region (a container's 64 MB default): this stream goes on
-      // in messages. The bytes written so far are in a part of the ring nobody was told about.
-      usable_ = false;
-      unusable_reason_ = StrCat("writing to /dev/shm/", name_, ": ", std::strerror(errno));
-      return std::optional<uint64_t>();
+  if (!GuardedCopy(base_ + shm::kHeaderBytes + pos % capacity_, data, n)) {
+    // The client shrank its file, or /dev/shm had no page left for it (tmpfs answers both with
+    // SIGBUS): the bytes copied so far lie where nobody was told to look.
+    struct stat st {};
+    if (fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) < shm::kHeaderBytes + capacity_) {
+      return absl::DataLossError(StrCat("shared memory ", name_, ": the client shrank its region"));
     }
-    if (w <= 0) {
-      return absl::DataLossError(StrCat("shared memory ", name_, ": write failed (",
-                                        w < 0 ? std::strerror(errno) : "no progress", ")"));
-    }
-    p += w;
-    left -= static_cast<uint64_t>(w);
-    offset += static_cast<uint64_t>(w);
+    usable_ = false;
+    unusable_reason_ = StrCat("/dev/shm/", name_, ": no memory left in /dev/shm for the region");
+    return std::optional<uint64_t>();
   }
   head_ = pos + n;
   bytes_ += n;

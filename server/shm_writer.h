@@ -3,9 +3,10 @@
 // sends only the header over gRPC. One per stream; not thread-safe (the handler thread uses it).
 //
 // The client is not trusted: the name must be one Conveyor makes, the file a regular file of the
-// offered size with the offered magic and nonce, and the server writes and reads it with
-// pwrite/pread, never through a mapping, so a client that truncates or unmaps its region can make
-// its own stream fail but cannot fault the server.
+// offered size with the offered magic and nonce. The server maps it and copies payloads in with
+// memcpy (pwrite into tmpfs ran at a fifth of memcpy's speed); a client that shrinks its file
+// under the mapping turns the copy's page fault into SIGBUS, which a handler installed for
+// guarded copies turns back into DATA_LOSS for that stream only.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,7 @@ class ShmWriter {
   ShmWriter(int fd, std::string name, uint64_t capacity) : fd_(fd), name_(std::move(name)), capacity_(capacity) {}
   absl::StatusOr<uint64_t> Released();
   int fd_;
+  uint8_t* base_ = nullptr;  // the mapping: header, then the ring
   std::string name_;
   uint64_t capacity_;
   uint64_t head_ = 0;  // bytes placed (monotonic, skipped tails included)
