@@ -3,9 +3,12 @@
 //  1. Transport: GB/s and batches/s of conveyor.v1 over loopback (the server's batch encoder, a
 //     gRPC server, the C++ client with its prefetch and reassembly) for a batch of the default
 //     robot spec (taken once from the pipeline, then resent) and for one large synthetic tensor,
-//     beside iperf3 over loopback in the same run. Goal: at least 0.7 of iperf3.
+//     beside iperf3 over loopback in the same run (goal: at least 0.7 of iperf3); and the same
+//     through the same-host transport (payloads in the client's /dev/shm ring, headers over
+//     gRPC) beside memcpy of the same bytes on one core (goal: at least 0.5 of memcpy).
 //  2. End to end: samples/s from a `conveyor serve` process (1 and 2 worker threads) to a client,
-//     beside the same pipeline run offline in-process with the same threads.
+//     over gRPC payloads and over shared memory, beside the same pipeline run offline in-process
+//     with the same threads (goal for shared memory: at least 0.98 of offline).
 //
 // Usage: stream_bench [--quick] [--work_dir=DIR] [--json=FILE]
 #include <arpa/inet.h>
@@ -31,6 +34,7 @@
 #include "nlohmann/json.hpp"
 #include "readers/dataset.h"
 #include "server/batch_encoder.h"
+#include "server/shm_writer.h"
 #include "pipeline/pipeline.h"
 
 namespace conveyor {
@@ -104,6 +108,17 @@ class RepeatService final : public pb::Conveyor::Service {
     pb::StreamBatchesResponse start;
     start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
     start.mutable_start()->set_steps_per_epoch(1u << 30);
+    std::unique_ptr<ShmWriter> shm;
+    PayloadPlacer place;
+    if (req->has_shared_memory()) {
+      auto opened = ShmWriter::Open(req->shared_memory().name(), req->shared_memory().nonce(),
+                                    req->shared_memory().capacity());
+      if (opened.ok()) {
+        shm = std::move(*opened);
+        start.mutable_start()->set_shared_memory(true);
+        place = [&](const uint8_t* data, uint64_t n) { return shm->Place(data, n, [] { return false; }); };
+      }
+    }
     if (!w->Write(start)) return grpc::Status::CANCELLED;
     Batch b = *batch_;
     for (uint64_t i = 0; i < req->max_batches(); ++i) {
@@ -111,7 +126,7 @@ class RepeatService final : public pb::Conveyor::Service {
       const bool ok = EncodeBatch(
           b, Cursor{b.cursor.epoch, b.cursor.step + 1}, max_message_,
           [](std::string_view) { return pb::DATA; },
-          [&](const pb::StreamBatchesResponse& m) { return w->Write(m); }).ok();
+          [&](const pb::StreamBatchesResponse& m) { return w->Write(m); }, place).ok();
       if (!ok) return grpc::Status::CANCELLED;
     }
     return grpc::Status::OK;
@@ -124,9 +139,28 @@ class RepeatService final : public pb::Conveyor::Service {
 
 struct Transport {
   double gb_per_s = 0, batches_per_s = 0;
+  uint64_t shm_batches = 0;
 };
 
-Transport StreamRepeated(const Batch& batch, uint64_t max_message, double seconds) {
+// memcpy of `bytes` between two buffers touched beforehand, on this thread: GB/s, best of a few.
+double MemcpyGBps(size_t bytes, double seconds) {
+  std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    uint64_t copied = 0;
+    do {
+      std::memcpy(b.data(), a.data(), bytes);
+      copied += bytes;
+      a[copied % bytes] ^= b[(copied / 3) % bytes];  // keep the copies observable
+    } while (std::chrono::duration<double>(Clock::now() - t0).count() < seconds / 3);
+    best = std::max(best, copied / 1e9 / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// With `shm`, the client offers a ring of six batches and the service writes payloads there.
+Transport StreamRepeated(const Batch& batch, uint64_t max_message, double seconds, bool shm = false) {
   RepeatService service(&batch, max_message);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -135,20 +169,29 @@ Transport StreamRepeated(const Batch& batch, uint64_t max_message, double second
   builder.SetMaxSendMessageSize(-1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   // Calibrate: how many batches fit in `seconds`, from a short first run.
+  // Steady state: with shared memory the first lap of a new ring also allocates its pages (the
+  // kernel zeroes each one on first touch), so the first `lap` batches are not timed.
+  const uint64_t lap = shm ? 7 : 0;
   auto measure = [&](uint64_t n) {
     client::ClientOptions o;
     o.servers = {"127.0.0.1:" + std::to_string(port)};
-    o.max_batches = n;
+    o.max_batches = n + lap;
+    o.shared_memory = shm;
+    o.shared_memory_bytes = 6 * batch.bytes() + (1 << 20);
     auto c = client::Client::Create(o);
     if (!c.ok()) {
       std::cerr << c.status() << "\n";
       std::exit(1);
     }
-    const auto t0 = Clock::now();
-    uint64_t bytes = 0, got = 0;
+    auto t0 = Clock::now();
+    uint64_t bytes = 0, got = 0, seen = 0;
     for (;;) {
       auto b = (*c)->Next();
       if (!b.ok() || !b->has_value()) break;
+      if (++seen <= lap) {
+        t0 = Clock::now();
+        continue;
+      }
       bytes += (*b)->bytes();
       ++got;
     }
@@ -156,6 +199,7 @@ Transport StreamRepeated(const Batch& batch, uint64_t max_message, double second
     Transport t;
     t.gb_per_s = bytes / 1e9 / s;
     t.batches_per_s = got / s;
+    t.shm_batches = (*c)->stats().shared_memory_batches;
     return t;
   };
   const Transport warm = measure(4);
@@ -176,9 +220,13 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
+// Batches not timed at the start of each end-to-end run (served and offline alike): start-up, the
+// first lap of a shared-memory ring (its pages are allocated on first touch).
+constexpr int kWarmBatches = 10;
+
 // A `conveyor serve` process with `threads` workers; samples/s a client receives over `steps`.
 double ServedSamplesPerSecond(const std::string& cli, const std::string& ds, const std::string& config,
-                              const std::string& work, int threads, int steps) {
+                              const std::string& work, int threads, int steps, bool shm) {
   const std::string ready = work + "/ready-" + std::to_string(threads);
   std::filesystem::remove(ready);
   const pid_t pid = fork();
@@ -198,14 +246,19 @@ double ServedSamplesPerSecond(const std::string& cli, const std::string& ds, con
   if (!address.empty()) {
     client::ClientOptions o;
     o.servers = {address};
-    o.max_batches = static_cast<uint64_t>(steps);
+    o.max_batches = static_cast<uint64_t>(steps + kWarmBatches);
+    o.shared_memory = shm;
     auto c = client::Client::Create(o);
-    const auto t0 = Clock::now();
+    auto t0 = Clock::now();
     uint64_t samples = 0;
-    for (;;) {
+    for (int seen = 0;; ++seen) {
       auto b = (*c)->Next();
       if (!b.ok()) std::cerr << b.status() << "\n";
       if (!b.ok() || !b->has_value()) break;
+      if (seen < kWarmBatches) {
+        t0 = Clock::now();
+        continue;
+      }
       samples += (*b)->ids.size();
     }
     rate = samples / std::chrono::duration<double>(Clock::now() - t0).count();
@@ -218,16 +271,27 @@ double ServedSamplesPerSecond(const std::string& cli, const std::string& ds, con
 double OfflineSamplesPerSecond(const Dataset& ds, const SampleSpec& spec, PipelineOptions o,
                                int threads, int steps) {
   o.threads = threads;
+  // As the server does: the schedule resolved from the config's own budget, then the stream's
+  // budget (the served runs' --queue-bytes) for what is in flight.
+  if (absl::Status st = ResolveSchedule(ds, spec, &o); !st.ok()) {
+    std::cerr << st << "\n";
+    std::exit(1);
+  }
+  o.queue_bytes = 1ull << 30;
   auto p = Pipeline::Create(ds, spec, o, Cursor{});
   if (!p.ok()) {
     std::cerr << p.status() << "\n";
     std::exit(1);
   }
-  const auto t0 = Clock::now();
+  auto t0 = Clock::now();
   uint64_t samples = 0;
-  for (int i = 0; i < steps; ++i) {
+  for (int i = 0; i < steps + kWarmBatches; ++i) {
     auto b = (*p)->Next();
     if (!b.ok() || !b->has_value()) break;
+    if (i < kWarmBatches) {
+      t0 = Clock::now();
+      continue;
+    }
     samples += (*b)->ids.size();
   }
   return samples / std::chrono::duration<double>(Clock::now() - t0).count();
@@ -325,19 +389,43 @@ int main(int argc, char** argv) {
   out["iperf3_gb_per_s"] = iperf;
   out["transport"] = transport;
 
+  // 1b. The same-host transport: payloads through the client's /dev/shm ring, beside memcpy.
+  std::printf("\nsame-host transport (payload written into the client's /dev/shm ring, header over gRPC)\n");
+  std::printf("%-34s %10s %10s %12s %12s %12s\n", "workload", "MB/batch", "GB/s", "batches/s",
+              "memcpy GB/s", "of memcpy");
+  json same_host = json::array();
+  for (const Batch* b : {&robot, &large}) {
+    const char* name = b == &robot ? "robot spec batch (32 samples)" : "one large tensor";
+    const double memcpy_gbps = MemcpyGBps(b->bytes(), quick ? 0.3 : 1.5);
+    const Transport t = StreamRepeated(*b, 4ull << 20, seconds, /*shm=*/true);
+    std::printf("%-34s %10.1f %10.2f %12.1f %12.2f %12.2f\n", name, b->bytes() / 1e6, t.gb_per_s,
+                t.batches_per_s, memcpy_gbps, memcpy_gbps > 0 ? t.gb_per_s / memcpy_gbps : 0);
+    std::fflush(stdout);
+    same_host.push_back({{"workload", name}, {"batch_bytes", b->bytes()}, {"gb_per_s", t.gb_per_s},
+                         {"batches_per_s", t.batches_per_s}, {"shared_memory_batches", t.shm_batches},
+                         {"memcpy_gb_per_s", memcpy_gbps},
+                         {"ratio_to_memcpy", memcpy_gbps > 0 ? t.gb_per_s / memcpy_gbps : 0}});
+  }
+  out["same_host_transport"] = same_host;
+
   // 2. End to end.
   const int steps = quick ? 3 : 40;
-  std::printf("\nend to end, default robot spec (examples/pipeline.yaml), %d batches of %llu\n", steps,
-              static_cast<unsigned long long>(base.global_batch_size));
-  std::printf("%-8s %18s %18s %8s\n", "threads", "served samples/s", "offline samples/s", "ratio");
+  std::printf("\nend to end, default robot spec (examples/pipeline.yaml), %d batches of %llu after %d untimed\n",
+              steps, static_cast<unsigned long long>(base.global_batch_size), kWarmBatches);
+  std::printf("%-8s %18s %8s %18s %8s %18s\n", "threads", "served gRPC", "ratio", "served shm",
+              "ratio", "offline samples/s");
   json e2e = json::array();
   for (int threads : {1, 2}) {
     const double offline = OfflineSamplesPerSecond(**ds, *spec, base, threads, steps);
-    const double served = ServedSamplesPerSecond(cli, ds_dir, config, work, threads, steps);
-    std::printf("%-8d %18.1f %18.1f %8.2f\n", threads, served, offline, offline > 0 ? served / offline : 0);
+    const double served = ServedSamplesPerSecond(cli, ds_dir, config, work, threads, steps, false);
+    const double shm = ServedSamplesPerSecond(cli, ds_dir, config, work, threads, steps, true);
+    std::printf("%-8d %18.1f %8.2f %18.1f %8.2f %18.1f\n", threads, served,
+                offline > 0 ? served / offline : 0, shm, offline > 0 ? shm / offline : 0, offline);
     std::fflush(stdout);
     e2e.push_back({{"threads", threads}, {"served_samples_per_s", served},
-                   {"offline_samples_per_s", offline}, {"ratio", offline > 0 ? served / offline : 0}});
+                   {"served_shared_memory_samples_per_s", shm}, {"offline_samples_per_s", offline},
+                   {"ratio", offline > 0 ? served / offline : 0},
+                   {"shared_memory_ratio", offline > 0 ? shm / offline : 0}});
   }
   out["end_to_end"] = e2e;
   std::filesystem::create_directories(std::filesystem::path(json_path).parent_path().empty()

@@ -566,37 +566,57 @@ class Bench {
     so.threads = threads;
     so.queue_bytes = po.queue_bytes;
     ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
-    client::ClientOptions co;
-    co.servers = {server->address()};
-    co.job = "bench";
-    uint64_t bytes = 0;
-    SteadyRate served;
-    client::ClientStats cs;
-    if (o_.consumers <= 1) {
-      t0 = Clock::now();
-      ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
-      bool first = true;
-      ASSIGN_OR_RETURN(served, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
-        ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
-        if (!b) return 0;
-        if (!first) bytes += b->bytes();
-        first = false;
-        return b->ids.size();
-      }));
-      served.first_batch_s = Since(t0) - served.seconds;
-      cs = c->stats();
-    } else {
-      ASSIGN_OR_RETURN(served, ServeConsumers(co, &bytes, &cs));
-    }
-    const double s = served.seconds;
+    // Each transport against the same server: payloads in gRPC messages, then through the
+    // client's /dev/shm ring (docs/serving.md "Same-host transport").
+    struct Served {
+      SteadyRate rate;
+      uint64_t bytes = 0;
+      client::ClientStats cs;
+    };
+    auto stream = [&](bool shared_memory) -> absl::StatusOr<Served> {
+      client::ClientOptions co;
+      co.servers = {server->address()};
+      co.job = "bench";
+      co.shared_memory = shared_memory;
+      Served out;
+      if (o_.consumers <= 1) {
+        const auto start = Clock::now();
+        ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
+        bool first = true;
+        ASSIGN_OR_RETURN(out.rate, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
+          ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
+          if (!b) return 0;
+          if (!first) out.bytes += b->bytes();
+          first = false;
+          return b->ids.size();
+        }));
+        out.rate.first_batch_s = Since(start) - out.rate.seconds;
+        out.cs = c->stats();
+      } else {
+        ASSIGN_OR_RETURN(out.rate, ServeConsumers(co, &out.bytes, &out.cs));
+      }
+      return out;
+    };
+    ASSIGN_OR_RETURN(Served grpc, stream(false));
+    ASSIGN_OR_RETURN(Served shm, stream(true));
     server->Shutdown(1);
+    const SteadyRate& served = grpc.rate;
+    const uint64_t bytes = grpc.bytes;
+    const double s = served.seconds;
     // Steady state (the first batch excluded from both rates), then the start-up on its own.
-    Row r{"all", "serve",
-          o_.consumers > 1 ? StrCat("gRPC to ", o_.consumers, " consumers") : "gRPC to a client",
-          threads, served.rate(), "samples/s", "offline pipeline", offline_rate, {}};
-    r.stages = {{"mb_per_s", s > 0 ? bytes / 1e6 / s : 0}, {"client_wait_s", cs.wait_seconds}, {"seconds", s},
+    const std::string to = o_.consumers > 1 ? StrCat(o_.consumers, " consumers") : "a client";
+    Row r{"all", "serve", StrCat("gRPC to ", to), threads, served.rate(), "samples/s",
+          "offline pipeline", offline_rate, {}};
+    r.stages = {{"mb_per_s", s > 0 ? bytes / 1e6 / s : 0}, {"client_wait_s", grpc.cs.wait_seconds}, {"seconds", s},
                 {"first_batch_s", served.first_batch_s}};
     Add(std::move(r));
+    Row same{"all", "serve", StrCat("same host (shared memory) to ", to), threads, shm.rate.rate(),
+             "samples/s", "offline pipeline", offline_rate, {}};
+    same.stages = {{"mb_per_s", shm.rate.seconds > 0 ? shm.bytes / 1e6 / shm.rate.seconds : 0},
+                   {"client_wait_s", shm.cs.wait_seconds}, {"seconds", shm.rate.seconds},
+                   {"first_batch_s", shm.rate.first_batch_s},
+                   {"shared_memory_batches", shm.cs.shared_memory_batches}, {"batches", shm.cs.batches}};
+    Add(std::move(same));
     Add(Row{"all", "serve", "time to first batch (served)", threads, served.first_batch_s, "s",
             "offline pipeline", offline.first_batch_s, {}});
     if (iperf_ == 0 && o_.plan <= 0) iperf_ = Iperf3MBps(o_.seconds);
@@ -736,7 +756,9 @@ absl::Status PrintPlan(const BenchOptions& o, const std::vector<Row>& rows) {
   double per_core = 0;
   int at_threads = 0;
   for (const Row& r : rows) {
-    if (r.stage != "serve" || r.unit != "samples/s") continue;
+    // The gRPC rows: servers on nodes of their own reach their trainers over the network; the
+    // same-host row is what a server beside its trainers does better.
+    if (r.stage != "serve" || r.unit != "samples/s" || r.order.rfind("gRPC", 0) != 0) continue;
     const double pc = r.value / r.threads;
     measured.push_back({{"threads", r.threads}, {"samples_per_s", r.value}, {"per_core", pc},
                         {"offline_samples_per_s", r.limit}});
