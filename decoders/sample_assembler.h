@@ -20,6 +20,7 @@
 #include "decoders/sample_spec.h"
 #include "decoders/video_decoder.h"
 #include "readers/dataset.h"
+#include "shuffle/sample_index.h"
 
 namespace conveyor {
 
@@ -51,25 +52,6 @@ struct Sample {
   std::vector<Tensor> tensors;
   const Tensor* Find(std::string_view name) const;
   size_t bytes() const;
-};
-
-// The sample index space: anchor steps of all episodes, episode after episode. O(episodes)
-// memory, O(log episodes) per lookup. Built from the episode table alone (no shard reads).
-class SampleIndex {
- public:
-  static absl::StatusOr<SampleIndex> Build(const Dataset& dataset, int anchor_stream);
-  uint64_t size() const { return starts_.empty() ? 0 : starts_.back(); }
-  struct Location {
-    uint64_t episode = 0;
-    uint32_t step = 0;
-  };
-  Location Locate(uint64_t sample) const;  // sample < size()
-  uint64_t EpisodeStart(uint64_t episode) const { return starts_[episode]; }
-  uint64_t num_episodes() const { return starts_.empty() ? 0 : starts_.size() - 1; }
-  uint64_t EpisodeSamples(uint64_t episode) const { return starts_[episode + 1] - starts_[episode]; }
-
- private:
-  std::vector<uint64_t> starts_;  // starts_[e]: first sample of episode e; then the total
 };
 
 // Decoded frames prepared ahead of assembly (the pipeline's decode-once GOP scheduling): the

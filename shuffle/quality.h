@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "decoders/sample_assembler.h"
+#include "shuffle/sample_index.h"
 #include "shuffle/order.h"
 
 namespace conveyor {
