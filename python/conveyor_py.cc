@@ -157,6 +157,9 @@ class PyClient {
     d["reconnects"] = s.reconnects;
     d["wait_seconds"] = s.wait_seconds;
     d["server"] = s.server;
+    d["transport"] = s.transport;
+    d["shared_memory_batches"] = s.shared_memory_batches;
+    d["shared_memory_refused"] = s.shared_memory_refused;
     return d;
   }
 
@@ -199,8 +202,11 @@ cc::ClientOptions MakeOptions(std::vector<std::string> servers, std::string job,
                               std::string auth_token, double reconnect_timeout_s,
                               std::string dataset, bool tls, std::string tls_ca_pem,
                               std::string tls_cert_pem, std::string tls_key_pem,
-                              std::string tls_server_name, uint32_t schedule_version) {
+                              std::string tls_server_name, uint32_t schedule_version,
+                              bool shared_memory, uint64_t shared_memory_bytes) {
   cc::ClientOptions o;
+  o.shared_memory = shared_memory;
+  o.shared_memory_bytes = shared_memory_bytes;
   o.schedule_version = schedule_version;
   o.servers = std::move(servers);
   o.job = std::move(job);
@@ -251,13 +257,15 @@ PYBIND11_MODULE(_conveyor, m) {
                        size_t prefetch_batches, uint64_t prefetch_bytes, uint64_t max_message_bytes,
                        std::string auth_token, double reconnect_timeout_s, std::string dataset,
                        bool tls, std::string tls_ca_pem, std::string tls_cert_pem,
-                       std::string tls_key_pem, std::string tls_server_name, uint32_t schedule_version) {
+                       std::string tls_key_pem, std::string tls_server_name, uint32_t schedule_version,
+                       bool shared_memory, uint64_t shared_memory_bytes) {
              return std::make_unique<PyClient>(MakeOptions(
                  std::move(servers), std::move(job), consumer, consumers, start,
                  std::move(config_yaml), std::move(config_name), max_batches, prefetch_batches,
                  prefetch_bytes, max_message_bytes, std::move(auth_token), reconnect_timeout_s,
                  std::move(dataset), tls, std::move(tls_ca_pem), std::move(tls_cert_pem),
-                 std::move(tls_key_pem), std::move(tls_server_name), schedule_version));
+                 std::move(tls_key_pem), std::move(tls_server_name), schedule_version,
+                 shared_memory, shared_memory_bytes));
            }),
            py::kw_only(), py::arg("servers"), py::arg("job") = "default", py::arg("consumer") = 0,
            py::arg("consumers") = 1, py::arg("start") = std::pair<uint64_t, uint64_t>{0, 0},
@@ -266,7 +274,8 @@ PYBIND11_MODULE(_conveyor, m) {
            py::arg("max_message_bytes") = 0, py::arg("auth_token") = "",
            py::arg("reconnect_timeout_s") = 60.0, py::arg("dataset") = "", py::arg("tls") = false,
            py::arg("tls_ca_pem") = "", py::arg("tls_cert_pem") = "", py::arg("tls_key_pem") = "",
-           py::arg("tls_server_name") = "", py::arg("schedule_version") = 0)
+           py::arg("tls_server_name") = "", py::arg("schedule_version") = 0,
+           py::arg("shared_memory") = true, py::arg("shared_memory_bytes") = uint64_t{256} << 20)
       .def("next", &PyClient::Next,
            "The next batch: {tensor name: numpy view, ..., '_cursor': (epoch, step), '_next': "
            "(epoch, step), '_consumer', '_consumers', '_ids': int64 [n, 3] (index, episode, "

@@ -186,7 +186,9 @@ class Loader(_Base):
       schedule_version: the order's GOP schedule version (docs/pipeline.md "Schedule versions");
         None: the config's. load_state_dict() sets the one the state was saved under.
       **client_options: passed on to conveyor.Client (dataset, tls, tls_ca_pem, tls_cert_pem,
-        tls_key_pem, tls_server_name, max_message_bytes).
+        tls_key_pem, tls_server_name, max_message_bytes, shared_memory, shared_memory_bytes:
+        a server on this host writes payloads into a /dev/shm ring the client offers, on by
+        default; docs/serving.md "Same-host transport").
 
     Iterating yields dicts (see the module's doc). Every iteration starts a stream at the cursor
     after the last batch yielded so far (or `start`), so iterating again continues where the last
@@ -289,7 +291,8 @@ class Loader(_Base):
 
     def stats(self):
         """The C++ client's counters for the current (or last) iteration: batches, bytes,
-        messages, reconnects, wait_seconds (time next() waited), server."""
+        messages, reconnects, wait_seconds (time next() waited), server, transport
+        ("shared_memory" or "grpc"), shared_memory_batches, shared_memory_refused."""
         if self._client is None or self._client.closed:
             return dict(self._last_stats)
         return self._client.stats()

@@ -135,12 +135,17 @@ class ZeroCopyTest(unittest.TestCase):
     def test_views_of_received_buffers(self):
         """(b) Arrays are views of the batch block the C++ client received the payload into: no
         copy in Python, the tensors where the payload puts them, whether the server sent the batch
-        in one message or split into many."""
-        for max_message in [64 << 20, 0]:  # one message per batch; the server's 4 MiB
-            l = loader(max_batches=1, max_message_bytes=max_message)
+        in one message, split into many, or wrote it into the client's shared-memory ring."""
+        # One message per batch; the server's 4 MiB messages; the same-host ring (one header
+        # message, the payload viewed in the client's /dev/shm region).
+        for max_message, shm in [(64 << 20, False), (0, False), (0, True)]:
+            l = loader(max_batches=1, max_message_bytes=max_message, shared_memory=shm)
             batch = next(iter(l))
-            messages = l.stats()["messages"]
-            if max_message:
+            stats = l.stats()
+            messages = stats["messages"]
+            self.assertEqual(stats["transport"], "shared_memory" if shm else "grpc")
+            self.assertEqual(stats["shared_memory_batches"], 1 if shm else 0)
+            if max_message or shm:
                 self.assertEqual(messages, 1)
             else:
                 self.assertGreater(messages, 1)
