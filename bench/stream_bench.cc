@@ -112,10 +112,12 @@ class RepeatService final : public pb::Conveyor::Service {
     PayloadPlacer place;
     if (req->has_shared_memory()) {
       auto opened = ShmWriter::Open(req->shared_memory().name(), req->shared_memory().nonce(),
-                                    req->shared_memory().capacity());
+                                    req->shared_memory().capacity(), UINT64_MAX,
+                                    req->shared_memory().batches_ahead());
       if (opened.ok()) {
         shm = std::move(*opened);
         start.mutable_start()->set_shared_memory(true);
+        start.mutable_start()->set_shared_memory_ring(shm->ring());
         place = [&](const uint8_t* data, uint64_t n) { return shm->Place(data, n, [] { return false; }); };
       }
     }

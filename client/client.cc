@@ -188,6 +188,8 @@ struct Client::Impl {
   bool done ABSL_GUARDED_BY(mu) = false;
   bool stop ABSL_GUARDED_BY(mu) = false;
   grpc::ClientContext* active ABSL_GUARDED_BY(mu) = nullptr;  // to cancel from the destructor
+  // The current stream's shared-memory region, so that Next() can tell the server it is starved.
+  std::shared_ptr<ShmRegion> live_region ABSL_GUARDED_BY(mu);
   Cursor delivered ABSL_GUARDED_BY(mu);                       // cursor() for the user
   uint32_t schedule_version ABSL_GUARDED_BY(mu) = 0;          // the first stream start's (0 until then)
   ClientStats stats ABSL_GUARDED_BY(mu);
@@ -345,6 +347,8 @@ struct Client::Impl {
       req.mutable_shared_memory()->set_name(region->name());
       req.mutable_shared_memory()->set_nonce(region->nonce());
       req.mutable_shared_memory()->set_capacity(region->capacity());
+      // What this client holds unreleased in steady state: its prefetch and the trainer's batch.
+      req.mutable_shared_memory()->set_batches_ahead(static_cast<uint32_t>(o.prefetch_batches + 1));
     }
     return req;
   }
@@ -422,6 +426,7 @@ struct Client::Impl {
     }
     absl::MutexLock lock(&mu);
     active = nullptr;
+    live_region.reset();
     if (stop) end.stopped = true;
     return end;
   }
@@ -435,7 +440,13 @@ struct Client::Impl {
       // The server has opened the region or refused it: its name can go.
       if (r->region) r->region->Unlink();
       if (!m.start->shared_memory()) r->region.reset();
+      if (r->region && m.start->shared_memory_ring() != 0) {
+        if (absl::Status s = r->region->SetRing(m.start->shared_memory_ring()); !s.ok()) {
+          return absl::DataLossError(absl::StrCat("server ", target, ": ", s.message()));
+        }
+      }
       absl::MutexLock lock(&mu);
+      live_region = r->region;
       stats.transport = r->region ? "shared_memory" : "grpc";
       if (!m.start->shared_memory_refused().empty()) stats.shared_memory_refused = m.start->shared_memory_refused();
       return absl::OkStatus();
@@ -661,9 +672,14 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   absl::MutexLock lock(&impl_->mu);
   const absl::Time deadline = timeout_s < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout_s);
   bool timed_out = false;
+  // Waiting with nothing received: a trainer that keeps the batches it got may hold the whole
+  // shared-memory ring, so the server is told to send the next ones in messages.
+  const bool starved = impl_->queue.empty() && !impl_->done && impl_->live_region != nullptr;
+  if (starved) impl_->live_region->SetStarved(true);
   while (impl_->queue.empty() && !impl_->done && !timed_out) {
     timed_out = impl_->cv.WaitWithDeadline(&impl_->mu, deadline);
   }
+  if (starved && impl_->live_region) impl_->live_region->SetStarved(false);
   if (impl_->queue.empty() && !impl_->done) {
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     impl_->stats.wait_seconds += waited;

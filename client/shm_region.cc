@@ -29,6 +29,10 @@ absl::StatusOr<std::shared_ptr<ShmRegion>> ShmRegion::Create(uint64_t capacity) 
   }
   r->name_ = std::string(shm::kNamePrefix) + id;
   r->capacity_ = capacity;
+  {
+    absl::MutexLock lock(&r->mu_);
+    r->ring_ = capacity;
+  }
   const std::string path = "/" + r->name_;
   const int fd = shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("shm_open ", path, ": ", std::strerror(errno)));
@@ -60,17 +64,37 @@ void ShmRegion::Unlink() {
   shm_unlink(("/" + name_).c_str());
 }
 
+absl::Status ShmRegion::SetRing(uint64_t ring) {
+  absl::MutexLock lock(&mu_);
+  if (ring == 0 || ring > capacity_ || head_ != 0) {
+    return absl::DataLossError(absl::StrCat("a shared memory ring of ", ring, " bytes in a region of ",
+                                            capacity_));
+  }
+  ring_ = ring;
+  return absl::OkStatus();
+}
+
+uint64_t ShmRegion::ring() const {
+  absl::MutexLock lock(&mu_);
+  return ring_;
+}
+
+void ShmRegion::SetStarved(bool starved) {
+  reinterpret_cast<std::atomic<uint64_t>*>(base_ + shm::kStarvedOffset)->store(starved ? 1 : 0,
+                                                                                std::memory_order_release);
+}
+
 absl::StatusOr<const uint8_t*> ShmRegion::Accept(uint64_t pos, uint64_t n) {
   absl::MutexLock lock(&mu_);
-  if (n == 0 || n > capacity_ || pos < head_ || pos % capacity_ + n > capacity_ ||
-      pos + n > released_ + capacity_ || pos != shm::PlaceAfter(head_, n, capacity_)) {
+  if (n == 0 || n > ring_ || pos < head_ || pos % ring_ + n > ring_ ||
+      pos + n > released_ + ring_ || pos != shm::PlaceAfter(head_, n, ring_)) {
     return absl::DataLossError(absl::StrCat("a payload of ", n, " bytes at shared memory position ", pos,
                                             " where the next may start at ", head_, " (", released_,
-                                            " released of a ", capacity_, "-byte ring)"));
+                                            " released of a ", ring_, "-byte ring)"));
   }
   in_use_.push_back(InUse{pos, pos + n, false});
   head_ = pos + n;
-  return base_ + shm::kHeaderBytes + pos % capacity_;
+  return base_ + shm::kHeaderBytes + pos % ring_;
 }
 
 void ShmRegion::Release(uint64_t pos) {

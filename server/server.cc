@@ -659,12 +659,16 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     std::unique_ptr<ShmWriter> shm;
     if (req.has_shared_memory()) {
       const pb::SharedMemoryOffer& offer = req.shared_memory();
+      // The ring is bounded by the stream's byte budget: what the server writes there, and the
+      // pages it touches, count like the batches it queues.
       absl::StatusOr<std::unique_ptr<ShmWriter>> w =
-          o.shared_memory ? ShmWriter::Open(offer.name(), offer.nonce(), offer.capacity())
+          o.shared_memory ? ShmWriter::Open(offer.name(), offer.nonce(), offer.capacity(), po.queue_bytes,
+                                            offer.batches_ahead())
                           : absl::FailedPreconditionError("the server runs with --shared-memory=false");
       if (w.ok()) {
         shm = std::move(*w);
         st->set_shared_memory(true);
+        st->set_shared_memory_ring(shm->ring());
       } else {
         st->set_shared_memory_refused(std::string(w.status().message()));
       }

@@ -86,7 +86,8 @@ bool GuardedCopy(void* dst, const void* src, size_t n) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShmWriter>> ShmWriter::Open(const std::string& name, const std::string& nonce,
-                                                          uint64_t capacity) {
+                                                          uint64_t capacity, uint64_t max_ring,
+                                                          uint32_t batches_ahead) {
   if (!ValidName(name)) {
     return absl::FailedPreconditionError(StrCat("shared memory name '", name.substr(0, 64), "' is not one Conveyor makes"));
   }
@@ -100,6 +101,9 @@ absl::StatusOr<std::unique_ptr<ShmWriter>> ShmWriter::Open(const std::string& na
                                                 "): the client is on another host or in another /dev/shm"));
   }
   std::unique_ptr<ShmWriter> w(new ShmWriter(fd, name, capacity));
+  w->ring_ = std::max<uint64_t>(4096, std::min(capacity, max_ring) / 4096 * 4096);
+  w->ring_ = std::min(w->ring_, capacity);
+  w->batches_ahead_ = std::max<uint32_t>(1, batches_ahead);
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
       static_cast<uint64_t>(st.st_size) != shm::kHeaderBytes + capacity) {
@@ -136,33 +140,43 @@ absl::StatusOr<uint64_t> ShmWriter::Released() {
   return std::min(released, head_);  // a client claiming more only hurts itself
 }
 
+absl::StatusOr<bool> ShmWriter::Starved() {
+  uint64_t starved = 0;
+  if (!GuardedCopy(&starved, base_ + shm::kStarvedOffset, 8)) {
+    return absl::DataLossError(StrCat("shared memory ", name_, ": the client shrank its region"));
+  }
+  return starved != 0;
+}
+
 absl::StatusOr<std::optional<uint64_t>> ShmWriter::Place(const uint8_t* data, uint64_t n,
                                                          const std::function<bool()>& stop) {
-  if (n == 0 || n > capacity_ || !usable_) return std::optional<uint64_t>();
-  const uint64_t pos = shm::PlaceAfter(head_, n, capacity_);
-  // Wait until [pos, pos + n) lies within one lap of what the client released. A client that
-  // keeps its batches (a list of them, a slow step) must not stall the stream: after kFullWait
-  // this batch travels in messages instead, which the client allocates for.
-  constexpr auto kFullWait = std::chrono::milliseconds(100);
+  if (n == 0 || n > ring_ || !usable_) return std::optional<uint64_t>();
+  const uint64_t pos = shm::PlaceAfter(head_, n, ring_);
+  // Wait until [pos, pos + n) lies within one lap of what the client released and fewer than
+  // batches_ahead placed batches are unreleased. A client that is merely slower makes the server
+  // wait here, as gRPC flow control would; one that keeps every batch it was given would wait for
+  // the server forever, so when it says it is starved the batch travels in messages instead.
   const auto t0 = std::chrono::steady_clock::now();
-  bool waited = false, full = false;
+  bool waited = false;
   for (int sleep_us = 20;; sleep_us = std::min(sleep_us * 2, 2000)) {
     ASSIGN_OR_RETURN(uint64_t released, Released());
-    if (pos + n <= released + capacity_) break;
-    if (stop()) return absl::CancelledError("the stream ended while the client's shared memory was full");
-    if (std::chrono::steady_clock::now() - t0 >= kFullWait) {
-      full = true;
-      break;
+    while (!unreleased_.empty() && unreleased_.front() <= released) unreleased_.pop_front();
+    if (pos + n <= released + ring_ && unreleased_.size() < batches_ahead_) break;
+    if (stop()) {
+      wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return absl::CancelledError("the stream ended while the client's shared memory was full");
+    }
+    ASSIGN_OR_RETURN(bool starved, Starved());
+    if (starved) {
+      if (waited) wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ++full_batches_;
+      return std::optional<uint64_t>();
     }
     waited = true;
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
   }
   if (waited) wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (full) {
-    ++full_batches_;
-    return std::optional<uint64_t>();
-  }
-  if (!GuardedCopy(base_ + shm::kHeaderBytes + pos % capacity_, data, n)) {
+  if (!GuardedCopy(base_ + shm::kHeaderBytes + pos % ring_, data, n)) {
     // The client shrank its file, or /dev/shm had no page left for it (tmpfs answers both with
     // SIGBUS): the bytes copied so far lie where nobody was told to look.
     struct stat st {};
@@ -174,6 +188,7 @@ absl::StatusOr<std::optional<uint64_t>> ShmWriter::Place(const uint8_t* data, ui
     return std::optional<uint64_t>();
   }
   head_ = pos + n;
+  unreleased_.push_back(head_);
   bytes_ += n;
   return std::optional<uint64_t>(pos);
 }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -52,16 +53,16 @@ std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
 TEST(ShmRingTest, PayloadsArriveInPlaceWrapAndWaitForReleases) {
   auto region = ShmRegion::Create(3 * 4096);
   ASSERT_TRUE(region.ok()) << region.status();
-  auto writer = ShmWriter::Open((*region)->name(), (*region)->nonce(), (*region)->capacity());
+  auto writer = ShmWriter::Open((*region)->name(), (*region)->nonce(), (*region)->capacity(), UINT64_MAX, 8);
   ASSERT_TRUE(writer.ok()) << writer.status();
   // The server unlinks the name once it holds a descriptor: nothing is left in /dev/shm if
   // either process dies from here on.
   EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + (*region)->name()));
 
   std::map<uint64_t, std::vector<uint8_t>> sent;
-  auto place = [&](size_t n, uint8_t seed) -> std::optional<uint64_t> {
+  auto place = [&](size_t n, uint8_t seed, const std::function<bool()>& stop = Never) -> std::optional<uint64_t> {
     std::vector<uint8_t> data = Bytes(n, seed);
-    absl::StatusOr<std::optional<uint64_t>> pos = (*writer)->Place(data.data(), n, Never);
+    absl::StatusOr<std::optional<uint64_t>> pos = (*writer)->Place(data.data(), n, stop);
     EXPECT_TRUE(pos.ok()) << pos.status();
     if (pos.ok() && pos->has_value()) sent[**pos] = data;
     return pos.ok() ? *pos : std::nullopt;
@@ -77,12 +78,19 @@ TEST(ShmRingTest, PayloadsArriveInPlaceWrapAndWaitForReleases) {
   ASSERT_EQ(b, 5000u);
   accept(*a);
   accept(*b);
-  // 5000 more would wrap past 12288: it goes to the next lap, where `a` still is. The client
-  // holds both, so after 100 ms the writer gives up and the batch travels in messages.
+  // 5000 more would wrap past 12288: it goes to the next lap, where `a` still is. A client that
+  // is merely slow makes the writer wait (here until `stop` says the stream is over)...
+  std::vector<uint8_t> data = Bytes(5000, 3);
   const auto t0 = std::chrono::steady_clock::now();
+  auto after_50ms = [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(50); };
+  EXPECT_EQ((*writer)->Place(data.data(), data.size(), after_50ms).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_GT((*writer)->wait_seconds(), 0.0);
+  // ...and one that says it is starved (it keeps both batches and waits for more) gets this one in
+  // messages instead.
+  (*region)->SetStarved(true);
   EXPECT_EQ(place(5000, 3), std::nullopt);
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100));
   EXPECT_EQ((*writer)->full_batches(), 1u);
+  (*region)->SetStarved(false);
   // Releasing `b` first frees nothing (in order); then `a` frees both.
   (*region)->Release(*b);
   EXPECT_EQ((*region)->released(), 0u);
@@ -93,6 +101,35 @@ TEST(ShmRingTest, PayloadsArriveInPlaceWrapAndWaitForReleases) {
   accept(*c);
   // Larger than the ring: always messages.
   EXPECT_EQ(place(20000, 5), std::nullopt);
+}
+
+TEST(ShmRingTest, TheServerRunsAtMostBatchesAheadAndWithinItsBudget) {
+  auto region = ShmRegion::Create(16 * 4096);
+  ASSERT_TRUE(region.ok());
+  // The server's budget is 5 pages, and the client holds at most 2 unreleased batches.
+  auto writer = ShmWriter::Open((*region)->name(), (*region)->nonce(), (*region)->capacity(), 5 * 4096 + 100, 2);
+  ASSERT_TRUE(writer.ok());
+  EXPECT_EQ((*writer)->ring(), 5u * 4096);
+  ASSERT_TRUE((*region)->SetRing((*writer)->ring()).ok());
+  std::vector<uint8_t> data = Bytes(1000, 1);
+  auto place = [&](const std::function<bool()>& stop) { return (*writer)->Place(data.data(), data.size(), stop); };
+  auto a = place(Never), b = place(Never);
+  ASSERT_TRUE(a.ok() && b.ok() && a->has_value() && b->has_value());
+  ASSERT_TRUE((*region)->Accept(**a, 1000).ok());
+  ASSERT_TRUE((*region)->Accept(**b, 1000).ok());
+  // A third waits, though the ring has room: two are unreleased.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(place([&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(30); })
+                .status()
+                .code(),
+            absl::StatusCode::kCancelled);
+  (*region)->Release(**a);
+  auto c = place(Never);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_EQ(**c, 2000u);
+  // Positions wrap at the server's ring, and the client checks them against it.
+  EXPECT_EQ((*region)->Accept(**c, 1000).status().code(), absl::StatusCode::kOk);
+  EXPECT_EQ((*region)->Accept(5 * 4096 - 10, 1000).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(ShmRingTest, ACorruptPositionFromTheServerIsDataLossNotAWildRead) {
@@ -122,7 +159,7 @@ TEST(ShmRingTest, HostileOffersAreRefusedWithAReason) {
       {name, "short", 4096, "bad nonce"},
   };
   for (const Offer& o : offers) {
-    auto w = ShmWriter::Open(o.name, o.nonce, o.capacity);
+    auto w = ShmWriter::Open(o.name, o.nonce, o.capacity, UINT64_MAX, 4);
     ASSERT_FALSE(w.ok()) << o.name;
     EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(w.status().message().find(o.message), std::string::npos) << w.status();
@@ -134,7 +171,7 @@ TEST(ShmRingTest, AClientThatTruncatesItsRegionFailsItsOwnStreamOnly) {
   ASSERT_TRUE(region.ok());
   const int fd = shm_open(("/" + (*region)->name()).c_str(), O_RDWR, 0);  // the client's own
   ASSERT_GE(fd, 0);
-  auto writer = ShmWriter::Open((*region)->name(), (*region)->nonce(), (*region)->capacity());
+  auto writer = ShmWriter::Open((*region)->name(), (*region)->nonce(), (*region)->capacity(), UINT64_MAX, 4);
   ASSERT_TRUE(writer.ok());
   ASSERT_EQ(ftruncate(fd, 10), 0);  // the header's release counter is gone
   close(fd);

@@ -31,6 +31,14 @@ class ShmRegion : public std::enable_shared_from_this<ShmRegion> {
   // /dev/shm when either process dies.
   void Unlink();
 
+  // The ring the server uses (StreamStart.shared_memory_ring): at most the capacity. Before the
+  // first Accept. DATA_LOSS when it does not fit.
+  absl::Status SetRing(uint64_t ring);
+  uint64_t ring() const;
+  // Tells the server that Next() waits with nothing received (the trainer keeps every batch it
+  // got): a full ring then sends batches in messages instead of waiting for releases.
+  void SetStarved(bool starved);
+
   // A payload of `n` bytes the server placed at `pos`: checked to be where the next payload may
   // be (after the last one, within one lap of what is released, not wrapping) and registered as
   // in use. DATA_LOSS naming what is wrong otherwise. Called by the receiving thread, in order.
@@ -53,6 +61,7 @@ class ShmRegion : public std::enable_shared_from_this<ShmRegion> {
     bool released;
   };
   std::deque<InUse> in_use_ ABSL_GUARDED_BY(mu_);  // accepted payloads, in placement order
+  uint64_t ring_ ABSL_GUARDED_BY(mu_) = 0;      // = capacity_ unless the server uses less
   uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;      // end of the last accepted payload
   uint64_t released_ ABSL_GUARDED_BY(mu_) = 0;  // what the header says
 };
