@@ -33,7 +33,7 @@
 #include "conveyor/v1/service.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "readers/dataset.h"
-#include "server/batch_encoder.h"
+#include "server/internal/batch_encoder.h"
 #include "server/shm_writer.h"
 #include "pipeline/pipeline.h"
 

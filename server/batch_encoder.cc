@@ -1,4 +1,4 @@
-#include "server/batch_encoder.h"
+#include "server/internal/batch_encoder.h"
 
 #include <algorithm>
 #include <vector>

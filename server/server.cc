@@ -33,7 +33,7 @@
 #include "readers/dataset.h"
 #include "readers/format.h"
 #include "readers/storage.h"
-#include "server/batch_encoder.h"
+#include "server/internal/batch_encoder.h"
 #include "server/job_waits.h"
 #include "server/metrics.h"
 #include "server/shm_writer.h"

@@ -12,7 +12,7 @@
 
 #include "client/client.h"
 #include "conveyor/v1/service.grpc.pb.h"
-#include "server/batch_encoder.h"
+#include "server/internal/batch_encoder.h"
 
 namespace conveyor {
 namespace {

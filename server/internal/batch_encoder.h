@@ -1,3 +1,4 @@
+// Internal to the server (and its tests and stream_bench): it includes the service protos.
 // Turns a pipeline Batch into conveyor.v1 stream messages: a header, then the payload in
 // messages of at most `max_message` bytes, cut at tensor boundaries where a tensor fits so the
 // client can view most tensors in place. Shared by the server and the streaming benchmark.
