@@ -1,8 +1,15 @@
 #include "pipeline/frame_cache.h"
 
+#include <sys/statvfs.h>
+
+#include <filesystem>
 #include <functional>
 
 #include "base/mix.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "readers/manifest.h"
+#include "xxhash.h"
 
 namespace conveyor {
 
@@ -19,19 +26,47 @@ DecodedFrameCache::DecodedFrameCache(Options options) : options_(options) {
 }
 
 std::shared_ptr<const RgbImage> DecodedFrameCache::Find(const FrameCacheKey& key) const {
-  absl::MutexLock l(&mu_);
-  auto it = map_.find(key);
-  if (it == map_.end()) {
-    ++stats_.misses;
-    return nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = map_.find(key);
+    if (it != map_.end()) {
+      ++stats_.hits;
+      if (options_.policy == Policy::kLru) lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return it->second.frame;
+    }
+    if (!options_.store) {
+      ++stats_.misses;
+      return nullptr;
+    }
   }
-  ++stats_.hits;
-  if (options_.policy == Policy::kLru) lru_.splice(lru_.begin(), lru_, it->second.lru);
-  return it->second.frame;
+  std::shared_ptr<const RgbImage> frame = options_.store->Find(key);
+  {
+    absl::MutexLock l(&mu_);
+    ++(frame ? stats_.hits : stats_.misses);
+  }
+  if (frame && options_.max_bytes > 0) InsertInMemory(key, frame);
+  return frame;
 }
 
 void DecodedFrameCache::Insert(const FrameCacheKey& key, std::shared_ptr<const RgbImage> frame) {
   if (!frame) return;
+  if (options_.store) options_.store->Insert(key, *frame);
+  if (options_.max_bytes > 0) InsertInMemory(key, std::move(frame));
+}
+
+bool DecodedFrameCache::Contains(const FrameCacheKey& key) const {
+  {
+    absl::MutexLock l(&mu_);
+    if (map_.count(key) > 0) return true;
+  }
+  return options_.store && options_.store->Contains(key);
+}
+
+void DecodedFrameCache::NameDataset(const std::string& dataset_key, const std::string& name) const {
+  if (options_.store) options_.store->NameDataset(dataset_key, name);
+}
+
+void DecodedFrameCache::InsertInMemory(const FrameCacheKey& key, std::shared_ptr<const RgbImage> frame) const {
   const uint64_t bytes = frame->pixels.size();
   absl::MutexLock l(&mu_);
   if (map_.count(key) > 0) return;
@@ -70,8 +105,16 @@ void DecodedFrameCache::Clear() {
 }
 
 FrameCacheStats DecodedFrameCache::stats() const {
-  absl::MutexLock l(&mu_);
-  return stats_;
+  FrameCacheStats s;
+  {
+    absl::MutexLock l(&mu_);
+    s = stats_;
+  }
+  if (options_.store) {
+    s.has_store = true;
+    s.store = options_.store->stats();
+  }
+  return s;
 }
 
 bool ParseFrameCachePolicy(const std::string& name, DecodedFrameCache::Policy* out) {
@@ -85,13 +128,52 @@ bool ParseFrameCachePolicy(const std::string& name, DecodedFrameCache::Policy* o
   return true;
 }
 
-absl::StatusOr<std::shared_ptr<DecodedFrameCache>> MakeFrameCache(uint64_t max_bytes, const std::string& policy) {
-  DecodedFrameCache::Options o;
-  o.max_bytes = max_bytes;
-  if (!ParseFrameCachePolicy(policy, &o.policy)) {
-    return absl::InvalidArgumentError("frame cache policy '" + policy + "': expected pin or lru");
+std::string FrameCacheDatasetKey(const Manifest& m) {
+  XXH3_state_t* s = XXH3_createState();
+  XXH3_64bits_reset(s);
+  for (const ShardInfo& shard : m.shards) {
+    XXH3_64bits_update(s, shard.path.data(), shard.path.size() + 1);  // with its terminator
+    XXH3_64bits_update(s, &shard.bytes, sizeof shard.bytes);
   }
-  if (max_bytes == 0) return std::shared_ptr<DecodedFrameCache>();
+  XXH3_64bits_update(s, m.episode_table_xxh3.data(), m.episode_table_xxh3.size());
+  XXH3_64bits_update(s, &m.total_bytes, sizeof m.total_bytes);
+  const uint64_t contents = XXH3_64bits_digest(s);
+  XXH3_freeState(s);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(contents));
+  return StrCat(m.fingerprint, "-", hex);
+}
+
+absl::StatusOr<std::shared_ptr<DecodedFrameCache>> MakeFrameCache(const FrameCacheConfig& config) {
+  DecodedFrameCache::Options o;
+  o.max_bytes = config.bytes;
+  if (!ParseFrameCachePolicy(config.policy, &o.policy)) {
+    return absl::InvalidArgumentError("frame cache policy '" + config.policy + "': expected pin or lru");
+  }
+  FrameStoreOptions so;
+  if (!ParseFrameStoreCompression(config.compression, &so.compression)) {
+    return absl::InvalidArgumentError("frame cache compression '" + config.compression +
+                                      "': expected none, lz4 or zstd");
+  }
+  if (!config.dir.empty()) {
+    so.dir = config.dir;
+    so.max_bytes = config.dir_bytes;
+    so.policy = o.policy == DecodedFrameCache::Policy::kLru ? FrameStoreOptions::Policy::kLru
+                                                            : FrameStoreOptions::Policy::kPinWhatFits;
+    if (so.max_bytes == 0) {
+      std::error_code ec;
+      std::filesystem::create_directories(config.dir, ec);
+      struct statvfs vfs;
+      if (::statvfs(config.dir.c_str(), &vfs) != 0) {
+        return absl::InvalidArgumentError(StrCat("frame cache directory ", config.dir,
+                                                 ": cannot size its filesystem; give --frame-cache-dir-bytes"));
+      }
+      so.max_bytes = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize / 4;
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<FrameStore> store, FrameStore::Open(so));
+    o.store = std::move(store);
+  }
+  if (o.max_bytes == 0 && !o.store) return std::shared_ptr<DecodedFrameCache>();
   return std::make_shared<DecodedFrameCache>(o);
 }
 

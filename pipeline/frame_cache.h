@@ -15,6 +15,9 @@
 //   kLru: the least recently used frames are evicted to admit new ones. Under a fresh shuffle
 //     each epoch the frames evicted are as likely to come next as any, so once D > C an epoch
 //     mostly misses (bench/RESULTS.md "Decoded-frame cache" measures both).
+// Optionally backed by a FrameStore (pipeline/frame_store.h): a directory shared by every process
+// on the node (under /dev/shm, or on local disk), looked up when a frame is not in memory and
+// given every frame decoded, so N servers decode each frame once per node.
 // Thread-safe.
 #pragma once
 
@@ -28,11 +31,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "decoders/decode_common.h"
+#include "pipeline/frame_store.h"
 
 namespace conveyor {
 
+struct Manifest;
+
 struct FrameCacheKey {
-  std::string dataset;    // the manifest's fingerprint
+  std::string dataset;    // FrameCacheDatasetKey of the dataset
   uint64_t episode = 0;
   int stream = 0;         // the manifest's stream index
   int64_t frame = 0;      // index into the episode's FrameTable
@@ -47,21 +53,32 @@ struct FrameCacheStats {
   uint64_t evicted_bytes = 0;         // kLru: dropped to admit others
   uint64_t rejected = 0;              // kPinWhatFits: frames not admitted (the cache was full)
   uint64_t max_bytes = 0;
+  // The node-wide tier (FrameCacheOptions::store), when there is one.
+  bool has_store = false;
+  FrameStoreStats store;
 };
 
 class DecodedFrameCache {
  public:
   enum class Policy { kPinWhatFits, kLru };
   struct Options {
-    uint64_t max_bytes = 0;  // > 0
+    uint64_t max_bytes = 0;  // the in-memory tier; 0: none (every lookup goes to the store)
     Policy policy = Policy::kPinWhatFits;
+    std::shared_ptr<FrameStore> store;  // the node-wide tier; null: none
   };
   explicit DecodedFrameCache(Options options);
 
-  // The frame, or null (counted as a hit or a miss).
+  // The frame, or null (counted as a hit or a miss): from memory, else from the store (then
+  // offered to memory).
   std::shared_ptr<const RgbImage> Find(const FrameCacheKey& key) const;
-  // Offers a decoded frame; kept if the policy admits it. Frames larger than the bound never are.
+  // Offers a decoded frame to memory (kept if the policy admits it; frames larger than the bound
+  // never are) and to the store.
   void Insert(const FrameCacheKey& key, std::shared_ptr<const RgbImage> frame);
+  // Names a dataset key in the store (conveyor cache info); nothing without a store.
+  void NameDataset(const std::string& dataset_key, const std::string& name) const;
+  // Whether the frame is held in memory or in the store (not counted; the store's entry is not
+  // checked until Find).
+  bool Contains(const FrameCacheKey& key) const;
   void Clear();
   FrameCacheStats stats() const;
   const Options& options() const { return options_; }
@@ -77,7 +94,8 @@ class DecodedFrameCache {
   };
   const Options options_;
   mutable absl::Mutex mu_;
-  std::unordered_map<FrameCacheKey, Entry, KeyHash> map_ ABSL_GUARDED_BY(mu_);
+  void InsertInMemory(const FrameCacheKey& key, std::shared_ptr<const RgbImage> frame) const;
+  mutable std::unordered_map<FrameCacheKey, Entry, KeyHash> map_ ABSL_GUARDED_BY(mu_);
   mutable Lru lru_ ABSL_GUARDED_BY(mu_);
   mutable FrameCacheStats stats_ ABSL_GUARDED_BY(mu_);
 };
@@ -85,8 +103,22 @@ class DecodedFrameCache {
 // "pin" -> kPinWhatFits, "lru" -> kLru; false for anything else.
 bool ParseFrameCachePolicy(const std::string& name, DecodedFrameCache::Policy* out);
 
-// The cache a --frame-cache-bytes / --frame-cache-policy pair asks for: null for 0 bytes;
-// INVALID_ARGUMENT for a policy other than pin or lru.
-absl::StatusOr<std::shared_ptr<DecodedFrameCache>> MakeFrameCache(uint64_t max_bytes, const std::string& policy);
+// The dataset part of frame keys: the manifest's fingerprint (streams and episode table) and a
+// hash of its contents' identity (shard paths and sizes, the episode table's checksum), so a
+// node-wide store never serves frames of a dataset rewritten in place.
+std::string FrameCacheDatasetKey(const Manifest& manifest);
+
+// What the CLI's and the server's frame cache flags ask for.
+struct FrameCacheConfig {
+  uint64_t bytes = 0;             // --frame-cache-bytes: the in-memory tier, per process
+  std::string policy = "pin";     // --frame-cache-policy: pin | lru (both tiers)
+  std::string dir;                // --frame-cache-dir: the node-wide store; empty: none
+  uint64_t dir_bytes = 0;         // --frame-cache-dir-bytes; 0: a quarter of dir's filesystem
+  std::string compression = "none";  // --frame-cache-compression: none | lz4 | zstd (the store)
+};
+
+// The cache a FrameCacheConfig asks for: null when it has neither bytes nor a directory;
+// INVALID_ARGUMENT for an unknown policy or compression; the store's errors (Open).
+absl::StatusOr<std::shared_ptr<DecodedFrameCache>> MakeFrameCache(const FrameCacheConfig& config);
 
 }  // namespace conveyor

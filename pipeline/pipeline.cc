@@ -243,6 +243,7 @@ struct Pipeline::Impl {
     SampleIndex index;
     OrderOptions order;
     uint64_t key = 0;
+    std::string frame_cache_key;  // FrameCacheDatasetKey (empty without a frame cache)
     uint64_t epoch_len = 0;  // samples of one of its epochs in the sequence it feeds
     bool scheduled = false;
     MemberCache cache;
@@ -591,7 +592,7 @@ struct Pipeline::Impl {
 
   FrameCacheKey CacheKey(uint32_t member, const SampleAssembler& assembler, const FrameRequest& r,
                          int64_t frame) const {
-    return FrameCacheKey{members[member]->dataset->manifest().fingerprint, r.episode, r.stream, frame,
+    return FrameCacheKey{members[member]->frame_cache_key, r.episode, r.stream, frame,
                          assembler.DecodeSettingsKey(r.spec_stream)};
   }
 
@@ -866,6 +867,10 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
     mem->order = source.is_mixture() ? o.member_orders[k] : o.order;
     mem->key = OrderKey(mem->dataset->manifest().fingerprint, o.seed);
     mem->scheduled = HasVideo(mem->bound.spec) && !mem->order.naive();
+    if (o.frame_cache) {
+      mem->frame_cache_key = FrameCacheDatasetKey(mem->dataset->manifest());
+      o.frame_cache->NameDataset(mem->frame_cache_key, mem->dataset->uri());
+    }
     mem->cache.impl = &m;
     mem->cache.member = static_cast<uint32_t>(k);
     m.n += mem->index.size();

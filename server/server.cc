@@ -925,7 +925,13 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   }
   ASSIGN_OR_RETURN(m.metrics, ServerMetrics::Create(o.metrics_listen, o.version));
   m.metrics->ExposeStorage([source = m.source.get()] { return source->storage_stats(); });
-  ASSIGN_OR_RETURN(m.frame_cache, MakeFrameCache(o.frame_cache_bytes, o.frame_cache_policy));
+  FrameCacheConfig fcc;
+  fcc.bytes = o.frame_cache_bytes;
+  fcc.policy = o.frame_cache_policy;
+  fcc.dir = o.frame_cache_dir;
+  fcc.dir_bytes = o.frame_cache_dir_bytes;
+  fcc.compression = o.frame_cache_compression;
+  ASSIGN_OR_RETURN(m.frame_cache, MakeFrameCache(fcc));
   if (m.frame_cache) m.metrics->ExposeFrameCache([cache = m.frame_cache] { return cache->stats(); });
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();

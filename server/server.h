@@ -61,6 +61,11 @@ struct ServerOptions {
   // a dataset's frames are decoded once per server, not once per epoch and stream. 0: none.
   uint64_t frame_cache_bytes = 0;
   std::string frame_cache_policy = "pin";  // pin | lru
+  // The node-wide tier (pipeline/frame_store.h): decoded frames under this directory, shared by
+  // every server on the node given it (/dev/shm: shared memory; a local disk). Empty: none.
+  std::string frame_cache_dir;
+  uint64_t frame_cache_dir_bytes = 0;          // its bound for the node; 0: a quarter of its filesystem
+  std::string frame_cache_compression = "none";  // none | lz4 | zstd
   uint64_t max_message_bytes = 4ull << 20;
   // Accept same-host clients' shared-memory regions (docs/serving.md "Same-host transport"):
   // payloads are written there and only headers travel over gRPC.

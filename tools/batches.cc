@@ -64,7 +64,7 @@ absl::Status RunBatches(const BatchesOptions& o) {
     return absl::InvalidArgumentError(StrCat("--schedule '", o.schedule, "': expected naive or gop"));
   }
   po.order.version = version;
-  ASSIGN_OR_RETURN(po.frame_cache, MakeFrameCache(o.frame_cache_bytes, o.frame_cache_policy));
+  ASSIGN_OR_RETURN(po.frame_cache, MakeFrameCache(ToConfig(o.frame_cache)));
   ASSIGN_OR_RETURN(Cursor cursor, ParseCursor(o.cursor));
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
   // Resolved here as Create would, so that --stats measures the order the batches follow.
@@ -108,15 +108,11 @@ absl::Status RunBatches(const BatchesOptions& o) {
                  static_cast<unsigned long long>(s.cache_misses), s.cache_bytes_peak / 1e6,
                  s.queue_bytes_peak / 1e6);
     if (po.frame_cache) {
-      const FrameCacheStats fc = po.frame_cache->stats();
-      std::fprintf(stderr,
-                   "  frame cache (%s): %llu frames from the cache, %llu decoded into it; %llu blocks "
-                   "not decoded at all; holds %llu frames, %.1f of %.1f MB; %llu rejected, %.1f MB evicted\n",
-                   o.frame_cache_policy.c_str(), static_cast<unsigned long long>(s.frame_cache_hits),
+      std::fprintf(stderr, "  frame cache: %llu frames from the cache, %llu decoded into it; %llu blocks not decoded at all; %s\n",
+                   static_cast<unsigned long long>(s.frame_cache_hits),
                    static_cast<unsigned long long>(s.frame_cache_misses),
                    static_cast<unsigned long long>(s.blocks_from_frame_cache),
-                   static_cast<unsigned long long>(fc.frames), fc.bytes / 1e6, fc.max_bytes / 1e6,
-                   static_cast<unsigned long long>(fc.rejected), fc.evicted_bytes / 1e6);
+                   FrameCacheSummary(po.frame_cache->stats(), o.frame_cache.policy).c_str());
     }
     if (!source->is_mixture()) {
       const Dataset& ds = source->dataset(0);
@@ -192,10 +188,7 @@ class BatchesCommand final : public Command {
     c->add_option("--batch-size", o_.batch_size, "Global batch size (overrides the config)")->check(CLI::PositiveNumber);
     c->add_option("--seed", o_.seed, "Seed (overrides the config)")->check(CLI::NonNegativeNumber);
     c->add_option("--schedule", o_.schedule, "naive or gop (overrides the config)");
-    c->add_option("--frame-cache-bytes", o_.frame_cache_bytes,
-                  "Keep decoded frames across epochs, up to this many bytes (0: none; docs/pipeline.md)");
-    c->add_option("--frame-cache-policy", o_.frame_cache_policy, "pin (keep what fits) or lru")
-        ->capture_default_str()->check(CLI::IsMember({"pin", "lru"}));
+    AddFrameCacheFlags(c, &o_.frame_cache);
     c->add_option("--schedule-version", o_.schedule_version,
                   "1 or 2: the GOP schedule's version (overrides the config's; docs/pipeline.md)");
     c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");

@@ -33,5 +33,6 @@ std::unique_ptr<Command> NewFetchCommand();
 std::unique_ptr<Command> NewTrainCommand();
 std::unique_ptr<Command> NewBenchCommand();
 std::unique_ptr<Command> NewTopCommand();
+std::unique_ptr<Command> NewCacheCommand();
 
 }  // namespace conveyor::tools

@@ -7,9 +7,29 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "pipeline/frame_cache.h"
 #include "server/server.h"
 
+namespace CLI {
+class App;
+}
+
 namespace conveyor::tools {
+
+// The decoded-frame cache's flags (conveyor batches, serve, bench; docs/pipeline.md "The
+// decoded-frame cache"), mirroring FrameCacheConfig (pipeline/frame_cache.h).
+struct FrameCacheFlags {
+  uint64_t bytes = 0;                // --frame-cache-bytes: in memory, per process
+  std::string policy = "pin";        // --frame-cache-policy
+  std::string dir;                   // --frame-cache-dir (CONVEYOR_FRAME_CACHE_DIR): node-wide
+  uint64_t dir_bytes = 0;            // --frame-cache-dir-bytes (CONVEYOR_FRAME_CACHE_DIR_BYTES)
+  std::string compression = "none";  // --frame-cache-compression
+};
+// Registers them on a subcommand.
+void AddFrameCacheFlags(CLI::App* c, FrameCacheFlags* f);
+FrameCacheConfig ToConfig(const FrameCacheFlags& f);
+// One line of what the cache did (--stats).
+std::string FrameCacheSummary(const FrameCacheStats& stats, const std::string& policy);
 
 struct SynthOptions {
   std::string out;
@@ -99,8 +119,7 @@ struct BatchesOptions {
   int64_t seed = -1;         // -1: the config's pipeline.seed
   std::string schedule;      // "", "naive" or "gop": overrides pipeline.schedule.mode
   int64_t schedule_version = 0;  // 0: the config's
-  uint64_t frame_cache_bytes = 0;  // a decoded-frame cache shared by the run's epochs
-  std::string frame_cache_policy = "pin";
+  FrameCacheFlags frame_cache;  // a decoded-frame cache shared by the run's epochs
   bool digest = false;       // SHA-256 of each batch's tensors
   bool ids = false;          // print every sample id
   bool stats = false;        // amplification, shuffle quality, fill ratio, stage times at the end
@@ -118,8 +137,7 @@ struct ServeOptions {
   std::string tls_cert, tls_key, tls_client_ca;
   int threads = 2;
   uint64_t queue_bytes = 256ull << 20;
-  uint64_t frame_cache_bytes = 0;
-  std::string frame_cache_policy = "pin";
+  FrameCacheFlags frame_cache;  // shared by every stream (and, with a directory, the node)
   uint64_t max_message_bytes = 4ull << 20;
   bool shared_memory = true;  // accept same-host clients' /dev/shm regions
   int max_streams = 64;

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   commands.push_back(tools::NewTrainCommand());
   commands.push_back(tools::NewBenchCommand());
   commands.push_back(tools::NewTopCommand());
+  commands.push_back(tools::NewCacheCommand());
   std::vector<CLI::App*> subcommands;
   for (auto& c : commands) {
     subcommands.push_back(c->Register(app));

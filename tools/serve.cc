@@ -37,8 +37,11 @@ absl::Status RunServe(const ServeOptions& o) {
   so.tls_client_ca_file = o.tls_client_ca;
   so.threads = o.threads;
   so.queue_bytes = o.queue_bytes;
-  so.frame_cache_bytes = o.frame_cache_bytes;
-  so.frame_cache_policy = o.frame_cache_policy;
+  so.frame_cache_bytes = o.frame_cache.bytes;
+  so.frame_cache_policy = o.frame_cache.policy;
+  so.frame_cache_dir = o.frame_cache.dir;
+  so.frame_cache_dir_bytes = o.frame_cache.dir_bytes;
+  so.frame_cache_compression = o.frame_cache.compression;
   so.max_message_bytes = o.max_message_bytes;
   so.shared_memory = o.shared_memory;
   so.max_streams = o.max_streams;
@@ -90,11 +93,7 @@ class ServeCommand final : public Command {
     c->add_option("--tls-client-ca", o_.tls_client_ca, "Require client certificates signed by this CA (PEM)");
     c->add_option("--threads", o_.threads, "Decode workers per stream")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--queue-bytes", o_.queue_bytes, "Byte budget of samples in flight per stream")->capture_default_str()->check(CLI::PositiveNumber);
-    c->add_option("--frame-cache-bytes", o_.frame_cache_bytes,
-                  "A decoded-frame cache shared by every stream: frames decoded once per server, not per epoch (0: none; docs/pipeline.md)")
-        ->capture_default_str();
-    c->add_option("--frame-cache-policy", o_.frame_cache_policy, "pin (keep what fits) or lru")
-        ->capture_default_str()->check(CLI::IsMember({"pin", "lru"}));
+    AddFrameCacheFlags(c, &o_.frame_cache);
     c->add_option("--max-message-bytes", o_.max_message_bytes, "Largest message; batches are split")->capture_default_str();
     c->add_option("--shared-memory", o_.shared_memory,
                   "Write payloads into the /dev/shm regions that clients on this host offer (docs/serving.md)")

@@ -7,7 +7,7 @@ PACKAGES=(
   cmake ninja-build ccache pkg-config g++ clang libclang-rt-14-dev
   # media and compression
   ffmpeg libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
-  libturbojpeg0-dev libjpeg-turbo-progs libzstd-dev zstd libxxhash-dev
+  libturbojpeg0-dev libjpeg-turbo-progs libzstd-dev zstd libxxhash-dev liblz4-dev
   # storage and wire
   libcurl4-openssl-dev libssl-dev curl nginx-light
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus-cpp-dev

@@ -1,0 +1,580 @@
+#include "pipeline/frame_store.h"
+
+#include <fcntl.h>
+#include <lz4.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "pipeline/frame_cache.h"
+#include "spdlog/spdlog.h"
+#include "xxhash.h"
+
+namespace conveyor {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'C', 'V', 'Y', 'F', 'R', 'A', 'M', '1'};
+constexpr size_t kHeaderBytes = 64;
+constexpr char kFramesDir[] = "frames1";
+constexpr double kLowWater = 0.9;         // lru eviction frees down to this share of the bound
+constexpr int kStaleTmpSeconds = 3600;    // tmp/ files older than this belong to a dead writer
+constexpr uint64_t kCorruptLogEvery = 1000;  // after the first 10, one warning per this many
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+bool ReadFull(int fd, char* dst, size_t n, off_t offset) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, dst, n, offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    dst += r;
+    n -= static_cast<size_t>(r);
+    offset += r;
+  }
+  return true;
+}
+
+bool WriteFull(int fd, const char* src, size_t n, off_t offset) {
+  while (n > 0) {
+    const ssize_t r = ::pwrite(fd, src, n, offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    src += r;
+    n -= static_cast<size_t>(r);
+    offset += r;
+  }
+  return true;
+}
+
+struct Header {
+  uint64_t key_hash = 0;
+  int32_t width = 0, height = 0;
+  uint32_t codec = 0;
+  uint64_t raw_bytes = 0, payload_bytes = 0, payload_xxh3 = 0;
+};
+
+void EncodeHeader(const Header& h, char* out) {
+  std::memset(out, 0, kHeaderBytes);
+  std::memcpy(out, kMagic, 8);
+  std::memcpy(out + 8, &h.key_hash, 8);
+  std::memcpy(out + 16, &h.width, 4);
+  std::memcpy(out + 20, &h.height, 4);
+  std::memcpy(out + 24, &h.codec, 4);
+  std::memcpy(out + 32, &h.raw_bytes, 8);
+  std::memcpy(out + 40, &h.payload_bytes, 8);
+  std::memcpy(out + 48, &h.payload_xxh3, 8);
+  const uint64_t self = XXH3_64bits(out, 56);
+  std::memcpy(out + 56, &self, 8);
+}
+
+// False for a header that is not one of ours or is damaged.
+bool DecodeHeader(const char* in, Header* h) {
+  if (std::memcmp(in, kMagic, 8) != 0) return false;
+  uint64_t self = 0;
+  std::memcpy(&self, in + 56, 8);
+  if (self != XXH3_64bits(in, 56)) return false;
+  std::memcpy(&h->key_hash, in + 8, 8);
+  std::memcpy(&h->width, in + 16, 4);
+  std::memcpy(&h->height, in + 20, 4);
+  std::memcpy(&h->codec, in + 24, 4);
+  std::memcpy(&h->raw_bytes, in + 32, 8);
+  std::memcpy(&h->payload_bytes, in + 40, 8);
+  std::memcpy(&h->payload_xxh3, in + 48, 8);
+  return h->width > 0 && h->height > 0 &&
+         h->raw_bytes == static_cast<uint64_t>(h->width) * static_cast<uint64_t>(h->height) * 3 &&
+         h->codec <= static_cast<uint32_t>(FrameStoreOptions::Compression::kZstd);
+}
+
+uint64_t KeyHash(const FrameCacheKey& k) {
+  XXH3_state_t* s = XXH3_createState();
+  XXH3_64bits_reset(s);
+  XXH3_64bits_update(s, k.dataset.data(), k.dataset.size());
+  const uint64_t fields[4] = {k.episode, static_cast<uint64_t>(static_cast<int64_t>(k.stream)),
+                              static_cast<uint64_t>(k.frame), k.settings};
+  XXH3_64bits_update(s, fields, sizeof fields);
+  const uint64_t h = XXH3_64bits_digest(s);
+  XXH3_freeState(s);
+  return h;
+}
+
+// A directory name for the dataset key: itself when it is short and plain, else its hash.
+std::string DatasetDir(const std::string& key) {
+  const bool plain = !key.empty() && key.size() <= 80 && key[0] != '.' &&
+                     std::all_of(key.begin(), key.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                     });
+  if (plain) return key;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(key.data(), key.size())));
+  return StrCat("h", buf);
+}
+
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+uint64_t ReadUsage(int fd) {
+  uint64_t usage = 0;
+  if (fd < 0 || !ReadFull(fd, reinterpret_cast<char*>(&usage), 8, 0)) return 0;
+  return usage;
+}
+
+void WriteUsage(int fd, uint64_t usage) {
+  if (fd >= 0) WriteFull(fd, reinterpret_cast<const char*>(&usage), 8, 0);
+}
+
+// Entries under frames1/ (optionally only one dataset directory), with their sizes and mtimes.
+struct EntryFile {
+  fs::path path;
+  uint64_t bytes;
+  std::time_t used;
+};
+std::vector<EntryFile> ListEntries(const std::string& dir) {
+  std::vector<EntryFile> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(fs::path(dir) / kFramesDir, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat st;
+    if (!it->is_regular_file(ec) || it->path().filename() == "source") continue;
+    if (::stat(it->path().c_str(), &st) != 0) continue;
+    out.push_back({it->path(), static_cast<uint64_t>(st.st_size), st.st_mtime});
+  }
+  return out;
+}
+
+// Holds the store's flock (and, within this process, `mu`: flock does not exclude threads that
+// share one open file description).
+class LockedStore {
+ public:
+  LockedStore(absl::Mutex* mu, int fd) : lock_(mu), fd_(fd) { ok_ = fd_ >= 0 && ::flock(fd_, LOCK_EX) == 0; }
+  ~LockedStore() {
+    if (ok_) ::flock(fd_, LOCK_UN);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  absl::MutexLock lock_;
+  int fd_;
+  bool ok_ = false;
+};
+
+}  // namespace
+
+struct FrameStore::Counters {
+  std::atomic<uint64_t> hits{0}, misses{0}, hit_bytes{0}, published{0}, published_bytes{0},
+      already_present{0}, rejected{0}, evicted_bytes{0}, corrupt{0}, write_errors{0}, usage{0};
+  std::atomic<uint64_t> tmp_counter{0};
+  std::atomic<bool> warned{false};
+  absl::Mutex mu;  // with the flock: one publisher at a time in this process
+  Fd lock_fd;
+  Fd usage_fd;
+};
+
+FrameStore::FrameStore(FrameStoreOptions options)
+    : options_(std::move(options)), counters_(std::make_unique<Counters>()) {}
+
+FrameStore::~FrameStore() = default;
+
+absl::StatusOr<std::unique_ptr<FrameStore>> FrameStore::Open(FrameStoreOptions options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("frame cache directory: empty path");
+  if (options.max_bytes == 0) {
+    return absl::InvalidArgumentError(StrCat("frame cache directory ", options.dir, ": the bound (bytes) must be > 0"));
+  }
+  std::error_code ec;
+  for (const char* sub : {kFramesDir, "tmp"}) {
+    fs::create_directories(fs::path(options.dir) / sub, ec);
+    if (ec) {
+      return absl::PermissionDeniedError(
+          StrCat("frame cache directory ", options.dir, ": cannot create ", sub, "/: ", ec.message()));
+    }
+  }
+  std::unique_ptr<FrameStore> store(new FrameStore(std::move(options)));
+  const std::string& dir = store->options_.dir;
+  Counters& c = *store->counters_;
+  c.lock_fd = Fd(::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  c.usage_fd = Fd(::open((dir + "/usage").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!c.lock_fd.ok() || !c.usage_fd.ok()) {
+    return absl::PermissionDeniedError(
+        StrCat("frame cache directory ", dir, ": cannot open lock or usage: ", std::strerror(errno)));
+  }
+  LockedStore lock(&c.mu, c.lock_fd.get());
+  if (!lock.ok()) {
+    return absl::PermissionDeniedError(StrCat("frame cache directory ", dir, ": cannot lock: ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (::fstat(c.usage_fd.get(), &st) == 0 && st.st_size != 8) {
+    // A new store, or an account lost: count what is there.
+    uint64_t total = 0;
+    for (const EntryFile& e : ListEntries(dir)) total += e.bytes;
+    WriteUsage(c.usage_fd.get(), total);
+  }
+  c.usage.store(ReadUsage(c.usage_fd.get()));
+  return store;
+}
+
+namespace {
+std::string EntryPath(const std::string& dir, const FrameCacheKey& k) {
+  return StrCat(dir, "/", kFramesDir, "/", DatasetDir(k.dataset), "/", Hex(k.settings), "/", k.episode, "/",
+                k.stream, ".", k.frame);
+}
+}  // namespace
+
+bool FrameStore::Contains(const FrameCacheKey& key) const {
+  return ::access(EntryPath(options_.dir, key).c_str(), F_OK) == 0;
+}
+
+std::shared_ptr<const RgbImage> FrameStore::Find(const FrameCacheKey& key) const {
+  Counters& c = *counters_;
+  const std::string path = EntryPath(options_.dir, key);
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) {
+    c.misses.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  // Every check that fails lands here: the entry is removed (if it is still the one we read)
+  // and the frame is decoded again.
+  auto corrupt = [&](const char* why) -> std::shared_ptr<const RgbImage> {
+    c.misses.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t n = c.corrupt.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n <= 10 || n % kCorruptLogEvery == 0) {
+      spdlog::warn("frame cache {}: entry {} {}; removed, the frame is decoded again ({} so far)", options_.dir,
+                   path, why, n);
+    }
+    struct stat mine, now;
+    if (::fstat(fd.get(), &mine) != 0) return nullptr;
+    LockedStore lock(&c.mu, c.lock_fd.get());
+    if (lock.ok() && ::stat(path.c_str(), &now) == 0 && now.st_ino == mine.st_ino && now.st_dev == mine.st_dev &&
+        ::unlink(path.c_str()) == 0) {
+      const uint64_t usage = ReadUsage(c.usage_fd.get());
+      const uint64_t bytes = static_cast<uint64_t>(mine.st_size);
+      WriteUsage(c.usage_fd.get(), usage > bytes ? usage - bytes : 0);
+    }
+    return nullptr;
+  };
+  struct stat st;
+  char hbuf[kHeaderBytes];
+  Header h;
+  if (::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) < kHeaderBytes ||
+      !ReadFull(fd.get(), hbuf, kHeaderBytes, 0) || !DecodeHeader(hbuf, &h)) {
+    return corrupt("has a damaged header");
+  }
+  if (h.key_hash != KeyHash(key)) return corrupt("belongs to another key");
+  if (static_cast<uint64_t>(st.st_size) != kHeaderBytes + h.payload_bytes) return corrupt("is truncated");
+  auto img = std::make_shared<RgbImage>();
+  img->width = h.width;
+  img->height = h.height;
+  img->pixels.resize(h.raw_bytes);
+  const auto codec = static_cast<FrameStoreOptions::Compression>(h.codec);
+  if (codec == FrameStoreOptions::Compression::kNone) {
+    if (h.payload_bytes != h.raw_bytes) return corrupt("has the wrong size");
+    if (!ReadFull(fd.get(), reinterpret_cast<char*>(img->pixels.data()), h.raw_bytes, kHeaderBytes)) {
+      return corrupt("cannot be read");
+    }
+    if (XXH3_64bits(img->pixels.data(), h.raw_bytes) != h.payload_xxh3) return corrupt("fails its checksum");
+  } else {
+    thread_local std::string payload;
+    payload.resize(h.payload_bytes);
+    if (!ReadFull(fd.get(), payload.data(), h.payload_bytes, kHeaderBytes)) return corrupt("cannot be read");
+    if (XXH3_64bits(payload.data(), payload.size()) != h.payload_xxh3) return corrupt("fails its checksum");
+    size_t got = 0;
+    if (codec == FrameStoreOptions::Compression::kLz4) {
+      const int r = LZ4_decompress_safe(payload.data(), reinterpret_cast<char*>(img->pixels.data()),
+                                        static_cast<int>(payload.size()), static_cast<int>(h.raw_bytes));
+      got = r < 0 ? 0 : static_cast<size_t>(r);
+    } else {
+      const size_t r = ZSTD_decompress(img->pixels.data(), h.raw_bytes, payload.data(), payload.size());
+      got = ZSTD_isError(r) ? 0 : r;
+    }
+    if (got != h.raw_bytes) return corrupt("does not decompress");
+  }
+  if (options_.policy == FrameStoreOptions::Policy::kLru) ::futimens(fd.get(), nullptr);  // recently used
+  c.hits.fetch_add(1, std::memory_order_relaxed);
+  c.hit_bytes.fetch_add(h.raw_bytes, std::memory_order_relaxed);
+  return img;
+}
+
+void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
+  Counters& c = *counters_;
+  const std::string path = EntryPath(options_.dir, key);
+  if (::access(path.c_str(), F_OK) == 0) {
+    c.already_present.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  auto warn_once = [&](const std::string& what) {
+    c.write_errors.fetch_add(1, std::memory_order_relaxed);
+    if (!c.warned.exchange(true)) {
+      spdlog::warn("frame cache {}: {} (frames are decoded as without it)", options_.dir, what);
+    }
+  };
+  Header h;
+  h.key_hash = KeyHash(key);
+  h.width = frame.width;
+  h.height = frame.height;
+  h.codec = static_cast<uint32_t>(options_.compression);
+  h.raw_bytes = frame.pixels.size();
+  if (h.raw_bytes != static_cast<uint64_t>(frame.width) * static_cast<uint64_t>(frame.height) * 3 || h.raw_bytes == 0) {
+    return;
+  }
+  const char* payload = reinterpret_cast<const char*>(frame.pixels.data());
+  size_t payload_bytes = frame.pixels.size();
+  thread_local std::string packed;
+  if (options_.compression == FrameStoreOptions::Compression::kLz4) {
+    packed.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(payload_bytes))));
+    const int n = LZ4_compress_default(payload, packed.data(), static_cast<int>(payload_bytes),
+                                       static_cast<int>(packed.size()));
+    if (n <= 0) return warn_once("lz4 compression failed");
+    payload = packed.data();
+    payload_bytes = static_cast<size_t>(n);
+  } else if (options_.compression == FrameStoreOptions::Compression::kZstd) {
+    packed.resize(ZSTD_compressBound(payload_bytes));
+    const size_t n = ZSTD_compress(packed.data(), packed.size(), payload, payload_bytes, 1);
+    if (ZSTD_isError(n)) return warn_once("zstd compression failed");
+    payload = packed.data();
+    payload_bytes = n;
+  }
+  h.payload_bytes = payload_bytes;
+  h.payload_xxh3 = XXH3_64bits(payload, payload_bytes);
+  const uint64_t entry_bytes = kHeaderBytes + payload_bytes;
+  if (entry_bytes > options_.max_bytes ||
+      (options_.policy == FrameStoreOptions::Policy::kPinWhatFits &&
+       ReadUsage(c.usage_fd.get()) + entry_bytes > options_.max_bytes)) {
+    c.rejected.fetch_add(1, std::memory_order_relaxed);  // checked again under the lock
+    return;
+  }
+  const std::string tmp = StrCat(options_.dir, "/tmp/", ::getpid(), ".",
+                                 std::hash<std::thread::id>()(std::this_thread::get_id()), ".",
+                                 c.tmp_counter.fetch_add(1, std::memory_order_relaxed));
+  {
+    char hbuf[kHeaderBytes];
+    EncodeHeader(h, hbuf);
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.ok() || !WriteFull(fd.get(), hbuf, kHeaderBytes, 0) ||
+        !WriteFull(fd.get(), payload, payload_bytes, kHeaderBytes)) {
+      warn_once(StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+      ::unlink(tmp.c_str());
+      return;
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  LockedStore lock(&c.mu, c.lock_fd.get());
+  if (!lock.ok()) {
+    warn_once(StrCat("cannot lock ", options_.dir, "/lock: ", std::strerror(errno)));
+    ::unlink(tmp.c_str());
+    return;
+  }
+  // Under the lock: present already, admitted, evicted for, accounted, then published.
+  if (::access(path.c_str(), F_OK) == 0) {
+    c.already_present.fetch_add(1, std::memory_order_relaxed);
+    ::unlink(tmp.c_str());
+    return;
+  }
+  uint64_t usage = ReadUsage(c.usage_fd.get());
+  if (usage + entry_bytes > options_.max_bytes) {
+    if (options_.policy == FrameStoreOptions::Policy::kPinWhatFits) {
+      c.rejected.fetch_add(1, std::memory_order_relaxed);
+      c.usage.store(usage, std::memory_order_relaxed);
+      ::unlink(tmp.c_str());
+      return;
+    }
+    // lru: scan, then remove the least recently used down to the low-water mark.
+    std::vector<EntryFile> entries = ListEntries(options_.dir);
+    uint64_t total = 0;
+    for (const EntryFile& e : entries) total += e.bytes;
+    std::sort(entries.begin(), entries.end(), [](const EntryFile& a, const EntryFile& b) { return a.used < b.used; });
+    const auto target = static_cast<uint64_t>(static_cast<double>(options_.max_bytes) * kLowWater);
+    for (const EntryFile& e : entries) {
+      if (total + entry_bytes <= target) break;
+      if (::unlink(e.path.c_str()) == 0) {
+        total -= e.bytes;
+        c.evicted_bytes.fetch_add(e.bytes, std::memory_order_relaxed);
+      }
+    }
+    usage = total;
+    const std::time_t now = std::time(nullptr);
+    for (auto it = fs::directory_iterator(fs::path(options_.dir) / "tmp", ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+      struct stat st;
+      if (::stat(it->path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTmpSeconds) ::unlink(it->path().c_str());
+    }
+  }
+  WriteUsage(c.usage_fd.get(), usage + entry_bytes);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    WriteUsage(c.usage_fd.get(), usage);
+    warn_once(StrCat("cannot publish ", path, ": ", std::strerror(errno)));
+    ::unlink(tmp.c_str());
+    return;
+  }
+  c.usage.store(usage + entry_bytes, std::memory_order_relaxed);
+  c.published.fetch_add(1, std::memory_order_relaxed);
+  c.published_bytes.fetch_add(entry_bytes, std::memory_order_relaxed);
+}
+
+void FrameStore::NameDataset(const std::string& dataset_key, const std::string& name) const {
+  const fs::path dir = fs::path(options_.dir) / kFramesDir / DatasetDir(dataset_key);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string text = StrCat(dataset_key, "\n", name, "\n");
+  const std::string tmp = StrCat(options_.dir, "/tmp/source.", ::getpid(), ".",
+                                 counters_->tmp_counter.fetch_add(1, std::memory_order_relaxed));
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.ok() || !WriteFull(fd.get(), text.data(), text.size(), 0) ||
+      ::rename(tmp.c_str(), (dir / "source").c_str()) != 0) {
+    ::unlink(tmp.c_str());
+  }
+}
+
+FrameStoreStats FrameStore::stats() const {
+  const Counters& c = *counters_;
+  FrameStoreStats s;
+  s.hits = c.hits.load();
+  s.misses = c.misses.load();
+  s.hit_bytes = c.hit_bytes.load();
+  s.published = c.published.load();
+  s.published_bytes = c.published_bytes.load();
+  s.already_present = c.already_present.load();
+  s.rejected = c.rejected.load();
+  s.evicted_bytes = c.evicted_bytes.load();
+  s.corrupt = c.corrupt.load();
+  s.write_errors = c.write_errors.load();
+  s.usage_bytes = c.usage.load();
+  s.max_bytes = options_.max_bytes;
+  return s;
+}
+
+absl::StatusOr<FrameStoreUsage> FrameStore::Scan(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec)) {
+    return absl::NotFoundError(StrCat("frame cache directory ", dir, ": no ", kFramesDir, "/ in it (not a frame cache)"));
+  }
+  FrameStoreUsage u;
+  std::map<std::string, FrameStoreUsage::Dataset> by_dir;
+  for (auto it = fs::directory_iterator(fs::path(dir) / kFramesDir, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    FrameStoreUsage::Dataset d;
+    d.key = it->path().filename().string();
+    std::FILE* f = std::fopen((it->path() / "source").c_str(), "r");
+    if (f != nullptr) {
+      char line[4096];
+      if (std::fgets(line, sizeof line, f) != nullptr) d.key = std::string(line, strcspn(line, "\n"));
+      if (std::fgets(line, sizeof line, f) != nullptr) d.name = std::string(line, strcspn(line, "\n"));
+      std::fclose(f);
+    }
+    for (auto e = fs::recursive_directory_iterator(it->path(), ec); !ec && e != fs::recursive_directory_iterator();
+         e.increment(ec)) {
+      if (!e->is_regular_file(ec) || e->path().filename() == "source") continue;
+      struct stat st;
+      if (::stat(e->path().c_str(), &st) != 0) continue;
+      ++d.entries;
+      d.bytes += static_cast<uint64_t>(st.st_size);
+      Fd fd(::open(e->path().c_str(), O_RDONLY | O_CLOEXEC));
+      char hbuf[kHeaderBytes];
+      Header h;
+      if (fd.ok() && ReadFull(fd.get(), hbuf, kHeaderBytes, 0) && DecodeHeader(hbuf, &h)) d.pixel_bytes += h.raw_bytes;
+    }
+    u.entries += d.entries;
+    u.bytes += d.bytes;
+    u.pixel_bytes += d.pixel_bytes;
+    by_dir.emplace(it->path().filename().string(), std::move(d));
+  }
+  for (auto& [k, d] : by_dir) u.datasets.push_back(std::move(d));
+  for (auto it = fs::directory_iterator(fs::path(dir) / "tmp", ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    struct stat st;
+    if (::stat(it->path().c_str(), &st) != 0) continue;
+    ++u.tmp_files;
+    u.tmp_bytes += static_cast<uint64_t>(st.st_size);
+  }
+  Fd usage(::open((dir + "/usage").c_str(), O_RDONLY | O_CLOEXEC));
+  u.accounted_bytes = ReadUsage(usage.get());
+  return u;
+}
+
+absl::StatusOr<FrameStoreUsage> FrameStore::Clear(const std::string& dir, const std::string& dataset_prefix) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec)) {
+    return absl::NotFoundError(StrCat("frame cache directory ", dir, ": no ", kFramesDir, "/ in it (not a frame cache)"));
+  }
+  absl::Mutex mu;
+  Fd lock_fd(::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  Fd usage_fd(::open((dir + "/usage").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  LockedStore lock(&mu, lock_fd.get());
+  if (!lock.ok() || !usage_fd.ok()) {
+    return absl::PermissionDeniedError(StrCat("frame cache directory ", dir, ": cannot lock: ", std::strerror(errno)));
+  }
+  ASSIGN_OR_RETURN(FrameStoreUsage before, Scan(dir));
+  for (const FrameStoreUsage::Dataset& d : before.datasets) {
+    if (d.key.rfind(dataset_prefix, 0) != 0) continue;
+    fs::remove_all(fs::path(dir) / kFramesDir / DatasetDir(d.key), ec);
+    if (ec) return absl::InternalError(StrCat("frame cache directory ", dir, ": cannot remove ", d.key, ": ", ec.message()));
+  }
+  if (dataset_prefix.empty()) {
+    for (auto it = fs::directory_iterator(fs::path(dir) / "tmp", ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+      ::unlink(it->path().c_str());
+    }
+  }
+  uint64_t total = 0;
+  for (const EntryFile& e : ListEntries(dir)) total += e.bytes;
+  WriteUsage(usage_fd.get(), total);
+  return before;
+}
+
+bool ParseFrameStoreCompression(const std::string& name, FrameStoreOptions::Compression* out) {
+  if (name == "none") {
+    *out = FrameStoreOptions::Compression::kNone;
+  } else if (name == "lz4") {
+    *out = FrameStoreOptions::Compression::kLz4;
+  } else if (name == "zstd") {
+    *out = FrameStoreOptions::Compression::kZstd;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char* FrameStoreCompressionName(FrameStoreOptions::Compression c) {
+  switch (c) {
+    case FrameStoreOptions::Compression::kNone: return "none";
+    case FrameStoreOptions::Compression::kLz4: return "lz4";
+    case FrameStoreOptions::Compression::kZstd: return "zstd";
+  }
+  return "none";
+}
+
+}  // namespace conveyor
