@@ -279,9 +279,12 @@ std::shared_ptr<const RgbImage> FrameStore::Find(const FrameCacheKey& key) const
     LockedStore lock(&c.mu, c.lock_fd.get());
     if (lock.ok() && ::stat(path.c_str(), &now) == 0 && now.st_ino == mine.st_ino && now.st_dev == mine.st_dev &&
         ::unlink(path.c_str()) == 0) {
-      const uint64_t usage = ReadUsage(c.usage_fd.get());
-      const uint64_t bytes = static_cast<uint64_t>(mine.st_size);
-      WriteUsage(c.usage_fd.get(), usage > bytes ? usage - bytes : 0);
+      // The entry may have been accounted at another size than it has now (a torn write), so
+      // the account is recounted (damage is rare; a scan is milliseconds).
+      uint64_t total = 0;
+      for (const EntryFile& e : ListEntries(options_.dir)) total += e.bytes;
+      WriteUsage(c.usage_fd.get(), total);
+      c.usage.store(total, std::memory_order_relaxed);
     }
     return nullptr;
   };
@@ -357,15 +360,21 @@ void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
     const int n = LZ4_compress_default(payload, packed.data(), static_cast<int>(payload_bytes),
                                        static_cast<int>(packed.size()));
     if (n <= 0) return warn_once("lz4 compression failed");
-    payload = packed.data();
-    payload_bytes = static_cast<size_t>(n);
+    if (static_cast<size_t>(n) < payload_bytes) {
+      payload = packed.data();
+      payload_bytes = static_cast<size_t>(n);
+    }
   } else if (options_.compression == FrameStoreOptions::Compression::kZstd) {
     packed.resize(ZSTD_compressBound(payload_bytes));
     const size_t n = ZSTD_compress(packed.data(), packed.size(), payload, payload_bytes, 1);
     if (ZSTD_isError(n)) return warn_once("zstd compression failed");
-    payload = packed.data();
-    payload_bytes = n;
+    if (n < payload_bytes) {
+      payload = packed.data();
+      payload_bytes = n;
+    }
   }
+  // An incompressible frame is kept raw.
+  if (payload == reinterpret_cast<const char*>(frame.pixels.data())) h.codec = 0;
   h.payload_bytes = payload_bytes;
   h.payload_xxh3 = XXH3_64bits(payload, payload_bytes);
   const uint64_t entry_bytes = kHeaderBytes + payload_bytes;

@@ -190,6 +190,19 @@ class FrameCacheCollectable final : public prometheus::Collectable {
     metric("conveyor_frame_cache_frames", "Decoded frames the frame cache holds", T::Gauge, s.frames);
     metric("conveyor_frame_cache_evicted_bytes_total", "Bytes evicted to admit other frames (lru)", T::Counter, s.evicted_bytes);
     metric("conveyor_frame_cache_rejected_total", "Frames not admitted because the cache was full (pin)", T::Counter, s.rejected);
+    if (s.has_store) {
+      const FrameStoreStats& d = s.store;
+      metric("conveyor_frame_store_hits_total", "Frames read from the node's frame cache directory", T::Counter, d.hits);
+      metric("conveyor_frame_store_misses_total", "Lookups in the node's frame cache directory that missed", T::Counter, d.misses);
+      metric("conveyor_frame_store_published_total", "Frames this server wrote to the node's frame cache directory", T::Counter, d.published);
+      metric("conveyor_frame_store_published_bytes_total", "Bytes of the entries this server wrote", T::Counter, d.published_bytes);
+      metric("conveyor_frame_store_rejected_total", "Frames not admitted because the node's store was full (pin)", T::Counter, d.rejected);
+      metric("conveyor_frame_store_evicted_bytes_total", "Bytes this server evicted from the node's store (lru)", T::Counter, d.evicted_bytes);
+      metric("conveyor_frame_store_corrupt_total", "Entries that failed a check, removed and decoded again", T::Counter, d.corrupt);
+      metric("conveyor_frame_store_write_errors_total", "Entries that could not be written (full disk, permissions)", T::Counter, d.write_errors);
+      metric("conveyor_frame_store_bytes", "Bytes the node's frame cache directory holds (all processes)", T::Gauge, d.usage_bytes);
+      metric("conveyor_frame_store_max_bytes", "The node's frame cache directory bound (--frame-cache-dir-bytes)", T::Gauge, d.max_bytes);
+    }
     return out;
   }
 

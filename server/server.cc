@@ -374,6 +374,17 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       fc->set_evicted_bytes(fs.evicted_bytes);
       fc->set_rejected(fs.rejected);
       fc->set_policy(o.frame_cache_policy);
+      if (fs.has_store) {
+        fc->set_store_dir(o.frame_cache_dir);
+        fc->set_store_hits(fs.store.hits);
+        fc->set_store_misses(fs.store.misses);
+        fc->set_store_bytes(fs.store.usage_bytes);
+        fc->set_store_max_bytes(fs.store.max_bytes);
+        fc->set_store_published(fs.store.published);
+        fc->set_store_rejected(fs.store.rejected);
+        fc->set_store_evicted_bytes(fs.store.evicted_bytes);
+        fc->set_store_corrupt(fs.store.corrupt);
+      }
     }
     for (double b : JobWaits::kBucketBounds) r->add_wait_bucket_bounds(b);
     return grpc::Status::OK;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -452,6 +453,86 @@ TEST_F(PipelineTest, DecodedFrameCacheKeepsBatchesBitIdentical) {
     const FrameCacheStats fs = small->stats();
     EXPECT_LE(fs.bytes, full.bytes / 3);
     EXPECT_GT(fs.rejected + fs.evicted_bytes, 0u);
+  }
+}
+
+// The node-wide store (a directory shared by processes) changes where frames come from, never the
+// batches: cold, warm (a second pipeline, as a second server process would, decodes nothing),
+// holding a third (pin and lru), with a memory tier in front, and after entries were damaged on
+// disk (detected, decoded again, counted) all give the uncached run's batches bit for bit.
+TEST_F(PipelineTest, ANodeFrameStoreKeepsBatchesBitIdentical) {
+  PipelineOptions o = Options(2, true);
+  o.order = OrderOptions{0, 0};
+  const auto index = SampleIndex::Build(*dataset_, spec_->anchor_stream);
+  ASSERT_TRUE(index.ok());
+  const int steps = 2 * static_cast<int>(index->size() / o.global_batch_size);
+  const std::vector<Line> want = Run(o, {0, 0}, steps);
+  auto run_with = [&](const FrameCacheConfig& config, PipelineStats* stats, FrameCacheStats* cache_stats) {
+    PipelineOptions c = o;
+    auto cache = MakeFrameCache(config);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    if (!cache.ok()) return std::vector<Line>();
+    c.frame_cache = *cache;
+    auto p = Pipeline::Create(*dataset_, *spec_, c, {0, 0});
+    EXPECT_TRUE(p.ok()) << p.status();
+    std::vector<Line> out;
+    if (!p.ok()) return out;
+    for (int i = 0; i < steps; ++i) {
+      auto next = (*p)->Next();
+      EXPECT_TRUE(next.ok() && next->has_value());
+      if (!next.ok() || !next->has_value()) break;
+      Line l{(*next)->cursor, (*next)->ids, {}};
+      for (const TensorView& t : (*next)->tensors) l.tensors[t.name].assign((*next)->data(t), (*next)->data(t) + t.bytes);
+      out.push_back(std::move(l));
+    }
+    *stats = (*p)->stats();
+    *cache_stats = c.frame_cache->stats();
+    return out;
+  };
+  TempDir store;
+  FrameCacheConfig config;
+  config.dir = store.path();
+  config.dir_bytes = 1ull << 30;
+  PipelineStats cold, warm;
+  FrameCacheStats cold_cache, warm_cache;
+  EXPECT_EQ(run_with(config, &cold, &cold_cache), want) << "cold store";
+  EXPECT_GT(cold_cache.store.published, 0u);
+  EXPECT_GT(cold.frame_cache_hits, 0u) << "the second epoch did not read the store";
+  EXPECT_EQ(run_with(config, &warm, &warm_cache), want) << "warm store";
+  EXPECT_EQ(warm.frames_decoded, 0u) << "a warm store holding every frame, and still decoding";
+  EXPECT_EQ(warm_cache.store.published, 0u);
+
+  // Damage a quarter of the entries: they are found out, decoded again, and the bits hold.
+  int damaged = 0, seen = 0;
+  for (auto& e : std::filesystem::recursive_directory_iterator(store.Join("frames1"))) {
+    if (!e.is_regular_file() || e.path().filename() == "source" || seen++ % 4 != 0) continue;
+    std::filesystem::resize_file(e.path(), std::filesystem::file_size(e.path()) - 7);
+    ++damaged;
+  }
+  ASSERT_GT(damaged, 0);
+  PipelineStats repaired;
+  FrameCacheStats repaired_cache;
+  EXPECT_EQ(run_with(config, &repaired, &repaired_cache), want) << "damaged entries";
+  EXPECT_GE(repaired_cache.store.corrupt, 1u);
+  EXPECT_GT(repaired.frames_decoded, 0u);
+
+  // A third of the dataset, each policy, with and without memory in front.
+  const uint64_t full = FrameStore::Scan(store.path())->bytes;
+  for (const char* policy : {"pin", "lru"}) {
+    for (uint64_t memory : {0ull, 1ull << 30}) {
+      TempDir small;
+      FrameCacheConfig c = config;
+      c.dir = small.path();
+      c.dir_bytes = full / 3;
+      c.policy = policy;
+      c.bytes = memory;
+      c.compression = "lz4";
+      PipelineStats ps;
+      FrameCacheStats fs;
+      EXPECT_EQ(run_with(c, &ps, &fs), want) << "a store holding a third, " << policy << ", memory " << memory;
+      EXPECT_LE(FrameStore::Scan(small.path())->bytes, full / 3);
+      EXPECT_GT(fs.store.rejected + fs.store.evicted_bytes, 0u) << policy;
+    }
   }
 }
 

@@ -2,6 +2,8 @@
 // compared with what the offline pipeline (`conveyor batches`) computes.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <signal.h>
 
 #include <algorithm>
@@ -617,6 +619,63 @@ TEST_F(ServerE2ETest, AFrameCacheSharedByStreamsKeepsTheirBatches) {
   EXPECT_EQ(code, 0) << top;
   EXPECT_NE(top.find("frame cache (pin): "), std::string::npos) << top;
   EXPECT_NE(top.find("hit rate "), std::string::npos) << top;
+}
+
+// --frame-cache-dir: two server processes on one node share decoded frames through a directory.
+// `conveyor cache warm` fills it for part of the data first; the first server decodes the rest,
+// the second decodes nothing; both serve exactly the offline batches; metrics, Info, top and
+// `conveyor cache info` say so.
+TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
+  const std::string store = dir_->Join("frame-store");
+  int code = 0;
+  const std::string warm = Capture(StrCatForShell({kCli, "cache", "warm", ds(), "--config", small(),
+                                                   "--frame-cache-dir", store, "--threads", "1"}), &code);
+  ASSERT_EQ(code, 0) << warm;
+  EXPECT_NE(warm.find("0 failed"), std::string::npos) << warm;
+  // Half the entries go: the first server has work to do.
+  int n = 0;
+  for (auto& e : std::filesystem::recursive_directory_iterator(store + "/frames1")) {
+    if (e.is_regular_file() && e.path().filename() != "source" && n++ % 2 == 0) std::filesystem::remove(e.path());
+  }
+  const std::vector<std::string> want = Offline(small(), 6);
+  std::vector<double> published;
+  // Both run at once, as a node's servers do.
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  for (int i = 0; i < 2; ++i) {
+    servers.push_back(Serve({"--frame-cache-dir", store, "--frame-cache-dir-bytes", "2000000000",
+                             "--metrics-listen", "127.0.0.1:0"}));
+    ASSERT_TRUE(servers.back()->ok());
+  }
+  for (const char* job : {"first", "second"}) {
+    ServerProcess* server = servers[published.size()].get();
+    client::ClientOptions o = Options({server->address()});
+    o.job = job;
+    o.max_batches = 6;
+    auto c = client::Client::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(ReadAll(**c), want) << job;
+    const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);
+    ASSERT_EQ(code, 0);
+    auto value = [&](const std::string& name) {
+      const size_t at = metrics.find("\n" + name + " ");
+      return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + name.size() + 2));
+    };
+    EXPECT_GT(value("conveyor_frame_store_hits_total"), 0) << job << metrics;
+    EXPECT_EQ(value("conveyor_frame_store_max_bytes"), 2e9) << metrics;
+    EXPECT_EQ(value("conveyor_frame_store_corrupt_total"), 0) << metrics;
+    published.push_back(value("conveyor_frame_store_published_total"));
+    absl::StatusOr<conveyor::v1::InfoResponse> info = client::GetInfo(Options({server->address()}));
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->frame_cache().store_dir(), store);
+    EXPECT_GT(info->frame_cache().store_hits(), 0u);
+    const std::string top = Capture(StrCatForShell({kCli, "top", server->address(), "--iterations", "1"}), &code);
+    EXPECT_NE(top.find("node frame store " + store), std::string::npos) << top;
+  }
+  EXPECT_GT(published[0], 0) << "the first server decoded nothing the warm-up had left out";
+  EXPECT_EQ(published[1], 0) << "the second server decoded frames the first had shared";
+  const std::string info = Capture(StrCatForShell({kCli, "cache", "info", store, "--json"}), &code);
+  ASSERT_EQ(code, 0) << info;
+  EXPECT_NE(info.find("\"name\":\"" + ds() + "\""), std::string::npos) << info;
 }
 
 TEST_F(ServerE2ETest, BearerTokenIsCheckedOnEveryCall) {

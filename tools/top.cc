@@ -113,6 +113,18 @@ absl::Status RunTop(const TopOptions& o) {
                   fc.evicted_bytes() > 0 ? StrCat(", ", Bytes(fc.evicted_bytes()), " evicted") : std::string(),
                   fc.rejected() > 0 ? StrCat(", ", fc.rejected(), " frames not admitted (full)") : std::string(),
                   "\n");
+        if (!fc.store_dir().empty()) {
+          const uint64_t store_lookups = fc.store_hits() + fc.store_misses();
+          StrAppend(&caches, "  ", server, " node frame store ", fc.store_dir(), ": ", Bytes(fc.store_bytes()), " of ",
+                    Bytes(fc.store_max_bytes()), ", hit rate ",
+                    store_lookups > 0 ? StrCat(static_cast<int64_t>(100.0 * fc.store_hits() / store_lookups), "%")
+                                      : std::string("-"),
+                    ", ", fc.store_published(), " frames written",
+                    fc.store_rejected() > 0 ? StrCat(", ", fc.store_rejected(), " not admitted (full)") : std::string(),
+                    fc.store_evicted_bytes() > 0 ? StrCat(", ", Bytes(fc.store_evicted_bytes()), " evicted") : std::string(),
+                    fc.store_corrupt() > 0 ? StrCat(", ", fc.store_corrupt(), " corrupt entries re-decoded") : std::string(),
+                    "\n");
+        }
       }
       if (bounds.empty()) bounds.assign(info->wait_bucket_bounds().begin(), info->wait_bucket_bounds().end());
       for (const pb::JobStatus& j : info->jobs()) {
