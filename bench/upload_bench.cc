@@ -1,4 +1,4 @@
-// upload_bench: host-to-GPU throughput of the Uploader (pipeline/upload.h) beside plain cudaMemcpy
+// upload_bench: host-to-GPU throughput of the Uploader (device/upload.h) beside plain cudaMemcpy
 // of the same bytes, for batches of 1, 16, 64 and 256 MiB.
 //
 // On a GPU (CUDA built in and a device present), per batch size:
@@ -47,11 +47,11 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
+#include "device/upload.h"
 #include "pipeline/batch.h"
-#include "pipeline/upload.h"
 
 #if CONVEYOR_HAVE_CUDA
-#include "pipeline/internal/upload_cuda.h"
+#include "device/internal/cuda.h"
 #endif
 
 namespace conveyor {
@@ -169,6 +169,28 @@ struct PageableBuffer {
   std::unique_ptr<uint8_t, Free> data;
 };
 
+// A pipeline batch as the uploader takes it: its one buffer, owned by the upload.
+HostBatch AsHostBatch(const Batch& batch) {
+  HostBatch host;
+  host.label = StrCat("batch ", batch.cursor.step);
+  host.data = batch.buffer->data();
+  host.size = batch.buffer->size();
+  host.pinned = batch.buffer->pinned();
+  for (const TensorView& t : batch.tensors) {
+    host.tensors.push_back(HostTensor{
+        .name = t.name, .dtype = t.dtype, .shape = t.shape, .offset = t.offset, .bytes = t.bytes});
+  }
+  host.owner = batch.buffer;
+  return host;
+}
+
+#if CONVEYOR_HAVE_CUDA
+// The host bytes an upload was made from.
+const uint8_t* HostData(const DeviceBatch& b) {
+  return static_cast<const HostBuffer*>(b.owner().get())->data();
+}
+#endif
+
 // The consumer loop of the docs (docs/pipeline.md): hold at most `buffers` batches; when full,
 // wait for the oldest, "train" on it for `step` (0: none), and drop it, then upload the next.
 // Returns the seconds for `copies` batches, and the median time an Upload call took to return.
@@ -187,8 +209,9 @@ absl::StatusOr<double> RunUploader(Uploader& uploader, const std::vector<Batch>&
   const auto start = Clock::now();
   for (uint64_t i = 0; i < copies; ++i) {
     if (live.size() == static_cast<size_t>(buffers)) RETURN_IF_ERROR(consume());
+    HostBatch host = AsHostBatch(ring[i % ring.size()]);
     const auto call = Clock::now();
-    ASSIGN_OR_RETURN(std::unique_ptr<DeviceBatch> b, uploader.Upload(ring[i % ring.size()]));
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceBatch> b, uploader.Upload(std::move(host)));
     if (call_seconds != nullptr) call_seconds->push_back(Seconds(call));
     live.push_back(std::move(b));
   }
@@ -275,7 +298,7 @@ absl::Status RunGpu(const Flags& flags, Uploader& uploader, nlohmann::json& doc)
     ASSIGN_OR_RETURN(const Rate up, Measure(flags.reps, copies * bytes, [&] {
                        return RunUploader(uploader, ring, copies, 2, {}, &call_seconds, &last);
                      }));
-    RETURN_IF_ERROR(CheckSame(last->tensors()[0].data, last->batch().buffer->data(), bytes,
+    RETURN_IF_ERROR(CheckSame(last->tensors()[0].data, HostData(*last), bytes,
                               StrCat("uploader, ", mib, " MiB")));
     last.reset();
     ASSIGN_OR_RETURN(const Rate pin, Measure(flags.reps, copies * bytes, [&] {

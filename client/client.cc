@@ -21,9 +21,10 @@
 #include "base/block_pool.h"
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
-#include "client/device_copy.h"
 #include "client/internal/shm_region.h"
 #include "client/internal/wire.h"
+#include "device/gpu.h"
+#include "device/upload.h"
 #include "conveyor/v1/service.grpc.pb.h"
 
 namespace conveyor::client {
@@ -116,11 +117,34 @@ void AddMetadata(const ClientOptions& o, grpc::ClientContext* ctx) {
 
 // One 64-byte aligned block per batch, which the payload is parsed into, kept for reuse
 // (base/block_pool.h): a fresh block of tens or hundreds of MB per batch costs a page fault per
-// 4 KiB, which halved the throughput of large batches.
-void FreeAligned(uint8_t* p, int) { std::free(p); }
+// 4 KiB, which halved the throughput of large batches. With device delivery the blocks are pinned
+// (kind kPinnedBlock), so each batch's copy to the GPU is asynchronous and needs no staging copy.
+constexpr int kPinnedBlock = 1;
 
-// A kept block of at least `bytes`, or a new one; {nullptr} when the allocation fails.
-BlockPool::Block TakeBlock(BlockPool& pool, size_t bytes) {
+void FreeBlock(uint8_t* p, int kind) {
+  if (kind == kPinnedBlock) {
+    FreePinned(p);
+  } else {
+    std::free(p);
+  }
+}
+
+// A kept block of at least `bytes`, or a new one, pinned when asked and possible; {nullptr} when
+// the allocation fails.
+BlockPool::Block TakeBlock(BlockPool& pool, size_t bytes, bool pinned) {
+  if (pinned) {
+    BlockPool::Block b = pool.Take(bytes, kPinnedBlock);
+    if (b.data != nullptr) return b;
+    b.capacity = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+    // Pinned memory is limited (RLIMIT_MEMLOCK in containers): pageable memory still works, its
+    // copies are only synchronous (Uploader::Stats::pageable_batches counts them).
+    absl::StatusOr<void*> memory = AllocatePinned(b.capacity);
+    if (memory.ok()) {
+      b.data = static_cast<uint8_t*>(*memory);
+      b.kind = kPinnedBlock;
+      return b;
+    }
+  }
   BlockPool::Block b = pool.Take(bytes, 0);
   if (b.data != nullptr) return b;
   b.capacity = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
@@ -136,14 +160,19 @@ struct BatchStorage {
   std::shared_ptr<ShmRegion> region;
   uint64_t shm_position = 0;
   const uint8_t* shm_data = nullptr;
-  std::shared_ptr<void> device;  // DeviceBatch, CUDA builds
+  std::unique_ptr<DeviceBatch> device;  // device delivery: the batch's copy on the GPU
   const uint8_t* data() const { return region ? shm_data : block.data; }
   ~BatchStorage() {
-    device.reset();  // waits for the copies out of the block
+    device.reset();  // waits for the copy out of the block, then frees the device buffer
     if (region) region->Release(shm_position);
     if (block.data != nullptr) pool->Give(block);
   }
 };
+
+// The batch's copy on the GPU, or null (no device delivery).
+DeviceBatch* DeviceOf(const Batch& b) {
+  return b.storage ? static_cast<BatchStorage*>(b.storage.get())->device.get() : nullptr;
+}
 
 }  // namespace
 
@@ -170,12 +199,40 @@ std::vector<std::string> ParseServers(std::string_view list) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
 }
 
-bool Client::device_supported() { return DeviceCopySupported(); }
+absl::Status Batch::WaitOnStream(void* cuda_stream) const {
+  DeviceBatch* d = DeviceOf(*this);
+  return d == nullptr ? absl::OkStatus() : d->WaitOnStream(cuda_stream);
+}
+
+absl::Status Batch::RecordUse(void* cuda_stream) const {
+  DeviceBatch* d = DeviceOf(*this);
+  return d == nullptr ? absl::OkStatus() : d->RecordUse(cuda_stream);
+}
+
+absl::Status Batch::WaitDevice() const {
+  DeviceBatch* d = DeviceOf(*this);
+  return d == nullptr ? absl::OkStatus() : d->Wait();
+}
+
+bool Client::device_supported() { return ProbeGpus().devices > 0; }
+
+absl::Status Client::CheckDevice(int device_index) {
+  const GpuProbe& probe = ProbeGpus();
+  if (probe.devices == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("device delivery to CUDA device ", device_index,
+                                                      " (cuda:", device_index, "): no usable GPU: ", probe.reason));
+  }
+  if (device_index < 0 || device_index >= probe.devices) {
+    return absl::InvalidArgumentError(absl::StrCat("device delivery to CUDA device ", device_index,
+                                                   ": there are ", probe.devices, " (0 to ", probe.devices - 1, ")"));
+  }
+  return absl::OkStatus();
+}
 
 struct Client::Impl {
   ClientOptions o;
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-  std::unique_ptr<DeviceCopier> device;
+  std::unique_ptr<Uploader> uploader;  // device delivery, else null
   std::shared_ptr<BlockPool> pool;  // batch blocks
   pid_t owner = getpid();  // the process whose threads `receiver` and `reporter` are (see ~Client)
 
@@ -190,6 +247,9 @@ struct Client::Impl {
   grpc::ClientContext* active ABSL_GUARDED_BY(mu) = nullptr;  // to cancel from the destructor
   // The current stream's shared-memory region, so that Next() can tell the server it is starved.
   std::shared_ptr<ShmRegion> live_region ABSL_GUARDED_BY(mu);
+  // Device delivery: the receiving thread waits for a device buffer that only the trainer can
+  // give back (it holds them all), so a Next() with nothing queued would wait forever.
+  bool device_starved ABSL_GUARDED_BY(mu) = false;
   Cursor delivered ABSL_GUARDED_BY(mu);                       // cursor() for the user
   uint32_t schedule_version ABSL_GUARDED_BY(mu) = 0;          // the first stream start's (0 until then)
   ClientStats stats ABSL_GUARDED_BY(mu);
@@ -549,7 +609,7 @@ struct Client::Impl {
       return absl::OkStatus();
     }
     r->storage->pool = pool;
-    r->storage->block = TakeBlock(*pool, r->header.payload_bytes());
+    r->storage->block = TakeBlock(*pool, r->header.payload_bytes(), uploader != nullptr && uploader->gpu());
     if (r->storage->block.data == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot allocate ", r->header.payload_bytes(), " bytes for batch ", expected.ToString(),
@@ -602,11 +662,48 @@ struct Client::Impl {
       out.data = storage->data() + t.offset();
       b->tensors.push_back(std::move(out));
     }
-    if (device) {
-      absl::Status st = device->Copy(b, &storage->device);
-      if (!st.ok()) return st;
-    }
+    if (uploader) RETURN_IF_ERROR(Upload(target, h, storage, b));
     b->storage = storage;
+    return absl::OkStatus();
+  }
+
+  // Device delivery: starts the batch's one copy to the GPU (device/upload.h) and points the
+  // tensors' device_data into its device buffer. Runs on the receiving thread, as the batch
+  // arrives, so the copy overlaps the trainer's work on the batches before it.
+  absl::Status Upload(const std::string& target, const pb::BatchHeader& h,
+                      const std::shared_ptr<BatchStorage>& storage, Batch* b) {
+    HostBatch host;
+    host.label = absl::StrCat("batch ", b->cursor.ToString(), " from server ", target);
+    host.data = storage->data();
+    host.size = h.payload_bytes();
+    host.pinned = storage->region == nullptr && storage->block.kind == kPinnedBlock;
+    host.tensors.reserve(b->tensors.size());
+    for (const Tensor& t : b->tensors) {
+      host.tensors.push_back(HostTensor{.name = t.name,
+                                        .dtype = t.dtype,
+                                        .shape = t.shape,
+                                        .offset = static_cast<size_t>(t.data - storage->data()),
+                                        .bytes = t.bytes});
+    }
+    // Only this thread takes buffers, so none free now means Upload waits for the trainer to
+    // drop a batch; Next() is told, so it does not wait for this batch in vain.
+    const bool starved = uploader->free_buffers() == 0;
+    if (starved) {
+      absl::MutexLock lock(&mu);
+      device_starved = true;
+      cv.SignalAll();
+    }
+    absl::StatusOr<std::unique_ptr<DeviceBatch>> copy = uploader->Upload(std::move(host));
+    if (starved) {
+      absl::MutexLock lock(&mu);
+      device_starved = false;
+    }
+    if (!copy.ok()) return copy.status();
+    DeviceBatch& d = **copy;
+    for (size_t i = 0; i < b->tensors.size(); ++i) b->tensors[i].device_data = d.tensors()[i].data;
+    b->device = d.device();
+    b->ready_event = d.ready_event();
+    storage->device = *std::move(copy);
     return absl::OkStatus();
   }
 };
@@ -627,11 +724,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
   options.prefetch_batches = std::max<size_t>(1, options.prefetch_batches);
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(options);
-  impl->pool = std::make_shared<BlockPool>(impl->o.prefetch_batches + 2, SIZE_MAX, 0, FreeAligned);
+  impl->pool = std::make_shared<BlockPool>(impl->o.prefetch_batches + 2, SIZE_MAX, 0, FreeBlock);
   if (impl->o.device) {
-    auto copier = DeviceCopier::Create(impl->o.device_index);
-    if (!copier.ok()) return copier.status();
-    impl->device = std::move(*copier);
+    RETURN_IF_ERROR(CheckDevice(impl->o.device_index));
+    if (impl->o.device_buffers == 0) impl->o.device_buffers = impl->o.prefetch_batches + 2;
+    impl->o.device_buffers = std::min<size_t>(impl->o.device_buffers, 1024);
+    absl::StatusOr<std::unique_ptr<Uploader>> uploader = Uploader::Create(
+        {.device = impl->o.device_index, .buffers = static_cast<int>(impl->o.device_buffers), .require_gpu = true});
+    if (!uploader.ok()) {
+      return Annotate(uploader.status(), absl::StrCat("device delivery to CUDA device ", impl->o.device_index));
+    }
+    impl->uploader = *std::move(uploader);
   }
   for (const std::string& s : impl->o.servers) impl->channels.push_back(MakeChannel(impl->o, s));
   Impl* raw = impl.get();
@@ -661,6 +764,8 @@ Client::~Client() {
     if (impl_->active) impl_->active->TryCancel();
     impl_->cv.SignalAll();
   }
+  // A receiving thread waiting for a device buffer the trainer still holds returns at once.
+  if (impl_->uploader) impl_->uploader->Cancel();
   impl_->receiver.reset();  // joins
   impl_->reporter.reset();
 }
@@ -676,10 +781,17 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   // shared-memory ring, so the server is told to send the next ones in messages.
   const bool starved = impl_->queue.empty() && !impl_->done && impl_->live_region != nullptr;
   if (starved) impl_->live_region->SetStarved(true);
-  while (impl_->queue.empty() && !impl_->done && !timed_out) {
+  while (impl_->queue.empty() && !impl_->done && !timed_out && !impl_->device_starved) {
     timed_out = impl_->cv.WaitWithDeadline(&impl_->mu, deadline);
   }
   if (starved && impl_->live_region) impl_->live_region->SetStarved(false);
+  if (impl_->queue.empty() && !impl_->done && impl_->device_starved) {
+    // Not final: once the trainer drops a batch, the receiving thread goes on.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the trainer holds all ", impl_->o.device_buffers, " device buffers of CUDA device ", impl_->o.device_index,
+        " and asks for another batch: drop (or RecordUse and drop) a batch first, or raise "
+        "ClientOptions::device_buffers"));
+  }
   if (impl_->queue.empty() && !impl_->done) {
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     impl_->stats.wait_seconds += waited;
@@ -711,16 +823,19 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
 }
 
 void Client::Cancel() {
-  absl::MutexLock lock(&impl_->mu);
-  impl_->stop = true;
-  if (impl_->active) impl_->active->TryCancel();
-  if (!impl_->done) {
-    impl_->done = true;
-    impl_->final_status = absl::CancelledError("the client was cancelled");
+  {
+    absl::MutexLock lock(&impl_->mu);
+    impl_->stop = true;
+    if (impl_->active) impl_->active->TryCancel();
+    if (!impl_->done) {
+      impl_->done = true;
+      impl_->final_status = absl::CancelledError("the client was cancelled");
+    }
+    impl_->queue.clear();
+    impl_->queue_bytes = 0;
+    impl_->cv.SignalAll();
   }
-  impl_->queue.clear();
-  impl_->queue_bytes = 0;
-  impl_->cv.SignalAll();
+  if (impl_->uploader) impl_->uploader->Cancel();
 }
 
 Cursor Client::cursor() const {

@@ -58,7 +58,9 @@ struct Tensor {
   TensorRole role = TensorRole::kData;
   const uint8_t* data = nullptr;  // host memory owned by the Batch
   size_t bytes = 0;
-  void* device_data = nullptr;    // device memory when ClientOptions::device (CUDA builds)
+  // Device memory (of Batch::device) when ClientOptions::device: valid once the copy has finished
+  // (Batch::WaitOnStream or WaitDevice), while the Batch lives. Null otherwise.
+  void* device_data = nullptr;
 };
 
 struct Batch {
@@ -71,12 +73,29 @@ struct Batch {
   uint32_t packed_sequences = 0;  // packed batches only
   double fill_ratio = 0;
   std::string server;             // the address that sent it
-  // Device delivery: the CUDA event (cudaEvent_t) recorded after the copies; wait on it (or
-  // cudaStreamWaitEvent) before reading device_data. Null otherwise.
+  // Device delivery (ClientOptions::device): the CUDA device of the tensors' device_data, and the
+  // CUDA event (cudaEvent_t) recorded on the uploader's stream after the batch's one copy. -1 and
+  // null otherwise.
+  int device = -1;
   void* ready_event = nullptr;
 
   const Tensor* Find(std::string_view name) const;
   size_t bytes() const;
+
+  // Device delivery, without CUDA types (streams are cudaStream_t as void*; nullptr is the legacy
+  // default stream). OK and nothing done when the batch has no device copy. Like the batch
+  // itself, one thread at a time.
+  //  - WaitOnStream: work enqueued on `cuda_stream` from now on waits, on the GPU, for the copy
+  //    (cudaStreamWaitEvent); the host does not block. The way to consume a batch.
+  //  - RecordUse: the work enqueued on `cuda_stream` so far reads the tensors; the batch's device
+  //    buffer is not overwritten by a later batch before that work is done, so the Batch may be
+  //    dropped without synchronizing. REQUIRES before dropping a batch whose device_data kernels
+  //    may still read (as PyTorch's record_stream).
+  //  - WaitDevice: blocks the calling thread until the copy is done.
+  absl::Status WaitOnStream(void* cuda_stream) const;
+  absl::Status RecordUse(void* cuda_stream) const;
+  absl::Status WaitDevice() const;
+
   std::shared_ptr<void> storage;  // keeps the received messages (and device memory) alive
 };
 
@@ -107,8 +126,19 @@ struct ClientOptions {
   std::string tls_cert_pem, tls_key_pem;  // client certificate, when the server asks for one
   std::string tls_server_name;       // override the name checked in the server's certificate
   double reconnect_timeout_s = 60;   // give up after this long without a batch
-  bool device = false;               // CUDA builds: also copy tensors to device memory
+  // Device delivery (device/upload.h, docs/serving.md "Device delivery"): each batch is also copied
+  // to CUDA device `device_index`, as it arrives, with one asynchronous copy on the client's own
+  // stream from a pinned block into one of `device_buffers` device buffers (grown to the largest
+  // batch and reused), so the copy of the next batch overlaps the trainer's work on this one.
+  // Create fails with FAILED_PRECONDITION, saying why, when there is no usable GPU (a build
+  // without CUDA, no driver, no device), and INVALID_ARGUMENT when device_index does not exist.
+  // A trainer that holds all device_buffers batches and asks for another gets
+  // RESOURCE_EXHAUSTED from Next() instead of waiting forever.
+  bool device = false;
   int device_index = 0;
+  // 0: prefetch_batches + 2 (the queue, the trainer's batch and the one being copied). Device
+  // memory is about device_buffers x the largest batch.
+  size_t device_buffers = 0;
   // Every this many seconds, the client reports the steps since its last report (how many, their
   // wall time from one Next() to the next, each one's wait inside Next()) to the server of its
   // stream, which exports them per job (docs/serving.md "Metrics"). One small unary call on its
@@ -161,7 +191,12 @@ class Client {
   // save it with cursor() in a checkpoint.
   uint32_t schedule_version() const;
   ClientStats stats() const;
-  static bool device_supported();  // built with CUDA
+  // Whether device delivery can work here: built with CUDA and a usable GPU.
+  static bool device_supported();
+  // OK when ClientOptions::device with this device_index would work here; else why not:
+  // FAILED_PRECONDITION naming the device and the reason (built without CUDA, the CUDA runtime's
+  // error), INVALID_ARGUMENT for an ordinal that does not exist.
+  static absl::Status CheckDevice(int device_index);
 
  private:
   struct Impl;

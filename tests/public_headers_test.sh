@@ -8,6 +8,7 @@ ROOT="$1"
 CLEAN=(
   base/types.h base/cancel.h base/strings.h base/status_macros.h base/mix.h
   client/client.h
+  device/upload.h device/gpu.h device/host_buffer.h
   server/server.h
   shuffle/order.h
   readers/storage.h readers/memory_storage.h readers/parquet/parquet_file.h

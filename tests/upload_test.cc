@@ -1,10 +1,10 @@
-// Tests for pipeline/upload.h and HostBuffer (pipeline/batch.h).
+// Tests for device/upload.h (the one GPU upload path) and HostBuffer (device/host_buffer.h).
 //
 // Everything but the GPU tests runs on any machine: the CPU path is forced with device = -1, and
 // the default options take whichever path the machine offers. The GPU tests copy the device
 // memory back with a plain cudaMemcpy and compare bytes; they skip (with the reason) when the
 // build has no CUDA or the machine no usable GPU.
-#include "pipeline/upload.h"
+#include "device/upload.h"
 
 #include <atomic>
 #include <chrono>
@@ -19,11 +19,11 @@
 #include <thread>
 #include <vector>
 
+#include "device/host_buffer.h"
 #include "gtest/gtest.h"
-#include "pipeline/batch.h"
 
 #if CONVEYOR_HAVE_CUDA
-#include "pipeline/internal/upload_cuda.h"
+#include "device/internal/cuda.h"
 #endif
 
 namespace conveyor {
@@ -32,7 +32,7 @@ namespace {
 constexpr size_t kMiB = 1024 * 1024;
 
 // Bytes per element. Spelled out here rather than taken from decoders/, so this test's binary
-// does not link the decoders (and FFmpeg): it is also run on GPU machines that lack them.
+// needs nothing of the decoders: it is also run on GPU machines.
 size_t ElementBytes(DType t) { return t == DType::kFloat32 || t == DType::kInt32 ? 4 : 1; }
 
 struct TensorSpec {
@@ -41,30 +41,56 @@ struct TensorSpec {
   std::vector<int64_t> shape;
 };
 
+// What a test batch's owner keeps: the host buffer, the tensors as they were handed over, and
+// the seed that made the bytes.
+struct HostSide {
+  std::shared_ptr<HostBuffer> buffer;
+  std::vector<HostTensor> tensors;
+  uint64_t seed = 0;
+  const uint8_t* data(const HostTensor& t) const { return buffer->data() + t.offset; }
+};
+
 // A batch whose tensors sit at 64-byte aligned offsets of one host buffer, filled with bytes
 // that depend on `seed` and the position (the gaps between tensors hold other bytes, 0xEE).
-Batch MakeBatch(const std::vector<TensorSpec>& specs, uint64_t seed, bool pinned = true) {
-  Batch batch;
-  batch.cursor = {.epoch = 1, .step = seed};
+std::shared_ptr<HostSide> MakeHost(const std::vector<TensorSpec>& specs, uint64_t seed,
+                                   bool pinned = true) {
+  auto host = std::make_shared<HostSide>();
+  host->seed = seed;
   size_t offset = 0;
   for (const TensorSpec& s : specs) {
     size_t elements = 1;
     for (int64_t d : s.shape) elements *= static_cast<size_t>(d);
-    batch.tensors.push_back(TensorView{.name = s.name,
+    host->tensors.push_back(HostTensor{.name = s.name,
                                        .dtype = s.dtype,
                                        .shape = s.shape,
                                        .offset = offset,
                                        .bytes = elements * ElementBytes(s.dtype)});
-    offset = (offset + batch.tensors.back().bytes + 63) / 64 * 64;
+    offset = (offset + host->tensors.back().bytes + 63) / 64 * 64;
   }
-  batch.buffer = HostBuffer::Allocate(offset, pinned);
-  std::memset(batch.buffer->data(), 0xEE, offset);
+  host->buffer = HostBuffer::Allocate(offset, pinned);
+  std::memset(host->buffer->data(), 0xEE, offset);
   std::mt19937_64 rng(seed);
-  for (const TensorView& t : batch.tensors) {
-    uint8_t* p = batch.buffer->data() + t.offset;
+  for (const HostTensor& t : host->tensors) {
+    uint8_t* p = host->buffer->data() + t.offset;
     for (size_t i = 0; i < t.bytes; ++i) p[i] = static_cast<uint8_t>(rng());
   }
+  return host;
+}
+
+HostBatch MakeBatch(const std::vector<TensorSpec>& specs, uint64_t seed, bool pinned = true) {
+  std::shared_ptr<HostSide> host = MakeHost(specs, seed, pinned);
+  HostBatch batch;
+  batch.label = "batch " + std::to_string(seed);
+  batch.data = host->buffer->data();
+  batch.size = host->buffer->size();
+  batch.pinned = host->buffer->pinned();
+  batch.tensors = host->tensors;
+  batch.owner = std::move(host);
   return batch;
+}
+
+const HostSide& HostOf(const DeviceBatch& b) {
+  return *static_cast<const HostSide*>(b.owner().get());
 }
 
 std::vector<TensorSpec> SmallSpecs() {
@@ -94,10 +120,10 @@ std::vector<uint8_t> BytesOf(const DeviceBatch& b, const DeviceTensor& t) {
 // Checks names, dtypes, shapes, sizes and bytes of every tensor against the host batch.
 void ExpectSameTensors(DeviceBatch& b) {
   ASSERT_TRUE(b.Wait().ok());
-  const Batch& host = b.batch();
+  const HostSide& host = HostOf(b);
   ASSERT_EQ(b.tensors().size(), host.tensors.size());
   for (size_t i = 0; i < host.tensors.size(); ++i) {
-    const TensorView& want = host.tensors[i];
+    const HostTensor& want = host.tensors[i];
     const DeviceTensor& got = b.tensors()[i];
     EXPECT_EQ(got.name, want.name);
     EXPECT_EQ(got.dtype, want.dtype);
@@ -153,8 +179,8 @@ TEST(UploadTest, CpuPathTensorsAreTheBatchBytes) {
   ASSERT_NE(uploader, nullptr);
   EXPECT_FALSE(uploader->gpu());
   EXPECT_NE(uploader->cpu_reason(), "");
-  Batch batch = MakeBatch(SmallSpecs(), 7);
-  const uint8_t* host = batch.buffer->data();
+  HostBatch batch = MakeBatch(SmallSpecs(), 7);
+  const uint8_t* host = batch.data;
   absl::StatusOr<std::unique_ptr<DeviceBatch>> b = uploader->Upload(std::move(batch));
   ASSERT_TRUE(b.ok()) << b.status();
   DeviceBatch& db = **b;
@@ -162,17 +188,19 @@ TEST(UploadTest, CpuPathTensorsAreTheBatchBytes) {
   EXPECT_EQ(db.device(), -1);
   EXPECT_EQ(db.ready_event(), nullptr);
   EXPECT_TRUE(db.RecordUse(nullptr).ok());
+  EXPECT_TRUE(db.WaitOnStream(nullptr).ok());
+  EXPECT_EQ(db.label(), "batch 7");
   ExpectSameTensors(db);
   // No copy: the tensors point into the batch's own buffer.
   for (size_t i = 0; i < db.tensors().size(); ++i) {
-    EXPECT_EQ(db.tensors()[i].data, host + db.batch().tensors[i].offset);
+    EXPECT_EQ(db.tensors()[i].data, host + HostOf(db).tensors[i].offset);
   }
   ASSERT_NE(db.Find("action"), nullptr);
   EXPECT_EQ(db.Find("action")->shape, (std::vector<int64_t>{2, 50, 7}));
   EXPECT_EQ(db.Find("nope"), nullptr);
   const Uploader::Stats stats = uploader->stats();
   EXPECT_EQ(stats.batches, 1u);
-  EXPECT_EQ(stats.bytes, db.batch().tensors.back().offset + db.batch().tensors.back().bytes);
+  EXPECT_EQ(stats.bytes, HostOf(db).tensors.back().offset + HostOf(db).tensors.back().bytes);
   EXPECT_EQ(stats.copy_seconds, 0);
 }
 
@@ -211,10 +239,10 @@ TEST(UploadTest, BadOptionsAndBatches) {
   for (int device : {-1, 0}) {
     std::unique_ptr<Uploader> uploader = MakeUploader({.device = device, .buffers = 1});
     ASSERT_NE(uploader, nullptr);
-    Batch no_buffer;
-    EXPECT_EQ(uploader->Upload(std::move(no_buffer)).status().code(),
+    HostBatch no_block;
+    EXPECT_EQ(uploader->Upload(std::move(no_block)).status().code(),
               absl::StatusCode::kInvalidArgument);
-    Batch outside = MakeBatch(SmallSpecs(), 1);
+    HostBatch outside = MakeBatch(SmallSpecs(), 1);
     outside.tensors.back().bytes += 64 * 1024;
     absl::Status s = uploader->Upload(std::move(outside)).status();
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -230,9 +258,12 @@ TEST(UploadTest, EmptyBatch) {
   for (int device : {-1, 0}) {
     std::unique_ptr<Uploader> uploader = MakeUploader({.device = device});
     ASSERT_NE(uploader, nullptr);
-    Batch batch;
-    batch.buffer = HostBuffer::Allocate(0, true);
-    batch.tensors.push_back(TensorView{.name = "empty", .shape = {0}});
+    std::shared_ptr<HostBuffer> buffer = HostBuffer::Allocate(0, true);
+    HostBatch batch;
+    batch.data = buffer->data();
+    batch.size = buffer->size();
+    batch.owner = buffer;
+    batch.tensors.push_back(HostTensor{.name = "empty", .shape = {0}});
     absl::StatusOr<std::unique_ptr<DeviceBatch>> b = uploader->Upload(std::move(batch));
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_TRUE((*b)->Wait().ok());
@@ -256,13 +287,13 @@ TEST(UploadTest, ManyBatchesInARow) {
           live.pop_front();
         }
         const int64_t frames = 1 + static_cast<int64_t>(i % 5);
-        Batch batch = MakeBatch(
+        HostBatch batch = MakeBatch(
             {{"cam", DType::kUint8, {frames, 64, 64, 3}}, {"action", DType::kFloat32, {frames, 7}}},
             100 + i);
         bytes += batch.tensors.back().offset + batch.tensors.back().bytes;
         absl::StatusOr<std::unique_ptr<DeviceBatch>> b = uploader->Upload(std::move(batch));
         ASSERT_TRUE(b.ok()) << b.status();
-        EXPECT_EQ((*b)->batch().cursor.step, 100 + i);
+        EXPECT_EQ(HostOf(**b).seed, 100 + i);
         live.push_back(*std::move(b));
       }
       while (!live.empty()) {
@@ -353,7 +384,7 @@ TEST(UploadTest, ProducerAndConsumerThreads) {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
         continue;
       }
-      EXPECT_EQ(b->batch().cursor.step, 1000 + i);  // in order
+      EXPECT_EQ(HostOf(*b).seed, 1000 + i);  // in order
       ExpectSameTensors(*b);
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
       --alive;
@@ -364,6 +395,39 @@ TEST(UploadTest, ProducerAndConsumerThreads) {
     EXPECT_LE(max_alive.load(), kBuffers);
     EXPECT_GE(max_alive.load(), 1);
     EXPECT_EQ(uploader->stats().batches, kBatches);
+  }
+}
+
+// free_buffers() says when the next Upload would block; Cancel() releases an Upload blocked for a
+// buffer (CANCELLED) and refuses later ones, while live batches stay valid.
+TEST(UploadTest, CancelReleasesABlockedUpload) {
+  for (int device : {-1, 0}) {
+    SCOPED_TRACE(testing::Message() << "device " << device);
+    std::unique_ptr<Uploader> uploader = MakeUploader({.device = device, .buffers = 1});
+    ASSERT_NE(uploader, nullptr);
+    EXPECT_EQ(uploader->free_buffers(), 1);
+    absl::StatusOr<std::unique_ptr<DeviceBatch>> held =
+        uploader->Upload(MakeBatch(SmallSpecs(), 1));
+    ASSERT_TRUE(held.ok()) << held.status();
+    EXPECT_EQ(uploader->free_buffers(), 0);
+
+    std::atomic<bool> done{false};
+    absl::StatusOr<std::unique_ptr<DeviceBatch>> blocked;
+    std::thread producer([&] {
+      blocked = uploader->Upload(MakeBatch(SmallSpecs(), 2));
+      done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(done.load());
+    uploader->Cancel();
+    producer.join();
+    EXPECT_EQ(blocked.status().code(), absl::StatusCode::kCancelled) << blocked.status();
+    ExpectSameTensors(**held);
+    held->reset();
+    EXPECT_EQ(uploader->free_buffers(), 1);
+    EXPECT_EQ(uploader->Upload(MakeBatch(SmallSpecs(), 3)).status().code(),
+              absl::StatusCode::kCancelled);
+    EXPECT_EQ(uploader->device(), uploader->gpu() ? 0 : -1);
   }
 }
 
@@ -385,7 +449,7 @@ TEST(GpuUploadTest, CopyBackMatches) {
   std::unique_ptr<Uploader> uploader = MakeUploader({.require_gpu = true});
   ASSERT_NE(uploader, nullptr);
   // Larger than the 1 MiB growth step, and not a multiple of it.
-  Batch batch = MakeBatch(
+  HostBatch batch = MakeBatch(
       {{"cam", DType::kUint8, {4, 3, 224, 224, 3}}, {"state", DType::kFloat32, {4, 14}}}, 42);
   absl::StatusOr<std::unique_ptr<DeviceBatch>> b = uploader->Upload(std::move(batch));
   ASSERT_TRUE(b.ok()) << b.status();
@@ -401,13 +465,14 @@ TEST(GpuUploadTest, CopyBackMatches) {
     EXPECT_EQ(attributes.device, 0) << t.name;
   }
   ExpectSameTensors(db);
-  EXPECT_TRUE(db.batch().buffer->pinned());
+  EXPECT_TRUE(HostOf(db).buffer->pinned());
   EXPECT_GT(uploader->stats().copy_seconds, 0);
 #endif
 }
 
-// A consumer that reads on its own stream declares it with RecordUse and drops the batch without
-// synchronizing; the next copy into that buffer must wait for the consumer's work on the GPU. The
+// A consumer orders its own stream after the copy with WaitOnStream (no host wait), declares it
+// with RecordUse and drops the batch without synchronizing; the next copy into that buffer must
+// wait for the consumer's work on the GPU, and the consumer's read for the copy. The
 // consumer's stream is made slow on purpose (a host function that sleeps before each read), so a
 // copy that did not wait would overwrite the tensor before the consumer has read it.
 TEST(GpuUploadTest, RecordUseOrdersTheNextCopy) {
@@ -429,8 +494,7 @@ TEST(GpuUploadTest, RecordUseOrdersTheNextCopy) {
     absl::StatusOr<std::unique_ptr<DeviceBatch>> b = uploader->Upload(MakeBatch(specs, 200 + i));
     ASSERT_TRUE(b.ok()) << b.status();
     const DeviceTensor& x = (*b)->tensors()[0];
-    ASSERT_EQ(cudaStreamWaitEvent(stream->get(), static_cast<cudaEvent_t>((*b)->ready_event()), 0),
-              cudaSuccess);
+    ASSERT_TRUE((*b)->WaitOnStream(stream->get()).ok());
     ASSERT_EQ(
         cudaLaunchHostFunc(
             stream->get(),
@@ -444,8 +508,8 @@ TEST(GpuUploadTest, RecordUseOrdersTheNextCopy) {
   }
   ASSERT_EQ(cudaStreamSynchronize(stream->get()), cudaSuccess);
   for (int i = 0; i < kBatches; ++i) {
-    const Batch expected = MakeBatch(specs, 200 + i, /*pinned=*/false);
-    EXPECT_EQ(0, std::memcmp(seen[i].get(), expected.buffer->data(), 8 * kMiB)) << "batch " << i;
+    const std::shared_ptr<HostSide> expected = MakeHost(specs, 200 + i, /*pinned=*/false);
+    EXPECT_EQ(0, std::memcmp(seen[i].get(), expected->buffer->data(), 8 * kMiB)) << "batch " << i;
   }
 #endif
 }
@@ -457,7 +521,7 @@ TEST(GpuUploadTest, PageableBufferIsCopiedAndCounted) {
   absl::StatusOr<std::unique_ptr<DeviceBatch>> b =
       uploader->Upload(MakeBatch(SmallSpecs(), 9, /*pinned=*/false));
   ASSERT_TRUE(b.ok()) << b.status();
-  EXPECT_FALSE((*b)->batch().buffer->pinned());
+  EXPECT_FALSE(HostOf(**b).buffer->pinned());
   ExpectSameTensors(**b);
   EXPECT_EQ(uploader->stats().pageable_batches, 1u);
 }

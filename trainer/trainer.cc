@@ -16,12 +16,9 @@
 
 #include "base/strings.h"
 #include "conveyor/v1/service.pb.h"
+#include "device/gpu.h"
 #include "nlohmann/json.hpp"
 #include "trainer/comm.h"
-
-#if CONVEYOR_TRAINER_CUDA
-#include <cuda_runtime_api.h>
-#endif
 
 namespace conveyor::trainer {
 namespace {
@@ -317,6 +314,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   client::ClientOptions co = o.client;
   co.max_batches = static_cast<uint64_t>(o.steps);
   co.device = o.device;
+  // The rank's GPU, as NCCL picks it (trainer/comm.h): rank % devices.
+  if (o.device && ProbeGpus().devices > 0) co.device_index = r.rank % ProbeGpus().devices;
   if (!o.config_yaml.empty()) co.config_yaml = o.config_yaml;
   if (o.shift_frames_steps != 0) {
     if (co.config_yaml.empty()) return absl::InvalidArgumentError("--shift-frames needs --config FILE");
@@ -405,9 +404,9 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     if (!next->has_value()) break;  // the end of the stream (max_epochs)
     const client::Batch* b = &**next;
     auto t1 = Clock::now();
-#if CONVEYOR_TRAINER_CUDA
-    if (b->ready_event) cudaEventSynchronize(static_cast<cudaEvent_t>(b->ready_event));
-#endif
+    // The copy started when the batch arrived (the client's one device path, device/upload.h);
+    // this is the part of it the step still waits for. Nothing on the CPU path.
+    if (absl::Status s = b->WaitDevice(); !s.ok()) return s;
     st.h2d = Since(t1);
     t1 = Clock::now();
     const client::Tensor* y = b->Find(o.action);

@@ -1,15 +1,18 @@
-// GPU upload: the last pipeline stage on the trainer's side. An Uploader copies each Batch's host
-// buffer (one contiguous, 4096-aligned block, pinned when a GPU is present; pipeline/batch.h) to
-// GPU memory with one asynchronous cudaMemcpyAsync on its own non-default stream, into one of
-// `buffers` device buffers, and returns at once. With two buffers the copy of batch k+1 runs while
-// the trainer computes on batch k.
+// GPU upload: the one path by which batches reach a GPU, used by the client (client/client.h,
+// ClientOptions::device), and through it by the trainer and the Python Loader, and by
+// bench/upload_bench. An Uploader copies each HostBatch (one contiguous host block holding every
+// tensor; pinned when it comes from AllocatePinned or a pinned HostBuffer, device/gpu.h) to GPU
+// memory with one asynchronous cudaMemcpyAsync on its own non-blocking stream, into one of
+// `buffers` device buffers (grown to the largest batch, then reused), and returns at once. With two
+// buffers the copy of batch k+1 runs while the consumer computes on batch k. A consumer orders its
+// own stream after the copy (DeviceBatch::WaitOnStream) instead of blocking the host.
 //
 // The CPU path (built with CONVEYOR_CUDA=OFF, no driver or GPU at run time, or device = -1) goes
-// through the same calls: a DeviceBatch's tensors then point into the batch's own host buffer,
-// nothing is copied, and the same bound holds (at most `buffers` DeviceBatches alive).
+// through the same calls: a DeviceBatch's tensors then point into the host block, nothing is
+// copied, and the same bound holds (at most `buffers` DeviceBatches alive).
 //
 // CUDA types stay out of this header (handles are passed as void*); the CUDA code is in
-// pipeline/upload_cuda.cu. Details and the intended consumer loop: docs/pipeline.md, "GPU upload".
+// device/upload_cuda.cu. Details and the consumer loop: docs/pipeline.md, "GPU upload".
 #pragma once
 
 #include <cstddef>
@@ -21,7 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "pipeline/batch.h"
+#include "base/types.h"
 
 namespace conveyor {
 
@@ -39,12 +42,36 @@ struct UploadOptions {
   bool require_gpu = false;
 };
 
+// One tensor of a host batch: where it lies in the batch's block.
+struct HostTensor {
+  std::string name;
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // into the block
+  size_t bytes = 0;
+};
+
+// What Upload copies: one contiguous host block holding every tensor at its offset. Only
+// [0, end of the last tensor) is copied.
+struct HostBatch {
+  std::string label;              // names the batch in errors, e.g. "batch 0:12"
+  // The block. REQUIRES: valid and unchanged until the DeviceBatch is destroyed (the copy reads
+  // it asynchronously); `owner` may keep it alive.
+  const uint8_t* data = nullptr;
+  size_t size = 0;                // bytes of the block
+  // Page-locked memory (AllocatePinned, a pinned HostBuffer): the copy is asynchronous. Pageable
+  // memory works too, but cudaMemcpyAsync then copies before it returns.
+  bool pinned = false;
+  std::vector<HostTensor> tensors;
+  std::shared_ptr<const void> owner;  // held by the DeviceBatch; may be null
+};
+
 // One tensor of an uploaded batch. A view: valid while its DeviceBatch is alive.
 struct DeviceTensor {
   std::string name;
   DType dtype = DType::kUint8;
   std::vector<int64_t> shape;
-  void* data = nullptr;  // device memory when DeviceBatch::on_device(), else the host buffer
+  void* data = nullptr;  // device memory when DeviceBatch::on_device(), else the host block
   size_t bytes = 0;
 };
 
@@ -52,9 +79,9 @@ namespace upload_internal {
 class UploaderState;
 }  // namespace upload_internal
 
-// A batch on its way to (or on) the GPU. It holds the Batch, so the host memory lives as long as
-// the DeviceBatch does, and one of the uploader's device buffers, which goes back to the uploader
-// when the DeviceBatch is destroyed (its next Upload may then reuse it).
+// A batch on its way to (or on) the GPU. It holds the HostBatch's owner, so the host memory lives
+// as long as the DeviceBatch does, and one of the uploader's device buffers, which goes back to
+// the uploader when the DeviceBatch is destroyed (its next Upload may then reuse it).
 //
 // Thread-safety: one thread at a time (it may be handed from thread to thread). A DeviceBatch may
 // outlive its Uploader; the device buffer and stream stay alive until the last batch is gone.
@@ -69,7 +96,9 @@ class DeviceBatch {
   DeviceBatch(const DeviceBatch&) = delete;
   DeviceBatch& operator=(const DeviceBatch&) = delete;
 
-  const Batch& batch() const { return batch_; }
+  const std::string& label() const { return label_; }
+  // The HostBatch's owner (null when it had none).
+  const std::shared_ptr<const void>& owner() const { return owner_; }
   // In the batch's tensor order.
   const std::vector<DeviceTensor>& tensors() const { return tensors_; }
   const DeviceTensor* Find(std::string_view name) const;
@@ -87,6 +116,11 @@ class DeviceBatch {
   // path. Valid while this DeviceBatch is alive.
   void* ready_event() const;
 
+  // Makes work enqueued on `cuda_stream` (a cudaStream_t as void*; nullptr is the legacy default
+  // stream) from now on wait, on the GPU, for the copy (cudaStreamWaitEvent): the consumer's
+  // kernels are ordered after it and the host never blocks. A no-op returning OK on the CPU path.
+  absl::Status WaitOnStream(void* cuda_stream);
+
   // Declares that work enqueued so far on `cuda_stream` (a cudaStream_t as void*; nullptr is the
   // legacy default stream) reads the tensors: the next copy into this buffer waits for that work
   // on the GPU, so the DeviceBatch may be destroyed without synchronizing the host. May be called
@@ -95,11 +129,13 @@ class DeviceBatch {
 
  private:
   friend class Uploader;
-  DeviceBatch(std::shared_ptr<upload_internal::UploaderState> state, int slot, Batch batch);
+  DeviceBatch(std::shared_ptr<upload_internal::UploaderState> state, int slot, std::string label,
+              std::shared_ptr<const void> owner);
 
   std::shared_ptr<upload_internal::UploaderState> state_;
   int slot_;
-  Batch batch_;
+  std::string label_;
+  std::shared_ptr<const void> owner_;
   std::vector<DeviceTensor> tensors_;
   bool on_device_ = false;
   int device_ = -1;
@@ -126,16 +162,27 @@ class Uploader {
   // empty when gpu().
   const std::string& cpu_reason() const;
 
-  // Starts the asynchronous copy of the batch's buffer (bytes [0, end of the last tensor)) into a
-  // free device buffer, grown as needed, and returns at once; DeviceBatch::Wait or ready_event
-  // say when the copy is done. Blocks while all `buffers` buffers belong to live DeviceBatches.
-  // A buffer that is not pinned still works, but cudaMemcpyAsync then copies synchronously
-  // (counted in Stats::pageable_batches).
-  // INVALID_ARGUMENT when the batch has no buffer or a tensor lies outside it; a CUDA error
-  // (RESOURCE_EXHAUSTED for out of device memory) when the copy cannot be started.
+  // The device ordinal copies go to; -1 on the CPU path.
+  int device() const;
+
+  // Starts the asynchronous copy of the batch's block (bytes [0, end of the last tensor)) into a
+  // free device buffer, grown as needed, and returns at once; DeviceBatch::Wait, WaitOnStream or
+  // ready_event say when the copy is done. Blocks while all `buffers` buffers belong to live
+  // DeviceBatches. A block that is not pinned still works, but cudaMemcpyAsync then copies
+  // synchronously (counted in Stats::pageable_batches).
+  // INVALID_ARGUMENT when the batch has no block or a tensor lies outside it; CANCELLED after
+  // Cancel(); a CUDA error (RESOURCE_EXHAUSTED for out of device memory) when the copy cannot be
+  // started.
   // REQUIRES: the calling thread does not itself hold all `buffers` live DeviceBatches (it would
-  // wait for itself forever).
-  absl::StatusOr<std::unique_ptr<DeviceBatch>> Upload(Batch batch);
+  // wait for itself forever; free_buffers() tells a caller that must not block).
+  absl::StatusOr<std::unique_ptr<DeviceBatch>> Upload(HostBatch batch);
+
+  // Buffers not held by a live DeviceBatch: when it is 0, the next Upload blocks.
+  int free_buffers() const;
+
+  // Thread-safe: an Upload blocked for a buffer, and every later one, returns CANCELLED. Live
+  // DeviceBatches stay valid. For a consumer that shuts down while its uploading thread waits.
+  void Cancel();
 
   // Monotonic counters since Create.
   struct Stats {

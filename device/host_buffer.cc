@@ -1,7 +1,8 @@
-// HostBuffer (pipeline/batch.h): pinned memory when CUDA is built in and a GPU is present, 4096-byte
-// aligned ordinary memory otherwise.
+// HostBuffer (device/host_buffer.h): pinned memory when CUDA is built in and a GPU is present,
+// 4096-byte aligned ordinary memory otherwise.
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -9,12 +10,8 @@
 #include <vector>
 
 #include "base/block_pool.h"
-#include "pipeline/batch.h"
-#include "spdlog/spdlog.h"
-
-#if CONVEYOR_HAVE_CUDA
-#include "pipeline/internal/upload_cuda.h"
-#endif
+#include "device/gpu.h"
+#include "device/host_buffer.h"
 
 namespace conveyor {
 
@@ -25,14 +22,11 @@ constexpr size_t kPoolMinBytes = 1 << 20;
 constexpr size_t kPoolMaxBlocks = 8;
 
 void FreeBlock(uint8_t* data, bool pinned) {
-#if CONVEYOR_HAVE_CUDA
   if (pinned) {
-    cuda::PinnedMemoryDeleter()(data);
-    return;
+    FreePinned(data);
+  } else {
+    std::free(data);
   }
-#endif
-  (void)pinned;
-  std::free(data);
 }
 
 // Released buffers kept for reuse (base/block_pool.h); kind 1 is pinned memory. Never destroyed:
@@ -55,10 +49,9 @@ std::shared_ptr<HostBuffer> HostBuffer::Allocate(size_t bytes, bool pinned) {
   // aligned_alloc wants a multiple of the alignment; 0 bytes still gets a (one-page) block so
   // data() is never null.
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  bool want_pinned = false;
-#if CONVEYOR_HAVE_CUDA
-  want_pinned = pinned && cuda::ProbeGpus().devices > 0;
-#endif
+  // The probe asks the runtime once per process: a build with CUDA on a machine without a driver
+  // or GPU takes the aligned path below from then on, without calling CUDA again.
+  const bool want_pinned = pinned && ProbeGpus().devices > 0;
   if (rounded >= kPoolMinBytes) {
     const BlockPool::Block reused = Pool().Take(rounded, want_pinned ? 1 : 0);
     if (reused.data != nullptr) {
@@ -69,27 +62,29 @@ std::shared_ptr<HostBuffer> HostBuffer::Allocate(size_t bytes, bool pinned) {
     }
   }
   buffer->capacity_ = rounded;
-#if CONVEYOR_HAVE_CUDA
-  // The probe asks the runtime once per process: a build with CUDA on a machine without a driver
-  // or GPU takes the aligned path below from then on, without calling CUDA again.
-  if (pinned && cuda::ProbeGpus().devices > 0) {
-    absl::StatusOr<cuda::UniquePinnedMemory> memory = cuda::AllocPinned(rounded);
+  if (want_pinned) {
+    absl::StatusOr<void*> memory = AllocatePinned(rounded);
     // cudaHostAlloc hands out whole pages; the check keeps the 4096 promise regardless.
-    if (memory.ok() && reinterpret_cast<uintptr_t>(memory->get()) % kAlignment == 0) {
-      buffer->data_ = static_cast<uint8_t*>(memory->release());
+    if (memory.ok() && reinterpret_cast<uintptr_t>(*memory) % kAlignment == 0) {
+      buffer->data_ = static_cast<uint8_t*>(*memory);
       buffer->pinned_ = true;
       return buffer;
     }
+    if (memory.ok()) FreePinned(*memory);
     // Pinned memory is a limited resource (RLIMIT_MEMLOCK in containers, the driver's own
     // limits); pageable memory still works, only its copies are synchronous.
     static std::once_flag warned;
+    // Said once on stderr: device/ has no logger of its own (the client links it, and a trainer
+    // that embeds the client should not need the pipeline's).
     std::call_once(warned, [&] {
-      spdlog::warn("HostBuffer: pinned allocation of {} bytes failed ({}); using pageable memory",
-                   rounded,
-                   memory.ok() ? "not 4096-aligned" : std::string(memory.status().message()));
+      const std::string why =
+          memory.ok() ? "not 4096-aligned" : std::string(memory.status().message());
+      std::fprintf(stderr,
+                   "conveyor: HostBuffer: pinned allocation of %zu bytes failed (%s); using "
+                   "pageable memory\n",
+                   rounded, why.c_str());
     });
   }
-#endif
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
   buffer->data_ = static_cast<uint8_t*>(p);

@@ -1,7 +1,7 @@
-// The CUDA half of pipeline/upload.h and pipeline/batch.h's HostBuffer (see upload_cuda.h). Host
-// code only: no kernels, so the file builds for any CUDA architecture list. Compiled only when
+// The CUDA half of device/upload.h and device/gpu.h (see device/internal/cuda.h). Host code only:
+// no kernels, so the file builds for any CUDA architecture list. Compiled only when
 // CONVEYOR_HAVE_CUDA.
-#include "pipeline/internal/upload_cuda.h"
+#include "device/internal/cuda.h"
 
 #include <utility>
 
@@ -71,23 +71,18 @@ absl::StatusOr<UniquePinnedMemory> AllocPinned(size_t bytes) {
   return UniquePinnedMemory(p);
 }
 
-const GpuProbe& ProbeGpus() {
-  // Function-local static: asked once, thread-safe, and never before the first use (so programs
-  // that never touch a GPU never initialize the runtime).
-  static const GpuProbe probe = [] {
-    GpuProbe p;
-    int count = 0;
-    const cudaError_t error = cudaGetDeviceCount(&count);
-    if (error != cudaSuccess) {
-      p.reason = std::string(CudaError(error, "cudaGetDeviceCount").message());
-      count = 0;
-    } else if (count == 0) {
-      p.reason = "cudaGetDeviceCount: no CUDA device";
-    }
-    p.devices = count;
-    return p;
-  }();
-  return probe;
+GpuProbe ProbeRuntime() {
+  GpuProbe p;
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    p.reason = std::string(CudaError(error, "cudaGetDeviceCount").message());
+    count = 0;
+  } else if (count == 0) {
+    p.reason = "cudaGetDeviceCount: no CUDA device";
+  }
+  p.devices = count;
+  return p;
 }
 
 ScopedDevice::~ScopedDevice() {
@@ -193,6 +188,12 @@ absl::Status CopyEngine::RecordUse(int slot_index, cudaStream_t stream) {
   }
   CONVEYOR_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.uses[slot.uses_pending].get(), stream));
   ++slot.uses_pending;
+  return absl::OkStatus();
+}
+
+absl::Status CopyEngine::OrderAfterCopy(int slot_index, cudaStream_t stream) {
+  // An event of this device may be waited on by a stream of any device: no ScopedDevice needed.
+  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, slots_[slot_index].ready.get(), 0));
   return absl::OkStatus();
 }
 

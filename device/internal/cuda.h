@@ -1,9 +1,10 @@
-// CUDA plumbing for shuffle/'s own files: RAII owners for every CUDA handle, one function that
-// turns a cudaError_t into an absl::Status, the process-wide GPU probe, and the copy engine behind
-// Uploader. Implemented in upload_cuda.cu.
+// CUDA plumbing for device/'s own files: RAII owners for every CUDA handle, one function that
+// turns a cudaError_t into an absl::Status, the runtime's answer for the GPU probe, and the copy
+// engine behind Uploader. Implemented in device/upload_cuda.cu.
 //
-// INTERNAL header: it includes <cuda_runtime.h>. Include it only under `#if CONVEYOR_HAVE_CUDA`
-// and never from a public header (pipeline/upload.h hides all of it).
+// INTERNAL header: it includes <cuda_runtime.h>. Include it only from device/'s .cc and .cu files,
+// under `#if CONVEYOR_HAVE_CUDA`, never from a public header (device/upload.h and device/gpu.h
+// hide all of it).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "device/gpu.h"
 
 namespace conveyor::cuda {
 
@@ -60,13 +62,9 @@ absl::StatusOr<UniqueDeviceMemory> AllocDevice(size_t bytes);  // cudaMalloc
 // cudaHostAlloc(cudaHostAllocPortable): pinned for every device.
 absl::StatusOr<UniquePinnedMemory> AllocPinned(size_t bytes);
 
-// What the CUDA runtime sees, asked once per process (cudaGetDeviceCount) and remembered. Never
-// fails: a build with CUDA on a machine without a driver or GPU gets devices = 0 and the reason.
-struct GpuProbe {
-  int devices = 0;
-  std::string reason;  // why devices == 0
-};
-const GpuProbe& ProbeGpus();
+// What the CUDA runtime sees now (cudaGetDeviceCount), for device/gpu.h's ProbeGpus, which asks
+// once and remembers. Never fails: no driver or no GPU gives devices = 0 and the reason.
+GpuProbe ProbeRuntime();
 
 // Makes a device current for its lifetime and then restores the caller's, so that library calls
 // on the caller's thread leave the trainer's current device as it was.
@@ -105,6 +103,9 @@ class CopyEngine {
   cudaEvent_t ready_event(int slot) const { return slots_[slot].ready.get(); }
   // The next Copy into the slot waits (on the GPU) for the work enqueued on `stream` so far.
   absl::Status RecordUse(int slot, cudaStream_t stream);
+  // Work enqueued on `stream` from now on waits (on the GPU) for the slot's last copy
+  // (cudaStreamWaitEvent); the host does not wait.
+  absl::Status OrderAfterCopy(int slot, cudaStream_t stream);
 
  private:
   struct Slot {

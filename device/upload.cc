@@ -1,17 +1,18 @@
-#include "pipeline/upload.h"
+#include "device/upload.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "spdlog/spdlog.h"
+#include "device/gpu.h"
 
 #if CONVEYOR_HAVE_CUDA
-#include "pipeline/internal/upload_cuda.h"
+#include "device/internal/cuda.h"
 #endif
 
 namespace conveyor {
@@ -26,15 +27,12 @@ class UploaderState {
 
   const UploadOptions& options() const { return options_; }
 
-  // Blocks until a buffer is free, takes it and returns its index.
+  // Blocks until a buffer is free, takes it and returns its index; -1 once cancelled.
   int AcquireSlot() ABSL_LOCKS_EXCLUDED(mu_) {
     const auto start = std::chrono::steady_clock::now();
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](std::vector<bool>* busy) {
-          return std::find(busy->begin(), busy->end(), false) != busy->end();
-        },
-        &busy_));
+    mu_.Await(absl::Condition(this, &UploaderState::FreeOrCancelled));
+    if (cancelled_) return -1;
     const int slot = static_cast<int>(std::find(busy_.begin(), busy_.end(), false) - busy_.begin());
     busy_[slot] = true;
     stats_.wait_seconds +=
@@ -45,6 +43,16 @@ class UploaderState {
   void ReleaseSlot(int slot) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     busy_[slot] = false;
+  }
+
+  int FreeSlots() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(std::count(busy_.begin(), busy_.end(), false));
+  }
+
+  void Cancel() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
   }
 
   void CountUpload(uint64_t bytes, bool pageable) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -71,9 +79,14 @@ class UploaderState {
 #endif
 
  private:
+  bool FreeOrCancelled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return cancelled_ || std::find(busy_.begin(), busy_.end(), false) != busy_.end();
+  }
+
   const UploadOptions options_;
   mutable absl::Mutex mu_;
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);  // per buffer: owned by a live DeviceBatch
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   Uploader::Stats stats_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -81,14 +94,16 @@ class UploaderState {
 
 using upload_internal::UploaderState;
 
-DeviceBatch::DeviceBatch(std::shared_ptr<UploaderState> state, int slot, Batch batch)
-    : state_(std::move(state)), slot_(slot), batch_(std::move(batch)) {}
+DeviceBatch::DeviceBatch(std::shared_ptr<UploaderState> state, int slot, std::string label,
+                         std::shared_ptr<const void> owner)
+    : state_(std::move(state)), slot_(slot), label_(std::move(label)), owner_(std::move(owner)) {}
 
 DeviceBatch::~DeviceBatch() {
   if (on_device_ && !waited_) {
     // The copy may still be reading the host buffer this object is about to release.
     const absl::Status s = Wait();
-    if (!s.ok()) spdlog::error("Uploader: dropping a batch whose copy failed: {}", s.ToString());
+    // A destructor has nobody to return the error to; this library has no logger of its own.
+    if (!s.ok()) std::fprintf(stderr, "Uploader: dropping %s: %s\n", label_.c_str(), s.ToString().c_str());
   }
   state_->ReleaseSlot(slot_);
 }
@@ -108,8 +123,7 @@ absl::Status DeviceBatch::Wait() {
   if (seconds.ok()) {
     state_->CountCopyTime(*seconds);
   } else {
-    wait_status_ = Annotate(seconds.status(), StrCat("upload of batch (epoch ", batch_.cursor.epoch,
-                                                     ", step ", batch_.cursor.step, ")"));
+    wait_status_ = Annotate(seconds.status(), StrCat("upload of ", label_));
   }
 #endif
   return wait_status_;
@@ -120,6 +134,15 @@ void* DeviceBatch::ready_event() const {
   if (on_device_) return state_->engine->ready_event(slot_);
 #endif
   return nullptr;
+}
+
+absl::Status DeviceBatch::WaitOnStream(void* cuda_stream) {
+#if CONVEYOR_HAVE_CUDA
+  if (on_device_) {
+    RETURN_IF_ERROR(state_->engine->OrderAfterCopy(slot_, static_cast<cudaStream_t>(cuda_stream)));
+  }
+#endif
+  return absl::OkStatus();
 }
 
 absl::Status DeviceBatch::RecordUse(void* cuda_stream) {
@@ -152,7 +175,7 @@ absl::StatusOr<std::unique_ptr<Uploader>> Uploader::Create(const UploadOptions& 
     state->cpu_reason = "device -1 asks for the CPU path";
   } else {
 #if CONVEYOR_HAVE_CUDA
-    const cuda::GpuProbe& probe = cuda::ProbeGpus();
+    const GpuProbe& probe = ProbeGpus();
     if (probe.devices == 0) {
       state->cpu_reason = probe.reason;
     } else if (options.device >= probe.devices) {
@@ -167,7 +190,7 @@ absl::StatusOr<std::unique_ptr<Uploader>> Uploader::Create(const UploadOptions& 
       state->engine = *std::move(engine);
     }
 #else
-    state->cpu_reason = "built without CUDA (CONVEYOR_CUDA=OFF or no toolkit at build time)";
+    state->cpu_reason = ProbeGpus().reason;  // "built without CUDA ..."
 #endif
     if (!state->cpu_reason.empty() && options.require_gpu) {
       return absl::FailedPreconditionError(
@@ -183,41 +206,54 @@ const std::string& Uploader::cpu_reason() const { return state_->cpu_reason; }
 
 Uploader::Stats Uploader::stats() const { return state_->stats(); }
 
-absl::StatusOr<std::unique_ptr<DeviceBatch>> Uploader::Upload(Batch batch) {
-  const std::string what =
-      StrCat("Uploader: batch (epoch ", batch.cursor.epoch, ", step ", batch.cursor.step, ")");
-  if (batch.buffer == nullptr) return absl::InvalidArgumentError(StrCat(what, " has no buffer"));
-  // Only [0, end) is copied: a buffer sized for the largest batch need not be copied whole.
+int Uploader::device() const {
+#if CONVEYOR_HAVE_CUDA
+  if (state_->engine != nullptr) return state_->engine->device();
+#endif
+  return -1;
+}
+
+int Uploader::free_buffers() const { return state_->FreeSlots(); }
+
+void Uploader::Cancel() { state_->Cancel(); }
+
+absl::StatusOr<std::unique_ptr<DeviceBatch>> Uploader::Upload(HostBatch batch) {
+  const std::string what = StrCat("Uploader: ", batch.label);
+  if (batch.data == nullptr) return absl::InvalidArgumentError(StrCat(what, " has no host block"));
+  // Only [0, end) is copied: a block sized for the largest batch need not be copied whole.
   size_t end = 0;
-  for (const TensorView& t : batch.tensors) {
-    if (t.offset > batch.buffer->size() || t.bytes > batch.buffer->size() - t.offset) {
+  for (const HostTensor& t : batch.tensors) {
+    if (t.offset > batch.size || t.bytes > batch.size - t.offset) {
       return absl::InvalidArgumentError(
           StrCat(what, ": tensor ", t.name, " at offset ", t.offset, " of ", t.bytes,
-                 " bytes lies outside its buffer of ", batch.buffer->size(), " bytes"));
+                 " bytes lies outside its block of ", batch.size, " bytes"));
     }
     end = std::max(end, t.offset + t.bytes);
   }
 
   const int slot = state_->AcquireSlot();
+  if (slot < 0) return absl::CancelledError(StrCat(what, ": the uploader was cancelled"));
   // From here on the DeviceBatch owns the slot: any error return gives it back.
-  std::unique_ptr<DeviceBatch> out(new DeviceBatch(state_, slot, std::move(batch)));
-  const Batch& b = out->batch_;
-  uint8_t* base = b.buffer->data();
+  std::unique_ptr<DeviceBatch> out(
+      new DeviceBatch(state_, slot, std::move(batch.label), std::move(batch.owner)));
+  // The CPU path hands out views of the caller's block; the consumer may write to it (the block
+  // belongs to this batch alone), hence the non-const view.
+  uint8_t* base = const_cast<uint8_t*>(batch.data);
   bool pageable = false;
 #if CONVEYOR_HAVE_CUDA
   if (state_->engine != nullptr) {
-    ASSIGN_OR_RETURN(void* device, state_->engine->Copy(slot, b.buffer->data(), end));
+    ASSIGN_OR_RETURN(void* device, state_->engine->Copy(slot, batch.data, end));
     base = static_cast<uint8_t*>(device);
     out->on_device_ = true;
     out->device_ = state_->engine->device();
-    pageable = !b.buffer->pinned();
+    pageable = !batch.pinned;
   }
 #endif
-  out->tensors_.reserve(b.tensors.size());
-  for (const TensorView& t : b.tensors) {
-    out->tensors_.push_back(DeviceTensor{.name = t.name,
+  out->tensors_.reserve(batch.tensors.size());
+  for (HostTensor& t : batch.tensors) {
+    out->tensors_.push_back(DeviceTensor{.name = std::move(t.name),
                                          .dtype = t.dtype,
-                                         .shape = t.shape,
+                                         .shape = std::move(t.shape),
                                          .data = base == nullptr ? nullptr : base + t.offset,
                                          .bytes = t.bytes});
   }
