@@ -9,6 +9,14 @@
 // reads it once Next() has returned it), and torch.from_numpy / from_dlpack refuse or warn on
 // read-only arrays.
 //
+// With device delivery (device >= 0: the C++ client copies each batch to that CUDA device as it
+// arrives, device/upload.h), or dlpack=True on the host, the tensors are `Tensor` objects instead:
+// DLPack exporters (__dlpack__, __dlpack_device__) for torch.from_dlpack and any other consumer,
+// owning the batch as the capsule does. __dlpack__(stream=S) orders S after the batch's copy on
+// the GPU (cudaStreamWaitEvent; the host never waits) and remembers S: when the last tensor of the
+// batch is gone, the batch records its use on every such stream, so its device buffer is not
+// reused before the work queued there is done (as torch's record_stream).
+//
 // Errors are ConveyorError (a RuntimeError) with the status code name in `.code` and the
 // client's or server's message; the end of the stream (a std::nullopt from Next) is StopIteration,
 // and OUT_OF_RANGE (a cursor past the end of the data) is an error like any other.
@@ -19,6 +27,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,6 +43,36 @@ namespace py = pybind11;
 namespace cc = conveyor::client;
 
 namespace {
+
+// The DLPack ABI (dlpack.h v0.8, github.com/dmlc/dlpack), which is a stable C struct layout;
+// spelled out here because Debian packages no dlpack.h.
+namespace dl {
+enum DeviceType : int32_t { kCPU = 1, kCUDA = 2 };
+struct Device {
+  int32_t device_type;
+  int32_t device_id;
+};
+enum TypeCode : uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBool = 6 };
+struct DataType {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct Tensor {
+  void* data;
+  Device device;
+  int32_t ndim;
+  DataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // null: C-contiguous
+  uint64_t byte_offset;
+};
+struct ManagedTensor {
+  Tensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensor* self);
+};
+}  // namespace dl
 
 // conveyor._conveyor.ConveyorError; created at import, never freed (it outlives every caller).
 PyObject* g_error = nullptr;
@@ -67,6 +106,8 @@ py::dtype NumpyType(cc::DType t) {
 
 py::tuple CursorTuple(const cc::Cursor& c) { return py::make_tuple(c.epoch, c.step); }
 
+void AddMetadata(const cc::Batch& b, py::dict* dict);
+
 // Tensors as views (batch order), then metadata.
 py::dict ToDict(cc::Batch&& b) {
   py::dict out;
@@ -90,6 +131,13 @@ py::dict ToDict(cc::Batch&& b) {
     out[py::str(t.name)] = py::array(NumpyType(t.dtype), std::move(shape), std::move(strides),
                                      t.data, t.data ? py::handle(base) : py::handle());
   }
+  AddMetadata(b, &out);
+  return out;
+}
+
+// The metadata keys (kMetaKeys) after the tensors.
+void AddMetadata(const cc::Batch& b, py::dict* dict) {
+  py::dict& out = *dict;
   for (const char* key : kMetaKeys) {
     if (out.contains(key)) {
       Raise(absl::InvalidArgumentError(std::string("batch tensor '") + key +
@@ -115,12 +163,157 @@ py::dict ToDict(cc::Batch&& b) {
   out["_server"] = b.server;
   out["_packed_sequences"] = b.packed_sequences;
   out["_fill_ratio"] = b.fill_ratio;
+}
+
+// A received batch shared by its exported tensors. Destroyed when the last of them (and the last
+// DLPack capsule a consumer still holds) is gone, with or without the GIL: it touches no Python.
+struct SharedBatch {
+  cc::Batch batch;
+  // CUDA streams (as void*) a consumer asked for through __dlpack__; they may read the device
+  // buffer. Changed only under the GIL, read by the destructor (the last owner).
+  std::vector<void*> streams;
+  ~SharedBatch() {
+    for (void* s : streams) (void)batch.RecordUse(s).ok();  // nobody to tell of a failure
+  }
+};
+
+// One tensor of a batch as a DLPack exporter.
+class PyTensor {
+ public:
+  PyTensor(std::shared_ptr<SharedBatch> batch, size_t index, bool on_device, bool as_uint8 = false)
+      : batch_(std::move(batch)), index_(index), on_device_(on_device), as_uint8_(as_uint8) {}
+
+  const cc::Tensor& tensor() const { return batch_->batch.tensors[index_]; }
+  std::string name() const { return tensor().name; }
+  py::tuple shape() const { return py::cast(tensor().shape); }
+  std::string dtype() const {
+    return as_uint8_ ? "uint8" : std::string(py::str(NumpyType(tensor().dtype)));
+  }
+  py::tuple Device() const {
+    return py::make_tuple(static_cast<int>(on_device_ ? dl::kCUDA : dl::kCPU), DeviceId());
+  }
+
+  // The same bytes exported as uint8: DLPack consumers older than its kDLBool (torch 1.x,
+  // numpy 1.x) refuse bool tensors; the Loader views the result as torch.bool.
+  PyTensor AsUint8() const { return PyTensor(batch_, index_, on_device_, true); }
+
+  // A numpy view of the host bytes the batch arrived in (the device copy's source).
+  py::array Host() const {
+    const cc::Tensor& t = tensor();
+    auto* holder = new std::shared_ptr<SharedBatch>(batch_);
+    py::capsule base(holder, [](void* p) { delete static_cast<std::shared_ptr<SharedBatch>*>(p); });
+    return py::array(as_uint8_ ? py::dtype::of<uint8_t>() : NumpyType(t.dtype),
+                     std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()), t.data,
+                     t.data ? py::handle(base) : py::handle());
+  }
+
+  // The array API's __dlpack__: a "dltensor" capsule (unversioned DLPack, which every consumer
+  // reads). stream: None is CUDA's legacy default stream, -1 asks for no ordering, 1 and 2 are
+  // cudaStreamLegacy and cudaStreamPerThread, anything else a cudaStream_t. Views only: copy=True
+  // is refused (BufferError), as is a dl_device other than this tensor's.
+  py::capsule DLPack(py::object stream, py::object max_version, py::object dl_device,
+                     py::object copy) {
+    if (!copy.is_none() && copy.cast<bool>()) {
+      throw py::buffer_error("conveyor tensors are exported as views: copy=True is not supported");
+    }
+    if (!dl_device.is_none()) {
+      const auto want = dl_device.cast<std::pair<int, int>>();
+      if (want.first != (on_device_ ? dl::kCUDA : dl::kCPU) || want.second != DeviceId()) {
+        throw py::buffer_error("conveyor tensor '" + name() + "' lives on another device");
+      }
+    }
+    if (on_device_) {
+      const int64_t s = stream.is_none() ? 1 : stream.cast<int64_t>();
+      if (s == 0) {
+        throw py::value_error("__dlpack__(stream=0) is ambiguous for CUDA: pass 1 for the legacy "
+                              "default stream, 2 for the per-thread one, or a stream");
+      }
+      if (s != -1) {
+        void* cuda_stream = reinterpret_cast<void*>(static_cast<intptr_t>(s));
+        std::vector<void*>& seen = batch_->streams;
+        if (std::find(seen.begin(), seen.end(), cuda_stream) == seen.end()) {
+          absl::Status st = batch_->batch.WaitOnStream(cuda_stream);
+          if (!st.ok()) Raise(st);
+          seen.push_back(cuda_stream);
+        }
+      }
+    }
+    struct Export {
+      dl::ManagedTensor managed;
+      std::shared_ptr<SharedBatch> batch;
+      std::vector<int64_t> shape;
+    };
+    const cc::Tensor& t = tensor();
+    auto* e = new Export{};
+    e->batch = batch_;
+    e->shape = t.shape;
+    dl::Tensor& d = e->managed.dl_tensor;
+    d.data = on_device_ ? t.device_data : const_cast<uint8_t*>(t.data);
+    d.device = {on_device_ ? dl::kCUDA : dl::kCPU, DeviceId()};
+    d.ndim = static_cast<int32_t>(e->shape.size());
+    d.dtype = DataTypeOf(t.dtype);
+    d.shape = e->shape.data();
+    d.strides = nullptr;
+    d.byte_offset = 0;
+    e->managed.manager_ctx = e;
+    e->managed.deleter = [](dl::ManagedTensor* self) { delete static_cast<Export*>(self->manager_ctx); };
+    // A capsule nobody consumed still owns its tensor; a consumer renames it "used_dltensor" and
+    // calls the deleter itself when it is done.
+    return py::capsule(&e->managed, "dltensor", [](PyObject* capsule) {
+      if (PyCapsule_IsValid(capsule, "dltensor")) {
+        auto* m = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+        m->deleter(m);
+      } else {
+        PyErr_Clear();
+      }
+    });
+  }
+
+ private:
+  int DeviceId() const { return on_device_ ? batch_->batch.device : 0; }
+
+  dl::DataType DataTypeOf(cc::DType t) const {
+    if (as_uint8_) return {dl::kUInt, 8, 1};
+    switch (t) {
+      case cc::DType::kUint8:
+        return {dl::kUInt, 8, 1};
+      case cc::DType::kBool:
+        return {dl::kBool, 8, 1};
+      case cc::DType::kFloat32:
+        return {dl::kFloat, 32, 1};
+      case cc::DType::kInt32:
+        return {dl::kInt, 32, 1};
+    }
+    return {dl::kUInt, 8, 1};
+  }
+
+  std::shared_ptr<SharedBatch> batch_;
+  size_t index_;
+  bool on_device_;
+  bool as_uint8_;
+};
+
+// Tensors as DLPack exporters (batch order), then metadata.
+py::dict ToTensorDict(cc::Batch&& b, bool on_device) {
+  auto shared = std::make_shared<SharedBatch>();
+  shared->batch = std::move(b);
+  const cc::Batch& batch = shared->batch;
+  py::dict out;
+  for (size_t i = 0; i < batch.tensors.size(); ++i) {
+    const std::string& name = batch.tensors[i].name;
+    if (out.contains(name)) {
+      Raise(absl::DataLossError("batch " + batch.cursor.ToString() + " has two tensors named '" +
+                                name + "'"));
+    }
+    out[py::str(name)] = PyTensor(shared, i, on_device);
+  }
+  AddMetadata(batch, &out);
   return out;
 }
 
 class PyClient {
  public:
-  explicit PyClient(cc::ClientOptions o) {
+  PyClient(cc::ClientOptions o, bool dlpack) : dlpack_(dlpack || o.device), on_device_(o.device) {
     absl::StatusOr<std::unique_ptr<cc::Client>> c = cc::Client::Create(std::move(o));
     if (!c.ok()) Raise(c.status());
     client_ = std::shared_ptr<cc::Client>(std::move(*c));
@@ -142,6 +335,7 @@ class PyClient {
     }
     if (!b.ok()) Raise(b.status());  // every error, OUT_OF_RANGE (a cursor past the end) included
     if (!b->has_value()) throw py::stop_iteration("end of the stream");
+    if (dlpack_) return ToTensorDict(std::move(**b), on_device_);
     return ToDict(std::move(**b));
   }
 
@@ -190,6 +384,8 @@ class PyClient {
     return client_;
   }
 
+  const bool dlpack_;     // tensors as PyTensor (DLPack) rather than numpy views
+  const bool on_device_;  // device delivery: the PyTensors export the device copies
   std::shared_ptr<cc::Client> client_;
   const pid_t owner_pid_ = getpid();
 };
@@ -203,8 +399,12 @@ cc::ClientOptions MakeOptions(std::vector<std::string> servers, std::string job,
                               std::string dataset, bool tls, std::string tls_ca_pem,
                               std::string tls_cert_pem, std::string tls_key_pem,
                               std::string tls_server_name, uint32_t schedule_version,
-                              bool shared_memory, uint64_t shared_memory_bytes) {
+                              bool shared_memory, uint64_t shared_memory_bytes, int device,
+                              size_t device_buffers) {
   cc::ClientOptions o;
+  o.device = device >= 0;
+  o.device_index = std::max(device, 0);
+  o.device_buffers = device_buffers;
   o.shared_memory = shared_memory;
   o.shared_memory_bytes = shared_memory_bytes;
   o.schedule_version = schedule_version;
@@ -246,7 +446,38 @@ PYBIND11_MODULE(_conveyor, m) {
       py::tuple(py::cast(std::vector<std::string>(std::begin(kMetaKeys), std::end(kMetaKeys))));
   m.def("protocol_version", &cc::ProtocolVersion, "The conveyor.v1 protocol version spoken.");
   m.def("device_supported", &cc::Client::device_supported,
-        "Whether the client was built with CUDA.");
+        "Whether device delivery can work here: built with CUDA and a usable GPU.");
+  m.def(
+      "check_device",
+      [](int index) {
+        absl::Status s = cc::Client::CheckDevice(index);
+        if (!s.ok()) Raise(s);
+      },
+      py::arg("index"),
+      "Raises ConveyorError (FAILED_PRECONDITION: no usable GPU, and why; INVALID_ARGUMENT: no "
+      "such device) unless device delivery to CUDA device `index` can work here.");
+
+  py::class_<PyTensor>(m, "Tensor",
+                       "One tensor of a batch as a DLPack exporter (torch.from_dlpack, "
+                       "numpy.from_dlpack, ...): on the GPU with device delivery, else the host "
+                       "bytes. Keeps its batch alive.")
+      .def_property_readonly("name", &PyTensor::name)
+      .def_property_readonly("shape", &PyTensor::shape)
+      .def_property_readonly("dtype", &PyTensor::dtype, "The numpy dtype name.")
+      .def_property_readonly("host", &PyTensor::Host,
+                             "A numpy view of the host bytes the batch arrived in.")
+      .def("as_uint8", &PyTensor::AsUint8,
+           "The same bytes exported as uint8 (for consumers that lack DLPack's bool).")
+      .def("__dlpack_device__", &PyTensor::Device)
+      .def("__dlpack__", &PyTensor::DLPack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none(),
+           "A DLPack capsule of this tensor; a CUDA `stream` is ordered after the batch's copy "
+           "without a host wait.")
+      .def("__repr__", [](const PyTensor& t) {
+        return "conveyor.Tensor(name=" + t.name() + ", shape=" + std::string(py::str(t.shape())) +
+               ", dtype=" + t.dtype() + ", device=" + std::string(py::str(t.Device())) + ")";
+      });
 
   py::class_<PyClient>(m, "Client",
                        "One stream of batches (client/client.h). next() returns a dict of numpy "
@@ -258,14 +489,15 @@ PYBIND11_MODULE(_conveyor, m) {
                        std::string auth_token, double reconnect_timeout_s, std::string dataset,
                        bool tls, std::string tls_ca_pem, std::string tls_cert_pem,
                        std::string tls_key_pem, std::string tls_server_name, uint32_t schedule_version,
-                       bool shared_memory, uint64_t shared_memory_bytes) {
+                       bool shared_memory, uint64_t shared_memory_bytes, int device,
+                       size_t device_buffers, bool dlpack) {
              return std::make_unique<PyClient>(MakeOptions(
                  std::move(servers), std::move(job), consumer, consumers, start,
                  std::move(config_yaml), std::move(config_name), max_batches, prefetch_batches,
                  prefetch_bytes, max_message_bytes, std::move(auth_token), reconnect_timeout_s,
                  std::move(dataset), tls, std::move(tls_ca_pem), std::move(tls_cert_pem),
                  std::move(tls_key_pem), std::move(tls_server_name), schedule_version,
-                 shared_memory, shared_memory_bytes));
+                 shared_memory, shared_memory_bytes, device, device_buffers), dlpack);
            }),
            py::kw_only(), py::arg("servers"), py::arg("job") = "default", py::arg("consumer") = 0,
            py::arg("consumers") = 1, py::arg("start") = std::pair<uint64_t, uint64_t>{0, 0},
@@ -275,7 +507,8 @@ PYBIND11_MODULE(_conveyor, m) {
            py::arg("reconnect_timeout_s") = 60.0, py::arg("dataset") = "", py::arg("tls") = false,
            py::arg("tls_ca_pem") = "", py::arg("tls_cert_pem") = "", py::arg("tls_key_pem") = "",
            py::arg("tls_server_name") = "", py::arg("schedule_version") = 0,
-           py::arg("shared_memory") = true, py::arg("shared_memory_bytes") = uint64_t{256} << 20)
+           py::arg("shared_memory") = true, py::arg("shared_memory_bytes") = uint64_t{256} << 20,
+           py::arg("device") = -1, py::arg("device_buffers") = 0, py::arg("dlpack") = false)
       .def("next", &PyClient::Next,
            "The next batch: {tensor name: numpy view, ..., '_cursor': (epoch, step), '_next': "
            "(epoch, step), '_consumer', '_consumers', '_ids': int64 [n, 3] (index, episode, "

@@ -21,6 +21,12 @@ Each yielded batch is a dict with, in this order:
   - "_ids": int64 array [n, 3] of (dataset sample index, episode, anchor step) per sample;
   - "_dataset": int32 array [n]: each sample's dataset in a mixture (docs/mixtures.md), else 0;
   - "_server": the address that sent it; "_packed_sequences", "_fill_ratio": packing (0 else).
+
+With Loader(device="cuda:N") the tensors are torch tensors on that GPU instead: the C++ client
+copies each batch there as it arrives (one asynchronous copy from pinned memory, on its own
+stream, into a reused device buffer: device/upload.h), and each tensor comes through DLPack,
+ordered on torch's current stream after that copy without a host synchronisation (docs/python.md
+"GPU delivery").
 """
 
 import os
@@ -30,14 +36,16 @@ from ._conveyor import (  # noqa: F401  (re-exported)
     METADATA_KEYS,
     Client,
     ConveyorError,
+    Tensor,
     __version__,
+    check_device as _check_device,
     device_supported,
     get_info as _get_info,
     protocol_version,
     resolve_launch as _resolve_launch,
 )
 
-__all__ = ["Loader", "Client", "ConveyorError", "METADATA_KEYS", "tensors", "to_torch", "info",
+__all__ = ["Loader", "Client", "ConveyorError", "Tensor", "METADATA_KEYS", "tensors", "to_torch", "info",
            "parse_servers", "launch_env", "STATE_VERSION", "__version__", "device_supported",
            "protocol_version"]
 
@@ -92,6 +100,34 @@ def _parse_cursor(start):
     if epoch < 0 or step < 0:
         raise ValueError(f"cursor {start!r}: epoch and step must be >= 0")
     return (epoch, step)
+
+
+def _parse_device(device):
+    """-1 for the host ("cpu", None), else the CUDA ordinal of "cuda", "cuda:N" or a torch.device
+    (plain "cuda": torch's current device, else 0)."""
+    if device is None:
+        return -1
+    text = str(device)  # a torch.device prints as "cuda:0" or "cpu"
+    if text == "cpu":
+        return -1
+    if text == "cuda":
+        if _HAVE_TORCH:
+            import torch
+            if torch.cuda.is_available():
+                return torch.cuda.current_device()
+        return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+
+
+def _torch_from_device(tensor):
+    """A conveyor.Tensor on the GPU as a torch tensor, through DLPack: torch passes its current
+    stream, which the export orders after the batch's copy (no host wait)."""
+    import torch
+    if tensor.dtype == "bool":  # torch 1.x reads no DLPack bool: the bytes as uint8, viewed
+        return torch.from_dlpack(tensor.as_uint8()).view(torch.bool)
+    return torch.from_dlpack(tensor)
 
 
 def _read_config(config):
@@ -185,10 +221,20 @@ class Loader(_Base):
       reconnect_timeout_s: give up after this long without a batch from any server.
       schedule_version: the order's GOP schedule version (docs/pipeline.md "Schedule versions");
         None: the config's. load_state_dict() sets the one the state was saved under.
+      device: "cpu" (default): numpy arrays as described in the module's doc. "cuda:N" (or
+        "cuda", a torch.device): torch tensors on that GPU (needs torch and a CUDA build of
+        conveyor with a usable GPU; otherwise ConveyorError FAILED_PRECONDITION here, naming the
+        device and why). Each batch is copied once, as it arrives, into one of device_buffers
+        reused device buffers (client option; default prefetch + 2), and each tensor is ordered
+        on torch's current stream after that copy, with no host synchronisation. Keep at most
+        two batches when asking for the next; a trainer that holds them all gets
+        RESOURCE_EXHAUSTED. Use the tensors on the stream that was current when the batch was
+        yielded (or record_stream them): once a batch's tensors are freed, its buffer is
+        refilled after the work already queued on that stream.
       **client_options: passed on to conveyor.Client (dataset, tls, tls_ca_pem, tls_cert_pem,
         tls_key_pem, tls_server_name, max_message_bytes, shared_memory, shared_memory_bytes:
         a server on this host writes payloads into a /dev/shm ring the client offers, on by
-        default; docs/serving.md "Same-host transport").
+        default; docs/serving.md "Same-host transport"; device_buffers).
 
     Iterating yields dicts (see the module's doc). Every iteration starts a stream at the cursor
     after the last batch yielded so far (or `start`), so iterating again continues where the last
@@ -204,8 +250,17 @@ class Loader(_Base):
     def __init__(self, servers=None, job="default", rank=None, world_size=None, config=None,
                  config_name=None, start=None, max_batches=0, prefetch=4, auth_token=None,
                  reconnect_timeout_s=60.0, prefetch_bytes=1 << 30, schedule_version=None,
-                 _from_jax=False, **client_options):
+                 device="cpu", _from_jax=False, **client_options):
         super().__init__()
+        # Checked first, here rather than at the first batch: a job on the wrong machine or
+        # build fails at once, with the device and the reason in the message.
+        self._device_index = _parse_device(device)
+        self.device = "cpu" if self._device_index < 0 else f"cuda:{self._device_index}"
+        if self._device_index >= 0:
+            if not _HAVE_TORCH:
+                raise ImportError(f"conveyor.Loader(device={self.device!r}) yields torch "
+                                  "tensors: torch is not installed")
+            _check_device(self._device_index)
         launch = _resolve_launch(rank=None if rank is None else int(rank),
                                  world_size=None if world_size is None else int(world_size),
                                  servers=_servers_text(servers), from_jax=_from_jax)
@@ -240,7 +295,8 @@ class Loader(_Base):
                       config_name=self.config_name, max_batches=self.max_batches,
                       prefetch_batches=self.prefetch, prefetch_bytes=self.prefetch_bytes,
                       auth_token=self.auth_token, reconnect_timeout_s=self.reconnect_timeout_s,
-                      schedule_version=self._schedule_version, **self.client_options)
+                      schedule_version=self._schedule_version, device=self._device_index,
+                      **self.client_options)
 
     def __iter__(self):
         if _HAVE_TORCH:
@@ -269,6 +325,9 @@ class Loader(_Base):
                 self._cursor = batch["_next"]
                 if not self._schedule_version:
                     self._schedule_version = client.schedule_version()
+                if self._device_index >= 0:
+                    batch = {k: (v if k in METADATA_KEYS else _torch_from_device(v))
+                             for k, v in batch.items()}
                 yield batch
                 del batch  # the trainer's references decide when the batch's block is released
         finally:
@@ -347,7 +406,8 @@ class Loader(_Base):
 
     def __repr__(self):
         return (f"conveyor.Loader(servers={self.servers!r}, job={self.job!r}, rank={self.rank}, "
-                f"world_size={self.world_size}, cursor={self._cursor[0]}:{self._cursor[1]})")
+                f"world_size={self.world_size}, cursor={self._cursor[0]}:{self._cursor[1]}, "
+                f"device={self.device!r})")
 
     def __del__(self):
         try:

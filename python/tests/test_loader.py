@@ -7,7 +7,9 @@ Checks: batches equal `conveyor batches --digest` and `conveyor fetch --digest` 
 the numpy arrays); arrays are views of the received buffers (no copy), also through torch
 (from_numpy, from_dlpack, DataLoader); arrays outlive the loader; state_dict() resumes exactly;
 DataLoader(batch_size=None); next() releases the GIL; RANK/WORLD_SIZE pick the consumer slice;
-errors carry the server's message.
+errors carry the server's message; device="cpu" is the default and unchanged, device="cuda:N"
+without a usable GPU is an error naming the device and why, tensors exported through DLPack
+(dlpack=True) are the received bytes, and, on a GPU, device batches equal the CLI's.
 """
 
 import gc
@@ -199,6 +201,100 @@ class ZeroCopyTest(unittest.TestCase):
             gc.collect()
             self.assertEqual(support.digest(kept), want, f"max_message_bytes {max_message}")
             self.assertEqual(other, [r["sha256"] for r in ENV["ref"][4:6]])
+
+
+class DeviceTest(unittest.TestCase):
+    def test_cpu_is_the_default_and_unchanged(self):
+        for device in [None, "cpu"] + ([torch.device("cpu")] if torch is not None else []):
+            kwargs = {} if device is None else {"device": device}
+            l = loader(max_batches=2, **kwargs)
+            self.assertEqual(l.device, "cpu")
+            batches = list(l)
+            self.assertEqual([support.summary(b) for b in batches], ENV["ref"][:2], device)
+            self.assertIsInstance(batches[0]["cam0"], np.ndarray)
+        for bad in ["gpu", "cuda:x", "cuda:-1", 3]:
+            with self.assertRaises(ValueError, msg=repr(bad)):
+                loader(device=bad)
+
+    def test_cuda_without_a_usable_gpu_is_a_clear_error(self):
+        if conveyor.device_supported():
+            self.skipTest("a GPU is usable here: DeviceTest.test_cuda_batches checks it")
+        for device, name in [("cuda:0", "cuda:0"), ("cuda:3", "cuda:3"), ("cuda", "cuda:0")]:
+            with self.assertRaises(conveyor.ConveyorError) as e:
+                loader(device=device)
+            self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+            message = str(e.exception)
+            self.assertIn(name, message)
+            self.assertIn("no usable GPU", message)
+            # Why: the build (CONVEYOR_CUDA=OFF) or the CUDA runtime's own error.
+            self.assertTrue("built without CUDA" in message or "cudaGetDeviceCount" in message,
+                            message)
+        with self.assertRaises(conveyor.ConveyorError) as e:  # the Client refuses the same way
+            conveyor.Client(servers=[ENV["address"]], device=0)
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+
+    def test_dlpack_exports_of_host_batches(self):
+        """dlpack=True: each tensor a conveyor.Tensor whose DLPack export is the received bytes
+        (no copy), readable by numpy and torch, alive as long as any export is."""
+        c = conveyor.Client(servers=[ENV["address"]], max_batches=2, dlpack=True)
+        batch = c.next()
+        tensors = conveyor.tensors(batch)
+        self.assertEqual(list(batch)[:len(tensors)], list(tensors), "tensors first, in order")
+        hosts = {}
+        for name, t in tensors.items():
+            self.assertIsInstance(t, conveyor.Tensor)
+            self.assertEqual(t.name, name)
+            self.assertEqual(t.__dlpack_device__(), (1, 0))  # kDLCPU
+            h = t.host
+            self.assertEqual(h.shape, t.shape)
+            self.assertEqual(h.dtype.name, t.dtype)
+            hosts[name] = h
+            exported = t.as_uint8() if t.dtype == "bool" else t
+            a = np.from_dlpack(exported)
+            self.assertEqual(a.ctypes.data, h.ctypes.data, name)
+            self.assertTrue(np.array_equal(a, h.view(np.uint8) if t.dtype == "bool" else h), name)
+        self.assertEqual(support.summary(dict(batch, **hosts)), ENV["ref"][0])
+        with self.assertRaises(BufferError):
+            tensors["action"].__dlpack__(copy=True)
+        with self.assertRaises(BufferError):
+            tensors["action"].__dlpack__(dl_device=(2, 0))
+        tensors["action"].__dlpack__()  # a capsule nobody consumes frees its reference
+        if torch is None:
+            c.close()
+            return
+        kept = {}
+        for name, t in tensors.items():
+            x = torch.from_dlpack(t.as_uint8() if t.dtype == "bool" else t)
+            self.assertEqual(x.data_ptr(), hosts[name].ctypes.data, name)
+            kept[name] = x.view(torch.bool) if t.dtype == "bool" else x
+        want = support.digest(hosts)
+        del batch, tensors, hosts, t, a, h, exported
+        c.next()  # the client moves on and may reuse its blocks
+        c.close()
+        del c
+        gc.collect()
+        churn = [np.full(16 << 20, i, dtype=np.uint8) for i in range(8)]
+        del churn
+        self.assertEqual(support.digest(kept), want, "torch's DLPack tensors keep the batch")
+
+    def test_cuda_batches(self):
+        """On a GPU: Loader(device="cuda:0") yields torch tensors on it, equal to the CLI's
+        batches, ordered on torch's current stream."""
+        if not conveyor.device_supported():
+            self.skipTest("no usable GPU here (conveyor.device_supported() is false): "
+                          "device delivery is checked on the GPU machine")
+        if torch is None or not torch.cuda.is_available():
+            self.skipTest("torch without CUDA")
+        l = loader(max_batches=4, device="cuda:0")
+        got = []
+        for b in l:
+            for name, t in conveyor.tensors(b).items():
+                self.assertTrue(t.is_cuda, name)
+                self.assertEqual(t.device, torch.device("cuda:0"), name)
+            self.assertEqual(b["action_is_pad"].dtype, torch.bool)
+            got.append(support.summary({k: (v.cpu() if k not in conveyor.METADATA_KEYS else v)
+                                        for k, v in b.items()}))
+        self.assertEqual(got, ENV["ref"][:4])
 
 
 class StateTest(unittest.TestCase):
