@@ -37,6 +37,8 @@
 #include "server/job_waits.h"
 #include "server/metrics.h"
 #include "server/shm_writer.h"
+#include "base/cancel.h"
+#include "pipeline/cache_warm.h"
 #include "pipeline/pipeline.h"
 
 namespace conveyor {
@@ -199,6 +201,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
   bool shutting_down ABSL_GUARDED_BY(mu) = false;
   bool reaper_stop ABSL_GUARDED_BY(mu) = false;
   std::unique_ptr<WorkerPool> reaper;  // Reap()
+  std::unique_ptr<WorkerPool> warmer;  // WarmCache(); cancelled and joined first at destruction
   std::once_flag shutdown_once;
 
   // Aggregates for the amplification gauge.
@@ -235,6 +238,33 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       return Reject(grpc::StatusCode::UNAUTHENTICATED, "the bearer token does not match the server's");
     }
     return grpc::Status::OK;
+  }
+
+  // The background warm-up (ServerOptions::frame_cache_warm_threads): each config in turn.
+  void WarmCache() {
+    for (const auto& c : configs) {
+      WarmOptions wo;
+      wo.threads = o.frame_cache_warm_threads;
+      auto last = std::chrono::steady_clock::now();
+      wo.progress = [&](const WarmProgress& p) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last < std::chrono::seconds(10)) return;
+        last = now;
+        spdlog::info("frame cache warm-up, config '{}': {}/{} episodes, {} frames decoded ({:.0f} frames/s), {} already cached",
+                     c->name, p.episodes_done, p.episodes, p.frames_decoded, p.frames_decoded / std::max(p.seconds, 1e-9),
+                     p.frames_present);
+      };
+      absl::StatusOr<WarmProgress> p = WarmFrameCache(*source, c->spec, frame_cache.get(), wo);
+      if (!p.ok()) {
+        if (p.status().code() != absl::StatusCode::kCancelled) {
+          spdlog::warn("frame cache warm-up, config '{}': {}", c->name, p.status().ToString());
+        }
+        if (CancelRequested()) return;
+        continue;
+      }
+      spdlog::info("frame cache warm-up, config '{}': done, {} episodes ({} failed), {} frames decoded in {:.1f} s, {} already cached",
+                   c->name, p->episodes_done, p->episodes_failed, p->frames_decoded, p->seconds, p->frames_present);
+    }
   }
 
   // The reaper: cancels the pipelines of streams whose client went away, so that a stream
@@ -836,6 +866,7 @@ DataServer::~DataServer() {
     impl_->reaper_stop = true;
     impl_->cv.SignalAll();
   }
+  impl_->warmer.reset();  // cancels the episodes not started, joins
   impl_->reaper.reset();  // joins
 }
 
@@ -996,6 +1027,9 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   HostBuffer::SetPoolLimit(static_cast<size_t>(std::min(o.limits.stream_memory_bytes, uint64_t{2} << 30)));
   m.o = std::move(o);
   m.reaper = std::make_unique<WorkerPool>("conveyor-reaper", 1, [&m](int) { m.Reap(); });
+  if (m.frame_cache && m.o.frame_cache_warm_threads > 0) {
+    m.warmer = std::make_unique<WorkerPool>("conveyor-cache-warm", 1, [&m](int) { m.WarmCache(); });
+  }
   return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));
 }
 

@@ -66,6 +66,10 @@ struct ServerOptions {
   std::string frame_cache_dir;
   uint64_t frame_cache_dir_bytes = 0;          // its bound for the node; 0: a quarter of its filesystem
   std::string frame_cache_compression = "none";  // none | lz4 | zstd
+  // > 0: warm the frame cache in the background from start-up with this many threads
+  // (pipeline/cache_warm.h): every frame each config's samples need, episode by episode, ahead of
+  // the order, which never changes. For the spare cores of a node; 0: no warm-up.
+  int frame_cache_warm_threads = 0;
   uint64_t max_message_bytes = 4ull << 20;
   // Accept same-host clients' shared-memory regions (docs/serving.md "Same-host transport"):
   // payloads are written there and only headers travel over gRPC.

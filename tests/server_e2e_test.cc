@@ -678,6 +678,50 @@ TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
   EXPECT_NE(info.find("\"name\":\"" + ds() + "\""), std::string::npos) << info;
 }
 
+// --frame-cache-warm-threads: the server fills its frame cache in the background from start-up,
+// every frame the configs need; a job then decodes nothing and still gets the offline batches.
+TEST_F(ServerE2ETest, BackgroundWarmUpFillsTheFrameCache) {
+  const std::string reference = dir_->Join("warm-reference");
+  int code = 0;
+  // How many frames the small config needs, from `conveyor cache warm` into another directory.
+  const std::string warm = Capture(StrCatForShell({kCli, "cache", "warm", ds(), "--config", small(),
+                                                   "--frame-cache-dir", reference, "--threads", "1"}), &code);
+  ASSERT_EQ(code, 0) << warm;
+  auto entries = [&](const std::string& dir) {
+    const std::string info = Capture(StrCatForShell({kCli, "cache", "info", dir, "--json"}), &code);
+    const size_t at = info.find("\"entries\":");
+    return at == std::string::npos ? -1L : std::stol(info.substr(at + 10));
+  };
+  const long needed = entries(reference);
+  ASSERT_GT(needed, 0);
+  const std::string store = dir_->Join("warm-store");
+  // Only the small config, so that the warm-up's work is the reference's.
+  auto server = std::make_unique<ServerProcess>(
+      kCli,
+      std::vector<std::string>{ds(), "--config", small(), "--threads", "1", "--frame-cache-dir", store,
+                               "--frame-cache-warm-threads", "1", "--metrics-listen", "127.0.0.1:0"},
+      dir_->path());
+  ASSERT_TRUE(server->ok()) << server->log();
+  long have = 0;
+  for (int i = 0; i < 600 && have < needed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    have = entries(store);
+  }
+  ASSERT_EQ(have, needed) << server->log();
+  client::ClientOptions o = Options({server->address()});
+  o.max_batches = 6;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(ReadAll(**c), Offline(small(), 6));
+  const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);
+  auto value = [&](const std::string& name) {
+    const size_t at = metrics.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + name.size() + 2));
+  };
+  EXPECT_EQ(value("conveyor_frame_store_published_total"), static_cast<double>(needed)) << metrics;
+  EXPECT_GT(value("conveyor_frame_store_hits_total"), 0) << metrics;
+}
+
 TEST_F(ServerE2ETest, BearerTokenIsCheckedOnEveryCall) {
   const std::string token = dir_->Join("token");
   testing::WriteFile(token, "0123456789abcdef0123456789abcdef\n");

@@ -138,6 +138,7 @@ struct ServeOptions {
   int threads = 2;
   uint64_t queue_bytes = 256ull << 20;
   FrameCacheFlags frame_cache;  // shared by every stream (and, with a directory, the node)
+  int frame_cache_warm_threads = 0;
   uint64_t max_message_bytes = 4ull << 20;
   bool shared_memory = true;  // accept same-host clients' /dev/shm regions
   int max_streams = 64;

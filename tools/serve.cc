@@ -42,6 +42,7 @@ absl::Status RunServe(const ServeOptions& o) {
   so.frame_cache_dir = o.frame_cache.dir;
   so.frame_cache_dir_bytes = o.frame_cache.dir_bytes;
   so.frame_cache_compression = o.frame_cache.compression;
+  so.frame_cache_warm_threads = o.frame_cache_warm_threads;
   so.max_message_bytes = o.max_message_bytes;
   so.shared_memory = o.shared_memory;
   so.max_streams = o.max_streams;
@@ -94,6 +95,11 @@ class ServeCommand final : public Command {
     c->add_option("--threads", o_.threads, "Decode workers per stream")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--queue-bytes", o_.queue_bytes, "Byte budget of samples in flight per stream")->capture_default_str()->check(CLI::PositiveNumber);
     AddFrameCacheFlags(c, &o_.frame_cache);
+    c->add_option("--frame-cache-warm-threads", o_.frame_cache_warm_threads,
+                  "Warm the frame cache in the background from start-up with this many threads, ahead of the order "
+                  "(for spare cores; 0: no warm-up)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     c->add_option("--max-message-bytes", o_.max_message_bytes, "Largest message; batches are split")->capture_default_str();
     c->add_option("--shared-memory", o_.shared_memory,
                   "Write payloads into the /dev/shm regions that clients on this host offer (docs/serving.md)")
