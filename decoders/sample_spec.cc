@@ -4,12 +4,14 @@
 
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "decoders/yaml_config.h"
+#include "spdlog/spdlog.h"
 
 namespace conveyor {
 
@@ -95,6 +97,34 @@ absl::Status ResolveNormalization(const Manifest& manifest, StreamSpec* s, std::
       s->norm_scale[d] = static_cast<float>(2.0 / (hi->second[d] - lo->second[d] + kEps));
       s->norm_bias = -1;
     }
+  }
+  return absl::OkStatus();
+}
+
+// A video stream's `decode: auto | cpu | gpu` (decoders/decode_backend.h). Every choice decodes
+// on the CPU in this release, so the frames are the same bits with or without the key; `gpu`,
+// which cannot be honoured, is an error naming the stream and why, and an explicit `auto` says
+// once per process where video is decoded.
+absl::Status ParseDecode(std::string_view source, const YAML::Node& n, std::string_view what,
+                         StreamSpec* s) {
+  if (!n["decode"]) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string v, Word(source, n["decode"], "decode", {"auto", "cpu", "gpu"}));
+  s->decode = v == "gpu" ? DecodeBackend::kGpu : v == "cpu" ? DecodeBackend::kCpu : DecodeBackend::kAuto;
+  const std::string& unavailable = GpuDecodeUnavailable();
+  if (unavailable.empty()) return absl::OkStatus();
+  if (s->decode == DecodeBackend::kGpu) {
+    const YAML::Mark mark = n["decode"].Mark();
+    return absl::FailedPreconditionError(
+        StrCat(source, ":", mark.line + 1, ":", mark.column + 1, ": ", what,
+               ": decode: gpu, but video cannot be decoded on the GPU here: ", unavailable,
+               " (decode: auto decodes on the GPU where it can and on the CPU otherwise)"));
+  }
+  if (s->decode == DecodeBackend::kAuto) {
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      spdlog::info("decode: auto: video streams decode on the CPU here ({}); first asked for by {} in {}",
+                   unavailable, what, source);
+    });
   }
   return absl::OkStatus();
 }
@@ -278,6 +308,13 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
     const std::string what = StrCat("stream '", name, "'");
     switch (s.kind) {
       case pb::VIDEO:
+        RETURN_IF_ERROR(CheckKeys(source, n, what,
+                                  {"delta_timestamps", "tolerance_s", "match", "size", "layout",
+                                   "dtype", "resize", "normalize", "augment", "autorotate",
+                                   "decode"}));
+        RETURN_IF_ERROR(ParseImageOptions(source, n, &s));
+        RETURN_IF_ERROR(ParseDecode(source, n, what, &s));
+        break;
       case pb::IMAGE:
         RETURN_IF_ERROR(CheckKeys(source, n, what,
                                   {"delta_timestamps", "tolerance_s", "match", "size", "layout",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "decoders/decode_backend.h"
 #include "decoders/decode_common.h"
 #include "decoders/video_decoder.h"
 #include "readers/manifest.h"
@@ -62,6 +63,9 @@ struct StreamSpec {
   std::array<float, 3> mean{0, 0, 0}, std{1, 1, 1};  // float32 output: (x / 255 - mean) / std
   bool autorotate = true;
   ImageAugment augment;
+  // VIDEO: where its frames are decoded (decoders/decode_backend.h). Every video stream decodes on
+  // the CPU in this release; `gpu` is refused when the spec is read, since it cannot be honoured.
+  DecodeBackend decode = DecodeBackend::kAuto;
 
   // AUDIO output.
   int audio_rate = 0;      // 0 = the stream's rate

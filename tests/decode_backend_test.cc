@@ -1,0 +1,127 @@
+// The per-stream `decode: auto | cpu | gpu` key of a sample spec (decoders/decode_backend.h): its
+// values are checked; `gpu` where video cannot be decoded on the GPU (every machine, in this
+// release) fails when the spec is read, naming the stream, the line and why; and `auto` and `cpu`
+// give the very batches a config without the key gives (`conveyor batches --digest`).
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "decoders/decode_backend.h"
+#include "decoders/sample_spec.h"
+#include "readers/dataset.h"
+#include "tests/support/test_env.h"
+
+namespace conveyor {
+namespace {
+
+using testing::RunCommand;
+using testing::ShellQuote;
+using testing::TempDir;
+using testing::WriteFile;
+
+const std::string kCli = CONVEYOR_CLI;
+
+// cam0's options with `decode` set to `value` (nothing when empty), cam1 without the key.
+std::string Config(const std::string& value) {
+  return "anchor: action\n"
+         "streams:\n"
+         "  cam0:\n"
+         "    delta_timestamps: [-0.1, 0.0]\n" +
+         (value.empty() ? "" : "    decode: " + value + "\n") +
+         "  cam1: {delta_timestamps: [0.0]}\n"
+         "  action: {}\n"
+         "pipeline: {global_batch_size: 4}\n";
+}
+
+class DecodeBackendTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = RunCommand(kCli + " synth --quiet --out " + ShellQuote(ds()) +
+                        " --episodes 2 --episode-seconds 2 --cameras 2 --size 96x64 --seed 3");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string ds() { return dir_->Join("ds"); }
+
+  static absl::StatusOr<SampleSpec> Parse(const std::string& yaml) {
+    auto d = Dataset::Open(ds());
+    if (!d.ok()) return d.status();
+    return SampleSpec::FromYaml(yaml, (*d)->manifest(), "test.yaml");
+  }
+
+  // The batch lines of `conveyor batches --digest` (the log, if any, left out).
+  static std::vector<std::string> Batches(const std::string& yaml, const std::string& name) {
+    const std::string path = dir_->Join(name);
+    WriteFile(path, yaml);
+    auto r = RunCommand(kCli + " batches " + ShellQuote(ds()) + " --config " + ShellQuote(path) +
+                        " --steps 3 --digest");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::vector<std::string> lines;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(" sha256 ") != std::string::npos) lines.push_back(line);
+    }
+    return lines;
+  }
+
+  static TempDir* dir_;
+};
+TempDir* DecodeBackendTest::dir_ = nullptr;
+
+TEST_F(DecodeBackendTest, ValuesAndDefault) {
+  for (const auto& [value, want] : std::vector<std::pair<std::string, DecodeBackend>>{
+           {"", DecodeBackend::kAuto}, {"auto", DecodeBackend::kAuto}, {"cpu", DecodeBackend::kCpu}}) {
+    absl::StatusOr<SampleSpec> spec = Parse(Config(value));
+    ASSERT_TRUE(spec.ok()) << value << ": " << spec.status();
+    EXPECT_EQ(spec->streams[0].decode, want) << value;
+    EXPECT_EQ(spec->streams[1].decode, DecodeBackend::kAuto);
+    EXPECT_EQ(DecodeBackendName(want), value.empty() ? "auto" : value);
+  }
+  absl::StatusOr<SampleSpec> bad = Parse(Config("nvdec"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  for (const char* part : {"test.yaml:5:", "decode", "nvdec", "auto", "cpu", "gpu"}) {
+    EXPECT_NE(bad.status().message().find(part), std::string_view::npos) << part << ": " << bad.status();
+  }
+  // Only video streams have a decoder to choose: elsewhere the key is unknown, as any typo is.
+  absl::StatusOr<SampleSpec> lowdim =
+      Parse("anchor: action\nstreams:\n  action: {decode: cpu}\n");
+  ASSERT_FALSE(lowdim.ok());
+  EXPECT_NE(lowdim.status().message().find("decode"), std::string_view::npos) << lowdim.status();
+}
+
+TEST_F(DecodeBackendTest, GpuWhereVideoCannotBeDecodedOnTheGpuFailsNamingTheStream) {
+  ASSERT_FALSE(GpuDecodeUnavailable().empty()) << "this release has no NVDEC path";
+  absl::StatusOr<SampleSpec> spec = Parse(Config("gpu"));
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kFailedPrecondition) << spec.status();
+  for (const std::string& part :
+       {std::string("test.yaml:5:"), std::string("stream 'cam0'"), std::string("decode: gpu"),
+        GpuDecodeUnavailable()}) {
+    EXPECT_NE(spec.status().message().find(part), std::string_view::npos) << part << ": " << spec.status();
+  }
+  // And the CLI refuses it before any batch.
+  WriteFile(dir_->Join("gpu.yaml"), Config("gpu"));
+  auto r = RunCommand(kCli + " batches " + ShellQuote(ds()) + " --config " +
+                      ShellQuote(dir_->Join("gpu.yaml")) + " --steps 1 --digest");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("stream 'cam0'"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" sha256 "), std::string::npos) << r.output;
+}
+
+// The key changes no bit: auto and cpu decode on the CPU exactly as a config without it.
+TEST_F(DecodeBackendTest, AutoAndCpuGiveTodaysBatches) {
+  const std::vector<std::string> want = Batches(Config(""), "none.yaml");
+  ASSERT_EQ(want.size(), 3u);
+  EXPECT_EQ(Batches(Config("cpu"), "cpu.yaml"), want);
+  EXPECT_EQ(Batches(Config("auto"), "auto.yaml"), want);
+}
+
+}  // namespace
+}  // namespace conveyor
