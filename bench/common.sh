@@ -5,10 +5,15 @@
 #   bench_datasets          synth's default H.264 dataset ($work/h264: 8 episodes, 3 cameras
 #                           224x224 GOP 30) and LeRobot's encoding ($work/av1: AV1 GOP 2, 2 cameras)
 #   bench_ffmpeg_fps DS     the ffmpeg CLI's sequential decode of DS's cam0 (episode 0), frames/s
+#   bench_ffmpeg_fps_mp4 F  the same for an mp4 file
 #                           on one core (`ffmpeg -threads 1 -f null`, 3 runs): the decode limit
 #   say TEXT                progress on stderr
 
 say() { printf '%s\n' "$*" >&2; }
+
+# Paths removed when the bench exits (its temporary work directory, stores under /dev/shm).
+bench_cleanup=()
+trap 'rm -rf "${bench_cleanup[@]}"' EXIT
 
 bench_setup() {
   local name=$1
@@ -30,8 +35,7 @@ bench_setup() {
   mkdir -p "$bench_dir/out"
   if [[ -z "$work" ]]; then
     work=$(mktemp -d)
-    # shellcheck disable=SC2064  # expand now: $work is this run's directory
-    trap "rm -rf '$work'" EXIT
+    bench_cleanup+=("$work")
   fi
   mkdir -p "$work"
 }
@@ -43,9 +47,14 @@ bench_datasets() {
 }
 
 bench_ffmpeg_fps() {
-  local mp4 frames t0 t1
-  mp4="$work/$(basename "$1")-cam0.mp4"
+  local mp4="$work/$(basename "$1")-cam0.mp4"
   [[ -s $mp4 ]] || "$cli" extract "$1" --episode 0 --stream cam0 --out "$mp4" > /dev/null
+  bench_ffmpeg_fps_mp4 "$mp4"
+}
+
+# The same for an mp4 file (a LeRobot directory's video).
+bench_ffmpeg_fps_mp4() {
+  local mp4=$1 frames t0 t1
   frames=$(ffprobe -v error -count_packets -select_streams v:0 -show_entries stream=nb_read_packets -of csv=p=0 "$mp4")
   t0=$(date +%s.%N)
   for _ in 1 2 3; do ffmpeg -v error -threads 1 -i "$mp4" -f null -; done
