@@ -1,5 +1,7 @@
 #include "decoders/yaml_config.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <cmath>
 
 #include "base/status_macros.h"

@@ -1,9 +1,10 @@
 // Checked reading of YAML configs (yaml-cpp), shared by every config section: the sample spec
-// (decoders/sample_spec.cc), packing and pipeline (shuffle/). Every error is INVALID_ARGUMENT and
+// (decoders/sample_spec.cc), packing and pipeline (pipeline/). Every error is INVALID_ARGUMENT and
 // starts with "SOURCE:LINE:COLUMN: " so a user can go straight to the offending key.
+//
+// YAML::Node is only declared here, so this header does not pull yaml-cpp into whoever includes
+// it; the .cc files that walk nodes include <yaml-cpp/yaml.h> themselves.
 #pragma once
-
-#include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <set>
@@ -12,6 +13,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
+namespace YAML {
+class Node;
+}  // namespace YAML
 
 namespace conveyor::yaml {
 
