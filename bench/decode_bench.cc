@@ -81,6 +81,7 @@
 #include "bench/machine_info.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/audio_decoder.h"
 #include "decoders/image_decoder.h"
 #include "decoders/sample_assembler.h"

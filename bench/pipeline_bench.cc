@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/pipeline.h"
 #include "shuffle/quality.h"

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/decode_common.h"
+#include "readers/format_fwd.h"
 
 namespace conveyor {
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/media_demux.h"
 #include "readers/format.h"
 

@@ -9,6 +9,7 @@
 #include "base/mix.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/augment.h"
 
 namespace conveyor {

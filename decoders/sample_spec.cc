@@ -10,6 +10,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/yaml_config.h"
 #include "spdlog/spdlog.h"
 

@@ -14,6 +14,7 @@
 #include "decoders/decode_backend.h"
 #include "decoders/decode_common.h"
 #include "decoders/video_decoder.h"
+#include "readers/format_fwd.h"
 #include "readers/manifest.h"
 
 namespace conveyor {
@@ -46,7 +47,7 @@ struct ImageAugment {
 struct StreamSpec {
   std::string name;
   int stream = -1;  // index in the manifest
-  format::v1::StreamKind kind = format::v1::STREAM_KIND_UNSPECIFIED;
+  format::v1::StreamKind kind{};  // STREAM_KIND_UNSPECIFIED (0) until resolved
 
   // VIDEO, IMAGE, LOWDIM: requested times relative to the anchor time, seconds.
   std::vector<double> deltas;

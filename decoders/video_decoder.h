@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/decode_common.h"
+#include "readers/format_fwd.h"
 
 namespace conveyor {
 

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/worker_pool.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/sample_assembler.h"
 #include "shuffle/sample_index.h"
 #include "spdlog/spdlog.h"

@@ -20,6 +20,7 @@
 #include "base/worker_pool.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/yaml_config.h"
 #include "shuffle/mixture.h"
 

@@ -6,6 +6,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/strings.h"
 #include "base/status_macros.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/format.h"
 #include "readers/lowdim_codec.h"
 

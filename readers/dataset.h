@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "conveyor/format/v1/shard.pb.h"
+#include "readers/format_fwd.h"
 #include "readers/manifest.h"
 #include "readers/storage.h"
 

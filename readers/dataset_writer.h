@@ -10,6 +10,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+// The write side of the format: EpisodeData carries each stream's CodecParams by value, filled in
+// field by field by its callers (synth, import, the LeRobot reader), so this header, unlike the
+// read side's (readers/format_fwd.h), includes the generated messages.
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/dataset.h"
 #include "readers/manifest.h"
 

@@ -7,6 +7,7 @@
 
 #include "base/strings.h"
 #include "absl/strings/str_format.h"
+#include "conveyor/format/v1/shard.pb.h"
 
 namespace conveyor::format {
 namespace {

@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "conveyor/format/v1/shard.pb.h"
+#include "readers/format_fwd.h"
 
 namespace conveyor::format {
 

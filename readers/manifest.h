@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "conveyor/format/v1/shard.pb.h"
+#include "readers/format_fwd.h"
 
 namespace conveyor {
 
@@ -24,7 +24,7 @@ inline constexpr size_t kEpisodeTableHeaderSize = 32;
 // One stream of the dataset, the same in every episode.
 struct StreamInfo {
   std::string name;
-  format::v1::StreamKind kind = format::v1::STREAM_KIND_UNSPECIFIED;
+  format::v1::StreamKind kind{};  // STREAM_KIND_UNSPECIFIED (0) until set
   std::string codec;          // FFmpeg codec name, "zstd-shuffle4" for lowdim, "utf-8" for text
   double rate = 0;            // frames/s (video, image), samples/s (audio), steps/s (lowdim)
   std::vector<int64_t> shape;  // video/image [H, W, C]; audio [channels]; lowdim [D]; text []

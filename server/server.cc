@@ -29,6 +29,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/worker_pool.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "conveyor/v1/service.grpc.pb.h"
 #include "readers/dataset.h"
 #include "readers/format.h"

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/dataset.h"
 #include "tests/support/test_env.h"
 

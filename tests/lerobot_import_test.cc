@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/dataset.h"
 #include "readers/lerobot/lerobot_dataset.h"
 #include "tests/support/media_checks.h"

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/format/v1/shard.pb.h"
+
 namespace conveyor {
 namespace {
 

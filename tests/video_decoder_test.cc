@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/dataset.h"
 #include "tests/support/media_checks.h"
 #include "tests/support/test_env.h"

@@ -32,6 +32,7 @@
 #include "base/strings.h"
 #include "base/worker_pool.h"
 #include "client/client.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/audio_decoder.h"
 #include "decoders/image_decoder.h"
 #include "decoders/sample_assembler.h"

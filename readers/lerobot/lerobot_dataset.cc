@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/media_demux.h"
 #include "readers/format.h"
 #include "readers/lerobot/lerobot_meta.h"

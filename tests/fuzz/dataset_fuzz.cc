@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/dataset.h"
 #include "readers/format.h"
 #include "readers/memory_storage.h"

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/format.h"
 
 namespace fmt = conveyor::format;
