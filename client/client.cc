@@ -129,16 +129,16 @@ void FreeBlock(uint8_t* p, int kind) {
   }
 }
 
-// A kept block of at least `bytes`, or a new one, pinned when asked and possible; {nullptr} when
-// the allocation fails.
-BlockPool::Block TakeBlock(BlockPool& pool, size_t bytes, bool pinned) {
-  if (pinned) {
+// A kept block of at least `bytes`, or a new one, pinned (with that device current) when
+// `pinned_for_device` >= 0 and possible; {nullptr} when the allocation fails.
+BlockPool::Block TakeBlock(BlockPool& pool, size_t bytes, int pinned_for_device) {
+  if (pinned_for_device >= 0) {
     BlockPool::Block b = pool.Take(bytes, kPinnedBlock);
     if (b.data != nullptr) return b;
     b.capacity = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
     // Pinned memory is limited (RLIMIT_MEMLOCK in containers): pageable memory still works, its
     // copies are only synchronous (Uploader::Stats::pageable_batches counts them).
-    absl::StatusOr<void*> memory = AllocatePinned(b.capacity);
+    absl::StatusOr<void*> memory = AllocatePinned(b.capacity, pinned_for_device);
     if (memory.ok()) {
       b.data = static_cast<uint8_t*>(*memory);
       b.kind = kPinnedBlock;
@@ -609,7 +609,7 @@ struct Client::Impl {
       return absl::OkStatus();
     }
     r->storage->pool = pool;
-    r->storage->block = TakeBlock(*pool, r->header.payload_bytes(), uploader != nullptr && uploader->gpu());
+    r->storage->block = TakeBlock(*pool, r->header.payload_bytes(), uploader != nullptr ? uploader->device() : -1);
     if (r->storage->block.data == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot allocate ", r->header.payload_bytes(), " bytes for batch ", expected.ToString(),

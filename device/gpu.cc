@@ -24,17 +24,22 @@ const GpuProbe& ProbeGpus() {
   return probe;
 }
 
-absl::StatusOr<void*> AllocatePinned(size_t bytes) {
+absl::StatusOr<void*> AllocatePinned(size_t bytes, int device) {
   const GpuProbe& probe = ProbeGpus();
   if (probe.devices == 0) {
     return absl::FailedPreconditionError(
         StrCat("pinned host memory of ", bytes, " bytes: no usable GPU: ", probe.reason));
   }
 #if CONVEYOR_HAVE_CUDA
+  cuda::ScopedDevice scoped;
+  if (device >= 0) {
+    if (absl::Status s = scoped.Set(device); !s.ok()) return s;
+  }
   absl::StatusOr<cuda::UniquePinnedMemory> memory = cuda::AllocPinned(bytes);
   if (!memory.ok()) return memory.status();
   return memory->release();
 #else
+  (void)device;
   return nullptr;  // unreachable: without CUDA the probe finds no device
 #endif
 }

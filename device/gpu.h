@@ -24,10 +24,12 @@ struct GpuProbe {
 const GpuProbe& ProbeGpus();
 
 // `bytes` of page-locked host memory, pinned for every device (cudaHostAlloc, portable), so that
-// copies from it to a GPU run asynchronously. FAILED_PRECONDITION without a usable GPU (the
+// copies from it to a GPU run asynchronously. `device` >= 0 is made current for the call (and the
+// caller's restored), so a thread that never chose a device does not create a context on device 0;
+// -1 allocates on the caller's current device. FAILED_PRECONDITION without a usable GPU (the
 // probe's reason); RESOURCE_EXHAUSTED (with CUDA's message) when the driver refuses, as it does
 // past RLIMIT_MEMLOCK in many containers. Free with FreePinned. Thread-safe.
-absl::StatusOr<void*> AllocatePinned(size_t bytes);
+absl::StatusOr<void*> AllocatePinned(size_t bytes, int device = -1);
 void FreePinned(void* p);
 
 }  // namespace conveyor

@@ -192,7 +192,11 @@ absl::Status CopyEngine::RecordUse(int slot_index, cudaStream_t stream) {
 }
 
 absl::Status CopyEngine::OrderAfterCopy(int slot_index, cudaStream_t stream) {
-  // An event of this device may be waited on by a stream of any device: no ScopedDevice needed.
+  // A stream of any device may wait on this device's event, but the special handles
+  // (cudaStreamLegacy, cudaStreamPerThread, which DLPack consumers pass as 1 and 2) name the
+  // current device's stream: make it this one, as the consumer's tensors live here.
+  ScopedDevice scoped;
+  RETURN_IF_ERROR(scoped.Set(device_));
   CONVEYOR_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, slots_[slot_index].ready.get(), 0));
   return absl::OkStatus();
 }
