@@ -87,7 +87,7 @@ class TinyPolicy(nn.Module):
 
 def camera_keys(batch):
     return [k for k, v in conveyor.tensors(batch).items()
-            if v.ndim == 5 and v.dtype.name == "uint8" and v.shape[-1] == 3]
+            if v.ndim == 5 and str(v.dtype) in ("uint8", "torch.uint8") and v.shape[-1] == 3]
 
 
 def masked_mse(pred, target, is_pad):
@@ -123,10 +123,14 @@ def train(rank, world_size, args):
                             world_size=world_size)
     torch.manual_seed(0)
 
+    # On a GPU the client delivers each batch there itself (one copy from pinned memory as it
+    # arrives, ordered on torch's stream: docs/python.md "GPU delivery"); a conveyor built without
+    # CUDA hands over host arrays, copied below.
     loader = conveyor.Loader(servers=args.servers, job=args.job, rank=rank, world_size=world_size,
                              config=args.config, config_name=args.config_name,
                              max_batches=args.steps, prefetch=args.prefetch,
-                             max_message_bytes=args.max_message_bytes)
+                             max_message_bytes=args.max_message_bytes,
+                             device=device if use_cuda and conveyor.device_supported() else "cpu")
     ckpt = None
     if args.resume:
         ckpt = torch.load(args.checkpoint, map_location="cpu")
@@ -159,7 +163,10 @@ def train(rank, world_size, args):
             opt = torch.optim.Adam(model.parameters(), lr=args.lr)
             if ckpt:
                 opt.load_state_dict(ckpt["optim"])
-        t = conveyor.to_torch(batch, device=device if use_cuda else None)  # CPU: no copy
+        if loader.device != "cpu":
+            t = batch  # torch tensors on the GPU already
+        else:
+            t = conveyor.to_torch(batch, device=device if use_cuda else None)  # CPU: no copy
         pred = model([t[k] for k in cams], t["observation.state"])
         loss = masked_mse(pred, t["action"], t["action_is_pad"])
         opt.zero_grad(set_to_none=True)
