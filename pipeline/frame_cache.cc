@@ -163,6 +163,9 @@ absl::StatusOr<std::shared_ptr<DecodedFrameCache>> MakeFrameCache(const FrameCac
     if (so.max_bytes == 0) {
       std::error_code ec;
       std::filesystem::create_directories(config.dir, ec);
+      if (ec) {
+        return absl::PermissionDeniedError(StrCat("frame cache directory ", config.dir, ": cannot create it: ", ec.message()));
+      }
       struct statvfs vfs;
       if (::statvfs(config.dir.c_str(), &vfs) != 0) {
         return absl::InvalidArgumentError(StrCat("frame cache directory ", config.dir,
