@@ -147,13 +147,16 @@ TEST(FrameStoreTest, AWriterKilledMidWriteLeavesNoEntry) {
     auto s = OpenStore(dir.path(), 1 << 30);
     for (int64_t i = 0;; ++i) s->Insert(Key(i % 100000, 7), Frame(256, 256, static_cast<uint32_t>(i)));
   }
-  ::usleep(300 * 1000);
+  // Killed once it has published something (however slowly a loaded machine starts it), while
+  // it is writing more.
+  for (int i = 0; i < 1000 && Entries(dir.path()).size() < 3; ++i) ::usleep(10 * 1000);
+  ::usleep(50 * 1000);
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
   // Whatever it published is whole and correct; nothing it was writing is visible as an entry.
   const std::vector<fs::path> files = Entries(dir.path());
-  ASSERT_GT(files.size(), 0u) << "the child published nothing in 300 ms";
+  ASSERT_GT(files.size(), 0u) << "the child published nothing in 10 s";
   for (const fs::path& p : files) {
     const int64_t frame = std::stoll(p.extension().string().substr(1));
     auto got = store->Find(Key(frame, 7));

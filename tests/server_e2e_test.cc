@@ -622,9 +622,10 @@ TEST_F(ServerE2ETest, AFrameCacheSharedByStreamsKeepsTheirBatches) {
 }
 
 // --frame-cache-dir: two server processes on one node share decoded frames through a directory.
-// `conveyor cache warm` fills it for part of the data first; the first server decodes the rest,
-// the second decodes nothing; both serve exactly the offline batches; metrics, Info, top and
-// `conveyor cache info` say so.
+// `conveyor cache warm` fills it for part of the data first; the first server's job reads a whole
+// epoch and so decodes the rest; the second server decodes nothing (its blocks, the ones in flight
+// ahead of its reads included, are all frames of that epoch); both serve exactly the offline
+// batches; metrics, Info, top and `conveyor cache info` say so.
 TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
   const std::string store = dir_->Join("frame-store");
   int code = 0;
@@ -637,7 +638,6 @@ TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
   for (auto& e : std::filesystem::recursive_directory_iterator(store + "/frames1")) {
     if (e.is_regular_file() && e.path().filename() != "source" && n++ % 2 == 0) std::filesystem::remove(e.path());
   }
-  const std::vector<std::string> want = Offline(small(), 6);
   std::vector<double> published;
   // Both run at once, as a node's servers do.
   std::vector<std::unique_ptr<ServerProcess>> servers;
@@ -646,14 +646,22 @@ TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
                              "--metrics-listen", "127.0.0.1:0"}));
     ASSERT_TRUE(servers.back()->ok());
   }
+  absl::StatusOr<conveyor::v1::InfoResponse> first_info = client::GetInfo(Options({servers[0]->address()}));
+  ASSERT_TRUE(first_info.ok()) << first_info.status();
+  uint64_t epoch_steps = 0;
+  for (const auto& c : first_info->configs()) {
+    if (c.name() == "small") epoch_steps = c.steps_per_epoch();
+  }
+  ASSERT_GT(epoch_steps, 6u);
+  const std::vector<std::string> epoch = Offline(small(), epoch_steps);
   for (const char* job : {"first", "second"}) {
     ServerProcess* server = servers[published.size()].get();
     client::ClientOptions o = Options({server->address()});
     o.job = job;
-    o.max_batches = 6;
+    o.max_batches = published.empty() ? static_cast<int64_t>(epoch_steps) : 6;
     auto c = client::Client::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
-    EXPECT_EQ(ReadAll(**c), want) << job;
+    EXPECT_EQ(ReadAll(**c), std::vector<std::string>(epoch.begin(), epoch.begin() + o.max_batches)) << job;
     const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);
     ASSERT_EQ(code, 0);
     auto value = [&](const std::string& name) {
