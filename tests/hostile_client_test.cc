@@ -387,7 +387,13 @@ TEST_F(HostileClientTest, EveryBadRequestGetsAClearStatusWhileAGoodConsumerIsSer
     pb::StreamBatchesRequest r = Request();
     r.set_job("job-" + std::to_string(i));
     r.set_max_batches(1);
-    const grpc::Status s = RawStream(server.address(), r, 4);
+    grpc::Status s = RawStream(server.address(), r, 4);
+    // The flood's streams may still be closing on a loaded machine: the per-peer limit refuses
+    // this one until they are gone (that refusal is tested above). Try again, for up to 10 s.
+    for (int tries = 0; tries < 200 && s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      s = RawStream(server.address(), r, 4);
+    }
     ASSERT_TRUE(s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) << s.error_message();
   }
 

@@ -621,24 +621,34 @@ TEST_F(ServerE2ETest, AFrameCacheSharedByStreamsKeepsTheirBatches) {
   EXPECT_NE(top.find("hit rate "), std::string::npos) << top;
 }
 
-// --frame-cache-dir: two server processes on one node share decoded frames through a directory.
-// `conveyor cache warm` fills it for part of the data first; the first server's job reads a whole
-// epoch and so decodes the rest; the second server decodes nothing (its blocks, the ones in flight
-// ahead of its reads included, are all frames of that epoch); both serve exactly the offline
-// batches; metrics, Info, top and `conveyor cache info` say so.
+// --frame-cache-dir: server processes on one node, and `conveyor cache warm`, share decoded frames
+// through a directory. A warm-up fills it, half of it is deleted; the first of two concurrent
+// servers decodes what its job needs of the missing half and shares it (a second warm-up decodes
+// fewer frames than were deleted); the second server then decodes nothing. Both serve exactly
+// the offline batches; metrics, Info, top and `conveyor cache info` say so. (Exact counts of
+// what a server publishes depend on how far its prefetch ran ahead when it was asked, so only
+// the complete store's "nothing" is compared exactly.)
 TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
   const std::string store = dir_->Join("frame-store");
   int code = 0;
-  const std::string warm = Capture(StrCatForShell({kCli, "cache", "warm", ds(), "--config", small(),
-                                                   "--frame-cache-dir", store, "--threads", "1"}), &code);
-  ASSERT_EQ(code, 0) << warm;
-  EXPECT_NE(warm.find("0 failed"), std::string::npos) << warm;
-  // Half the entries go: the first server has work to do.
-  int n = 0;
+  auto warm = [&] {
+    const std::string out = Capture(StrCatForShell({kCli, "cache", "warm", ds(), "--config", small(),
+                                                    "--frame-cache-dir", store, "--threads", "1"}), &code);
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_NE(out.find("0 failed"), std::string::npos) << out;
+    const size_t at = out.find(" decoded in ");
+    const size_t start = out.rfind(' ', at - 1);
+    return at == std::string::npos ? -1L : std::stol(out.substr(start + 1, at - start - 1));
+  };
+  ASSERT_GT(warm(), 0);
+  long deleted = 0;
   for (auto& e : std::filesystem::recursive_directory_iterator(store + "/frames1")) {
-    if (e.is_regular_file() && e.path().filename() != "source" && n++ % 2 == 0) std::filesystem::remove(e.path());
+    if (e.is_regular_file() && e.path().filename() != "source" && deleted++ % 2 == 0) {
+      std::filesystem::remove(e.path());
+    }
   }
-  std::vector<double> published;
+  deleted = (deleted + 1) / 2;
+  const std::vector<std::string> want = Offline(small(), 6);
   // Both run at once, as a node's servers do.
   std::vector<std::unique_ptr<ServerProcess>> servers;
   for (int i = 0; i < 2; ++i) {
@@ -646,22 +656,15 @@ TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
                              "--metrics-listen", "127.0.0.1:0"}));
     ASSERT_TRUE(servers.back()->ok());
   }
-  absl::StatusOr<conveyor::v1::InfoResponse> first_info = client::GetInfo(Options({servers[0]->address()}));
-  ASSERT_TRUE(first_info.ok()) << first_info.status();
-  uint64_t epoch_steps = 0;
-  for (const auto& c : first_info->configs()) {
-    if (c.name() == "small") epoch_steps = c.steps_per_epoch();
-  }
-  ASSERT_GT(epoch_steps, 6u);
-  const std::vector<std::string> epoch = Offline(small(), epoch_steps);
+  std::vector<double> published;
   for (const char* job : {"first", "second"}) {
     ServerProcess* server = servers[published.size()].get();
     client::ClientOptions o = Options({server->address()});
     o.job = job;
-    o.max_batches = published.empty() ? static_cast<int64_t>(epoch_steps) : 6;
+    o.max_batches = 6;
     auto c = client::Client::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
-    EXPECT_EQ(ReadAll(**c), std::vector<std::string>(epoch.begin(), epoch.begin() + o.max_batches)) << job;
+    EXPECT_EQ(ReadAll(**c), want) << job;
     const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);
     ASSERT_EQ(code, 0);
     auto value = [&](const std::string& name) {
@@ -678,9 +681,15 @@ TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
     EXPECT_GT(info->frame_cache().store_hits(), 0u);
     const std::string top = Capture(StrCatForShell({kCli, "top", server->address(), "--iterations", "1"}), &code);
     EXPECT_NE(top.find("node frame store " + store), std::string::npos) << top;
+    if (published.size() == 1) {
+      ASSERT_GT(published[0], 0) << "the first server decoded nothing the warm-up had left out";
+      // Another process on the node finds what the first server decoded.
+      const long decoded = warm();
+      EXPECT_GE(decoded, 0);
+      EXPECT_LE(decoded, deleted - static_cast<long>(published[0])) << "the warm-up decoded frames the server had shared";
+    }
   }
-  EXPECT_GT(published[0], 0) << "the first server decoded nothing the warm-up had left out";
-  EXPECT_EQ(published[1], 0) << "the second server decoded frames the first had shared";
+  EXPECT_EQ(published[1], 0) << "the second server decoded frames already on the node";
   const std::string info = Capture(StrCatForShell({kCli, "cache", "info", store, "--json"}), &code);
   ASSERT_EQ(code, 0) << info;
   EXPECT_NE(info.find("\"name\":\"" + ds() + "\""), std::string::npos) << info;
