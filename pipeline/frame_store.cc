@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "base/posix_file.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "pipeline/frame_cache.h"
@@ -35,48 +36,6 @@ constexpr char kFramesDir[] = "frames1";
 constexpr double kLowWater = 0.9;         // lru eviction frees down to this share of the bound
 constexpr int kStaleTmpSeconds = 3600;    // tmp/ files older than this belong to a dead writer
 constexpr uint64_t kCorruptLogEvery = 1000;  // after the first 10, one warning per this many
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
-
-bool ReadFull(int fd, char* dst, size_t n, off_t offset) {
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, dst, n, offset);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    dst += r;
-    n -= static_cast<size_t>(r);
-    offset += r;
-  }
-  return true;
-}
-
-bool WriteFull(int fd, const char* src, size_t n, off_t offset) {
-  while (n > 0) {
-    const ssize_t r = ::pwrite(fd, src, n, offset);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    src += r;
-    n -= static_cast<size_t>(r);
-    offset += r;
-  }
-  return true;
-}
 
 struct Header {
   uint64_t key_hash = 0;
@@ -129,6 +88,12 @@ uint64_t KeyHash(const FrameCacheKey& k) {
   return h;
 }
 
+std::string Hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 // A directory name for the dataset key: itself when it is short and plain, else its hash.
 std::string DatasetDir(const std::string& key) {
   const bool plain = !key.empty() && key.size() <= 80 && key[0] != '.' &&
@@ -136,15 +101,7 @@ std::string DatasetDir(const std::string& key) {
                        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
                      });
   if (plain) return key;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(XXH3_64bits(key.data(), key.size())));
-  return StrCat("h", buf);
-}
-
-std::string Hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
+  return StrCat("h", Hex(XXH3_64bits(key.data(), key.size())));
 }
 
 uint64_t ReadUsage(int fd) {

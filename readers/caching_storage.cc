@@ -45,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/base/thread_annotations.h"
 #include "base/cancel.h"
+#include "base/posix_file.h"
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
 #include "base/strings.h"
@@ -69,45 +70,6 @@ constexpr uint64_t kReadAheadBlocks = 8;
 constexpr uint64_t kMinPartBlocks = 2;
 // tmp/ files older than this belong to a process that died while writing.
 constexpr int kStaleTmpSeconds = 3600;
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
-
-bool ReadFull(int fd, char* dst, size_t n, off_t offset) {
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, dst, n, offset);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    dst += got;
-    n -= static_cast<size_t>(got);
-    offset += got;
-  }
-  return true;
-}
-
-bool WriteFull(int fd, const char* src, size_t n, off_t offset) {
-  while (n > 0) {
-    const ssize_t put = ::pwrite(fd, src, n, offset);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    src += put;
-    n -= static_cast<size_t>(put);
-    offset += put;
-  }
-  return true;
-}
 
 std::string Hex128(XXH128_hash_t h) {
   char buf[33];
