@@ -100,11 +100,12 @@ double Iperf3(double seconds) {
 }
 
 // Streams the same batch forever (cursor advancing), through the server's encoder.
-class RepeatService final : public pb::Conveyor::Service {
+class RepeatService final : public RawStreamBatchesService {
  public:
   RepeatService(const Batch* batch, uint64_t max_message) : batch_(batch), max_message_(max_message) {}
-  grpc::Status StreamBatches(grpc::ServerContext*, const pb::StreamBatchesRequest* req,
-                             grpc::ServerWriter<pb::StreamBatchesResponse>* w) override {
+  grpc::Status StreamRaw(grpc::ServerContext*, const pb::StreamBatchesRequest& request,
+                         Stream* w) override {
+    const pb::StreamBatchesRequest* req = &request;
     pb::StreamBatchesResponse start;
     start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
     start.mutable_start()->set_steps_per_epoch(1u << 30);
@@ -121,14 +122,14 @@ class RepeatService final : public pb::Conveyor::Service {
         place = [&](const uint8_t* data, uint64_t n) { return shm->Place(data, n, [] { return false; }); };
       }
     }
-    if (!w->Write(start)) return grpc::Status::CANCELLED;
+    if (!w->Write(SerializeMessage(start))) return grpc::Status::CANCELLED;
     Batch b = *batch_;
     for (uint64_t i = 0; i < req->max_batches(); ++i) {
       b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
       const bool ok = EncodeBatch(
           b, Cursor{b.cursor.epoch, b.cursor.step + 1}, max_message_,
           [](std::string_view) { return pb::DATA; },
-          [&](const pb::StreamBatchesResponse& m) { return w->Write(m); }, place).ok();
+          [&](const grpc::ByteBuffer& m) { return w->Write(m); }, place).ok();
       if (!ok) return grpc::Status::CANCELLED;
     }
     return grpc::Status::OK;

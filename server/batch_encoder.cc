@@ -1,6 +1,8 @@
 #include "server/internal/batch_encoder.h"
 
 #include <algorithm>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace conveyor {
@@ -18,12 +20,44 @@ pb::DType ToProto(DType t) {
   return pb::DTYPE_UNSPECIFIED;
 }
 
+// The tag and length that precede `data` (field 4, length-delimited) on the wire.
+std::string DataPrefix(uint64_t size) {
+  std::string p(1, static_cast<char>((pb::StreamBatchesResponse::kDataFieldNumber << 3) | 2));
+  do {
+    uint8_t byte = size & 0x7f;
+    size >>= 7;
+    if (size) byte |= 0x80;
+    p.push_back(static_cast<char>(byte));
+  } while (size);
+  return p;
+}
+
+// A payload slice's reference to its batch buffer, dropped when gRPC is done with the bytes.
+void ReleaseBuffer(void* keep) { delete static_cast<std::shared_ptr<HostBuffer>*>(keep); }
+
+// `msg`'s other fields, then `n` bytes at `data` as field 4 without copying them.
+grpc::ByteBuffer WithPayload(const pb::StreamBatchesResponse& msg, const std::shared_ptr<HostBuffer>& buffer,
+                             const uint8_t* data, uint64_t n) {
+  if (n == 0) return SerializeMessage(msg);
+  std::string head = msg.SerializeAsString();
+  head += DataPrefix(n);
+  grpc::Slice slices[2] = {grpc::Slice(head), grpc::Slice()};
+  slices[1] = grpc::Slice(const_cast<uint8_t*>(data), n, &ReleaseBuffer,
+                          new std::shared_ptr<HostBuffer>(buffer));
+  return grpc::ByteBuffer(slices, 2);
+}
+
 }  // namespace
+
+grpc::ByteBuffer SerializeMessage(const pb::StreamBatchesResponse& message) {
+  const std::string bytes = message.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
 
 absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
                          const std::function<pb::TensorRole(std::string_view)>& role,
-                         const std::function<bool(const pb::StreamBatchesResponse&)>& write,
-                         const PayloadPlacer& place) {
+                         const MessageWriter& write, const PayloadPlacer& place) {
   std::vector<const TensorView*> order;
   for (const TensorView& t : b.tensors) order.push_back(&t);
   std::sort(order.begin(), order.end(),
@@ -78,7 +112,7 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
       msg.set_in_shared_memory(true);
       msg.set_shm_position(**at);
       msg.set_last(true);
-      return write(msg) ? absl::OkStatus() : gone;
+      return write(SerializeMessage(msg)) ? absl::OkStatus() : gone;
     }
   }
   uint64_t begin = 0;
@@ -92,14 +126,34 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
         break;
       }
     }
+    // Fields 2 (the header, first message only), 3 and 5 by protobuf, then field 4 over the
+    // batch buffer.
     msg.set_offset(begin);
-    msg.set_data(data + begin, end - begin);
     msg.set_last(end >= payload);
-    if (!write(msg)) return gone;
+    if (!write(WithPayload(msg, b.buffer, data + begin, end - begin))) return gone;
     msg.Clear();
     begin = end;
   } while (begin < payload);
   return absl::OkStatus();
+}
+
+RawStreamBatchesService::RawStreamBatchesService() {
+  // Method 0 is StreamBatches, the first rpc of conveyor.v1.Conveyor (the index the generated
+  // WithSplitStreamingMethod_StreamBatches uses).
+  MarkMethodStreamed(0, new grpc::internal::SplitServerStreamingHandler<pb::StreamBatchesRequest, grpc::ByteBuffer>(
+                            [this](grpc::ServerContext* ctx, Stream* stream) {
+                              pb::StreamBatchesRequest request;
+                              if (!stream->Read(&request)) {
+                                return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                    "the StreamBatchesRequest could not be read or parsed");
+                              }
+                              return StreamRaw(ctx, request, stream);
+                            }));
+}
+
+grpc::Status RawStreamBatchesService::StreamBatches(grpc::ServerContext*, const pb::StreamBatchesRequest*,
+                                                    grpc::ServerWriter<pb::StreamBatchesResponse>*) {
+  return grpc::Status(grpc::StatusCode::INTERNAL, "StreamBatches is served by StreamRaw");
 }
 
 }  // namespace conveyor

@@ -185,7 +185,7 @@ absl::Status ValidateJobName(const std::string& job) {
   return absl::OkStatus();
 }
 
-struct DataServer::Impl : public pb::Conveyor::Service {
+struct DataServer::Impl : public RawStreamBatchesService {
   ServerOptions o;
   std::unique_ptr<Source> source;  // a dataset or a mixture (pipeline/source.h)
   std::vector<std::shared_ptr<Config>> configs;
@@ -437,7 +437,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     return pb::DATA;
   }
 
-  using Writer = grpc::ServerWriter<pb::StreamBatchesResponse>;
+  using Writer = RawStreamBatchesService::Stream;
 
   // A stream's place in the registry, released however the stream ends (an early return, an
   // error, an exception): the slot is freed and the reaper never sees a dangling entry.
@@ -540,8 +540,9 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status StreamBatches(grpc::ServerContext* ctx, const pb::StreamBatchesRequest* req,
-                             grpc::ServerWriter<pb::StreamBatchesResponse>* writer) override {
+  grpc::Status StreamRaw(grpc::ServerContext* ctx, const pb::StreamBatchesRequest& request,
+                         Writer* writer) override {
+    const pb::StreamBatchesRequest* req = &request;
     if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
     if (req->protocol_version() != pb::PROTOCOL_VERSION_CURRENT) {
       return Reject(grpc::StatusCode::FAILED_PRECONDITION,
@@ -734,7 +735,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
       *outcome = what;  // `unregister` clears entry->pipeline on the way out
       return s;
     };
-    if (!writer->Write(first)) return finish(grpc::Status::CANCELLED, "cancelled");
+    if (!writer->Write(SerializeMessage(first))) return finish(grpc::Status::CANCELLED, "cancelled");
 
     uint64_t sent = 0;
     Cursor cursor = start;
@@ -830,7 +831,7 @@ struct DataServer::Impl : public pb::Conveyor::Service {
     const double shm_wait = shm ? shm->wait_seconds() : 0;
     RETURN_IF_ERROR(EncodeBatch(
         b, next, max_message, [&](std::string_view name) { return Role(std::string(name), packed); },
-        [&](const pb::StreamBatchesResponse& m) { return writer->Write(m); }, place));
+        [&](const grpc::ByteBuffer& m) { return writer->Write(m); }, place));
     if (shm && shm->wait_seconds() > shm_wait) metrics->SharedMemoryWait(shm->wait_seconds() - shm_wait);
     if (shm && !shm->unusable_reason().empty() && !shm_warned_) {
       shm_warned_ = true;

@@ -19,16 +19,17 @@ namespace {
 
 namespace pb = ::conveyor::v1;
 
-class BreaksAfterLastBatch final : public pb::Conveyor::Service {
+class BreaksAfterLastBatch final : public RawStreamBatchesService {
  public:
-  grpc::Status StreamBatches(grpc::ServerContext*, const pb::StreamBatchesRequest* req,
-                             grpc::ServerWriter<pb::StreamBatchesResponse>* w) override {
+  grpc::Status StreamRaw(grpc::ServerContext*, const pb::StreamBatchesRequest& request,
+                         Stream* w) override {
+    const pb::StreamBatchesRequest* req = &request;
     ++calls;
     pb::StreamBatchesResponse start;
     start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
     start.mutable_start()->set_dataset_fingerprint("f");
     start.mutable_start()->set_steps_per_epoch(1000);
-    w->Write(start);
+    w->Write(SerializeMessage(start));
     Batch b;
     b.buffer = HostBuffer::Allocate(64, false);
     b.tensors.push_back(TensorView{"x", DType::kUint8, {1, 64}, 0, 64});
@@ -38,7 +39,7 @@ class BreaksAfterLastBatch final : public pb::Conveyor::Service {
       b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
       EncodeBatch(b, Cursor{b.cursor.epoch, b.cursor.step + 1}, 1 << 20,
                   [](std::string_view) { return pb::DATA; },
-                  [&](const pb::StreamBatchesResponse& m) { return w->Write(m); })
+                  [&](const grpc::ByteBuffer& m) { return w->Write(m); })
           .IgnoreError();
     }
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server died after its last batch");

@@ -168,12 +168,13 @@ TEST_F(ServerE2ETest, FetchDigestEqualsOfflineBatches) {
               &code);
   EXPECT_EQ(code, 0) << robot_out << server->log();
   EXPECT_EQ(Lines(robot_out), Offline(robot(), 4));
-  // Consumer 1 of 2 from mid-epoch, with an inline config and messages of 64 KiB, so tensors are
-  // split across messages and joined by the client.
+  // Consumer 1 of 2 from mid-epoch, with an inline config, payloads in gRPC messages (the
+  // server's slices over its batch buffers) of 64 KiB, so tensors are split across messages and
+  // joined by the client.
   const std::string sliced = Capture(
       StrCatForShell({kCli, "fetch", "--servers", server->address(), "--config", small(),
                       "--consumer", "1", "--consumers", "2", "--cursor", "0:9", "--steps", "5",
-                      "--max-message-bytes", "65536", "--digest"}),
+                      "--max-message-bytes", "65536", "--shared-memory", "false", "--digest"}),
       &code);
   EXPECT_EQ(code, 0) << sliced << server->log();
   const std::vector<std::string> want = Offline(small(), 5, "0:9", 1, 2);
