@@ -10,6 +10,7 @@ extern "C" {
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/internal/av_codec_params.h"
 #include "decoders/internal/av_util.h"
 #include "readers/format.h"
@@ -194,7 +195,7 @@ absl::StatusOr<DemuxedStream> DemuxBestStream(const RandomAccessFile& source, Me
     }
     out.info.kind = pb::VIDEO;
     out.info.shape = {par.height, par.width, 3};
-    out.info.pix_fmt = out.codec.pix_fmt();
+    out.info.pix_fmt = out.codec->pix_fmt();
     AVRational rate = st->avg_frame_rate;
     if (rate.num <= 0 || rate.den <= 0) rate = st->r_frame_rate;
     out.info.rate = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "readers/dataset_writer.h"
+#include "readers/format_fwd.h"
 #include "readers/storage.h"
 
 namespace conveyor {
@@ -38,7 +39,8 @@ absl::StatusOr<DemuxedStream> DemuxBestStream(const RandomAccessFile& file, Medi
 // The codec parameters of the image file at local `path` (JPEG, PNG, or any single-picture format
 // libavformat reads), found by libavformat, which decodes the picture once: a corrupt file is
 // caught here. The codec name is FFmpeg's ("mjpeg", "png", ...). An error names the file; so is a
-// file that is not one picture with a size.
+// file that is not one picture with a size. Callers read the result's fields through
+// "conveyor/format/v1/shard.pb.h" (readers/format_fwd.h declares it).
 absl::StatusOr<format::v1::CodecParams> ProbeImageFile(const std::string& path);
 
 // The codec parameters of a PNG or JPEG image held in memory (a LeRobot parquet's embedded

@@ -14,6 +14,7 @@ extern "C" {
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/internal/av_codec_params.h"
 #include "decoders/internal/av_util.h"
 

@@ -7,6 +7,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/internal/av_codec_params.h"
 #include "decoders/internal/av_util.h"
 
@@ -53,7 +54,7 @@ absl::StatusOr<std::unique_ptr<MediaFileWriter>> MediaFileWriter::Create(
   auto m = std::make_unique<Impl>();
   m->path = path;
   m->where = where;
-  m->codec_name = stream.codec.codec();
+  m->codec_name = stream.codec->codec();
   m->fallback = video ? ".mkv" : ".mka";
   av::QuietLogging();
 
@@ -67,7 +68,7 @@ absl::StatusOr<std::unique_ptr<MediaFileWriter>> MediaFileWriter::Create(
   AVStream* st = avformat_new_stream(m->ctx.get(), nullptr);
   if (st == nullptr) return av::AvError(AVERROR(ENOMEM), "adding an output stream");
   m->stream = st;
-  RETURN_IF_ERROR(Annotate(av::CodecParamsToAv(stream.codec, st->codecpar), where));
+  RETURN_IF_ERROR(Annotate(av::CodecParamsToAv(*stream.codec, st->codecpar), where));
   if (avformat_query_codec(m->ctx->oformat, st->codecpar->codec_id, FF_COMPLIANCE_NORMAL) == 0) {
     return absl::InvalidArgumentError(StrCat(
         "cannot write ", where, " to ", path, ": the ", ext, " container (",
@@ -78,7 +79,7 @@ absl::StatusOr<std::unique_ptr<MediaFileWriter>> MediaFileWriter::Create(
   st->time_base = m->src_tb;
   if (video) {
     if (stream.frame_rate > 0) st->avg_frame_rate = av_d2q(stream.frame_rate, 1 << 20);
-    RETURN_IF_ERROR(av::SetStreamRotation(st, stream.codec.rotation_deg()));
+    RETURN_IF_ERROR(av::SetStreamRotation(st, stream.codec->rotation_deg()));
   }
   return std::unique_ptr<MediaFileWriter>(new MediaFileWriter(std::move(m)));
 }

@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/media_demux.h"
+#include "readers/codec_params_value.h"
 #include "readers/format.h"
 
 namespace conveyor {
@@ -21,7 +21,7 @@ struct MuxedStream {
   MediaKind kind = MediaKind::kVideo;
   // As stored. A video's rotation_deg becomes the stream's display matrix where the container
   // has a place for it (MP4 and MOV do; FFmpeg 5.1's Matroska and WebM muxers drop it).
-  format::v1::CodecParams codec;
+  CodecParamsValue codec;
   // The time base of the timestamps given to WritePacket; the muxer may rescale them.
   int time_base_num = 1;
   int time_base_den = 1;

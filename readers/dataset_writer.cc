@@ -9,6 +9,7 @@
 #include "base/strings.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/format.h"
 #include "readers/lowdim_codec.h"
 
@@ -58,7 +59,9 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view bytes
 }  // namespace
 
 DatasetWriter::DatasetWriter(std::string out_dir, Options options)
-    : out_dir_(std::move(out_dir)), options_(std::move(options)) {}
+    : out_dir_(std::move(out_dir)),
+      options_(std::move(options)),
+      directory_(std::make_unique<pb::ShardDirectory>()) {}
 
 DatasetWriter::~DatasetWriter() {
   if (file_ != nullptr) {
@@ -102,13 +105,13 @@ absl::Status DatasetWriter::OpenShard() {
   file_.reset(std::fopen(shard_tmp_path_.c_str(), "wb"));
   if (file_ == nullptr) return absl::UnavailableError(StrCat("cannot create ", shard_tmp_path_));
   pos_ = 0;
-  directory_.Clear();
-  directory_.set_format_version(format::kFormatVersion);
+  directory_->Clear();
+  directory_->set_format_version(format::kFormatVersion);
   return Write(format::EncodeShardHeader());
 }
 
 absl::Status DatasetWriter::CloseShard() {
-  std::string dir = directory_.SerializeAsString();
+  std::string dir = directory_->SerializeAsString();
   format::ShardFooter footer;
   footer.directory_offset = pos_;
   footer.directory_size = dir.size();
@@ -122,7 +125,7 @@ absl::Status DatasetWriter::CloseShard() {
   std::error_code ec;
   fs::rename(shard_tmp_path_, StrCat(out_dir_, "/", shard_path_), ec);
   if (ec) return absl::UnavailableError(StrCat("cannot rename ", shard_tmp_path_, ": ", ec.message()));
-  shards_.push_back({shard_path_, pos_, static_cast<uint64_t>(directory_.episodes_size())});
+  shards_.push_back({shard_path_, pos_, static_cast<uint64_t>(directory_->episodes_size())});
   closed_bytes_ += pos_;
   pos_ = 0;
   return absl::OkStatus();
@@ -189,7 +192,7 @@ absl::Status DatasetWriter::AddEpisode(const EpisodeData& ep) {
     pb::StreamIndex* out = index.add_streams();
     out->set_name(s.info.name);
     out->set_kind(s.info.kind);
-    *out->mutable_codec() = s.codec;
+    *out->mutable_codec() = *s.codec;
     out->mutable_codec()->set_codec(s.info.codec);
     out->set_time_base_num(s.time_base_num);
     out->set_time_base_den(s.time_base_den);
@@ -297,7 +300,7 @@ absl::Status DatasetWriter::AddEpisode(const EpisodeData& ep) {
   rec.duration_s = duration;
   RETURN_IF_ERROR(Write(index_bytes));
 
-  pb::DirectoryEntry* e = directory_.add_episodes();
+  pb::DirectoryEntry* e = directory_->add_episodes();
   e->set_episode_id(episode_id);
   e->set_index_offset(rec.index_offset);
   e->set_index_size(rec.index_size);
@@ -307,7 +310,8 @@ absl::Status DatasetWriter::AddEpisode(const EpisodeData& ep) {
   records_.push_back(std::move(rec));
   total_duration_s_ += duration;
 
-  if (directory_.episodes_size() >= options_.episodes_per_shard || pos_ >= options_.target_shard_bytes) {
+  if (directory_->episodes_size() >= options_.episodes_per_shard ||
+      pos_ >= options_.target_shard_bytes) {
     RETURN_IF_ERROR(CloseShard());
   }
   return absl::OkStatus();
@@ -393,7 +397,7 @@ absl::StatusOr<EpisodeData> ReadEpisodeData(const Dataset& dataset, size_t episo
       }
       case pb::LOWDIM:
         st.info.codec = std::string(kLowdimCodec);
-        st.codec.set_codec(st.info.codec);
+        st.codec->set_codec(st.info.codec);
         st.timestamps_s.assign(si.timestamps_s().begin(), si.timestamps_s().end());
         RETURN_IF_ERROR(dataset.ReadLowdim(*index, s, 0, si.num_frames(), &st.values));
         break;

@@ -10,10 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-// The write side of the format: EpisodeData carries each stream's CodecParams by value, filled in
-// field by field by its callers (synth, import, the LeRobot reader), so this header, unlike the
-// read side's (readers/format_fwd.h), includes the generated messages.
-#include "conveyor/format/v1/shard.pb.h"
+#include "readers/codec_params_value.h"
 #include "readers/dataset.h"
 #include "readers/manifest.h"
 
@@ -31,7 +28,7 @@ struct EpisodeData {
   };
   struct Stream {
     StreamInfo info;                  // name, kind, codec, rate, shape, names, pix_fmt
-    format::v1::CodecParams codec;    // decoder parameters; codec.codec() should equal info.codec
+    CodecParamsValue codec;           // decoder parameters; codec->codec() should equal info.codec
     int time_base_num = 1;
     int time_base_den = 1;
     int64_t pts_origin = 0;           // the pts that is t = 0 on the episode clock
@@ -108,7 +105,7 @@ class DatasetWriter {
   std::unique_ptr<std::FILE, FileCloser> file_;
   std::string shard_tmp_path_, shard_path_;
   uint64_t pos_ = 0;
-  format::v1::ShardDirectory directory_;
+  std::unique_ptr<format::v1::ShardDirectory> directory_;  // never null
   bool finished_ = false;
 };
 

@@ -4,7 +4,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
 
+#include "conveyor/format/v1/shard.pb.h"
+#include "readers/codec_params_value.h"
 #include "readers/dataset.h"
 #include "readers/dataset_writer.h"
 #include "readers/format.h"
@@ -32,10 +35,10 @@ EpisodeData MakeEpisode(int e, int frames = 40, int steps = 600, int dim = 3) {
   ep.source = "test episode " + std::to_string(e);
   EpisodeData::Stream video;
   video.info = {"cam", pb::VIDEO, "h264", 30, {48, 64, 3}, {}, "yuv420p"};
-  video.codec.set_codec("h264");
-  video.codec.set_width(64);
-  video.codec.set_height(48);
-  video.codec.set_extradata(Bytes(99, 20));
+  video.codec->set_codec("h264");
+  video.codec->set_width(64);
+  video.codec->set_height(48);
+  video.codec->set_extradata(Bytes(99, 20));
   video.time_base_num = 1;
   video.time_base_den = 30;
   for (int k = 0; k < frames; ++k) {
@@ -115,7 +118,7 @@ TEST(Format, RoundTripsPacketsLowdimTextAndStats) {
     ASSERT_TRUE(index.ok()) << index.status();
     EXPECT_EQ((*index)->source(), want.source);
     const pb::StreamIndex& v = (*index)->streams(0);
-    EXPECT_EQ(v.codec().extradata(), want.streams[0].codec.extradata());
+    EXPECT_EQ(v.codec().extradata(), want.streams[0].codec->extradata());
     ASSERT_EQ(v.num_frames(), want.streams[0].packets.size());
     std::string got;
     for (size_t k = 0; k < want.streams[0].packets.size(); ++k) {
@@ -167,6 +170,42 @@ TEST(Format, SameInputGivesIdenticalBytesAndFingerprint) {
   EXPECT_EQ(testing::ReadFile(a + "/manifest.json"), testing::ReadFile(b + "/manifest.json"));
   EXPECT_EQ(testing::ReadFile(a + "/shards/shard-000000.cvs"),
             testing::ReadFile(b + "/shards/shard-000000.cvs"));
+}
+
+// EpisodeData::Stream holds its CodecParams through CodecParamsValue (so that the writer's header
+// includes no protobuf): a value like the message itself.
+TEST(Format, CodecParamsValueIsAValue) {
+  CodecParamsValue empty;
+  EXPECT_EQ(empty->codec(), "");
+  EXPECT_EQ((*empty).SerializeAsString(), "");
+
+  pb::CodecParams params;
+  params.set_codec("h264");
+  params.set_width(64);
+  params.set_extradata(Bytes(1, 12));
+  CodecParamsValue a = params;  // a copy of the message
+  params.set_width(32);
+  EXPECT_EQ(a->width(), 64);
+  EXPECT_EQ(a->extradata(), Bytes(1, 12));
+
+  CodecParamsValue b = a;  // copies are deep
+  b->set_width(128);
+  EXPECT_EQ(a->width(), 64);
+  EXPECT_EQ(b->width(), 128);
+  b = a;
+  EXPECT_EQ(b->SerializeAsString(), a->SerializeAsString());
+  b = params;  // a message assigns
+  EXPECT_EQ(b->width(), 32);
+
+  CodecParamsValue c = std::move(b);  // a moved-from value reads (and writes) as empty
+  EXPECT_EQ(c->width(), 32);
+  const CodecParamsValue& moved = b;  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(moved->codec(), "");
+  b->set_codec("png");
+  EXPECT_EQ(b->codec(), "png");
+
+  // Streams in a vector move, never copy, when it grows.
+  static_assert(std::is_nothrow_move_constructible_v<EpisodeData::Stream>);
 }
 
 TEST(Format, OpeningReadsNoShard) {

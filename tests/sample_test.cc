@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/augment.h"
 #include "readers/dataset.h"
 #include "readers/dataset_writer.h"
@@ -367,7 +368,7 @@ std::string WriteTinyDataset(const std::string& dir, const pb::CodecParams& code
   a.info.codec = "zstd-shuffle4";
   a.info.rate = 10;
   a.info.shape = {1};
-  a.codec.set_codec("zstd-shuffle4");
+  a.codec->set_codec("zstd-shuffle4");
   for (size_t i = 0; i < packets.size(); ++i) {
     a.timestamps_s.push_back(i / 10.0);
     a.values.push_back(static_cast<float>(i));

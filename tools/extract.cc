@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/media_writer.h"
 #include "readers/dataset.h"
 #include "readers/format.h"

@@ -22,6 +22,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/media_demux.h"
 #include "readers/dataset_writer.h"
 #include "readers/format.h"
@@ -193,13 +194,13 @@ absl::StatusOr<EpisodeData::Stream> ReadImageFolder(const fs::path& dir, const s
       out.info.codec = params.codec();
       out.info.pix_fmt = params.pix_fmt();
       out.info.shape = {params.height(), params.width(), 3};
-    } else if (params.codec() != out.codec.codec() || params.width() != out.codec.width() ||
-               params.height() != out.codec.height()) {
+    } else if (params.codec() != out.codec->codec() || params.width() != out.codec->width() ||
+               params.height() != out.codec->height()) {
       return absl::InvalidArgumentError(
           StrCat(images[i].string(), " is ", params.codec(), " ", params.width(), "x",
                  params.height(), ", the folder's first image ",
-                 images[0].filename().string(), " is ", out.codec.codec(), " ", out.codec.width(),
-                 "x", out.codec.height(), "; every frame of an image stream must match"));
+                 images[0].filename().string(), " is ", out.codec->codec(), " ", out.codec->width(),
+                 "x", out.codec->height(), "; every frame of an image stream must match"));
     }
     EpisodeData::Packet& p = out.packets.emplace_back();
     ASSIGN_OR_RETURN(p.bytes, ReadBytes(images[i]));
@@ -261,7 +262,7 @@ absl::StatusOr<EpisodeData::Stream> ReadLowdimFile(const fs::path& path, const s
   out.info.name = name;
   out.info.kind = pb::LOWDIM;
   out.info.codec = "zstd-shuffle4";
-  out.codec.set_codec(out.info.codec);
+  out.codec->set_codec(out.info.codec);
   out.info.shape = {dim};
   out.values = std::move(arr.values);
 
@@ -399,7 +400,7 @@ absl::StatusOr<EpisodeData> ReadEpisodeFolder(const fs::path& dir) {
     s.info.name = std::string(kInstructionStream);
     s.info.kind = pb::TEXT;
     s.info.codec = "utf-8";
-    s.codec.set_codec(s.info.codec);
+    s.codec->set_codec(s.info.codec);
     s.text = *meta.instruction;
   }
   if (episode.streams.empty()) {

@@ -18,6 +18,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/worker_pool.h"
+#include "conveyor/format/v1/shard.pb.h"
 #include "decoders/media_encoder.h"
 #include "readers/dataset_writer.h"
 #include "tools/command.h"

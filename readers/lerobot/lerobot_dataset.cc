@@ -240,7 +240,7 @@ pb::StreamIndex IndexOf(const DemuxedStream& d) {
   pb::StreamIndex s;
   s.set_name(d.stream.info.name);
   s.set_kind(pb::VIDEO);
-  *s.mutable_codec() = d.stream.codec;
+  *s.mutable_codec() = *d.stream.codec;
   s.mutable_codec()->set_codec(d.stream.info.codec);
   s.set_time_base_num(d.stream.time_base_num);
   s.set_time_base_den(d.stream.time_base_den);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 
+#include "conveyor/format/v1/shard.pb.h"
 #include "readers/dataset.h"
 #include "readers/dataset_writer.h"
 #include "pipeline/pipeline.h"
@@ -35,7 +36,7 @@ void WriteDataset(const std::string& dir) {
     for (const char* name : {"observation.state", "action"}) {
       conveyor::EpisodeData::Stream s;
       s.info = {name, pb::LOWDIM, "zstd-shuffle4", 50, {4}, {"a", "b", "c", "d"}, ""};
-      s.codec.set_codec("zstd-shuffle4");
+      s.codec->set_codec("zstd-shuffle4");
       for (int i = 0; i < steps; ++i) {
         s.timestamps_s.push_back(i / 50.0);
         for (int d = 0; d < 4; ++d) s.values.push_back(static_cast<float>(std::sin(i * 0.1 + d)));
@@ -44,7 +45,7 @@ void WriteDataset(const std::string& dir) {
     }
     conveyor::EpisodeData::Stream text;
     text.info = {"instruction", pb::TEXT, "utf-8", 0, {}, {}, ""};
-    text.codec.set_codec("utf-8");
+    text.codec->set_codec("utf-8");
     text.text = "pick up the cube";
     ep.streams.push_back(std::move(text));
     if (!(*w)->AddEpisode(ep).ok()) std::abort();
