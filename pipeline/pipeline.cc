@@ -137,10 +137,11 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
           } catch (const YAML::Exception&) {
             v = -1;
           }
-          if (v != 1 && v != 2) {
+          if (v < 1 || v > kScheduleVersionCurrent) {
             return yaml::ConfigError(source, s["version"],
                                      "pipeline.schedule.version must be 1 (blocks of block_steps samples, "
-                                     "as before 2026-11) or 2 (whole GOPs per episode)");
+                                     "as before 2026-11), 2 (whole GOPs per episode) or 3 (version 2's "
+                                     "order, audio decoded in chunks)");
           }
           version = static_cast<uint32_t>(v);
         }
@@ -418,6 +419,33 @@ struct Pipeline::Impl {
     NextStep(&gen);
   }
 
+  // At most two windows of a member hold frames: the one being assembled and the next.
+  bool PrefetchMayStart(const Task& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    size_t older = 0;
+    for (auto it = windows.lower_bound(WindowKey{t.member, 0, 0}); it != windows.end() && it->first < t.window;
+         ++it) {
+      ++older;
+    }
+    return older <= 1;
+  }
+
+  // The first prefetch task after the front, generating up to kLookaheadSteps steps ahead to find
+  // one, taken when it may start.
+  bool TakeLaterPrefetch(Task* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    constexpr int kLookaheadSteps = 64;
+    for (int generated = 0;; ++generated) {
+      for (auto it = std::next(pending.begin()); it != pending.end(); ++it) {
+        if (!it->prefetch) continue;
+        if (!PrefetchMayStart(*it)) return false;
+        *out = std::move(*it);
+        pending.erase(it);
+        return true;
+      }
+      if (gen_done || generated >= kLookaheadSteps) return false;
+      Generate();
+    }
+  }
+
   // Blocks until a task may run (mu held; released while it waits). False when cancelled or done.
   bool TakeTask(Task* out, double* idle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     while (true) {
@@ -425,17 +453,13 @@ struct Pipeline::Impl {
       if (pending.empty()) Generate();
       if (pending.empty()) return false;  // max_epochs reached
       Task& front = pending.front();
-      bool ok = true;
-      if (front.prefetch) {
-        // At most two windows of a member hold frames: the one being assembled and the next.
-        size_t older = 0;
-        for (auto it = windows.lower_bound(WindowKey{front.member, 0, 0});
-             it != windows.end() && it->first < front.window; ++it) {
-          ++older;
-        }
-        ok = older <= 1;
-      } else {
-        ok = front.seq < next_seq + max_inflight;
+      const bool ok = front.prefetch ? PrefetchMayStart(front) : front.seq < next_seq + max_inflight;
+      // A sample whose window is still being decoded by other workers would only wait: decode a
+      // block of the next window meanwhile (the tail of a window's prefetch otherwise leaves
+      // workers idle at every window boundary). Which worker runs what never changes a byte.
+      if (ok && !front.prefetch && members[front.member]->scheduled &&
+          windows[front.window].prefetch_left != 0 && TakeLaterPrefetch(out)) {
+        return true;
       }
       if (ok) {
         *out = std::move(front);
@@ -866,6 +890,10 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
                                                "' has no samples for anchor '", m.spec.anchor, "'"));
     }
     mem->order = source.is_mixture() ? o.member_orders[k] : o.order;
+    // The pipeline version also decides how audio is decoded (docs/pipeline.md "Schedule
+    // versions"): a job resumed under version 1 or 2 keeps its per-window audio.
+    mem->bound.spec.audio_method =
+        mem->order.version >= 3 ? AudioMethod::kChunks : AudioMethod::kPerWindow;
     mem->key = OrderKey(mem->dataset->manifest().fingerprint, o.seed);
     mem->scheduled = HasVideo(mem->bound.spec) && !mem->order.naive();
     if (o.frame_cache) {
