@@ -24,7 +24,8 @@
 //   jpeg      ImageDecoder::Decode of one file in a loop (full size and min size half) against
 //             tjbench -rgb on the same file (its "Frame rate", images/s).
 //   audio     AudioDecoder::DecodeWindow over consecutive 1 s windows at the stream's own rate and
-//             channels (16 kHz mono AAC from synth, 44.1 kHz stereo AAC imported), against
+//             channels (16 kHz mono AAC from synth, 44.1 kHz stereo AAC imported), with
+//             --audio_method (chunks: what new jobs get, the default; per_window: method 1), against
 //             ffmpeg -threads 1 -i F -f null - (and -c:a pcm_f32le, float output like Conveyor's)
 //             on the extracted .m4a, looped the same number of times.
 //   lowdim    Dataset::ReadLowdim windows of 50 steps x 14 dims at random positions, and the same
@@ -40,7 +41,7 @@
 //
 // Usage: decode_bench [--quick] [--reps=3] [--cpu=0] [--work_dir=DIR] [--json=FILE]
 //                     [--only=video,assembly,jpeg,audio,lowdim] [--conveyor=PATH]
-//                     [--quiet_below=0.25] [--max_wait_s=900]
+//                     [--quiet_below=0.25] [--max_wait_s=900] [--audio_method=chunks]
 
 #include <fcntl.h>
 #include <sched.h>
@@ -122,6 +123,7 @@ struct Flags {
   std::string json_path;
   std::string conveyor;
   std::set<std::string> only;
+  AudioMethod audio_method = AudioMethod::kChunks;
 };
 
 const std::set<std::string> kGroups = {"video", "assembly", "jpeg", "audio", "lowdim"};
@@ -129,7 +131,8 @@ const std::set<std::string> kGroups = {"video", "assembly", "jpeg", "audio", "lo
 constexpr char kUsage[] =
     "usage: decode_bench [--quick] [--reps=3] [--cpu=0] [--work_dir=DIR] [--json=FILE]\n"
     "                    [--only=video,assembly,jpeg,audio,lowdim] [--conveyor=PATH]\n"
-    "                    [--quiet_below=0.25] [--max_wait_s=900]";
+    "                    [--quiet_below=0.25] [--max_wait_s=900]\n"
+    "                    [--audio_method=chunks|per_window]";
 
 [[noreturn]] void Die(std::string_view message) {
   std::cerr << "decode_bench: " << message << "\n" << kUsage << "\n";
@@ -164,6 +167,14 @@ Flags ParseFlags(int argc, char** argv) {
       flags.json_path = std::string(arg);
     } else if (absl::ConsumePrefix(&arg, "--conveyor=")) {
       flags.conveyor = std::string(arg);
+    } else if (absl::ConsumePrefix(&arg, "--audio_method=")) {
+      if (arg == "chunks") {
+        flags.audio_method = AudioMethod::kChunks;
+      } else if (arg == "per_window") {
+        flags.audio_method = AudioMethod::kPerWindow;
+      } else {
+        Die("--audio_method is chunks or per_window");
+      }
     } else if (absl::ConsumePrefix(&arg, "--only=")) {
       for (absl::string_view g : absl::StrSplit(arg, ',', absl::SkipEmpty())) {
         if (kGroups.count(std::string(g)) == 0) Die(StrCat("unknown group in --only: ", g));
@@ -1172,7 +1183,7 @@ absl::Status Bench::AudioStream(const std::string& label, const std::string& dat
   const std::vector<std::string> f32_cmd =
       FfmpegCommand(m4a, passes, {"-c:a", "pcm_f32le", "-f", "null", "-"});
 
-  uint64_t packets = 0, pads = 0;
+  uint64_t packets = 0, pads = 0, chunks = 0;
   auto conveyor_run = [&]() -> absl::StatusOr<double> {
     auto read = [&](size_t packet, std::string* bytes) {
       return e.dataset->ReadPacket(*e.index, e.stream, packet, bytes);
@@ -1182,8 +1193,10 @@ absl::Status Bench::AudioStream(const std::string& label, const std::string& dat
     std::vector<uint8_t> is_pad;
     pads = 0;
     const Clock::time_point start = Clock::now();
-    AudioDecoder decoder;
+    AudioDecoder decoder(flags_.audio_method);
     for (int p = 0; p < passes; ++p) {
+      // Each pass decodes the episode again, as ffmpeg's loop does: no chunk of a pass before.
+      decoder.ClearChunkCache();
       for (int w = 0; w < windows; ++w) {
         RETURN_IF_ERROR(
             decoder.DecodeWindow(stream, read, w, rate, rate, 0, limits, &pcm, &is_pad));
@@ -1194,6 +1207,7 @@ absl::Status Bench::AudioStream(const std::string& label, const std::string& dat
     }
     const double seconds = SecondsSince(start);
     packets = decoder.packets_decoded();
+    chunks = decoder.chunks_decoded();
     return seconds;
   };
   ASSIGN_OR_RETURN(Timings t, Alternate(policy_, conveyor_run,
@@ -1226,13 +1240,15 @@ absl::Status Bench::AudioStream(const std::string& label, const std::string& dat
                       {"passes", passes},
                       {"seconds", t.conveyor_s},
                       {"packets_decoded", packets},
+                      {"chunks_decoded", chunks},
                       {"stream_packets", pk.pts_size()},
                       {"packet_amplification", packet_amplification},
                       {"pad_samples", pads},
                       {"timings", TimingsJson(t)}};
   const std::string what =
       StrCat("audio ", label, " ", stream.codec().codec(), " ", rate / 1000.0, " kHz ",
-             stream.codec().channels() == 1 ? "mono" : "stereo", ", 1 s windows");
+             stream.codec().channels() == 1 ? "mono" : "stereo", ", 1 s windows",
+             flags_.audio_method == AudioMethod::kChunks ? "" : " (per_window)");
   const std::string note =
       absl::StrFormat("%.2f packets decoded per stream packet", packet_amplification);
   AddRow({"audio", what, ours, "audio s/s", refs[0], ref_audio_s / t.reference_s[0], 0.95, note,

@@ -8,6 +8,10 @@
 #include <numeric>
 #include <string_view>
 
+// Header-only XXH3 (the fuzz target links no xxhash library).
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 extern "C" {
 #include <libavutil/channel_layout.h>
 #include <libavutil/samplefmt.h>
@@ -33,6 +37,12 @@ constexpr int kMaxDownsampling = 256;  // stream rate / out_rate
 constexpr double kMaxAbsStartS = 1e7;
 // Packets read past the window's end waiting for a decoder with delay to produce its samples.
 constexpr int kMaxPostrollPackets = 4;
+// AudioMethod::kChunks: a chunk is kChunkSeconds of samples at the stream's rate, or fewer so that
+// it holds at most kMaxChunkBytes of float samples; a decoder keeps at most kMaxCacheBytes of
+// chunks. The chunk length decides the bits of AAC with PNS: changing it is a new AudioMethod.
+constexpr int64_t kChunkSeconds = 4;
+constexpr int64_t kMaxChunkBytes = int64_t{4} << 20;
+constexpr size_t kMaxCacheBytes = size_t{16} << 20;
 
 using i128 = __int128;
 
@@ -74,10 +84,17 @@ struct SampleClock {
 // reservoir, predictors) is what it would be after decoding the stream from its start: at least
 // `packets` packets and `samples` samples (at the stream rate) before the packet that holds the
 // window's first sample.
+}  // namespace
+
+namespace audio_internal {
 struct Preroll {
   int packets;
   int64_t samples;
 };
+}  // namespace audio_internal
+using audio_internal::Preroll;
+
+namespace {
 
 Preroll PrerollFor(const pb::CodecParams& par) {
   const std::string& c = par.codec();
@@ -108,6 +125,27 @@ Preroll PrerollFor(const pb::CodecParams& par) {
 // output after a flush depended on the window decoded before. Only PCM, which keeps no state
 // between packets, is trusted; FLAC and the MPEG audio layers are opened afresh too.
 bool FlushRestoresOpenState(const std::string& c) { return c.starts_with("pcm_"); }
+
+// Input samples per chunk (AudioMethod::kChunks): a function of the stream's rate and channels.
+int64_t ChunkSamples(int rate, int channels) {
+  const int64_t by_bytes = kMaxChunkBytes / (static_cast<int64_t>(sizeof(float)) * channels);
+  return std::max<int64_t>(1, std::min<int64_t>(kChunkSeconds * rate, by_bytes));
+}
+
+// A packet the decoder rejected while decoding a chunk: its samples [lo, hi) and the error, which
+// a window overlapping them returns (as the per-window method returns it for such a window).
+}  // namespace
+
+namespace audio_internal {
+struct BadRange {
+  int64_t lo;
+  int64_t hi;
+  absl::Status status;
+};
+}  // namespace audio_internal
+using audio_internal::BadRange;
+
+namespace {
 
 // The channel layout the stream declares: its native mask when it has a consistent one, else
 // FFmpeg's default for the count (what FFmpeg's decoders assume for such streams).
@@ -181,6 +219,9 @@ std::string PacketWhere(const pb::StreamIndex& stream, const SampleClock& clock,
 }
 
 // One window's arithmetic, fixed before anything is decoded.
+}  // namespace
+
+namespace audio_internal {
 struct WindowPlan {
   int64_t num_samples = 0;
   int out_rate = 0;
@@ -198,6 +239,10 @@ struct WindowPlan {
   // The stream covers samples [0, k_end); the window decodes [dec_lo, dec_hi) of them.
   int64_t k_end = 0, dec_lo = 0, dec_hi = 0;
 };
+}  // namespace audio_internal
+using audio_internal::WindowPlan;
+
+namespace {
 
 // The request's own arguments, checked before the stream is looked at.
 absl::Status CheckRequest(double start_s, int64_t num_samples, int out_rate, int out_channels,
@@ -415,6 +460,9 @@ struct WindowDecode {
   // Bounds the work a broken index can cause (packets that all claim the same time, say).
   int64_t decode_budget;
   size_t packet;  // the packet being sent (named in errors)
+  // Chunks: decoder errors on the chunk's packets are recorded here (and decoding goes on), not
+  // returned, so that they fail only the windows that overlap those packets.
+  std::vector<BadRange>* bad = nullptr;
   int64_t decoded = 0;
   int64_t covered = std::numeric_limits<int64_t>::min();  // end of the latest samples placed
   int64_t next_k = std::numeric_limits<int64_t>::min();   // where a frame without pts goes
@@ -460,13 +508,24 @@ struct WindowDecode {
     return ret == AVERROR(ENOMEM) ? absl::ResourceExhaustedError(msg) : absl::DataLossError(msg);
   }
 
+  // `s`, or OK after recording it in `bad` when decoding a chunk (DATA_LOSS only).
+  absl::Status Fail(absl::Status s) {
+    if (s.ok() || bad == nullptr || s.code() != absl::StatusCode::kDataLoss) return s;
+    const int p = static_cast<int>(packet);
+    const int64_t lo = w.clock.SampleAt(table.pts(p));
+    const int64_t hi =
+        w.clock.SampleAt(table.pts(p), std::max<int64_t>(table.duration(p), 0));
+    bad->push_back({lo, std::max(hi, lo + 1), std::move(s)});
+    return absl::OkStatus();
+  }
+
   // Places every frame the decoder has ready.
   absl::Status Receive(bool in_window) {
     while (true) {
       const int ret = avcodec_receive_frame(ctx, frame);
       if (ret == AVERROR(EAGAIN) || ret == AVERROR_EOF) return absl::OkStatus();
       if (ret < 0) {
-        RETURN_IF_ERROR(DecoderError(ret, in_window, "failed after"));
+        RETURN_IF_ERROR(Fail(DecoderError(ret, in_window, "failed after")));
         return absl::OkStatus();
       }
       const absl::Status s = Place(*frame);
@@ -515,7 +574,7 @@ struct WindowDecode {
       }
       ++*packets_decoded;
       if (ret < 0) {
-        RETURN_IF_ERROR(DecoderError(ret, in_window, "rejected"));
+        RETURN_IF_ERROR(Fail(DecoderError(ret, in_window, "rejected")));
         continue;
       }
       RETURN_IF_ERROR(Receive(in_window));
@@ -525,7 +584,7 @@ struct WindowDecode {
       packet = num_packets - 1;
       const int ret = avcodec_send_packet(ctx, nullptr);
       if (ret < 0 && ret != AVERROR_EOF) {
-        RETURN_IF_ERROR(DecoderError(ret, true, "failed draining after"));
+        RETURN_IF_ERROR(Fail(DecoderError(ret, true, "failed draining after")));
       }
       RETURN_IF_ERROR(Receive(true));
     }
@@ -599,8 +658,24 @@ struct AudioDecoder::Codec {
   bool needs_flush = false;
 };
 
-AudioDecoder::AudioDecoder() { av::QuietLogging(); }
+struct AudioDecoder::Chunk {
+  uint64_t key = 0;  // checksum of everything its samples depend on (ChunkKey)
+  bool valid = false;  // false: only its memory is kept, for the next chunk decoded
+  int64_t lo = 0;    // input samples [lo, hi) at the stream's rate
+  int64_t hi = 0;
+  int channels = 0;
+  std::vector<float> samples;  // interleaved, (hi - lo) * channels
+  std::vector<BadRange> bad;   // packets of the chunk the decoder rejected
+
+  size_t bytes() const { return samples.capacity() * sizeof(float) + sizeof(Chunk); }
+};
+
+AudioDecoder::AudioDecoder(AudioMethod method) : method_(method) { av::QuietLogging(); }
 AudioDecoder::~AudioDecoder() = default;
+
+void AudioDecoder::ClearChunkCache() {
+  for (auto& c : chunks_) c->valid = false;  // the memory stays, for the chunks decoded next
+}
 
 // The decoder: kept open and flushed while the stream's parameters stay the same, where a flush
 // is as good as a fresh decoder; otherwise opened afresh.
@@ -622,6 +697,60 @@ absl::Status AudioDecoder::UseDecoderFor(const pb::StreamIndex& stream,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The packets a chunk's decode may send: from the pre-roll before its first sample to the
+// kMaxPostrollPackets-th packet past its end (WindowDecode::Run stops there at the latest).
+struct ChunkPackets {
+  size_t first;
+  size_t stop;
+};
+
+ChunkPackets PacketsOfChunk(const pb::PacketTable& table, const WindowPlan& cw,
+                            const Preroll& preroll) {
+  ChunkPackets r{FirstPacket(table, cw.clock, cw.dec_lo, preroll), 0};
+  const size_t n = static_cast<size_t>(table.pts_size());
+  int past_end = 0;
+  r.stop = r.first;
+  for (; r.stop < n; ++r.stop) {
+    if (cw.clock.SampleAt(table.pts(static_cast<int>(r.stop))) >= cw.dec_hi &&
+        ++past_end > kMaxPostrollPackets) {
+      break;
+    }
+  }
+  return r;
+}
+
+template <typename T>
+void AppendSlice(const google::protobuf::RepeatedField<T>& f, size_t first, size_t stop,
+                 std::string* key) {
+  key->append(reinterpret_cast<const char*>(f.data() + first), (stop - first) * sizeof(T));
+}
+
+// A checksum of everything a chunk's samples depend on: the decoder's configuration (`codec_key`),
+// the grid, the clock, and the timestamps, flags and checksums of the packets it may send; 0 when
+// the table has no packet checksums (the chunk is then not kept).
+uint64_t ChunkKey(const std::string& codec_key, const WindowPlan& cw, int64_t chunk_samples,
+                  const pb::PacketTable& table, const ChunkPackets& pk, std::string* key) {
+  const size_t n = static_cast<size_t>(table.pts_size());
+  if (static_cast<size_t>(table.xxh3_size()) != n || static_cast<size_t>(table.duration_size()) != n) {
+    return 0;
+  }
+  key->assign(codec_key);
+  const int64_t nums[] = {cw.dec_lo,         cw.dec_hi,        chunk_samples,
+                          cw.k_end,          cw.clock.origin,  static_cast<int64_t>(pk.first),
+                          static_cast<int64_t>(pk.stop), static_cast<int64_t>(n),
+                          table.flags_size()};
+  key->append(reinterpret_cast<const char*>(nums), sizeof(nums));
+  AppendSlice(table.pts(), pk.first, pk.stop, key);
+  AppendSlice(table.duration(), pk.first, pk.stop, key);
+  AppendSlice(table.xxh3(), pk.first, pk.stop, key);
+  if (static_cast<size_t>(table.flags_size()) == n) AppendSlice(table.flags(), pk.first, pk.stop, key);
+  return std::max<uint64_t>(XXH3_64bits(key->data(), key->size()), 1);
+}
+
+}  // namespace
+
 absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketReader read,
                                         double start_s, int64_t num_samples, int out_rate,
                                         int out_channels, const DecodeLimits& limits,
@@ -639,7 +768,6 @@ absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketRea
     return absl::OkStatus();
   }
 
-  RETURN_IF_ERROR(UseDecoderFor(stream, limits));
   // Where decoded samples go: straight into `out` when no resampling is needed.
   float* dst = nullptr;
   if (w.passthrough) {
@@ -649,6 +777,25 @@ absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketRea
     dst = staging_.data();
   }
   const Preroll preroll = PrerollFor(stream.codec());
+  if (method_ == AudioMethod::kChunks) {
+    RETURN_IF_ERROR(CopyFromChunks(stream, read, limits, w, preroll, dst));
+  } else {
+    RETURN_IF_ERROR(DecodeOne(stream, read, limits, w, preroll, dst, nullptr));
+  }
+  if (!w.passthrough) {
+    RETURN_IF_ERROR(Resample(stream.codec(), w, staging_, *is_pad, &resampled_, out));
+  }
+  ++windows_;
+  return absl::OkStatus();
+}
+
+// Decodes input samples [w.dec_lo, w.dec_hi) of `stream` into `dst` (sample w.s_lo first) with a
+// fresh decoder (or a flushed PCM one), starting `preroll` before them.
+absl::Status AudioDecoder::DecodeOne(const pb::StreamIndex& stream, PacketReader read,
+                                     const DecodeLimits& limits, const WindowPlan& w,
+                                     const Preroll& preroll, float* dst, std::vector<BadRange>* bad) {
+  RETURN_IF_ERROR(UseDecoderFor(stream, limits));
+  const pb::PacketTable& table = stream.packets();
   const size_t first = FirstPacket(table, w.clock, w.dec_lo, preroll);
   av::UniqueFrame frame = av::MakeFrame();
   av::UniquePacket pkt = av::MakePacket();
@@ -667,13 +814,83 @@ absl::Status AudioDecoder::DecodeWindow(const pb::StreamIndex& stream, PacketRea
       .decode_budget = 2 * (w.s_hi - w.s_lo) +
                        16 * static_cast<int64_t>(std::max(preroll.samples, int64_t{1} << 16)),
       .packet = first,
+      .bad = bad,
   };
-  RETURN_IF_ERROR(run.Run(read, &packet_bytes_, &packets_decoded_));
+  return run.Run(read, &packet_bytes_, &packets_decoded_);
+}
 
-  if (!w.passthrough) {
-    RETURN_IF_ERROR(Resample(stream.codec(), w, staging_, *is_pad, &resampled_, out));
+// AudioMethod::kChunks: copies input samples [w.dec_lo, w.dec_hi) into `dst` from the chunks of
+// the grid they fall in, decoding those not kept.
+absl::Status AudioDecoder::CopyFromChunks(const pb::StreamIndex& stream, PacketReader read,
+                                          const DecodeLimits& limits, const WindowPlan& w,
+                                          const Preroll& preroll, float* dst) {
+  const pb::PacketTable& table = stream.packets();
+  const int64_t chunk_samples = ChunkSamples(w.rate, w.channels);
+  const pb::CodecParams& par = stream.codec();
+  const std::string codec_key = StrCat(par.SerializeAsString(), "|", stream.time_base_num(), "/",
+                                       stream.time_base_den(), "|", limits.max_audio_samples);
+  // dec_lo >= 0: the grid starts at t = 0.
+  for (int64_t c = w.dec_lo / chunk_samples; c * chunk_samples < w.dec_hi; ++c) {
+    WindowPlan cw = w;
+    cw.dec_lo = cw.s_lo = c * chunk_samples;
+    cw.dec_hi = cw.s_hi = std::min((c + 1) * chunk_samples, w.k_end);
+    const ChunkPackets pk = PacketsOfChunk(table, cw, preroll);
+    const uint64_t key = ChunkKey(codec_key, cw, chunk_samples, table, pk, &chunk_key_);
+    Chunk* chunk = nullptr;
+    for (auto it = chunks_.begin(); key != 0 && it != chunks_.end(); ++it) {
+      Chunk& k = **it;
+      if (k.valid && k.key == key && k.lo == cw.dec_lo && k.hi == cw.dec_hi && k.channels == w.channels) {
+        std::rotate(it, it + 1, chunks_.end());  // most recently used last
+        chunk = chunks_.back().get();
+        break;
+      }
+    }
+    if (chunk == nullptr) {
+      // The memory of a chunk no longer valid, or of the least recently used one when the new
+      // one would not fit beside it; else new memory.
+      const size_t need = static_cast<size_t>((cw.dec_hi - cw.dec_lo) * w.channels) * sizeof(float);
+      auto reuse = std::find_if(chunks_.begin(), chunks_.end(), [](const auto& k) { return !k->valid; });
+      if (reuse == chunks_.end() && !chunks_.empty() &&
+          chunk_bytes_ + need + sizeof(Chunk) > kMaxCacheBytes) {
+        reuse = chunks_.begin();
+      }
+      std::unique_ptr<Chunk> fresh;
+      if (reuse != chunks_.end()) {
+        fresh = std::move(*reuse);
+        chunks_.erase(reuse);
+        chunk_bytes_ -= fresh->bytes();
+      } else {
+        fresh = std::make_unique<Chunk>();
+      }
+      fresh->key = 0;
+      fresh->valid = false;
+      fresh->lo = cw.dec_lo;
+      fresh->hi = cw.dec_hi;
+      fresh->channels = w.channels;
+      fresh->bad.clear();
+      fresh->samples.assign(static_cast<size_t>((cw.dec_hi - cw.dec_lo) * w.channels), 0.0f);
+      RETURN_IF_ERROR(
+          DecodeOne(stream, read, limits, cw, preroll, fresh->samples.data(), &fresh->bad));
+      ++chunks_decoded_;
+      fresh->key = key;
+      fresh->valid = key != 0;  // without packet checksums: used for this window only
+      chunk_bytes_ += fresh->bytes();
+      chunks_.push_back(std::move(fresh));
+      chunk = chunks_.back().get();
+    }
+    const int64_t lo = std::max(cw.dec_lo, w.dec_lo), hi = std::min(cw.dec_hi, w.dec_hi);
+    for (const BadRange& b : chunk->bad) {
+      if (b.hi > lo && b.lo < hi) return b.status;
+    }
+    std::memcpy(dst + (lo - w.s_lo) * w.channels,
+                chunk->samples.data() + (lo - chunk->lo) * w.channels,
+                static_cast<size_t>((hi - lo) * w.channels) * sizeof(float));
   }
-  ++windows_;
+  // Keep the chunks within their bound, least recently used first.
+  while (!chunks_.empty() && chunk_bytes_ > kMaxCacheBytes) {
+    chunk_bytes_ -= chunks_.front()->bytes();
+    chunks_.erase(chunks_.begin());
+  }
   return absl::OkStatus();
 }
 

@@ -11,12 +11,27 @@
 // The stream ends where its last packet does (pts + duration): for MP3 that includes the encoder's
 // end padding (up to a frame), which format v1 does not store (docs/format.md, Known limits).
 //
-// Each window is decoded from a few packets before it (pre-roll: AAC's MDCT overlap, MP3's bit
-// reservoir, 0.8 s for Opus, whose CELT energy prediction needs that long to converge bit-exactly)
-// and the pre-roll's output is discarded. The decoder is kept open across windows while the codec
-// parameters stay the same where FFmpeg's flush resets it completely (PCM, FLAC, MP3); AAC (its
-// noise generator survives a flush), Opus and other codecs get a fresh decoder per window (an
-// open costs 3-65 us). Either way a window's bits depend on the window only.
+// Two methods, chosen at construction; either way a window's bits depend on the stream and the
+// window only, never on what the decoder did before (docs/sampling.md "Audio windows"):
+//
+// - kPerWindow (audio method 1): each window is decoded by a fresh decoder from a few packets
+//   before it (pre-roll: AAC's MDCT overlap, MP3's bit reservoir, 0.8 s for Opus, whose CELT
+//   energy prediction needs that long to converge bit-exactly); the pre-roll's output is
+//   discarded. Only PCM reuses a flushed decoder: AAC's noise generator survives a flush, and the
+//   fuzzer found Opus and MP3 streams whose output after a flush depended on the window before.
+//   An AAC window costs an open (~70 us) and 2 packets of pre-roll.
+// - kChunks (audio method 2): the stream's samples are cut into a fixed grid of chunks (4 s of
+//   samples at the stream's rate, fewer when a chunk would exceed 4 MiB); a chunk is decoded
+//   whole by a fresh decoder with the same pre-roll as above, and windows are copied out of the
+//   chunks they overlap (one or two). The last few decoded chunks are kept (at most 16 MiB per
+//   decoder), keyed by the checksums and timestamps of the packets they were decoded from, so
+//   consecutive and nearby windows pay the open and the pre-roll once per chunk. A window far
+//   from the last ones decodes its whole chunk(s) (about 2-3x the per-window work).
+//
+// The two give the same bits wherever the per-window method equals the CLI (PCM, FLAC, MP3,
+// Opus, AAC without PNS; tested): both are then the CLI's samples. With PNS the noise differs
+// (same energy, other draws), so which method a job uses is part of its pipeline version
+// (docs/pipeline.md "Schedule versions").
 //
 // Thread safety: none. One thread uses an AudioDecoder at a time; reuse it across windows,
 // streams and episodes.
@@ -33,9 +48,15 @@
 
 namespace conveyor {
 
+namespace audio_internal {
+struct BadRange;
+struct Preroll;
+struct WindowPlan;
+}  // namespace audio_internal
+
 class AudioDecoder {
  public:
-  AudioDecoder();
+  explicit AudioDecoder(AudioMethod method = AudioMethod::kPerWindow);
   ~AudioDecoder();
   AudioDecoder(const AudioDecoder&) = delete;
   AudioDecoder& operator=(const AudioDecoder&) = delete;
@@ -72,18 +93,39 @@ class AudioDecoder {
                             const DecodeLimits& limits, std::vector<float>* out,
                             std::vector<uint8_t>* is_pad);
 
-  // Packets sent to the decoder (pre-roll included) and windows decoded without error, since
-  // construction.
+  // Packets sent to the decoder (pre-roll included), windows decoded without error, and chunks
+  // decoded (kChunks), since construction.
   uint64_t packets_decoded() const { return packets_decoded_; }
   uint64_t windows() const { return windows_; }
+  uint64_t chunks_decoded() const { return chunks_decoded_; }
+  // Bytes held by kept chunks (kChunks): at most 16 MiB after every call.
+  size_t chunk_cache_bytes() const { return chunk_bytes_; }
+  AudioMethod method() const { return method_; }
+
+  // kChunks: forgets the kept chunks (the next windows decode theirs again, to the same bits);
+  // their memory is kept for those.
+  void ClearChunkCache();
 
  private:
   struct Codec;  // the open FFmpeg decoder and the parameters it was opened with
+  struct Chunk;  // one decoded chunk of the grid (kChunks)
 
   // Makes codec_ a decoder for `stream`, ready for a window's first packet.
   absl::Status UseDecoderFor(const format::v1::StreamIndex& stream, const DecodeLimits& limits);
+  absl::Status DecodeOne(const format::v1::StreamIndex& stream, PacketReader read,
+                         const DecodeLimits& limits, const audio_internal::WindowPlan& w,
+                         const audio_internal::Preroll& preroll, float* dst,
+                         std::vector<audio_internal::BadRange>* bad);
+  absl::Status CopyFromChunks(const format::v1::StreamIndex& stream, PacketReader read,
+                              const DecodeLimits& limits, const audio_internal::WindowPlan& w,
+                              const audio_internal::Preroll& preroll, float* dst);
 
+  const AudioMethod method_;
   std::unique_ptr<Codec> codec_;
+  std::vector<std::unique_ptr<Chunk>> chunks_;  // most recently used last
+  size_t chunk_bytes_ = 0;                      // held by chunks_
+  std::string chunk_key_;                       // scratch for a chunk's identity
+  uint64_t chunks_decoded_ = 0;
   std::vector<float> staging_;    // decoded input samples of the current window (resampling)
   std::vector<float> resampled_;  // resampler output of the current window
   std::string packet_bytes_;

@@ -16,6 +16,13 @@
 
 namespace conveyor {
 
+// How AudioDecoder decodes a window (decoders/audio_decoder.h). The numbers are stable: a job's
+// pipeline version decides its method (docs/pipeline.md "Schedule versions").
+enum class AudioMethod : uint32_t {
+  kPerWindow = 1,  // a fresh decoder per window (pipeline versions 1 and 2)
+  kChunks = 2,     // windows cut from a fixed grid of chunks, each from a fresh decoder (3)
+};
+
 // Caps that keep a hostile or broken file from costing unbounded memory or time. Checked before
 // anything of that size is allocated (FFmpeg's max_pixels, the JPEG header, the codec
 // parameters).

@@ -11,7 +11,9 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "conveyor/format/v1/shard.pb.h"
@@ -75,8 +77,9 @@ std::vector<float> ReadF32(const std::string& path) {
   return v;
 }
 
-// Two episodes of every codec, imported; the ffmpeg CLI's decoding of each source file.
-class AudioDecoderTest : public ::testing::Test {
+// Two episodes of every codec, imported; the ffmpeg CLI's decoding of each source file. Every
+// test runs with both methods (AudioMethod): the contract is the same.
+class AudioDecoderTest : public ::testing::TestWithParam<AudioMethod> {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
@@ -198,14 +201,14 @@ std::string Compare(const std::vector<float>& got, const std::vector<float>& gol
 // At the stream's rate and channels, every window equals the CLI's samples at the same offset,
 // bit for bit, for every codec. Windows are decoded out of order (pre-roll, flushes), including
 // ones that start on and between packet boundaries and one that starts at t = 0.
-TEST_F(AudioDecoderTest, NativeWindowsEqualFfmpegExactly) {
+TEST_P(AudioDecoderTest, NativeWindowsEqualFfmpegExactly) {
   for (const CodecCase& c : Codecs()) {
     SCOPED_TRACE(c.stream);
     const Loaded l = Load(*dataset_, 0, c.stream);
     ASSERT_GE(l.stream, 0);
     const std::vector<float>& golden = golden_->at({0, c.stream});
     const int64_t golden_frames = static_cast<int64_t>(golden.size() / 2);
-    AudioDecoder dec;
+    AudioDecoder dec(GetParam());
     const int64_t starts[] = {54321, 0, 1024, 100000, 23, 1 * c.rate, 2 * c.rate + 777};
     const int64_t n = c.rate / 2;
     for (int64_t s : starts) {
@@ -230,7 +233,7 @@ TEST_F(AudioDecoderTest, NativeWindowsEqualFfmpegExactly) {
 // only within the filter's reach (~16 output samples from 44.1 to 16 kHz) of where the two
 // resamplers start: the CLI's at t = 0, mirroring its first samples as history, this decoder's a
 // few hundred input samples before the window. The test leaves 64 samples at the stream's end.
-TEST_F(AudioDecoderTest, ResampledWindowsMatchFfmpeg) {
+TEST_P(AudioDecoderTest, ResampledWindowsMatchFfmpeg) {
   struct Case {
     std::string stream;
     int rate;
@@ -247,7 +250,7 @@ TEST_F(AudioDecoderTest, ResampledWindowsMatchFfmpeg) {
     const Loaded l = Load(*dataset_, 0, c.stream);
     ASSERT_GE(l.stream, 0);
     const std::vector<float> golden = Golden(0, c.stream, c.options);
-    AudioDecoder dec;
+    AudioDecoder dec(GetParam());
     for (double start : {1.0, 0.25, 2.0}) {
       SCOPED_TRACE(start);
       std::vector<float> out;
@@ -264,10 +267,10 @@ TEST_F(AudioDecoderTest, ResampledWindowsMatchFfmpeg) {
 }
 
 // A window that starts before t = 0: zeros with is_pad = 1 there, then the stream's first samples.
-TEST_F(AudioDecoderTest, PadsBeforeTheStart) {
+TEST_P(AudioDecoderTest, PadsBeforeTheStart) {
   const Loaded l = Load(*dataset_, 0, "aac");
   const std::vector<float>& golden = golden_->at({0, "aac"});
-  AudioDecoder dec;
+  AudioDecoder dec(GetParam());
   std::vector<float> out;
   std::vector<uint8_t> pad;
   // The window [-1, 0] s around t = 0.3 s: its first 0.7 s are before the stream.
@@ -308,14 +311,14 @@ TEST_F(AudioDecoderTest, PadsBeforeTheStart) {
 //   apply it there and outputs the whole last frame (820 samples more), so the golden is longer.
 // - MP3: the LAME end padding is side data the format does not store (docs/format.md, Known
 //   limits); the stream ends up to one frame (1152 samples) after the CLI's output.
-TEST_F(AudioDecoderTest, PadsAfterTheEnd) {
+TEST_P(AudioDecoderTest, PadsAfterTheEnd) {
   for (const std::string stream : {"pcm", "flac", "opus", "aac", "mp3"}) {
     SCOPED_TRACE(stream);
     const Loaded l = Load(*dataset_, 0, stream);
     const std::vector<float>& golden = golden_->at({0, stream});
     const int rate = l.Stream().codec().sample_rate();
     const int64_t golden_frames = static_cast<int64_t>(golden.size() / 2);
-    AudioDecoder dec;
+    AudioDecoder dec(GetParam());
     std::vector<float> out;
     std::vector<uint8_t> pad;
     const int64_t first = 3 * rate - rate / 5;
@@ -344,14 +347,14 @@ TEST_F(AudioDecoderTest, PadsAfterTheEnd) {
 
 // The same window gives the same bits whatever the decoder did before: other windows, other
 // streams (the codec is reopened), other episodes, and a fresh decoder.
-TEST_F(AudioDecoderTest, SameWindowSameBitsAfterOtherWork) {
+TEST_P(AudioDecoderTest, SameWindowSameBitsAfterOtherWork) {
   for (const CodecCase& c : Codecs()) {
     SCOPED_TRACE(c.stream);
     const Loaded l0 = Load(*dataset_, 0, c.stream);
     const Loaded l1 = Load(*dataset_, 1, c.stream);
     const Loaded other = Load(*dataset_, 0, c.stream == "aac" ? "opus" : "aac");
     for (const auto& [rate, channels] : std::vector<std::pair<int, int>>{{c.rate, 0}, {16000, 1}}) {
-      AudioDecoder dec;
+      AudioDecoder dec(GetParam());
       std::vector<float> first, again, scratch;
       std::vector<uint8_t> pad_first, pad_again, pad_scratch;
       ASSERT_TRUE(
@@ -367,7 +370,7 @@ TEST_F(AudioDecoderTest, SameWindowSameBitsAfterOtherWork) {
       ASSERT_EQ(first.size(), again.size());
       EXPECT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(float)), 0);
       EXPECT_EQ(pad_first, pad_again);
-      AudioDecoder fresh;
+      AudioDecoder fresh(GetParam());
       ASSERT_TRUE(
           Decode(fresh, *dataset_, l0, 1.234, rate / 2, rate, channels, &again, &pad_again).ok());
       EXPECT_EQ(std::memcmp(first.data(), again.data(), first.size() * sizeof(float)), 0);
@@ -378,8 +381,8 @@ TEST_F(AudioDecoderTest, SameWindowSameBitsAfterOtherWork) {
 }
 
 // The second episode decodes as its own file does (the decoder crosses episodes cleanly).
-TEST_F(AudioDecoderTest, SecondEpisodeEqualsFfmpeg) {
-  AudioDecoder dec;
+TEST_P(AudioDecoderTest, SecondEpisodeEqualsFfmpeg) {
+  AudioDecoder dec(GetParam());
   for (const CodecCase& c : Codecs()) {
     SCOPED_TRACE(c.stream);
     for (int e : {0, 1, 0, 1}) {
@@ -396,9 +399,9 @@ TEST_F(AudioDecoderTest, SecondEpisodeEqualsFfmpeg) {
   }
 }
 
-TEST_F(AudioDecoderTest, BadRequestsAndLimits) {
+TEST_P(AudioDecoderTest, BadRequestsAndLimits) {
   const Loaded l = Load(*dataset_, 0, "aac");
-  AudioDecoder dec;
+  AudioDecoder dec(GetParam());
   std::vector<float> out;
   std::vector<uint8_t> pad;
   DecodeLimits limits;
@@ -434,7 +437,7 @@ TEST_F(AudioDecoderTest, BadRequestsAndLimits) {
 // A source file with garbage in its packets (written before import, so the checksums agree):
 // decoding a window over them is DATA_LOSS naming the codec and packet; the decoder then goes on
 // to decode clean windows exactly.
-TEST_F(AudioDecoderTest, CorruptPacketsAreDataLoss) {
+TEST_P(AudioDecoderTest, CorruptPacketsAreDataLoss) {
   TempDir dir;
   const std::string ep = dir.Join("src/ep_0000");
   ASSERT_EQ(Sh("mkdir -p " + ShellQuote(ep)), "");
@@ -465,7 +468,7 @@ TEST_F(AudioDecoderTest, CorruptPacketsAreDataLoss) {
   auto ds = Dataset::Open(dir.Join("ds"));
   ASSERT_TRUE(ds.ok()) << ds.status();
   const Loaded l = Load(**ds, 0, "aac");
-  AudioDecoder dec;
+  AudioDecoder dec(GetParam());
   std::vector<float> out;
   std::vector<uint8_t> pad;
   const absl::Status s = Decode(dec, **ds, l, 0, 3 * 44100, 44100, 0, &out, &pad);
@@ -475,6 +478,251 @@ TEST_F(AudioDecoderTest, CorruptPacketsAreDataLoss) {
   // The first 0.5 s lie before the damage and still equal the clean file.
   ASSERT_TRUE(Decode(dec, **ds, l, 0, 22050, 44100, 0, &out, &pad).ok());
   EXPECT_EQ(Compare(out, golden, 2, 0, 22050, 0, 0), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, AudioDecoderTest,
+                         ::testing::Values(AudioMethod::kPerWindow, AudioMethod::kChunks),
+                         [](const ::testing::TestParamInfo<AudioMethod>& info) {
+                           return info.param == AudioMethod::kPerWindow ? "PerWindow" : "Chunks";
+                         });
+
+// AudioMethod::kChunks on streams long enough for several chunks (4 s each): 10 s of AAC with and
+// without PNS at 16 kHz mono and 44.1 kHz stereo (the benchmark's two kinds of stream: a chirp
+// with noise, and a tone left with pink noise right, as the bench's import), MP3, Opus and FLAC.
+struct LongCase {
+  std::string stream;
+  std::string ext;
+  std::string source;  // lavfi graph
+  std::string encode;
+  bool pns;  // AAC with PNS (FFmpeg's encoder enables it by default)
+  // The per-window method gives the CLI's samples for every window here (so the two methods give
+  // the same bits). Not for PNS, nor for this low-rate Opus (SILK/hybrid at 16 kHz input): its
+  // 0.8 s pre-roll does not converge for the window at 1 s, whose per-window decode starts at
+  // 0.2 s; its chunk decodes from t = 0 and equals the CLI.
+  bool per_window_exact = true;
+};
+const std::vector<LongCase>& LongCases() {
+  const std::string mono16 =
+      "aevalsrc=0.3*sin(2*PI*(200+60*t)*t)+0.05*(random(0)-0.5):s=16000:d=10";
+  const std::string stereo44 =
+      "sine=f=440:r=44100:d=10[l];anoisesrc=c=pink:r=44100:d=10:a=0.3[r];[l][r]amerge=inputs=2";
+  static const auto* cases = new std::vector<LongCase>{
+      {"aac16", "m4a", mono16, "-c:a aac -b:a 32k -aac_pns 0", false},
+      {"aac44", "m4a", stereo44, "-c:a aac -b:a 128k -aac_pns 0", false},
+      {"aac16_pns", "m4a", mono16, "-c:a aac -b:a 32k", true, false},
+      {"aac44_pns", "m4a", stereo44, "-c:a aac -b:a 128k", true, false},
+      {"mp3", "mp3", stereo44, "-c:a libmp3lame -b:a 128k", false},
+      {"opus", "ogg", mono16, "-c:a libopus -b:a 32k", false, false},
+      {"flac", "flac", stereo44, "-c:a flac", false},
+  };
+  return *cases;
+}
+
+class AudioChunkTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const std::string ep = dir_->Join("src/ep_0000");
+    ASSERT_EQ(Sh("mkdir -p " + ShellQuote(ep)), "");
+    for (const LongCase& c : LongCases()) {
+      const std::string file = ep + "/" + c.stream + "." + c.ext;
+      ASSERT_EQ(Sh(kFfmpeg + " -f lavfi -i '" + c.source + "' " + c.encode + " " +
+                   ShellQuote(file)),
+                "");
+      const std::string golden = dir_->Join(c.stream + ".f32");
+      ASSERT_EQ(Sh(kFfmpeg + " -i " + ShellQuote(file) + " -f f32le " + ShellQuote(golden)), "");
+      golden_[c.stream] = ReadF32(golden);
+    }
+    ASSERT_EQ(Sh(std::string(CONVEYOR_CLI) + " import --quiet --from " +
+                 ShellQuote(dir_->Join("src")) + " --out " + ShellQuote(dir_->Join("ds"))),
+              "");
+    auto ds = Dataset::Open(dir_->Join("ds"));
+    ASSERT_TRUE(ds.ok()) << ds.status();
+    dataset_ = ds->release();
+    auto index = dataset_->LoadEpisode(0);
+    ASSERT_TRUE(index.ok()) << index.status();
+    index_ = *index;
+  }
+  static void TearDownTestSuite() {
+    delete dataset_;
+    dataset_ = nullptr;
+    index_.reset();
+    delete dir_;
+    dir_ = nullptr;
+    golden_.clear();
+  }
+
+  static int StreamOf(const std::string& name) {
+    for (int i = 0; i < index_->streams_size(); ++i) {
+      if (index_->streams(i).name() == name) return i;
+    }
+    ADD_FAILURE() << name;
+    return 0;
+  }
+
+  // One window request: start, samples, rate (0: the stream's), channels (0: the stream's).
+  struct Window {
+    double start;
+    double seconds;
+    int rate;
+    int channels;
+  };
+  // 1 s windows at the stream's rate and resampled to 16 kHz mono, at and across chunk
+  // boundaries (4 s, 8 s), at t = 0, before it and past the end (10 s).
+  static std::vector<Window> Windows() {
+    std::vector<Window> v;
+    for (double start : {0.0, 0.37, 1.0, 2.5, 3.2, 3.999, 4.0, 4.51, 6.0, 7.5, 8.0, 9.3, -0.4}) {
+      v.push_back({start, 1.0, 0, 0});
+      v.push_back({start, 1.0, 16000, 1});
+    }
+    v.push_back({0.0, 10.0, 0, 0});  // the whole stream: three chunks
+    return v;
+  }
+
+  struct Result {
+    absl::Status status;
+    std::vector<float> out;
+    std::vector<uint8_t> pad;
+  };
+  static Result Decode(AudioDecoder& dec, int stream, const Window& w) {
+    const pb::StreamIndex& s = index_->streams(stream);
+    const int rate = w.rate > 0 ? w.rate : s.codec().sample_rate();
+    Result r;
+    r.status = dec.DecodeWindow(
+        s,
+        [&](size_t packet, std::string* bytes) {
+          return dataset_->ReadPacket(*index_, stream, packet, bytes);
+        },
+        w.start, std::llround(w.seconds * rate), rate, w.channels, DecodeLimits{}, &r.out, &r.pad);
+    return r;
+  }
+  static bool Same(const Result& a, const Result& b) {
+    return a.status.ok() && b.status.ok() && a.out.size() == b.out.size() && a.pad == b.pad &&
+           std::memcmp(a.out.data(), b.out.data(), a.out.size() * sizeof(float)) == 0;
+  }
+
+  static TempDir* dir_;
+  static Dataset* dataset_;
+  static std::shared_ptr<const pb::EpisodeIndex> index_;
+  static std::map<std::string, std::vector<float>> golden_;
+};
+
+TempDir* AudioChunkTest::dir_ = nullptr;
+Dataset* AudioChunkTest::dataset_ = nullptr;
+std::shared_ptr<const pb::EpisodeIndex> AudioChunkTest::index_;
+std::map<std::string, std::vector<float>> AudioChunkTest::golden_;
+
+// Where the per-window method gives the CLI's samples, the chunks give the same bits: the two
+// methods are interchangeable there. Without PNS, native windows from chunks equal the CLI's.
+TEST_F(AudioChunkTest, ChunksEqualPerWindowWithoutPns) {
+  for (const LongCase& c : LongCases()) {
+    if (c.pns) continue;
+    SCOPED_TRACE(c.stream);
+    const int stream = StreamOf(c.stream);
+    const int channels = index_->streams(stream).codec().channels();
+    const int rate = index_->streams(stream).codec().sample_rate();
+    AudioDecoder per_window(AudioMethod::kPerWindow), chunks(AudioMethod::kChunks);
+    for (const Window& w : Windows()) {
+      SCOPED_TRACE(::testing::Message() << "window at " << w.start << " s, rate " << w.rate);
+      const Result a = Decode(per_window, stream, w);
+      const Result b = Decode(chunks, stream, w);
+      ASSERT_TRUE(a.status.ok()) << a.status;
+      ASSERT_TRUE(b.status.ok()) << b.status;
+      if (c.per_window_exact) {
+        EXPECT_TRUE(Same(a, b));
+      }
+      if (w.rate == 0 && w.start >= 0 && c.stream != "mp3") {  // MP3: the end differs (above)
+        const int64_t first = std::llround(w.start * rate);
+        const std::vector<float>& golden = golden_.at(c.stream);
+        const int64_t golden_frames = static_cast<int64_t>(golden.size()) / channels;
+        const int64_t n = static_cast<int64_t>(b.pad.size());
+        const int64_t to = std::min(n, golden_frames - first);
+        const int64_t real = std::find(b.pad.begin(), b.pad.end(), 1) - b.pad.begin();
+        EXPECT_EQ(Compare(b.out, golden, channels, 0, std::min(to, real), first, 0), "");
+      }
+    }
+    EXPECT_EQ(chunks.chunks_decoded(), 3u);  // 0-4 s, 4-8 s, 8-10 s, each once
+  }
+}
+
+// With PNS the methods differ: a chunk's noise generator runs from the chunk's first packet, a
+// window's from its own (both differ from the CLI's, which runs from the file's start). The
+// per-window method stays what jobs recorded with it get (docs/pipeline.md "Schedule versions").
+TEST_F(AudioChunkTest, PnsNoiseDiffersBetweenMethods) {
+  for (const LongCase& c : LongCases()) {
+    if (!c.pns) continue;
+    SCOPED_TRACE(c.stream);
+    const int stream = StreamOf(c.stream);
+    AudioDecoder per_window(AudioMethod::kPerWindow), chunks(AudioMethod::kChunks);
+    int differ = 0;
+    for (const Window& w : Windows()) {
+      const Result a = Decode(per_window, stream, w);
+      const Result b = Decode(chunks, stream, w);
+      ASSERT_TRUE(a.status.ok() && b.status.ok());
+      if (!Same(a, b)) ++differ;
+      // Both start at the file's first packet there.
+      if (w.start == 0 && w.seconds == 1) {
+        EXPECT_TRUE(Same(a, b));
+      }
+    }
+    EXPECT_GT(differ, 0) << "the encoder used no PNS: the test no longer shows the difference";
+  }
+}
+
+// A window's bits are a function of the stream and the window only: decoded alone by a fresh
+// decoder, in order, in shuffled order, with the kept chunks dropped at random, and on 4 threads
+// (each its own decoder and order, streams interleaved), every window is the same.
+TEST_F(AudioChunkTest, WindowsArePureFunctionsOfTheWindow) {
+  struct Job {
+    int stream;
+    Window w;
+  };
+  std::vector<Job> jobs;
+  for (const LongCase& c : LongCases()) {
+    for (const Window& w : Windows()) jobs.push_back({StreamOf(c.stream), w});
+  }
+  std::vector<Result> want(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    AudioDecoder fresh(AudioMethod::kChunks);
+    want[i] = Decode(fresh, jobs[i].stream, jobs[i].w);
+    ASSERT_TRUE(want[i].status.ok()) << want[i].status;
+  }
+  auto run = [&](uint64_t seed, bool clear, std::vector<std::string>* errors) {
+    std::vector<size_t> order(jobs.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    uint64_t x = seed;
+    auto next = [&x] {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      return x;
+    };
+    if (seed != 0) {
+      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[next() % i]);
+    }
+    AudioDecoder dec(AudioMethod::kChunks);
+    for (size_t i : order) {
+      if (clear && next() % 5 == 0) dec.ClearChunkCache();
+      const Result got = Decode(dec, jobs[i].stream, jobs[i].w);
+      if (!Same(got, want[i])) {
+        errors->push_back("seed " + std::to_string(seed) + ": job " + std::to_string(i) + " " +
+                          got.status.ToString());
+      }
+      if (dec.chunk_cache_bytes() > (size_t{16} << 20)) errors->push_back("cache over 16 MiB");
+    }
+  };
+  std::vector<std::string> errors;
+  run(0, false, &errors);  // in order
+  run(1, false, &errors);  // shuffled
+  run(2, true, &errors);   // shuffled, chunks dropped at random
+  std::vector<std::vector<std::string>> thread_errors(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] { run(10 + t, t % 2 == 1, &thread_errors[t]); });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const auto& e : thread_errors) errors.insert(errors.end(), e.begin(), e.end());
+  EXPECT_TRUE(errors.empty()) << errors.size() << " mismatches, first: " << errors.front();
 }
 
 }  // namespace

@@ -10,10 +10,11 @@
 //   k x u16 LE   packet sizes; the bytes after them are cut into packets of those sizes, and what
 //                is left over is one more packet
 //
-// One decoder serves all inputs, as a pipeline worker's does, so state a failed window leaves
-// behind is exercised too. Beyond "no crash, no sanitizer report", it checks the contract: output
-// sizes, pad samples are zero, and the same window decoded again after another one gives the same
-// bits.
+// One decoder per method (AudioMethod::kPerWindow and kChunks) serves all inputs, as a pipeline
+// worker's does, so state a failed window leaves behind (and kChunks' kept chunks) is exercised
+// too. Beyond "no crash, no sanitizer report", it checks the contract for each method: output
+// sizes, pad samples are zero, and the same window decoded again after another one, and (kChunks)
+// with no chunks kept, gives the same bits.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,9 @@
 
 #include "conveyor/format/v1/shard.pb.h"
 #include "decoders/audio_decoder.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 extern "C" {
 #include <libavutil/log.h>
@@ -65,6 +69,39 @@ const CodecSetup& Setup(int which) {
 
 uint16_t U16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
+// Decodes the window and checks it; then decodes another window and the first one again (and,
+// for kChunks, once more with no chunks kept): the same bits.
+void CheckWindow(conveyor::AudioDecoder* decoder, const pb::StreamIndex& stream,
+                 conveyor::PacketReader read, double start_s, int64_t n, int rate, int channels,
+                 int stream_rate, const conveyor::DecodeLimits& limits) {
+  std::vector<float> out, again;
+  std::vector<uint8_t> pad, pad_again;
+  const absl::Status first =
+      decoder->DecodeWindow(stream, read, start_s, n, rate, channels, limits, &out, &pad);
+  if (!first.ok()) return;
+  const size_t out_ch = channels == 0 ? 2 : static_cast<size_t>(channels);
+  Check(out.size() == static_cast<size_t>(n) * out_ch);
+  Check(pad.size() == static_cast<size_t>(n));
+  for (size_t j = 0; j < pad.size(); ++j) {
+    Check(pad[j] <= 1);
+    for (size_t c = 0; pad[j] && c < out_ch; ++c) Check(out[j * out_ch + c] == 0.0f);
+  }
+
+  std::vector<float> other;
+  std::vector<uint8_t> other_pad;
+  (void)decoder->DecodeWindow(stream, read, 0.01, 1000, stream_rate, 0, limits, &other,
+                              &other_pad);
+  const int rounds = decoder->method() == conveyor::AudioMethod::kChunks ? 2 : 1;
+  for (int round = 0; round < rounds; ++round) {
+    if (round == 1) decoder->ClearChunkCache();  // decoded again from scratch
+    const absl::Status second =
+        decoder->DecodeWindow(stream, read, start_s, n, rate, channels, limits, &again, &pad_again);
+    Check(second.ok());
+    Check(again.size() == out.size() && pad_again == pad);
+    Check(out.empty() || std::memcmp(again.data(), out.data(), out.size() * sizeof(float)) == 0);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -75,6 +112,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 5) return 0;
   static conveyor::AudioDecoder* decoder = new conveyor::AudioDecoder;
+  static conveyor::AudioDecoder* chunked =
+      new conveyor::AudioDecoder(conveyor::AudioMethod::kChunks);
   const CodecSetup& setup = Setup(data[0] % 5);
   const bool sized_durations = (data[0] & 0x40) != 0;
   const bool jump_back = (data[0] & 0x80) != 0;
@@ -123,6 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     table.add_offset(offset);
     table.add_size(static_cast<uint32_t>(packets[i].size()));
     table.add_flags(1);
+    table.add_xxh3(XXH3_64bits(packets[i].data(), packets[i].size()));  // kChunks keys on it
     offset += packets[i].size();
     pts += duration;
   }
@@ -145,27 +185,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int rate = kRates[(data[2] >> 3) & 7] == 0 ? setup.rate : kRates[(data[2] >> 3) & 7];
   const int channels = (data[2] >> 6) % 3;
 
-  std::vector<float> out, again;
-  std::vector<uint8_t> pad, pad_again;
-  const absl::Status first =
-      decoder->DecodeWindow(stream, read, start_s, n, rate, channels, limits, &out, &pad);
-  if (!first.ok()) return 0;
-  const size_t out_ch = channels == 0 ? 2 : static_cast<size_t>(channels);
-  Check(out.size() == static_cast<size_t>(n) * out_ch);
-  Check(pad.size() == static_cast<size_t>(n));
-  for (size_t j = 0; j < pad.size(); ++j) {
-    Check(pad[j] <= 1);
-    for (size_t c = 0; pad[j] && c < out_ch; ++c) Check(out[j * out_ch + c] == 0.0f);
-  }
-
-  // Another window in between, then the first one again: the same bits.
-  std::vector<float> other;
-  std::vector<uint8_t> other_pad;
-  (void)decoder->DecodeWindow(stream, read, 0.01, 1000, setup.rate, 0, limits, &other, &other_pad);
-  const absl::Status second =
-      decoder->DecodeWindow(stream, read, start_s, n, rate, channels, limits, &again, &pad_again);
-  Check(second.ok());
-  Check(again.size() == out.size() && pad_again == pad);
-  Check(out.empty() || std::memcmp(again.data(), out.data(), out.size() * sizeof(float)) == 0);
+  CheckWindow(decoder, stream, read, start_s, n, rate, channels, setup.rate, limits);
+  CheckWindow(chunked, stream, read, start_s, n, rate, channels, setup.rate, limits);
   return 0;
 }
