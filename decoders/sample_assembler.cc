@@ -65,7 +65,7 @@ struct SampleAssembler::Episode {
 
 SampleAssembler::SampleAssembler(const Dataset& dataset, const SampleSpec& spec,
                                  const SampleIndex& index)
-    : dataset_(dataset), spec_(spec), index_(index) {
+    : dataset_(dataset), spec_(spec), index_(index), audio_(spec.audio_method) {
   for (const StreamSpec& s : spec_.streams) {
     video_.push_back(s.kind == pb::VIDEO ? std::make_unique<VideoDecoder>() : nullptr);
   }

@@ -87,6 +87,10 @@ struct SampleSpec {
   std::vector<StreamSpec> streams;  // in config order
   DecodeLimits limits;
   OnError on_error = OnError::kFail;
+  // How audio windows are decoded. The pipeline sets it from the job's pipeline version
+  // (docs/pipeline.md "Schedule versions"), so a resumed job keeps the method it started with;
+  // other users (conveyor sample, benches) get the current one.
+  AudioMethod audio_method = AudioMethod::kChunks;
   // The config text this spec was parsed from: a mixture binds the same text to each of its
   // datasets' streams (pipeline/source.h).
   std::string config_text;

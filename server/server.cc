@@ -103,7 +103,7 @@ struct Config {
   uint64_t steps_per_epoch = 0;
 };
 
-// schedule_version: 0 = the config's; 1 or 2 overrides it (a resumed job's recorded version).
+// schedule_version: 0 = the config's; 1 to 3 overrides it (a resumed job's recorded version).
 absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::string name,
                                                       std::string text, std::string_view source,
                                                       uint32_t schedule_version = 0) {
@@ -114,10 +114,12 @@ absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::str
   RETURN_IF_ERROR(c->options.MergeYaml(c->text, c->spec, ds.manifest(), source));
   if (schedule_version != 0) c->options.order.version = schedule_version;
   // The digest a failing-over client compares: the config's text, and the schedule version
-  // when it shapes the order (GOP mode, version 2+). A version-1 order keeps the digest servers
-  // gave before versions existed, so old and new servers of one job agree exactly when their
-  // orders do.
-  c->digest = c->options.order.naive() || c->options.order.version == 1
+  // when it shapes the samples (GOP mode from version 2; every mode from version 3, whose audio
+  // is decoded in chunks). A version-1 order, and a naive one of version 2, keep the digest
+  // servers gave before versions existed, so old and new servers of one job agree exactly when
+  // their samples do.
+  const uint32_t version = c->options.order.version;
+  c->digest = version == 1 || (c->options.order.naive() && version == 2)
                   ? Sha256Hex(c->text)
                   : Sha256Hex(StrCat(c->text, std::string_view("\0", 1), "schedule_version=",
                                      c->options.order.version));

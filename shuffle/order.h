@@ -16,7 +16,8 @@
 // window (shuffled within it). That is schedule version 1. Version 2 takes its blocks from a
 // BlockTable (whole GOPs per episode, of varying sizes): every block is permuted, windows are
 // `window_blocks` consecutive permuted blocks, and within a window the samples are permuted
-// again, as in version 1.
+// again, as in version 1. Version 3 has version 2's order; it differs in how the samples' audio
+// is decoded (AudioMethod::kChunks, docs/pipeline.md "Schedule versions").
 #pragma once
 
 #include <cstdint>
@@ -92,14 +93,17 @@ class BlockTable {
 };
 
 // The schedule version a config gets when it names none. Version 1 (blocks of block_steps
-// consecutive samples of the whole index, across episode and GOP boundaries) stays selectable:
-// a job that checkpointed under it resumes under it (docs/pipeline.md "Schedule versions").
-constexpr uint32_t kScheduleVersionCurrent = 2;
+// consecutive samples of the whole index, across episode and GOP boundaries) and version 2 (whole
+// GOPs, audio windows decoded one by one) stay selectable: a job that checkpointed under one
+// resumes under it (docs/pipeline.md "Schedule versions"). The version travels with the cursor,
+// so it also versions what else decides a sample's bits: version 3 is version 2's order with
+// audio windows cut from fixed chunks.
+constexpr uint32_t kScheduleVersionCurrent = 3;
 
 struct OrderOptions {
-  uint64_t block_steps = 1;    // samples per block (1: naive); version 2: at least this many
+  uint64_t block_steps = 1;    // samples per block (1: naive); version 2+: at least this many
   uint64_t window_blocks = 1;  // blocks per window (1: naive)
-  uint32_t version = kScheduleVersionCurrent;  // 1 or 2; the naive order is the same in both
+  uint32_t version = kScheduleVersionCurrent;  // 1 to 3; the naive order is the same in all
   // Version 2's blocks, resolved by the pipeline from the dataset (null: version 1's uniform
   // blocks). Shared: every epoch's order uses the same table.
   std::shared_ptr<const BlockTable> blocks;

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "shuffle/order.h"
 #include "conveyor/v1/service.grpc.pb.h"
 #include "tests/support/server_process.h"
 #include "tests/support/test_env.h"
@@ -184,7 +185,7 @@ TEST_F(ServerE2ETest, FetchDigestEqualsOfflineBatches) {
 }
 
 // A job that checkpointed under GOP schedule 1 asks for it and gets schedule 1's batches from a
-// server whose configs default to 2; the client reports the version to save with the cursor,
+// server whose configs default to 3; the client reports the version to save with the cursor,
 // and keeps it when it fails over; an unknown version is refused.
 TEST_F(ServerE2ETest, AClientGetsTheScheduleVersionItAsksFor) {
   auto a = Serve();
@@ -205,16 +206,18 @@ TEST_F(ServerE2ETest, AClientGetsTheScheduleVersionItAsksFor) {
       if (version == 1 && n == 2) EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
     });
     EXPECT_EQ(got, version == 1 ? v1 : v2) << "schedule version " << version;
-    EXPECT_EQ((*c)->schedule_version(), version == 1 ? 1u : 2u);
+    EXPECT_EQ((*c)->schedule_version(), version == 1 ? 1u : kScheduleVersionCurrent);
   }
   client::ClientOptions o = Options({b->address()});
-  o.schedule_version = 3;
+  o.schedule_version = kScheduleVersionCurrent + 1;
   auto c = client::Client::Create(o);
   ASSERT_TRUE(c.ok()) << c.status();
   absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
   ASSERT_FALSE(next.ok());
   EXPECT_EQ(next.status().code(), absl::StatusCode::kInvalidArgument) << next.status();
-  EXPECT_NE(next.status().message().find("schedule_version 3"), std::string::npos) << next.status();
+  EXPECT_NE(next.status().message().find("schedule_version " + std::to_string(kScheduleVersionCurrent + 1)),
+            std::string::npos)
+      << next.status();
 }
 
 TEST_F(ServerE2ETest, SigkilledServerFailsOverWithoutLossOrRepeat) {

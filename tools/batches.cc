@@ -53,8 +53,9 @@ absl::Status RunBatches(const BatchesOptions& o) {
   if (o.batch_size > 0) po.global_batch_size = static_cast<uint64_t>(o.batch_size);
   if (o.seed >= 0) po.seed = static_cast<uint64_t>(o.seed);
   const uint32_t version = o.schedule_version > 0 ? static_cast<uint32_t>(o.schedule_version) : po.order.version;
-  if (version != 1 && version != 2) {
-    return absl::InvalidArgumentError(StrCat("--schedule-version ", o.schedule_version, ": expected 1 or 2"));
+  if (version < 1 || version > kScheduleVersionCurrent) {
+    return absl::InvalidArgumentError(
+        StrCat("--schedule-version ", o.schedule_version, ": expected 1 to ", kScheduleVersionCurrent));
   }
   if (o.schedule == "naive") {
     po.order = OrderOptions{};
@@ -196,7 +197,7 @@ class BatchesCommand final : public Command {
     c->add_option("--schedule", o_.schedule, "naive or gop (overrides the config)");
     AddFrameCacheFlags(c, &o_.frame_cache);
     c->add_option("--schedule-version", o_.schedule_version,
-                  "1 or 2: the GOP schedule's version (overrides the config's; docs/pipeline.md)");
+                  "1 to 3: the schedule's version (overrides the config's; docs/pipeline.md)");
     c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");
     c->add_flag("--ids", o_.ids, "Print every sample id (episode/step)");
     c->add_flag("--stats", o_.stats, "Print amplification, shuffle quality, fill ratio and stage times");

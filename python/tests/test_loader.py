@@ -306,7 +306,7 @@ class StateTest(unittest.TestCase):
         self.assertEqual(first, ENV["ref"][:3])
         state = l.state_dict()
         self.assertEqual(state, {"version": conveyor.STATE_VERSION, "cursor": [0, 3],
-                                 "schedule_version": 2, "job": "default", "rank": 0,
+                                 "schedule_version": 3, "job": "default", "rank": 0,
                                  "world_size": 1})
         l.close()
         state = json.loads(json.dumps(state))  # plain JSON types
