@@ -100,6 +100,87 @@ TEST(BenchCliTest, PlanDerivesCoresPerGpuFromTheMeasuredPerCoreRate) {
   }
 }
 
+// --frame-cache-bytes: two more rows for the video GOP pipeline, epoch 1 (cold) and epochs 2+
+// (warm), with what the cache did; a cache that holds the dataset serves the warm epochs without
+// decoding. Without the flag no such row appears. Never a timing assertion.
+TEST(BenchCliTest, FrameCacheRowsShowTheWarmEpochServedFromTheCache) {
+  testing::TempDir dir;
+  const std::string cli = CONVEYOR_CLI;
+  ASSERT_SH(cli + " synth --out " + dir.Join("ds") +
+            " --episodes 2 --episode-seconds 2 --cameras 1 --size 64x64 --quiet");
+  // 200 samples (action at 50 Hz) in batches of 8: epoch 1 delivers every sample, so it needs
+  // (and offers the cache) every frame a later epoch needs.
+  {
+    std::ofstream config(dir.Join("config.yaml"));
+    config << "anchor: action\nstreams:\n  cam0: {delta_timestamps: [0.0]}\n"
+              "pipeline:\n  global_batch_size: 8\n  schedule: {mode: gop}\n";
+  }
+  const uint64_t bound = 64ull << 20;  // the dataset decodes to 120 x 64 x 64 x 3 = 1.5 MB
+  ASSERT_SH(cli + " bench " + dir.Join("ds") + " --config " + dir.Join("config.yaml") +
+            " --modality video --threads 1 --seconds 0.2 --no-serve --frame-cache-bytes " + std::to_string(bound) +
+            " --json " + dir.Join("cache.json") + " --markdown " + dir.Join("cache.md") + " > " + dir.Join("out.txt") +
+            " 2>&1");
+  const std::string out = testing::ReadFile(dir.Join("out.txt"));
+  std::ifstream f(dir.Join("cache.json"));
+  ASSERT_TRUE(f.good()) << out;
+  const json doc = json::parse(f);
+  const json* cold = nullptr;
+  const json* warm = nullptr;
+  double uncached = 0;
+  for (const json& r : doc["rows"]) {
+    if (r["order"] == "shuffled, gop") uncached = r["value"].get<double>();
+    if (!r.contains("frame_cache")) continue;
+    EXPECT_EQ(r["modality"], "video");
+    EXPECT_EQ(r["unit"], "samples/s");
+    if (r["frame_cache"]["epoch"] == "1") cold = &r;
+    if (r["frame_cache"]["epoch"] == "2+") warm = &r;
+  }
+  ASSERT_NE(cold, nullptr) << doc.dump(2);
+  ASSERT_NE(warm, nullptr) << doc.dump(2);
+  EXPECT_EQ((*cold)["order"], "shuffled, gop, frame cache, epoch 1 (cold)");
+  EXPECT_EQ((*warm)["order"], "shuffled, gop, frame cache, epoch 2+ (warm)");
+  const json& c = (*cold)["frame_cache"];
+  EXPECT_DOUBLE_EQ(c["epoch_1_fraction"].get<double>(), 1.0) << c.dump(2);
+  EXPECT_EQ(c["epoch_1_samples"].get<uint64_t>(), 200u);
+  EXPECT_GT(c["frames_decoded_into_cache"].get<uint64_t>(), 0u) << c.dump(2);
+  const json& w = (*warm)["frame_cache"];
+  EXPECT_DOUBLE_EQ(w["hit_rate"].get<double>(), 1.0) << w.dump(2);
+  EXPECT_EQ(w["frames_decoded"].get<uint64_t>(), 0u) << w.dump(2);
+  EXPECT_GT(w["frames_from_cache"].get<uint64_t>(), 0u) << w.dump(2);
+  EXPECT_GT(w["held_bytes"].get<uint64_t>(), 0u) << w.dump(2);
+  EXPECT_LE(w["held_bytes"].get<uint64_t>(), w["bound_bytes"].get<uint64_t>()) << w.dump(2);
+  EXPECT_EQ(w["bound_bytes"].get<uint64_t>(), bound);
+  EXPECT_EQ(w["frames"].get<uint64_t>(), c["frames"].get<uint64_t>()) << "the warm epoch admitted new frames";
+  EXPECT_EQ(w["not_admitted"].get<uint64_t>(), 0u);
+  EXPECT_EQ(w["evicted_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(w["decode_seconds_saved"].get<double>(), 0) << w.dump(2);
+  EXPECT_FALSE(w.contains("store"));
+  // Beside the uncached gop row of the same run and its decode bound.
+  EXPECT_GT(uncached, 0);
+  EXPECT_DOUBLE_EQ(w["uncached_samples_per_s"].get<double>(), uncached);
+  EXPECT_DOUBLE_EQ((*warm)["limit"].get<double>(), w["decode_bound_samples_per_s"].get<double>());
+  EXPECT_GT((*warm)["limit"].get<double>(), 0);
+  // The human-readable table, its legend and the Markdown table carry them too.
+  EXPECT_NE(out.find("the decoded-frame cache (video, shuffled gop; --frame-cache-bytes"), std::string::npos) << out;
+  EXPECT_NE(out.find("frame cache rows ("), std::string::npos) << out;
+  EXPECT_NE(out.find("hit rate 1.000"), std::string::npos) << out;
+  const std::string md = testing::ReadFile(dir.Join("cache.md"));
+  EXPECT_NE(md.find("**decoded-frame cache (video, shuffled gop)**"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2+ | 1 |"), std::string::npos) << md;
+
+  // Without the flag: no cache row, no cache section.
+  ASSERT_SH(cli + " bench " + dir.Join("ds") + " --config " + dir.Join("config.yaml") +
+            " --modality video --threads 1 --seconds 0.2 --no-serve --json " + dir.Join("plain.json") + " > " +
+            dir.Join("plain.txt") + " 2>&1");
+  std::ifstream g(dir.Join("plain.json"));
+  ASSERT_TRUE(g.good()) << testing::ReadFile(dir.Join("plain.txt"));
+  for (const json& r : json::parse(g)["rows"]) {
+    EXPECT_FALSE(r.contains("frame_cache")) << r.dump(2);
+    EXPECT_EQ(r["order"].get<std::string>().find("frame cache"), std::string::npos) << r.dump(2);
+  }
+  EXPECT_EQ(testing::ReadFile(dir.Join("plain.txt")).find("frame cache"), std::string::npos);
+}
+
 }  // namespace
 
 // --plan --consumers N: the job's N ranks stream at once (consumer i of N), and the plan rests on

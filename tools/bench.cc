@@ -28,6 +28,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/worker_pool.h"
@@ -42,6 +43,7 @@
 #include "readers/format.h"
 #include "readers/storage.h"
 #include "server/server.h"
+#include "pipeline/frame_cache.h"
 #include "pipeline/pipeline.h"
 #include "tools/command.h"
 #include "tools/commands.h"
@@ -152,6 +154,7 @@ struct Row {
   std::string limit_name;
   double limit = 0;
   json stages;  // assemble/serve: where the time went
+  json frame_cache = nullptr;  // the frame cache rows: what the cache did (null: other rows)
 };
 
 class Bench {
@@ -172,6 +175,7 @@ class Bench {
       // measure one dataset's decoders (bench each dataset on its own for those).
       Progress(StrCat("mixture of ", source_.size(), " datasets: end-to-end rows only"));
       for (int t : o_.threads) RETURN_IF_ERROR(AssembleShuffled("all", spec, po, "gop", t));
+      if (frame_cache_on()) Progress("frame cache rows: bench each dataset of the mixture on its own for those");
       if (o_.serve) {
         for (int t : o_.threads) RETURN_IF_ERROR(Serve(spec, po, config_text, t));
       }
@@ -184,6 +188,9 @@ class Bench {
     }
     if (wanted.empty()) {
       return absl::InvalidArgumentError(StrCat("--modality '", o_.modality, "': expected video, image, audio, lowdim or all"));
+    }
+    if (frame_cache_on() && std::find(wanted.begin(), wanted.end(), "video") == wanted.end()) {
+      Progress("frame cache rows: measured for video only (--modality video or all)");
     }
     ASSIGN_OR_RETURN(index_, SampleIndex::Build(ds_, spec.anchor_stream));
     RETURN_IF_ERROR(MeasureCat());
@@ -217,6 +224,7 @@ class Bench {
           if (std::string(order) == "gop" && kind != "video") continue;  // no GOPs to schedule
           RETURN_IF_ERROR(AssembleShuffled(kind, only, po, order, t));
         }
+        if (kind == "video" && frame_cache_on()) RETURN_IF_ERROR(AssembleWithFrameCache(only, po, t));
       }
     }
     if (o_.serve) {
@@ -227,8 +235,16 @@ class Bench {
 
   const std::vector<Row>& rows() const { return rows_; }
   double cat_bytes_per_s() const { return cat_; }
+  bool frame_cache_on() const { return o_.frame_cache.bytes > 0 || !o_.frame_cache.dir.empty(); }
 
  private:
+  // The uncached shuffled gop row per thread count, beside which the frame cache rows stand.
+  struct GopBaseline {
+    double rate = 0;                // samples/s
+    double limit = 0;               // its decode bound
+    double decode_s_per_frame = 0;  // workers' decode seconds per frame decoded
+  };
+
   void Progress(const std::string& s) {
     std::fprintf(stderr, "bench: %s\n", s.c_str());
     std::fflush(stderr);
@@ -518,7 +534,6 @@ class Bench {
       return b ? b->ids.size() : 0;  // 0: max_epochs reached
     }));
     m.first_batch_s = Since(t0) - m.seconds;
-    const double s = m.seconds;
     const PipelineStats st = p->stats();
     Row r{kind, "assemble", StrCat("shuffled, ", order), threads, m.rate(), "samples/s", "", 0, {}};
     if (kind == "video" && video_fps_limit_.count(threads) && st.amplification() > 0) {
@@ -526,10 +541,11 @@ class Bench {
       r.limit_name = "decode bound (ffmpeg rate / decoded frames per sample)";
       r.limit = video_fps_limit_[threads] / (st.amplification() * FramesPerSample(spec));
     }
-    r.stages = {{"decode_s", st.decode_seconds}, {"assemble_s", st.assemble_seconds},
-                {"batch_s", st.batch_seconds}, {"wait_s", st.wait_seconds},
-                {"worker_idle_s", st.worker_idle_seconds}, {"amplification", st.amplification()},
-                {"seconds", s}, {"first_batch_s", m.first_batch_s}};
+    r.stages = Stages(st, m);
+    if (kind == "video" && order == "gop") {
+      gop_[threads] = GopBaseline{m.rate(), r.limit,
+                                  st.frames_decoded > 0 ? st.decode_seconds / st.frames_decoded : 0};
+    }
     if (source_.is_mixture()) {
       json datasets = json::object();
       const std::vector<MixtureProgress> mix = p->Mixture();
@@ -543,6 +559,138 @@ class Bench {
     }
     Add(std::move(r));
     return absl::OkStatus();
+  }
+
+  // "Where the time goes" of a shuffled run.
+  static json Stages(const PipelineStats& st, const SteadyRate& m) {
+    return {{"decode_s", st.decode_seconds}, {"assemble_s", st.assemble_seconds},
+            {"batch_s", st.batch_seconds}, {"wait_s", st.wait_seconds},
+            {"worker_idle_s", st.worker_idle_seconds}, {"amplification", st.amplification()},
+            {"seconds", m.seconds}, {"first_batch_s", m.first_batch_s}};
+  }
+
+  // The video GOP pipeline with a decoded-frame cache (--frame-cache-bytes / --frame-cache-dir;
+  // docs/pipeline.md "The decoded-frame cache"), two rows beside the uncached gop row of the same
+  // threads: epoch 1 (cold), from a fresh memory tier to the end of the epoch, so that every
+  // frame the epoch needs is offered to the cache; then epochs 2+ (warm), a new pipeline from
+  // epoch 2 on the same cache, for --seconds. Both steady state (the first batch apart).
+  absl::Status AssembleWithFrameCache(const SampleSpec& spec, PipelineOptions po, int threads) {
+    ASSIGN_OR_RETURN(std::shared_ptr<DecodedFrameCache> cache, MakeFrameCache(ToConfig(o_.frame_cache)));
+    po.threads = threads;
+    po.packing.reset();
+    po.consumer = 0;
+    po.consumers = 1;
+    po.order = po.order.naive() ? OrderOptions::AutoGop() : po.order;
+    po.frame_cache = cache;
+    const GopBaseline base = gop_.count(threads) ? gop_[threads] : GopBaseline{};
+    const std::string tier = o_.frame_cache.dir.empty() ? "frame cache" : "frame cache + node store";
+
+    // Epoch 1, to its end: a long epoch is cut at the cap, and the rows say how much of it ran.
+    PipelineOptions cold = po;
+    cold.max_epochs = 1;
+    const double cap = std::max(60.0, 20 * o_.seconds);
+    auto t0 = Clock::now();
+    ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(source_, spec, cold, Cursor{}));
+    const uint64_t epoch_samples = p->steps_per_epoch() * p->options().global_batch_size;
+    uint64_t delivered = 0;
+    bool ended = false;
+    ASSIGN_OR_RETURN(SteadyRate c, MeasureSteady(cap, [&]() -> absl::StatusOr<uint64_t> {
+      ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
+      if (!b) {
+        ended = true;
+        return 0;
+      }
+      delivered += b->ids.size();
+      return b->ids.size();
+    }));
+    const double epoch_1_s = Since(t0);
+    c.first_batch_s = epoch_1_s - c.seconds;
+    const double fraction = ended ? 1.0 : epoch_samples > 0 ? static_cast<double>(delivered) / epoch_samples : 0.0;
+    const PipelineStats cs = p->stats();
+    const FrameCacheStats fresh;
+    const FrameCacheStats after_cold = cache->stats();
+    p.reset();
+    if (!ended) {
+      Progress(StrCat("frame cache: epoch 1 cut at ", static_cast<int64_t>(cap), " s, after ",
+                      static_cast<int64_t>(100 * fraction), "% of it; the warm rows hit only what that part decoded"));
+    }
+    Row r{"video", "assemble",
+          StrCat("shuffled, gop, ", tier, ", epoch 1 (cold", ended ? "" : StrCat(", first ", static_cast<int64_t>(100 * fraction), "%"), ")"),
+          threads, c.rate(), "samples/s", base.limit > 0 ? "decode bound of the uncached gop row" : "", base.limit, {}};
+    r.stages = Stages(cs, c);
+    r.frame_cache = CacheFigures(cs, after_cold, fresh, base, c);
+    r.frame_cache["epoch"] = "1";
+    r.frame_cache["epoch_1_fraction"] = fraction;
+    r.frame_cache["epoch_1_samples"] = delivered;
+    r.frame_cache["epoch_1_seconds"] = epoch_1_s;  // from Create, the first batch included
+    Add(std::move(r));
+
+    // Epochs 2+, on the cache epoch 1 filled.
+    t0 = Clock::now();
+    ASSIGN_OR_RETURN(p, Pipeline::Create(source_, spec, po, Cursor{1, 0}));
+    ASSIGN_OR_RETURN(SteadyRate w, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
+      ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
+      return b ? b->ids.size() : 0;
+    }));
+    w.first_batch_s = Since(t0) - w.seconds;
+    const PipelineStats ws = p->stats();
+    const FrameCacheStats after_warm = cache->stats();
+    p.reset();
+    Row warm{"video", "assemble", StrCat("shuffled, gop, ", tier, ", epoch 2+ (warm)"), threads, w.rate(),
+             "samples/s", base.limit > 0 ? "decode bound of the uncached gop row" : "", base.limit, {}};
+    warm.stages = Stages(ws, w);
+    warm.frame_cache = CacheFigures(ws, after_warm, after_cold, base, w);
+    warm.frame_cache["epoch"] = "2+";
+    warm.frame_cache["epoch_1_fraction"] = fraction;
+    Add(std::move(warm));
+    return absl::OkStatus();
+  }
+
+  // What the cache did in one phase (`before`: its stats when the phase began), the same
+  // quantities `conveyor batches --stats` prints, and the row's figure beside the uncached one.
+  json CacheFigures(const PipelineStats& st, const FrameCacheStats& fc, const FrameCacheStats& before,
+                    const GopBaseline& base, const SteadyRate& m) const {
+    const uint64_t needed = st.frame_cache_hits + st.frame_cache_misses;
+    json j = {{"policy", o_.frame_cache.policy},
+              {"bound_bytes", fc.max_bytes},
+              {"held_bytes", fc.bytes},
+              {"frames", fc.frames},
+              {"hit_rate", needed > 0 ? static_cast<double>(st.frame_cache_hits) / needed : 0.0},
+              {"frames_from_cache", st.frame_cache_hits},
+              {"frames_decoded_into_cache", st.frame_cache_misses},
+              {"frames_decoded", st.frames_decoded},
+              {"blocks_not_decoded", st.blocks_from_frame_cache},
+              {"lookup_hits", fc.hits - before.hits},
+              {"lookup_misses", fc.misses - before.misses},
+              {"inserted_bytes", fc.inserted_bytes - before.inserted_bytes},
+              {"evicted_bytes", fc.evicted_bytes - before.evicted_bytes},
+              {"not_admitted", fc.rejected - before.rejected},
+              {"decode_seconds_saved", st.frame_cache_hits * base.decode_s_per_frame},
+              {"uncached_decode_s_per_frame", base.decode_s_per_frame},
+              {"uncached_samples_per_s", base.rate},
+              {"decode_bound_samples_per_s", base.limit},
+              {"vs_uncached", base.rate > 0 ? m.rate() / base.rate : 0.0},
+              {"first_batch_s", m.first_batch_s},
+              {"summary", FrameCacheSummary(fc, o_.frame_cache.policy)}};
+    if (fc.has_store) {
+      const FrameStoreStats& s = fc.store;
+      const FrameStoreStats& b = before.store;
+      j["store"] = {{"dir", o_.frame_cache.dir},
+                    {"compression", o_.frame_cache.compression},
+                    {"hits", s.hits - b.hits},
+                    {"misses", s.misses - b.misses},
+                    {"hit_bytes", s.hit_bytes - b.hit_bytes},
+                    {"published", s.published - b.published},
+                    {"published_bytes", s.published_bytes - b.published_bytes},
+                    {"already_present", s.already_present - b.already_present},
+                    {"rejected", s.rejected - b.rejected},
+                    {"evicted_bytes", s.evicted_bytes - b.evicted_bytes},
+                    {"corrupt", s.corrupt - b.corrupt},
+                    {"write_errors", s.write_errors - b.write_errors},
+                    {"usage_bytes", s.usage_bytes},
+                    {"bound_bytes", s.max_bytes}};
+    }
+    return j;
   }
 
   absl::Status Serve(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text, int threads) {
@@ -708,6 +856,7 @@ class Bench {
   double cat_ = 0;
   double iperf_ = 0;
   std::map<int, double> video_fps_limit_;
+  std::map<int, GopBaseline> gop_;
   std::vector<Row> rows_;
 };
 
@@ -819,6 +968,17 @@ absl::Status PrintPlan(const BenchOptions& o, const std::vector<Row>& rows) {
   return absl::OkStatus();
 }
 
+// The frame cache flags given, as a command line would give them ("" without a cache).
+std::string FrameCacheFlagsText(const FrameCacheFlags& f) {
+  if (f.bytes == 0 && f.dir.empty()) return "";
+  std::string out = StrCat("--frame-cache-bytes ", f.bytes, " --frame-cache-policy ", f.policy);
+  if (!f.dir.empty()) {
+    StrAppend(&out, " --frame-cache-dir ", f.dir, " --frame-cache-dir-bytes ", f.dir_bytes,
+              " --frame-cache-compression ", f.compression);
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::Status RunBench(const BenchOptions& o) {
@@ -882,6 +1042,7 @@ absl::Status RunBench(const BenchOptions& o) {
   std::fprintf(stderr, ", %.1f s per figure\n", o.seconds);
   Bench bench(o, *source, work);
   if (o.plan > 0) {
+    if (bench.frame_cache_on()) std::fprintf(stderr, "bench: --plan measures the serve rows only: no frame cache rows\n");
     RETURN_IF_ERROR(bench.RunServeOnly(spec, po, text));
     return PrintPlan(o, bench.rows());
   }
@@ -898,6 +1059,7 @@ absl::Status RunBench(const BenchOptions& o) {
     rows.push_back({{"modality", r.modality}, {"stage", r.stage}, {"order", r.order}, {"threads", r.threads},
                     {"value", r.value}, {"unit", r.unit}, {"limit_name", r.limit_name}, {"limit", r.limit},
                     {"ratio", r.limit > 0 ? r.value / r.limit : 0}, {"stages", r.stages}});
+    if (!r.frame_cache.is_null()) rows.back()["frame_cache"] = r.frame_cache;
   }
   std::printf("\nwhere the time goes (seconds summed over workers; shares of their sum):\n");
   for (const Row& r : bench.rows()) {
@@ -917,10 +1079,53 @@ absl::Status RunBench(const BenchOptions& o) {
                 r.threads > 1 ? "s" : "", r.stages["mb_per_s"].get<double>(),
                 r.stages["client_wait_s"].get<double>(), r.stages["seconds"].get<double>());
   }
+  const std::string cache_flags = FrameCacheFlagsText(o.frame_cache);
+  bool cache_rows = false;
+  for (const Row& r : bench.rows()) {
+    if (r.frame_cache.is_null()) continue;
+    const json& c = r.frame_cache;
+    if (!cache_rows) {
+      std::printf("\nthe decoded-frame cache (video, shuffled gop; %s):\n", cache_flags.c_str());
+      cache_rows = true;
+    }
+    const double uncached = c["uncached_samples_per_s"], bound = c["decode_bound_samples_per_s"];
+    std::printf("  %d thread%s, epoch %s: %.1f samples/s, %.2fx uncached (%.1f), %.2fx the decode bound (%.1f); "
+                "first batch %.2f s%s%s\n",
+                r.threads, r.threads > 1 ? "s" : "", c["epoch"].get<std::string>().c_str(), r.value,
+                uncached > 0 ? r.value / uncached : 0.0, uncached, bound > 0 ? r.value / bound : 0.0, bound,
+                c["first_batch_s"].get<double>(),
+                c.contains("epoch_1_seconds")
+                    ? absl::StrFormat("; %llu samples in %.2f s from the start", c["epoch_1_samples"].get<unsigned long long>(),
+                                      c["epoch_1_seconds"].get<double>()).c_str()
+                    : "",
+                c["epoch"] == "1" && c["epoch_1_fraction"].get<double>() < 1
+                    ? StrCat("; cut after ", static_cast<int64_t>(100 * c["epoch_1_fraction"].get<double>()), "% of the epoch").c_str()
+                    : "");
+    std::printf("    hit rate %.3f: %llu frames from the cache, %llu decoded into it (%llu decoded in all), %llu blocks "
+                "not decoded at all; about %.2f s of decoding saved; %llu frames not admitted, %.1f MB evicted\n",
+                c["hit_rate"].get<double>(), c["frames_from_cache"].get<unsigned long long>(),
+                c["frames_decoded_into_cache"].get<unsigned long long>(), c["frames_decoded"].get<unsigned long long>(),
+                c["blocks_not_decoded"].get<unsigned long long>(), c["decode_seconds_saved"].get<double>(),
+                c["not_admitted"].get<unsigned long long>(), c["evicted_bytes"].get<double>() / 1e6);
+    std::printf("    %s\n", c["summary"].get<std::string>().c_str());
+  }
   std::printf("\nlimits: cat = `cat` of the shards (page cache warm); ffmpeg = the CLI with one "
               "thread per process, one process per thread, on the same stream extracted to a file; "
               "decode bound = ffmpeg's rate / (amplification x frames per sample); serve is beside "
               "the offline pipeline with the same threads.\n");
+  if (cache_rows) {
+    std::printf("frame cache rows (%s): the video gop pipeline with a fresh cache: epoch 1 (cold) from the "
+                "start to the end of the first epoch (cut at max(60 s, 20 x --seconds)), then epoch 2+ (warm) "
+                "for --seconds on what epoch 1 left in the cache; steady state, the first batch apart (its time "
+                "in the lines above). Beside each: the uncached gop row of the same threads (\"uncached\") and "
+                "its decode bound (the limit column): a warm ratio above 1 is what the cache buys. Hit rate: "
+                "frames taken from the cache / frames the GOP blocks needed; decoding saved: those frames x the "
+                "uncached row's worker decode seconds per frame.%s\n",
+                cache_flags.c_str(),
+                o.frame_cache.dir.empty() ? ""
+                                          : " The node store keeps what earlier runs and thread counts published: "
+                                            "epoch 1 is cold only for an empty store (its hits say how cold).");
+  }
   const json doc = {{"dataset", o.dataset}, {"config", o.config}, {"cat_bytes_per_s", bench.cat_bytes_per_s()},
                     {"nproc", std::thread::hardware_concurrency()}, {"rows", rows}};
   std::string json_path = o.json;
@@ -935,7 +1140,8 @@ absl::Status RunBench(const BenchOptions& o) {
     // One table per modality, for bench/RESULTS.md.
     std::ofstream md(o.markdown);
     md << "Command: `conveyor bench " << o.dataset << (o.config.empty() ? "" : " --config " + o.config)
-       << " --seconds " << o.seconds << "`; " << std::thread::hardware_concurrency() << " cores; `cat` of the shards "
+       << (o.modality == "all" ? "" : " --modality " + o.modality) << " --seconds " << o.seconds
+       << (cache_flags.empty() ? "" : " " + cache_flags) << "`; " << std::thread::hardware_concurrency() << " cores; `cat` of the shards "
        << static_cast<int64_t>(bench.cat_bytes_per_s() / 1e6) << " MB/s.\n";
     std::string current;
     for (const Row& r : bench.rows()) {
@@ -952,6 +1158,40 @@ absl::Status RunBench(const BenchOptions& o) {
                     r.limit > 0 ? StrCat(std::round(10 * r.limit) / 10).c_str() : "-",
                     r.limit > 0 ? StrCat(std::round(100 * r.value / r.limit) / 100).c_str() : "-");
       md << line;
+    }
+    if (cache_rows) {
+      md << "\n**decoded-frame cache (video, shuffled gop" << (o.frame_cache.dir.empty() ? "" : ", with the node store")
+         << ")**\n\n"
+         << "| epoch | threads | samples/s | uncached samples/s | decode bound | vs uncached | vs decode bound | "
+            "first batch s | hit rate | frames decoded | held MB / bound MB | frames held | evicted MB | "
+            "not admitted | decode s saved |"
+         << (o.frame_cache.dir.empty() ? "" : " node store hits / misses / published |") << "\n"
+         << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (o.frame_cache.dir.empty() ? "" : "---|")
+         << "\n";
+      for (const Row& r : bench.rows()) {
+        if (r.frame_cache.is_null()) continue;
+        const json& c = r.frame_cache;
+        const double uncached = c["uncached_samples_per_s"], bound = c["decode_bound_samples_per_s"];
+        char line[640];
+        std::snprintf(line, sizeof line,
+                      "| %s%s | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.3f | %llu | %.1f / %.1f | %llu | %.1f | "
+                      "%llu | %.2f |",
+                      c["epoch"].get<std::string>().c_str(),
+                      c["epoch"] == "1" && c["epoch_1_fraction"].get<double>() < 1 ? " (cut)" : "", r.threads, r.value,
+                      uncached, bound, uncached > 0 ? r.value / uncached : 0.0, bound > 0 ? r.value / bound : 0.0,
+                      c["first_batch_s"].get<double>(), c["hit_rate"].get<double>(),
+                      c["frames_decoded"].get<unsigned long long>(), c["held_bytes"].get<double>() / 1e6,
+                      c["bound_bytes"].get<double>() / 1e6, c["frames"].get<unsigned long long>(),
+                      c["evicted_bytes"].get<double>() / 1e6, c["not_admitted"].get<unsigned long long>(),
+                      c["decode_seconds_saved"].get<double>());
+        md << line;
+        if (c.contains("store")) {
+          const json& st = c["store"];
+          md << " " << st["hits"].get<uint64_t>() << " / " << st["misses"].get<uint64_t>() << " / "
+             << st["published"].get<uint64_t>() << " |";
+        }
+        md << "\n";
+      }
     }
     if (!md) return absl::InternalError(StrCat("cannot write ", o.markdown));
     std::printf("wrote %s\n", o.markdown.c_str());
@@ -992,6 +1232,9 @@ class BenchCommand final : public Command {
                   "more ranks costs the server more per sample")
         ->capture_default_str();
     c->add_option("--server-cores", o_.server_cores, "--plan: cores of one server node")->capture_default_str();
+    // With a frame cache: rows for the video gop pipeline with it, epoch 1 and epochs 2+ (the
+    // other rows never use it).
+    AddFrameCacheFlags(c, &o_.frame_cache);
     return c;
   }
   absl::Status Run() override {

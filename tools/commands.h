@@ -224,6 +224,9 @@ struct BenchOptions {
   int gpus = 1;                // GPUs of the job the target is for
   int consumers = 1;           // served rows and --plan: consumers streaming at once (i of N)
   int server_cores = 32;       // cores of one server node, for the server count
+  // A decoded-frame cache (--frame-cache-bytes, --frame-cache-dir, ...): adds rows for the video
+  // GOP pipeline with it, epoch 1 (cold) and epochs 2+ (warm); the other rows never use it.
+  FrameCacheFlags frame_cache;
 };
 
 // Throughput per modality beside the limits measured in the same run (docs/bench.md).
