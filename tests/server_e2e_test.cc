@@ -588,9 +588,9 @@ TEST_F(ServerE2ETest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
 
 // --frame-cache-bytes: one decoded-frame cache for every stream of the server. Two jobs read the
 // same epoch: both get exactly the offline batches, the second from frames the first decoded, and
-// the metrics say so.
+// the metrics say so. Byte flags take units ("1GB" is 10^9 bytes, "1GiB" 2^30).
 TEST_F(ServerE2ETest, AFrameCacheSharedByStreamsKeepsTheirBatches) {
-  auto server = Serve({"--frame-cache-bytes", "1000000000", "--metrics-listen", "127.0.0.1:0"});
+  auto server = Serve({"--frame-cache-bytes", "1GB", "--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(server->ok());
   const std::vector<std::string> want = Offline(small(), 6);
   for (const char* job : {"first", "second"}) {

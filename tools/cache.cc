@@ -26,7 +26,7 @@ namespace conveyor::tools {
 void AddFrameCacheFlags(CLI::App* c, FrameCacheFlags* f) {
   c->add_option("--frame-cache-bytes", f->bytes,
                 "Keep decoded frames in this process's memory across epochs and streams, up to this many bytes "
-                "(0: none; docs/pipeline.md)")
+                "(0: none; docs/pipeline.md)")->transform(CLI::AsSizeValue(true))
       ->capture_default_str();
   c->add_option("--frame-cache-policy", f->policy, "pin (keep what fits) or lru")
       ->capture_default_str()
@@ -36,7 +36,7 @@ void AddFrameCacheFlags(CLI::App* c, FrameCacheFlags* f) {
                 "shared memory; a local disk)")
       ->envname("CONVEYOR_FRAME_CACHE_DIR");
   c->add_option("--frame-cache-dir-bytes", f->dir_bytes,
-                "The directory's bound for the whole node (0: a quarter of its filesystem)")
+                "The directory's bound for the whole node (0: a quarter of its filesystem)")->transform(CLI::AsSizeValue(true))
       ->envname("CONVEYOR_FRAME_CACHE_DIR_BYTES");
   c->add_option("--frame-cache-compression", f->compression, "How the directory keeps frames: none, lz4 or zstd")
       ->capture_default_str()

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
                  "Node-local cache of remote (HTTP, S3) byte ranges (sets CONVEYOR_CACHE_DIR)");
   app.add_option("--cache-bytes", cache_bytes,
                  "Bound on the cache's bytes, shared by every process using it (sets "
-                 "CONVEYOR_CACHE_BYTES; default 10 GiB)");
+                 "CONVEYOR_CACHE_BYTES; default 10 GiB)")->transform(CLI::AsSizeValue(true));
   app.add_option("--index-cache-dir", index_cache_dir,
                  "Where packet indexes of LeRobot mp4s are kept between opens (sets "
                  "CONVEYOR_INDEX_CACHE_DIR; 'none' keeps them in memory only)");

@@ -156,12 +156,12 @@ class FetchCommand final : public Command {
     c->add_option("--tls-key", o_.tls_key, "Client key (PEM)");
     c->add_option("--tls-server-name", o_.tls_server_name, "Name to check in the server's certificate");
     c->add_option("--prefetch", o_.prefetch, "Batches received ahead")->capture_default_str()->check(CLI::PositiveNumber);
-    c->add_option("--max-message-bytes", o_.max_message_bytes, "Ask for messages of at most this size (0: the server's)");
+    c->add_option("--max-message-bytes", o_.max_message_bytes, "Ask for messages of at most this size (0: the server's)")->transform(CLI::AsSizeValue(true));
     c->add_option("--shared-memory", o_.shared_memory,
                   "Offer a server on this host a /dev/shm region for the payloads (docs/serving.md)")
         ->capture_default_str();
     c->add_option("--shared-memory-bytes", o_.shared_memory_bytes,
-                  "Size of that region; a batch larger than it travels in messages")
+                  "Size of that region; a batch larger than it travels in messages")->transform(CLI::AsSizeValue(true))
         ->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--reconnect-timeout", o_.reconnect_timeout, "Give up after this many seconds without a batch")->capture_default_str();
     c->add_option("--stall-after", o_.stall_after, "Testing: stop reading after this many batches...");

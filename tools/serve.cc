@@ -93,14 +93,14 @@ class ServeCommand final : public Command {
     c->add_option("--tls-key", o_.tls_key, "TLS private key (PEM)");
     c->add_option("--tls-client-ca", o_.tls_client_ca, "Require client certificates signed by this CA (PEM)");
     c->add_option("--threads", o_.threads, "Decode workers per stream")->capture_default_str()->check(CLI::PositiveNumber);
-    c->add_option("--queue-bytes", o_.queue_bytes, "Byte budget of samples in flight per stream")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--queue-bytes", o_.queue_bytes, "Byte budget of samples in flight per stream")->transform(CLI::AsSizeValue(true))->capture_default_str()->check(CLI::PositiveNumber);
     AddFrameCacheFlags(c, &o_.frame_cache);
     c->add_option("--frame-cache-warm-threads", o_.frame_cache_warm_threads,
                   "Warm the frame cache in the background from start-up with this many threads, ahead of the order "
                   "(for spare cores; 0: no warm-up)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    c->add_option("--max-message-bytes", o_.max_message_bytes, "Largest message; batches are split")->capture_default_str();
+    c->add_option("--max-message-bytes", o_.max_message_bytes, "Largest message; batches are split")->transform(CLI::AsSizeValue(true))->capture_default_str();
     c->add_option("--shared-memory", o_.shared_memory,
                   "Write payloads into the /dev/shm regions that clients on this host offer (docs/serving.md)")
         ->capture_default_str();
@@ -108,13 +108,13 @@ class ServeCommand final : public Command {
     c->add_option("--ready-file", o_.ready_file, "Write the bound address here once serving");
     c->add_option("--grace-seconds", o_.grace_seconds, "Drain time on SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);
     // Ceilings no request can raise (docs/serving.md "Ceilings").
-    c->add_option("--stream-memory-bytes", o_.limits.stream_memory_bytes, "Per stream: pre-decoded frames + samples in flight + batch buffers, estimated before a stream starts")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--stream-memory-bytes", o_.limits.stream_memory_bytes, "Per stream: pre-decoded frames + samples in flight + batch buffers, estimated before a stream starts")->transform(CLI::AsSizeValue(true))->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-global-batch-size", o_.limits.max_global_batch_size, "Largest global batch a request may ask for")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-pixels", o_.limits.max_pixels, "Largest decoded frame or output image, in pixels")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-frames-per-sample", o_.limits.max_frames_per_sample, "Most frames per stream and sample")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-audio-samples", o_.limits.max_audio_samples, "Longest audio window, in samples per channel")->capture_default_str()->check(CLI::PositiveNumber);
-    c->add_option("--max-sample-bytes", o_.limits.max_sample_bytes, "Largest sample (all its tensors)")->capture_default_str()->check(CLI::PositiveNumber);
-    c->add_option("--max-batch-bytes", o_.limits.max_batch_bytes, "Largest consumer batch")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-sample-bytes", o_.limits.max_sample_bytes, "Largest sample (all its tensors)")->transform(CLI::AsSizeValue(true))->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-batch-bytes", o_.limits.max_batch_bytes, "Largest consumer batch")->transform(CLI::AsSizeValue(true))->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-streams-per-peer", o_.limits.max_streams_per_peer, "Concurrent streams per client address")->capture_default_str()->check(CLI::PositiveNumber);
     return c;
   }
