@@ -25,7 +25,9 @@
 //             tjbench -rgb on the same file (its "Frame rate", images/s).
 //   audio     AudioDecoder::DecodeWindow over consecutive 1 s windows at the stream's own rate and
 //             channels (16 kHz mono AAC from synth, 44.1 kHz stereo AAC imported), with
-//             --audio_method (chunks: what new jobs get, the default; per_window: method 1), against
+//             --audio_method (chunks: what new jobs get, the default; per_window: pipeline
+//             versions 1-2; it applies to the assembly group's audio too; --audio_cold: no chunk
+//             kept from one window to the next, the cost of windows far apart), against
 //             ffmpeg -threads 1 -i F -f null - (and -c:a pcm_f32le, float output like Conveyor's)
 //             on the extracted .m4a, looped the same number of times.
 //   lowdim    Dataset::ReadLowdim windows of 50 steps x 14 dims at random positions, and the same
@@ -124,6 +126,7 @@ struct Flags {
   std::string conveyor;
   std::set<std::string> only;
   AudioMethod audio_method = AudioMethod::kChunks;
+  bool audio_cold = false;  // chunks: forget the kept chunks before every window
 };
 
 const std::set<std::string> kGroups = {"video", "assembly", "jpeg", "audio", "lowdim"};
@@ -132,7 +135,7 @@ constexpr char kUsage[] =
     "usage: decode_bench [--quick] [--reps=3] [--cpu=0] [--work_dir=DIR] [--json=FILE]\n"
     "                    [--only=video,assembly,jpeg,audio,lowdim] [--conveyor=PATH]\n"
     "                    [--quiet_below=0.25] [--max_wait_s=900]\n"
-    "                    [--audio_method=chunks|per_window]";
+    "                    [--audio_method=chunks|per_window] [--audio_cold]";
 
 [[noreturn]] void Die(std::string_view message) {
   std::cerr << "decode_bench: " << message << "\n" << kUsage << "\n";
@@ -167,6 +170,8 @@ Flags ParseFlags(int argc, char** argv) {
       flags.json_path = std::string(arg);
     } else if (absl::ConsumePrefix(&arg, "--conveyor=")) {
       flags.conveyor = std::string(arg);
+    } else if (arg == "--audio_cold") {
+      flags.audio_cold = true;
     } else if (absl::ConsumePrefix(&arg, "--audio_method=")) {
       if (arg == "chunks") {
         flags.audio_method = AudioMethod::kChunks;
@@ -953,7 +958,8 @@ absl::Status Bench::AssemblyGroup() {
   ASSIGN_OR_RETURN(const std::string dir, Synth("asm", AssemblyArgs()));
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> dataset, Dataset::Open(dir));
   const std::string yaml_path = StrCat(CONVEYOR_BENCH_SOURCE_DIR, "/examples/aloha_like.yaml");
-  ASSIGN_OR_RETURN(const SampleSpec spec, SampleSpec::FromFile(yaml_path, dataset->manifest()));
+  ASSIGN_OR_RETURN(SampleSpec spec, SampleSpec::FromFile(yaml_path, dataset->manifest()));
+  spec.audio_method = flags_.audio_method;  // the audio window's decoding, as in the audio group
   ASSIGN_OR_RETURN(const SampleIndex index, SampleIndex::Build(*dataset, spec.anchor_stream));
   int frames_per_sample = 0;
   for (const StreamSpec& s : spec.streams) {
@@ -1017,7 +1023,8 @@ absl::Status Bench::AssemblyGroup() {
                         {"timings", TimingsJson(t)}};
     AddRow({"assembly", StrCat("assembly aloha_like.yaml, ", order, ": samples"), count / seconds,
             "samples/s", "", 0, std::nullopt,
-            StrCat(frames_per_sample, " frames (3 cameras x 2), 50 actions, 1 s audio per sample"),
+            StrCat(frames_per_sample, " frames (3 cameras x 2), 50 actions, 1 s audio per sample",
+                   flags_.audio_method == AudioMethod::kChunks ? "" : " (audio per_window)"),
             extra, t.Others()});
     AddRow({"assembly", StrCat("assembly aloha_like.yaml, ", order, ": frames delivered"),
             st.frames_delivered / seconds, "frames/s", ref, ref_fps, std::nullopt,
@@ -1198,6 +1205,7 @@ absl::Status Bench::AudioStream(const std::string& label, const std::string& dat
       // Each pass decodes the episode again, as ffmpeg's loop does: no chunk of a pass before.
       decoder.ClearChunkCache();
       for (int w = 0; w < windows; ++w) {
+        if (flags_.audio_cold) decoder.ClearChunkCache();
         RETURN_IF_ERROR(
             decoder.DecodeWindow(stream, read, w, rate, rate, 0, limits, &pcm, &is_pad));
         if (p == 0) {  // a sanity check, kept mostly out of the timing
@@ -1248,7 +1256,8 @@ absl::Status Bench::AudioStream(const std::string& label, const std::string& dat
   const std::string what =
       StrCat("audio ", label, " ", stream.codec().codec(), " ", rate / 1000.0, " kHz ",
              stream.codec().channels() == 1 ? "mono" : "stereo", ", 1 s windows",
-             flags_.audio_method == AudioMethod::kChunks ? "" : " (per_window)");
+             flags_.audio_method == AudioMethod::kChunks ? "" : " (per_window)",
+             flags_.audio_cold ? " (cold)" : "");
   const std::string note =
       absl::StrFormat("%.2f packets decoded per stream packet", packet_amplification);
   AddRow({"audio", what, ours, "audio s/s", refs[0], ref_audio_s / t.reference_s[0], 0.95, note,

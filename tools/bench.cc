@@ -442,7 +442,7 @@ class Bench {
     } else if (kind == "audio") {
       const double rate = ds_.manifest().streams[stream].rate;
       RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
-        AudioDecoder decoder;
+        AudioDecoder decoder(AudioMethod::kChunks);  // what new jobs get (pipeline version 3)
         std::vector<float> pcm;
         std::vector<uint8_t> pad;
         while (!stop) {
@@ -451,6 +451,8 @@ class Bench {
             const pb::StreamIndex& s = index->streams(stream);
             auto read = [&](size_t packet, std::string* b) { return ds_.ReadPacket(*index, stream, packet, b); };
             const double seconds = ds_.episodes().record(e).duration_s;
+            // Every pass decodes the episode again, as the CLI's does: no chunk kept from before.
+            decoder.ClearChunkCache();
             for (int w = 0; w + 1 <= seconds && !stop; ++w) {
               RETURN_IF_ERROR(decoder.DecodeWindow(s, read, w, static_cast<int64_t>(rate), static_cast<int>(rate), 0, limits, &pcm, &pad));
               ++*units;  // one second of audio
