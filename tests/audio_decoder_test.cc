@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +22,12 @@
 #include "tests/support/test_env.h"
 
 namespace conveyor {
+
+// Test names and failure messages say which method (gtest finds this by argument lookup).
+void PrintTo(AudioMethod m, std::ostream* os) {
+  *os << (m == AudioMethod::kChunks ? "AudioMethod::kChunks" : "AudioMethod::kPerWindow");
+}
+
 namespace {
 
 namespace pb = format::v1;
