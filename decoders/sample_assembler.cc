@@ -422,7 +422,16 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
   };
   const uint64_t key = (sample.episode << 16) ^ static_cast<uint64_t>(s.stream);
   VideoOutput vo = OutputFor(s);
-  vo.keep_recent = s.deltas.size() > 1;  // consecutive samples overlap their windows
+  // Consecutive samples ask for frames the decoder has just passed when a sample takes several
+  // frames, or when samples come faster than frames (anchored at 50 Hz actions over 30 fps
+  // cameras, a frame serves two samples in a row): keep the last few, or each would seek back to
+  // its keyframe. The frames are the same bytes either way.
+  const auto& streams = dataset_.manifest().streams;
+  const double anchor_rate =
+      spec_.anchor_stream >= 0 && static_cast<size_t>(spec_.anchor_stream) < streams.size()
+          ? streams[spec_.anchor_stream].rate
+          : 0;
+  vo.keep_recent = s.deltas.size() > 1 || anchor_rate > streams[s.stream].rate;
   absl::Status st = video_[si]->Decode(key, index.streams(s.stream), table, read, frames, vo,
                                        spec_.limits, images);
   if (!st.ok()) {
