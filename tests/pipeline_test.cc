@@ -27,6 +27,22 @@ using testing::RunCommand;
 using testing::ShellQuote;
 using testing::TempDir;
 
+// Version-1 style blocks and windows (1, 1: the naive order).
+OrderOptions Order(uint64_t block_steps, uint64_t window_blocks) {
+  OrderOptions o;
+  o.block_steps = block_steps;
+  o.window_blocks = window_blocks;
+  return o;
+}
+
+DecodedFrameCache::Options CacheOptions(uint64_t max_bytes,
+                                        DecodedFrameCache::Policy policy = DecodedFrameCache::Policy::kPinWhatFits) {
+  DecodedFrameCache::Options o;
+  o.max_bytes = max_bytes;
+  o.policy = policy;
+  return o;
+}
+
 TEST(OrderTest, KeyedPermutationIsABijection) {
   for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 64ull, 1000ull, 4097ull, 65536ull}) {
     KeyedPermutation p(n, 42);
@@ -49,7 +65,7 @@ TEST(OrderTest, LargeDomainsCostNoMemory) {
 }
 
 TEST(OrderTest, EpochOrderIsABijectionInEveryMode) {
-  for (OrderOptions o : {OrderOptions{1, 1}, OrderOptions{50, 8}, OrderOptions{7, 3}, OrderOptions{64, 100}}) {
+  for (OrderOptions o : {Order(1, 1), Order(50, 8), Order(7, 3), Order(64, 100)}) {
     for (uint64_t n : {1ull, 49ull, 50ull, 1234ull, 5000ull}) {
       EpochOrder order(n, 99, 3, o);
       std::vector<bool> seen(n, false);
@@ -100,7 +116,9 @@ TEST(OrderTest, BlockTableCutsEpisodesAtGopBoundaries) {
       const uint64_t k = gop.back_frames + (f - gop.back_frames) / gop.span_frames * gop.span_frames;
       EXPECT_LT(FrameOf(first - 1 - starts[e], gop.frames_per_step), k)
           << "block " << b << " starts at frame " << f << ", not at the first step past " << k;
-      if (gop.frames_per_step <= 1) EXPECT_EQ(f, k) << "block " << b << ": dense steps reach the boundary itself";
+      if (gop.frames_per_step <= 1) {
+        EXPECT_EQ(f, k) << "block " << b << ": dense steps reach the boundary itself";
+      }
     }
     EXPECT_EQ(at, 301u) << "the blocks do not tile the samples";
   }
@@ -147,11 +165,11 @@ TEST(OrderTest, ReleasedOrdersNeverChange) {
   };
   EXPECT_EQ(first(EpochOrder(5000, key, 2, {})),
             (std::vector<uint64_t>{4724, 3120, 2329, 3007, 1273, 1108, 1, 3723, 3458, 4736}));
-  OrderOptions v1{25, 4};
+  OrderOptions v1 = Order(25, 4);
   v1.version = 1;
   EXPECT_EQ(first(EpochOrder(5000, key, 2, v1)),
             (std::vector<uint64_t>{1067, 3370, 1054, 1050, 3356, 1064, 1989, 1982, 1995, 1975}));
-  OrderOptions v2{25, 4};
+  OrderOptions v2 = Order(25, 4);
   v2.blocks = std::make_shared<const BlockTable>(std::vector<uint64_t>{0, 1200, 2950, 5000}, GopBlocks{0.6, 3, 30});
   EXPECT_EQ(first(EpochOrder(5000, key, 2, v2)),
             (std::vector<uint64_t>{476, 472, 3509, 3505, 2236, 464, 998, 3537, 3550, 3530}));
@@ -234,7 +252,7 @@ class PipelineTest : public ::testing::Test {
     o.global_batch_size = 20;
     o.threads = threads;
     o.queue_bytes = 64ull << 20;
-    if (gop) o.order = OrderOptions{25, 4};
+    if (gop) o.order = Order(25, 4);
     return o;
   }
 
@@ -398,7 +416,7 @@ TEST_F(PipelineTest, Version2DecodesEachFrameOfAnEpochAboutOnce) {
   uint64_t decoded[3] = {0, 0, 0};
   for (uint32_t version : {1u, 2u}) {
     PipelineOptions o = Options(2, true);
-    o.order = OrderOptions{0, 0};
+    o.order = OrderOptions::AutoGop();
     o.order.version = version;
     o.global_batch_size = 16;
     o.max_epochs = 1;
@@ -428,7 +446,7 @@ TEST(DecodedFrameCacheTest, PoliciesKeepTheBound) {
     return std::shared_ptr<const RgbImage>(f);
   };
   auto key = [](int64_t i) { return FrameCacheKey{"ds", 0, 0, i, 1}; };
-  DecodedFrameCache pin({1000, DecodedFrameCache::Policy::kPinWhatFits});
+  DecodedFrameCache pin(CacheOptions(1000, DecodedFrameCache::Policy::kPinWhatFits));
   for (int64_t i = 0; i < 5; ++i) pin.Insert(key(i), frame(300));
   EXPECT_EQ(pin.stats().frames, 3u);
   EXPECT_EQ(pin.stats().bytes, 900u);
@@ -436,7 +454,7 @@ TEST(DecodedFrameCacheTest, PoliciesKeepTheBound) {
   EXPECT_NE(pin.Find(key(0)), nullptr);  // the first ones stay
   EXPECT_EQ(pin.Find(key(4)), nullptr);
   EXPECT_EQ(pin.Find(FrameCacheKey{"ds", 0, 0, 0, 2}), nullptr) << "other decode settings, other frame";
-  DecodedFrameCache lru({1000, DecodedFrameCache::Policy::kLru});
+  DecodedFrameCache lru(CacheOptions(1000, DecodedFrameCache::Policy::kLru));
   for (int64_t i = 0; i < 3; ++i) lru.Insert(key(i), frame(300));
   ASSERT_NE(lru.Find(key(0)), nullptr);  // 0 is now the most recently used
   lru.Insert(key(3), frame(300));         // evicts 1, the least recently used
@@ -457,7 +475,7 @@ TEST(DecodedFrameCacheTest, PoliciesKeepTheBound) {
 // decodes nothing at all.
 TEST_F(PipelineTest, DecodedFrameCacheKeepsBatchesBitIdentical) {
   PipelineOptions o = Options(2, true);
-  o.order = OrderOptions{0, 0};
+  o.order = OrderOptions::AutoGop();
   const auto index = SampleIndex::Build(*dataset_, spec_->anchor_stream);
   ASSERT_TRUE(index.ok());
   const int epoch_steps = static_cast<int>(index->size() / o.global_batch_size);
@@ -485,7 +503,7 @@ TEST_F(PipelineTest, DecodedFrameCacheKeepsBatchesBitIdentical) {
   PipelineStats uncached_stats;
   run_with(nullptr, &uncached_stats);
 
-  auto big = std::make_shared<DecodedFrameCache>(DecodedFrameCache::Options{1ull << 30});
+  auto big = std::make_shared<DecodedFrameCache>(CacheOptions(1ull << 30));
   PipelineStats s;
   EXPECT_EQ(run_with(big, &s), want) << "a cache holding everything";
   const FrameCacheStats full = big->stats();
@@ -499,7 +517,7 @@ TEST_F(PipelineTest, DecodedFrameCacheKeepsBatchesBitIdentical) {
   EXPECT_EQ(again.frames_decoded, 0u) << "a warm cache holding every frame, and still decoding";
 
   for (auto policy : {DecodedFrameCache::Policy::kPinWhatFits, DecodedFrameCache::Policy::kLru}) {
-    auto small = std::make_shared<DecodedFrameCache>(DecodedFrameCache::Options{full.bytes / 3, policy});
+    auto small = std::make_shared<DecodedFrameCache>(CacheOptions(full.bytes / 3, policy));
     PipelineStats ps;
     EXPECT_EQ(run_with(small, &ps), want) << "a cache holding a third, policy " << static_cast<int>(policy);
     const FrameCacheStats fs = small->stats();
@@ -514,7 +532,7 @@ TEST_F(PipelineTest, DecodedFrameCacheKeepsBatchesBitIdentical) {
 // disk (detected, decoded again, counted) all give the uncached run's batches bit for bit.
 TEST_F(PipelineTest, ANodeFrameStoreKeepsBatchesBitIdentical) {
   PipelineOptions o = Options(2, true);
-  o.order = OrderOptions{0, 0};
+  o.order = OrderOptions::AutoGop();
   const auto index = SampleIndex::Build(*dataset_, spec_->anchor_stream);
   ASSERT_TRUE(index.ok());
   const int steps = 2 * static_cast<int>(index->size() / o.global_batch_size);

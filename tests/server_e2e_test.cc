@@ -203,7 +203,9 @@ TEST_F(ServerE2ETest, AClientGetsTheScheduleVersionItAsksFor) {
     auto c = client::Client::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
     const std::vector<std::string> got = ReadAll(**c, [&](size_t n) {
-      if (version == 1 && n == 2) EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
+      if (version == 1 && n == 2) {
+        EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
+      }
     });
     EXPECT_EQ(got, version == 1 ? v1 : v2) << "schedule version " << version;
     EXPECT_EQ((*c)->schedule_version(), version == 1 ? 1u : kScheduleVersionCurrent);
