@@ -103,9 +103,8 @@ double Iperf3(double seconds) {
 class RepeatService final : public RawStreamBatchesService {
  public:
   RepeatService(const Batch* batch, uint64_t max_message) : batch_(batch), max_message_(max_message) {}
-  grpc::Status StreamRaw(grpc::ServerContext*, const pb::StreamBatchesRequest& request,
+  grpc::Status StreamRaw(grpc::ServerContext*, const pb::StreamBatchesRequest* req,
                          Stream* w) override {
-    const pb::StreamBatchesRequest* req = &request;
     pb::StreamBatchesResponse start;
     start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
     start.mutable_start()->set_steps_per_epoch(1u << 30);

@@ -147,7 +147,7 @@ RawStreamBatchesService::RawStreamBatchesService() {
                                 return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                                     "the StreamBatchesRequest could not be read or parsed");
                               }
-                              return StreamRaw(ctx, request, stream);
+                              return StreamRaw(ctx, &request, stream);
                             }));
 }
 

@@ -542,9 +542,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
     return grpc::Status::OK;
   }
 
-  grpc::Status StreamRaw(grpc::ServerContext* ctx, const pb::StreamBatchesRequest& request,
+  grpc::Status StreamRaw(grpc::ServerContext* ctx, const pb::StreamBatchesRequest* req,
                          Writer* writer) override {
-    const pb::StreamBatchesRequest* req = &request;
     if (grpc::Status s = Authorize(ctx); !s.ok()) return s;
     if (req->protocol_version() != pb::PROTOCOL_VERSION_CURRENT) {
       return Reject(grpc::StatusCode::FAILED_PRECONDITION,

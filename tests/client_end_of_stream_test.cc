@@ -21,9 +21,8 @@ namespace pb = ::conveyor::v1;
 
 class BreaksAfterLastBatch final : public RawStreamBatchesService {
  public:
-  grpc::Status StreamRaw(grpc::ServerContext*, const pb::StreamBatchesRequest& request,
+  grpc::Status StreamRaw(grpc::ServerContext*, const pb::StreamBatchesRequest* req,
                          Stream* w) override {
-    const pb::StreamBatchesRequest* req = &request;
     ++calls;
     pb::StreamBatchesResponse start;
     start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);

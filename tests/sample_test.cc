@@ -61,6 +61,16 @@ class SampleTest : public ::testing::Test {
     assembler = std::make_unique<SampleAssembler>(*dataset, spec, index);
   }
 
+  // The ffmpeg CLI's RGB frames of one episode's camera (extracted to mp4), as MD5s.
+  static void CliFrameMd5s(int episode, const std::string& stream, std::vector<std::string>* md5s) {
+    TempDir out;
+    const std::string mp4 = out.Join(stream + ".mp4");
+    auto r = RunCommand(kCli + " extract " + ShellQuote(ds()) + " --episode " + std::to_string(episode) +
+                        " --stream " + stream + " --out " + ShellQuote(mp4));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    *md5s = FrameMd5s(mp4, "v", "-pix_fmt rgb24");
+  }
+
   static TempDir* dir_;
   std::unique_ptr<Dataset> dataset;
   SampleSpec spec;
@@ -83,11 +93,8 @@ TEST_F(SampleTest, IndexCountsAnchorSteps) {
 
 TEST_F(SampleTest, FramesEqualTheFfmpegCliAndPadAtTheStart) {
   Open("streams:\n  cam0: {delta_timestamps: [-0.1, 0.0]}\n  cam1: {}\n");
-  TempDir out;
-  auto r = RunCommand(kCli + " extract " + ShellQuote(ds()) + " --episode 1 --stream cam0 --out " +
-                      ShellQuote(out.Join("cam0.mp4")));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto golden = FrameMd5s(out.Join("cam0.mp4"), "v", "-pix_fmt rgb24");
+  std::vector<std::string> golden;
+  ASSERT_NO_FATAL_FAILURE(CliFrameMd5s(1, "cam0", &golden));
   ASSERT_EQ(golden.size(), 90u);
   const uint64_t first = index.EpisodeStart(1);
   // Anchor steps of episode 1 at 50 Hz; the camera runs at 30 fps: nearest frames.
@@ -118,11 +125,8 @@ TEST_F(SampleTest, FramesEqualTheFfmpegCliAndPadAtTheStart) {
 // frames are the CLI's.
 TEST_F(SampleTest, SamplesFasterThanTheCameraDecodeEachFrameOnceInOrder) {
   Open("anchor: action\nstreams:\n  cam1: {}\n  action: {}\n");
-  TempDir out;
-  auto r = RunCommand(kCli + " extract " + ShellQuote(ds()) + " --episode 1 --stream cam1 --out " +
-                      ShellQuote(out.Join("cam1.mp4")));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto golden = FrameMd5s(out.Join("cam1.mp4"), "v", "-pix_fmt rgb24");
+  std::vector<std::string> golden;
+  ASSERT_NO_FATAL_FAILURE(CliFrameMd5s(1, "cam1", &golden));
   ASSERT_EQ(golden.size(), 90u);
   const uint64_t first = index.EpisodeStart(1);
   for (uint32_t step = 0; step < 150; ++step) {

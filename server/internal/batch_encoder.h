@@ -51,8 +51,8 @@ class RawStreamBatchesService : public v1::Conveyor::Service {
   using Stream = grpc::ServerSplitStreamer<v1::StreamBatchesRequest, grpc::ByteBuffer>;
   RawStreamBatchesService();
 
-  // One call: `request` parsed, `stream` to write messages to.
-  virtual grpc::Status StreamRaw(grpc::ServerContext* ctx, const v1::StreamBatchesRequest& request,
+  // One call: `request` parsed (as the synchronous API passes it), `stream` to write messages to.
+  virtual grpc::Status StreamRaw(grpc::ServerContext* ctx, const v1::StreamBatchesRequest* request,
                                  Stream* stream) = 0;
 
   // Replaced by StreamRaw: never called.
