@@ -27,8 +27,9 @@ PACKAGES=(
   prometheus
   # tests/k8s: deploy/k8s checked offline against the Kubernetes API's typed models (official client)
   python3-kubernetes
-  # the Python package (python/, docs/python.md) and its tests
-  pybind11-dev python3-dev python3-torch python3-av
+  # the Python package (python/, pure Python over libconveyor_c; docs/python.md), its tests, and
+  # its install tested in a venv with pip and a wheel (no package index needed)
+  python3-venv python3-pip python3-setuptools python3-wheel python3-torch python3-av
   # plots (conveyor bench --plot, bench/peers)
   python3-matplotlib
 )

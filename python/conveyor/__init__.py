@@ -7,8 +7,10 @@
         ...
         checkpoint["loader"] = loader.state_dict()
 
-The C++ client (client/client.h, built as `conveyor._conveyor`) receives and prefetches batches on
-its own thread; Python only wraps the received buffers into numpy arrays. See docs/python.md.
+The C++ client (client/client.h) receives and prefetches batches on its own thread; this package
+reaches it through its C ABI (libconveyor_c.so.1, loaded with ctypes: conveyor/_lib.py), so it
+works in any CPython 3.9+ and Python only wraps the received buffers into numpy arrays. See
+docs/python.md.
 
 Each yielded batch is a dict with, in this order:
   - one numpy array per tensor, in the server's batch order (e.g. "cam0", "cam0_is_pad",
@@ -32,7 +34,7 @@ ordered on torch's current stream after that copy without a host synchronisation
 import os
 import warnings
 
-from ._conveyor import (  # noqa: F401  (re-exported)
+from ._client import (  # noqa: F401  (re-exported)
     METADATA_KEYS,
     Client,
     ConveyorError,
@@ -371,15 +373,20 @@ class Loader(_Base):
         """The order's GOP schedule version (0 until the first batch, unless given)."""
         return self._schedule_version
 
-    def state_dict(self):
+    def state_dict(self, after=None):
         """{"version", "cursor": [epoch, step], "schedule_version", "job", "rank", "world_size"};
         plain JSON types.
 
         The cursor is global (a step of the global batch), the same on every rank; a job may
         resume it with another world_size when the global batch size stays a multiple of it.
         schedule_version is the order's (0 when no batch was received yet and none was given).
+
+        after: a batch (any dict with its "_next" key) to resume right after, instead of after
+        the last batch yielded: for a trainer that holds batches ahead of its step
+        (conveyor.jax.prefetch_to_device), the state of the last batch it trained on.
         """
-        return {"version": STATE_VERSION, "cursor": [int(self._cursor[0]), int(self._cursor[1])],
+        cursor = self._cursor if after is None else _parse_cursor(after["_next"])
+        return {"version": STATE_VERSION, "cursor": [int(cursor[0]), int(cursor[1])],
                 "schedule_version": int(self._schedule_version),
                 "job": self.job, "rank": self.rank, "world_size": self.world_size}
 

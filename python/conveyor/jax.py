@@ -1,15 +1,26 @@
-"""JAX helper: turn each process's slice of a batch into global jax.Arrays.
+"""JAX helper: each process's slice of a batch as global jax.Arrays, on the devices, ahead of the
+step; the loader's state saved beside the model with Orbax.
 
-    from conveyor.jax import loader, make_global_batch
+    import jax, conveyor.jax as cj
     mesh = jax.sharding.Mesh(jax.devices(), ("data",))
-    batches = loader(config="examples/pipeline.yaml")   # rank = jax.process_index()
-    for batch in batches:
-        g = make_global_batch(batch, mesh, jax.sharding.PartitionSpec("data"))
+    batches = cj.loader(config="python/examples/policy.yaml")   # rank = jax.process_index()
+    for g in cj.prefetch_to_device(batches, mesh, jax.sharding.PartitionSpec("data")):
+        state, loss = train_step(state, g)                       # g: {name: global jax.Array}
+    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                            loader=cj.orbax_save_args(batches)))
 
-jax is imported when the helper is called, so `import conveyor` never needs it.
+Shapes are static: every batch of a config has the same tensors and shapes (the global batch
+size is fixed, the remainder of an epoch is not served), so a jitted step compiles once.
+
+jax (and orbax) are imported when a helper is called, so `import conveyor` never needs them.
 """
 
-__all__ = ["loader", "make_global_batch"]
+import collections
+
+_CURSOR_KEYS = ("_cursor", "_next")
+
+__all__ = ["loader", "make_global_batch", "prefetch_to_device", "orbax_save_args",
+           "orbax_restore_args", "restore_loader"]
 
 
 def loader(**kwargs):
@@ -25,15 +36,27 @@ def loader(**kwargs):
                   **kwargs)
 
 
+def _is_device_tensor(value):
+    from . import Tensor
+
+    return isinstance(value, Tensor) and value.__dlpack_device__()[0] == 2
+
+
 def make_global_batch(local_batch, mesh, pspec):
     """{name: jax.Array} from one process's batch (a conveyor.Loader dict with this process as
     consumer jax.process_index() of jax.process_count()).
 
     Each tensor becomes a global array sharded over `mesh` by `pspec` (a PartitionSpec, or a dict
-    name -> PartitionSpec), through jax.make_array_from_process_local_data: the leading
-    (batch) dimension of the global array is the concatenation of every process's slice in
-    process order, which is how Conveyor's consumer slices make up the global batch. The "_"
-    metadata keys are left out. jax copies the host arrays to its devices.
+    name -> PartitionSpec): the leading (batch) dimension of the global array is the
+    concatenation of every process's slice in process order, which is how Conveyor's consumer
+    slices make up the global batch. The "_" metadata keys are left out.
+
+    Host batches (numpy views) go through jax.make_array_from_process_local_data, which copies
+    each device's shard asynchronously (jax keeps the numpy view, and so the received batch,
+    alive until its copy is done). Batches a Client with device delivery made (conveyor.Tensor on
+    a GPU, one device per process) are taken without a copy through jax.dlpack, ordered after the
+    client's upload on the stream jax gives, and assembled with
+    jax.make_array_from_single_device_arrays.
     """
     import jax  # lazy: an optional dependency
     from jax.sharding import NamedSharding, PartitionSpec
@@ -45,5 +68,59 @@ def make_global_batch(local_batch, mesh, pspec):
         if name in METADATA_KEYS:
             continue
         spec = pspec.get(name, PartitionSpec()) if isinstance(pspec, dict) else pspec
-        out[name] = jax.make_array_from_process_local_data(NamedSharding(mesh, spec), array)
+        sharding = NamedSharding(mesh, spec)
+        if _is_device_tensor(array):
+            local = jax.dlpack.from_dlpack(array)
+            global_shape = (local.shape[0] * jax.process_count(),) + tuple(local.shape[1:])
+            out[name] = jax.make_array_from_single_device_arrays(global_shape, sharding, [local])
+        else:
+            out[name] = jax.make_array_from_process_local_data(sharding, array)
     return out
+
+
+def prefetch_to_device(batches, mesh, pspec, size=2):
+    """Global batches `size` steps ahead of the consumer: each batch's copies to the devices are
+    started (make_global_batch, asynchronous) while the step before runs, so host-to-device time
+    overlaps compute, as flax's prefetch_to_device does. `batches` is any iterable of Loader
+    dicts (a conveyor.Loader); yields what make_global_batch returns plus the batch's "_cursor"
+    and "_next" (pop them before a jitted step): the loader's cursor is `size` batches ahead of
+    the one being trained, so save loader.state_dict(after=g) for the last trained batch g."""
+    queue = collections.deque()
+    it = iter(batches)
+    for batch in it:
+        g = make_global_batch(batch, mesh, pspec)
+        for key in _CURSOR_KEYS:  # which batch this is: Loader.state_dict(after=g)
+            if key in batch:
+                g[key] = batch[key]
+        queue.append(g)
+        del batch
+        if len(queue) > size:
+            yield queue.popleft()
+    while queue:
+        yield queue.popleft()
+
+
+def orbax_save_args(loader, after=None):
+    """The loader's state_dict(after=...) as an Orbax checkpoint item (ocp.args.JsonSave), to save
+    beside the model in a Composite, so a restored job resumes the data exactly after the batch
+    the model last trained on (`after`, with prefetch_to_device; else the last one yielded)."""
+    import orbax.checkpoint as ocp  # lazy: an optional dependency
+
+    return ocp.args.JsonSave(loader.state_dict(after=after))
+
+
+def orbax_restore_args():
+    """The restore counterpart of orbax_save_args (ocp.args.JsonRestore)."""
+    import orbax.checkpoint as ocp  # lazy: an optional dependency
+
+    return ocp.args.JsonRestore()
+
+
+def restore_loader(loader, state):
+    """loader.load_state_dict(state) for the item Orbax restored (a dict, or JSON text)."""
+    import json
+
+    if isinstance(state, (str, bytes)):
+        state = json.loads(state)
+    loader.load_state_dict(dict(state))
+    return loader

@@ -1,0 +1,429 @@
+// The C ABI over the client (capi/include/conveyor/conveyor_c.h): handles around client::Client
+// and client::Batch, JSON for options and structured results, a thread-local last error.
+#include "conveyor/conveyor_c.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/client.h"
+#include "client/launch_env.h"
+#include "conveyor/v1/service.pb.h"
+#include "nlohmann/json.hpp"
+
+#ifndef CONVEYOR_VERSION
+#define CONVEYOR_VERSION "0.0.0"
+#endif
+
+namespace cc = ::conveyor::client;
+using json = nlohmann::json;
+
+struct conveyor_client {
+  std::unique_ptr<cc::Client> client;
+};
+
+namespace {
+
+// A received batch, shared by its handle and its DLPack exports. When the last owner is gone the
+// batch records its use on every stream a consumer ordered after it, then returns its memory.
+struct SharedBatch {
+  cc::Batch batch;
+  std::vector<std::vector<int64_t>> shapes;  // stable copies for conveyor_tensor::shape
+  std::mutex mu;
+  std::vector<void*> streams;
+  ~SharedBatch() {
+    for (void* s : streams) (void)batch.RecordUse(s).ok();  // nobody left to tell of a failure
+  }
+};
+
+thread_local std::string g_last_error;
+
+int Fail(const absl::Status& s) {
+  g_last_error = std::string(absl::StatusCodeToString(s.code())) + ": " + std::string(s.message());
+  return static_cast<int>(s.code());
+}
+
+int Fail(absl::StatusCode code, const std::string& message) {
+  return Fail(absl::Status(code, message));
+}
+
+char* Dup(const std::string& s) {
+  char* out = static_cast<char*>(std::malloc(s.size() + 1));
+  if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
+  return out;
+}
+
+absl::Status ParseJson(const char* text, const char* what, json* out) {
+  if (text == nullptr) return absl::InvalidArgumentError(std::string(what) + ": NULL");
+  *out = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (out->is_discarded()) return absl::InvalidArgumentError(std::string(what) + ": not JSON");
+  if (!out->is_object()) return absl::InvalidArgumentError(std::string(what) + ": not an object");
+  return absl::OkStatus();
+}
+
+// Typed reads of one option, naming it when its type is wrong.
+template <typename T>
+absl::Status Get(const json& v, const std::string& key, T* out) {
+  try {
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) throw std::invalid_argument("");
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!v.is_string()) throw std::invalid_argument("");
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (!v.is_number()) throw std::invalid_argument("");
+    } else if constexpr (std::is_unsigned_v<T>) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) throw std::invalid_argument("");
+    } else {
+      if (!v.is_number_integer()) throw std::invalid_argument("");
+    }
+    *out = v.get<T>();
+    return absl::OkStatus();
+  } catch (const std::exception&) {
+    return absl::InvalidArgumentError("option '" + key + "': " + v.dump() + " is not " +
+                                      (std::is_same_v<T, bool>          ? "a boolean"
+                                       : std::is_same_v<T, std::string> ? "a string"
+                                       : std::is_floating_point_v<T>    ? "a number"
+                                       : std::is_unsigned_v<T> ? "a non-negative integer"
+                                                               : "an integer"));
+  }
+}
+
+absl::Status ParseServers(const json& v, std::vector<std::string>* out) {
+  if (v.is_string()) {
+    *out = cc::ParseServers(v.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!v.is_array()) return absl::InvalidArgumentError("option 'servers': expected a list");
+  out->clear();
+  for (const json& s : v) {
+    if (!s.is_string()) return absl::InvalidArgumentError("option 'servers': " + s.dump() +
+                                                          " is not a string");
+    out->push_back(s.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
+  bool tls = false;
+  for (const auto& [key, v] : j.items()) {
+    absl::Status s;
+    if (key == "servers") s = ParseServers(v, &o->servers);
+    else if (key == "job") s = Get(v, key, &o->job);
+    else if (key == "dataset") s = Get(v, key, &o->dataset);
+    else if (key == "consumer") s = Get(v, key, &o->consumer);
+    else if (key == "consumers") s = Get(v, key, &o->consumers);
+    else if (key == "start") {
+      if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() ||
+          !v[1].is_number_unsigned()) {
+        s = absl::InvalidArgumentError("option 'start': expected [epoch, step], got " + v.dump());
+      } else {
+        o->start = {v[0].get<uint64_t>(), v[1].get<uint64_t>()};
+      }
+    } else if (key == "config_yaml") s = Get(v, key, &o->config_yaml);
+    else if (key == "config_name") s = Get(v, key, &o->config_name);
+    else if (key == "max_batches") s = Get(v, key, &o->max_batches);
+    else if (key == "prefetch_batches") s = Get(v, key, &o->prefetch_batches);
+    else if (key == "prefetch_bytes") s = Get(v, key, &o->prefetch_bytes);
+    else if (key == "max_message_bytes") s = Get(v, key, &o->max_message_bytes);
+    else if (key == "schedule_version") s = Get(v, key, &o->schedule_version);
+    else if (key == "max_batch_bytes") s = Get(v, key, &o->max_batch_bytes);
+    else if (key == "auth_token") s = Get(v, key, &o->auth_token);
+    else if (key == "tls") s = Get(v, key, &tls);
+    else if (key == "tls_ca_pem") s = Get(v, key, &o->tls_ca_pem);
+    else if (key == "tls_cert_pem") s = Get(v, key, &o->tls_cert_pem);
+    else if (key == "tls_key_pem") s = Get(v, key, &o->tls_key_pem);
+    else if (key == "tls_server_name") s = Get(v, key, &o->tls_server_name);
+    else if (key == "reconnect_timeout_s") s = Get(v, key, &o->reconnect_timeout_s);
+    else if (key == "report_interval_s") s = Get(v, key, &o->report_interval_s);
+    else if (key == "shared_memory") s = Get(v, key, &o->shared_memory);
+    else if (key == "shared_memory_bytes") s = Get(v, key, &o->shared_memory_bytes);
+    else if (key == "device_buffers") s = Get(v, key, &o->device_buffers);
+    else if (key == "device") {
+      int device = -1;
+      s = Get(v, key, &device);
+      o->device = device >= 0;
+      o->device_index = std::max(device, 0);
+    } else {
+      s = absl::InvalidArgumentError("unknown option '" + key + "'");
+    }
+    if (!s.ok()) return s;
+  }
+  o->tls = tls || !o->tls_ca_pem.empty() || !o->tls_cert_pem.empty();
+  return absl::OkStatus();
+}
+
+SharedBatch* Shared(const conveyor_batch* b);
+
+}  // namespace
+
+// A handle: one reference to the shared batch.
+struct conveyor_batch {
+  std::shared_ptr<SharedBatch> shared;
+};
+
+namespace {
+SharedBatch* Shared(const conveyor_batch* b) { return b->shared.get(); }
+}  // namespace
+
+extern "C" {
+
+uint32_t conveyor_abi_version(void) { return CONVEYOR_C_ABI_VERSION; }
+const char* conveyor_version(void) { return CONVEYOR_VERSION; }
+uint32_t conveyor_protocol_version(void) { return cc::ProtocolVersion(); }
+const char* conveyor_last_error(void) { return g_last_error.c_str(); }
+void conveyor_string_free(char* s) { std::free(s); }
+int conveyor_device_supported(void) { return cc::Client::device_supported() ? 1 : 0; }
+
+int conveyor_check_device(int index) {
+  absl::Status s = cc::Client::CheckDevice(index);
+  return s.ok() ? CONVEYOR_OK : Fail(s);
+}
+
+int conveyor_resolve_launch(const char* request_json, char** result_json) {
+  json req;
+  if (absl::Status s = ParseJson(request_json, "launch request", &req); !s.ok()) return Fail(s);
+  cc::LaunchOverrides o;
+  try {
+    if (req.contains("rank") && !req["rank"].is_null()) o.rank = req["rank"].get<int64_t>();
+    if (req.contains("world_size") && !req["world_size"].is_null()) {
+      o.world_size = req["world_size"].get<int64_t>();
+    }
+    o.servers = req.value("servers", std::string());
+    o.servers_required = req.value("servers_required", true);
+    o.from_jax = req.value("from_jax", false);
+  } catch (const std::exception& e) {
+    return Fail(absl::StatusCode::kInvalidArgument, std::string("launch request: ") + e.what());
+  }
+  o.rank_name = o.from_jax ? "jax.process_index()" : "rank=";
+  o.world_size_name = o.from_jax ? "jax.process_count()" : "world_size=";
+  absl::StatusOr<cc::LaunchEnv> e = cc::ResolveLaunch(o);
+  if (!e.ok()) return Fail(e.status());
+  json out = {{"rank", e->rank},
+              {"world_size", e->world_size},
+              {"local_rank", e->local_rank},
+              {"local_world_size", e->local_world_size},
+              {"source", e->source},
+              {"servers", e->servers},
+              {"servers_source", e->servers_source}};
+  *result_json = Dup(out.dump());
+  return CONVEYOR_OK;
+}
+
+int conveyor_get_info(const char* options_json, char** result_json) {
+  json j;
+  if (absl::Status s = ParseJson(options_json, "info options", &j); !s.ok()) return Fail(s);
+  cc::ClientOptions o;
+  if (absl::Status s = ParseClientOptions(j, &o); !s.ok()) return Fail(s);
+  absl::StatusOr<conveyor::v1::InfoResponse> info = cc::GetInfo(o);
+  if (!info.ok()) return Fail(info.status());
+  std::string text;
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.preserve_proto_field_names = true;
+  jo.always_print_primitive_fields = true;
+  if (!google::protobuf::util::MessageToJsonString(*info, &text, jo).ok()) {
+    return Fail(absl::StatusCode::kInternal, "InfoResponse could not be written as JSON");
+  }
+  *result_json = Dup(text);
+  return CONVEYOR_OK;
+}
+
+int conveyor_client_create(const char* options_json, conveyor_client** out) {
+  *out = nullptr;
+  json j;
+  if (absl::Status s = ParseJson(options_json, "client options", &j); !s.ok()) return Fail(s);
+  cc::ClientOptions o;
+  if (absl::Status s = ParseClientOptions(j, &o); !s.ok()) return Fail(s);
+  absl::StatusOr<std::unique_ptr<cc::Client>> c = cc::Client::Create(std::move(o));
+  if (!c.ok()) return Fail(c.status());
+  *out = new conveyor_client{std::move(*c)};
+  return CONVEYOR_OK;
+}
+
+int conveyor_client_next(conveyor_client* c, double timeout_s, conveyor_batch** out) {
+  *out = nullptr;
+  absl::StatusOr<std::optional<cc::Batch>> b =
+      timeout_s < 0 ? c->client->Next() : c->client->Next(timeout_s);
+  if (!b.ok()) return Fail(b.status());
+  if (!b->has_value()) return CONVEYOR_OK;  // the end of the stream
+  auto shared = std::make_shared<SharedBatch>();
+  shared->batch = std::move(**b);
+  shared->shapes.reserve(shared->batch.tensors.size());
+  for (const cc::Tensor& t : shared->batch.tensors) shared->shapes.push_back(t.shape);
+  *out = new conveyor_batch{std::move(shared)};
+  return CONVEYOR_OK;
+}
+
+void conveyor_client_cancel(conveyor_client* c) { c->client->Cancel(); }
+
+void conveyor_client_cursor(const conveyor_client* c, uint64_t* epoch, uint64_t* step) {
+  const cc::Cursor cur = c->client->cursor();
+  *epoch = cur.epoch;
+  *step = cur.step;
+}
+
+uint32_t conveyor_client_schedule_version(const conveyor_client* c) {
+  return c->client->schedule_version();
+}
+
+int conveyor_client_stats(const conveyor_client* c, char** result_json) {
+  const cc::ClientStats s = c->client->stats();
+  json out = {{"batches", s.batches},
+              {"bytes", s.bytes},
+              {"messages", s.messages},
+              {"reconnects", s.reconnects},
+              {"wait_seconds", s.wait_seconds},
+              {"reports", s.reports},
+              {"server", s.server},
+              {"transport", s.transport},
+              {"shared_memory_refused", s.shared_memory_refused},
+              {"shared_memory_batches", s.shared_memory_batches}};
+  *result_json = Dup(out.dump());
+  return CONVEYOR_OK;
+}
+
+void conveyor_client_destroy(conveyor_client* c) { delete c; }
+
+void conveyor_client_abandon(conveyor_client* c) {
+  if (c != nullptr) (void)c->client.release();  // its threads live in the parent process only
+  delete c;
+}
+
+int conveyor_batch_info_get(const conveyor_batch* b, conveyor_batch_info* out) {
+  const cc::Batch& batch = Shared(b)->batch;
+  conveyor_batch_info info{};
+  info.size = out->size;
+  info.epoch = batch.cursor.epoch;
+  info.step = batch.cursor.step;
+  info.next_epoch = batch.next.epoch;
+  info.next_step = batch.next.step;
+  info.consumer = batch.consumer;
+  info.consumers = batch.consumers;
+  info.samples = batch.ids.size();
+  info.tensors = static_cast<uint32_t>(batch.tensors.size());
+  info.packed_sequences = batch.packed_sequences;
+  info.fill_ratio = batch.fill_ratio;
+  info.server = batch.server.c_str();
+  info.device = batch.device;
+  // The tensors are views into one payload block (client/client.h): its span.
+  const uint8_t* lo = nullptr;
+  const uint8_t* hi = nullptr;
+  for (const cc::Tensor& t : batch.tensors) {
+    if (t.data == nullptr) continue;
+    if (lo == nullptr || t.data < lo) lo = t.data;
+    if (hi == nullptr || t.data + t.bytes > hi) hi = t.data + t.bytes;
+  }
+  info.payload = lo;
+  info.payload_bytes = lo == nullptr ? 0 : static_cast<uint64_t>(hi - lo);
+  std::memcpy(out, &info, std::min<size_t>(out->size, sizeof(info)));
+  return CONVEYOR_OK;
+}
+
+int conveyor_batch_tensor(const conveyor_batch* b, uint32_t index, conveyor_tensor* out) {
+  const SharedBatch* s = Shared(b);
+  if (index >= s->batch.tensors.size()) {
+    return Fail(absl::StatusCode::kOutOfRange,
+                "tensor " + std::to_string(index) + " of a batch of " +
+                    std::to_string(s->batch.tensors.size()));
+  }
+  const cc::Tensor& t = s->batch.tensors[index];
+  conveyor_tensor info{};
+  info.size = out->size;
+  info.name = t.name.c_str();
+  info.dtype = static_cast<int32_t>(t.dtype);
+  info.role = static_cast<int32_t>(t.role);
+  info.ndim = static_cast<int32_t>(t.shape.size());
+  info.shape = s->shapes[index].data();
+  info.data = t.data;
+  info.bytes = t.bytes;
+  info.device_data = t.device_data;
+  std::memcpy(out, &info, std::min<size_t>(out->size, sizeof(info)));
+  return CONVEYOR_OK;
+}
+
+int conveyor_batch_ids(const conveyor_batch* b, int64_t* ids, int32_t* datasets) {
+  const cc::Batch& batch = Shared(b)->batch;
+  for (size_t i = 0; i < batch.ids.size(); ++i) {
+    if (ids != nullptr) {
+      ids[3 * i] = static_cast<int64_t>(batch.ids[i].index);
+      ids[3 * i + 1] = static_cast<int64_t>(batch.ids[i].episode);
+      ids[3 * i + 2] = static_cast<int64_t>(batch.ids[i].step);
+    }
+    if (datasets != nullptr) datasets[i] = static_cast<int32_t>(batch.ids[i].dataset);
+  }
+  return CONVEYOR_OK;
+}
+
+int conveyor_batch_wait_on_stream(conveyor_batch* b, void* cuda_stream) {
+  SharedBatch* s = Shared(b);
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (std::find(s->streams.begin(), s->streams.end(), cuda_stream) != s->streams.end()) {
+    return CONVEYOR_OK;  // already ordered after the copy
+  }
+  if (absl::Status st = s->batch.WaitOnStream(cuda_stream); !st.ok()) return Fail(st);
+  s->streams.push_back(cuda_stream);
+  return CONVEYOR_OK;
+}
+
+int conveyor_batch_wait_device(conveyor_batch* b) {
+  absl::Status st = Shared(b)->batch.WaitDevice();
+  return st.ok() ? CONVEYOR_OK : Fail(st);
+}
+
+int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, int on_device, int as_uint8,
+                          conveyor_dl_managed_tensor** out) {
+  *out = nullptr;
+  const std::shared_ptr<SharedBatch>& s = b->shared;
+  if (index >= s->batch.tensors.size()) {
+    return Fail(absl::StatusCode::kOutOfRange, "tensor " + std::to_string(index) + " of a batch of " +
+                                                   std::to_string(s->batch.tensors.size()));
+  }
+  const cc::Tensor& t = s->batch.tensors[index];
+  if (on_device && t.device_data == nullptr && t.bytes > 0) {
+    return Fail(absl::StatusCode::kFailedPrecondition,
+                "tensor '" + t.name + "' has no device copy (the client was made without a device)");
+  }
+  struct Export {
+    conveyor_dl_managed_tensor managed;
+    std::shared_ptr<SharedBatch> batch;
+    std::vector<int64_t> shape;
+  };
+  auto* e = new (std::nothrow) Export{};
+  if (e == nullptr) return Fail(absl::StatusCode::kResourceExhausted, "out of memory");
+  e->batch = s;
+  e->shape = t.shape;
+  conveyor_dl_tensor& d = e->managed.dl_tensor;
+  d.data = on_device ? t.device_data : const_cast<uint8_t*>(t.data);
+  d.device = {on_device ? 2 : 1, on_device ? s->batch.device : 0};
+  d.ndim = static_cast<int32_t>(e->shape.size());
+  d.dtype = {1, 8, 1};  // uint8
+  if (!as_uint8) {
+    switch (t.dtype) {
+      case cc::DType::kUint8: d.dtype = {1, 8, 1}; break;
+      case cc::DType::kBool: d.dtype = {6, 8, 1}; break;
+      case cc::DType::kFloat32: d.dtype = {2, 32, 1}; break;
+      case cc::DType::kInt32: d.dtype = {0, 32, 1}; break;
+    }
+  }
+  d.shape = e->shape.data();
+  d.strides = nullptr;
+  d.byte_offset = 0;
+  e->managed.manager_ctx = e;
+  e->managed.deleter = [](conveyor_dl_managed_tensor* self) {
+    delete static_cast<Export*>(self->manager_ctx);
+  };
+  *out = &e->managed;
+  return CONVEYOR_OK;
+}
+
+void conveyor_batch_free(conveyor_batch* b) { delete b; }
+
+}  // extern "C"

@@ -1,0 +1,389 @@
+"""conveyor.Client: one stream of batches through the C ABI (capi/include/conveyor/conveyor_c.h),
+without copying batch data.
+
+Client.next() waits for a batch with the GIL released (ctypes releases it around every call) and
+returns a dict: one numpy array per tensor, in batch order, each a view of the block the C++
+client received the batch into (client/client.h), then the metadata keys (METADATA_KEYS). All
+arrays of a batch are views of one array over that block whose base owns the batch handle, so
+the bytes live as long as any array of the batch does, after the Client is gone too. The arrays
+are writable: the buffer belongs to this batch alone.
+
+With device delivery (device >= 0: the C++ client copies each batch to that CUDA device as it
+arrives, device/upload.h), or dlpack=True on the host, the tensors are `Tensor` objects instead:
+DLPack exporters (__dlpack__, __dlpack_device__) for torch.from_dlpack, jax.dlpack and any other
+consumer, each export holding the batch. __dlpack__(stream=S) orders S after the batch's copy on
+the GPU (cudaStreamWaitEvent; the host never waits) and the C library remembers S: once the
+batch and its exports are gone, its device buffer is not reused before the work queued on S is
+done (as torch's record_stream).
+
+Errors are ConveyorError (a RuntimeError) with the status code name in `.code`; the end of the
+stream is StopIteration, and OUT_OF_RANGE (a cursor past the end of the data) is an error like
+any other.
+"""
+
+import ctypes
+import json
+import os
+import threading
+
+import numpy as np
+
+from . import _lib
+from ._lib import ConveyorError, lib
+
+__version__ = _lib.VERSION
+
+METADATA_KEYS = ("_cursor", "_next", "_consumer", "_consumers", "_ids", "_dataset", "_server",
+                 "_packed_sequences", "_fill_ratio")
+
+_NUMPY = {0: np.dtype(np.uint8), 1: np.dtype(np.bool_), 2: np.dtype(np.float32),
+          3: np.dtype(np.int32)}
+_DL_CPU, _DL_CUDA = 1, 2
+
+
+def protocol_version():
+    """The conveyor.v1 protocol version spoken."""
+    return lib.conveyor_protocol_version()
+
+
+def device_supported():
+    """Whether device delivery can work here: built with CUDA and a usable GPU."""
+    return bool(lib.conveyor_device_supported())
+
+
+def check_device(index):
+    """Raises ConveyorError (FAILED_PRECONDITION: no usable GPU, and why; INVALID_ARGUMENT: no
+    such device) unless device delivery to CUDA device `index` can work here."""
+    _lib.check(lib.conveyor_check_device(int(index)))
+
+
+def resolve_launch(rank=None, world_size=None, servers="", servers_required=True,
+                   from_jax=False):
+    """Rank, world size, local rank and servers (client/launch_env.h, docs/launch.md):
+    ValueError when the arguments or launcher variables are inconsistent."""
+    request = {"rank": rank, "world_size": world_size, "servers": servers,
+               "servers_required": servers_required, "from_jax": from_jax}
+    try:
+        return _lib.call_json(lib.conveyor_resolve_launch, request)
+    except ConveyorError as e:
+        if e.code == "INVALID_ARGUMENT":  # bad arguments or variables: the caller's ValueError
+            raise ValueError(str(e).split(": ", 1)[-1]) from None
+        raise
+
+
+def get_info(servers, auth_token=""):
+    """Info from the first server that answers, as JSON text (conveyor.v1.InfoResponse)."""
+    return json.dumps(_lib.call_json(lib.conveyor_get_info,
+                                     {"servers": list(servers), "auth_token": auth_token}))
+
+
+class _Batch:
+    """Owns one batch handle; numpy sees the batch's host block through __array_interface__."""
+
+    __slots__ = ("handle", "info", "__array_interface__", "__weakref__")
+
+    def __init__(self, handle):
+        self.handle = handle
+        info = _lib.BatchInfo(size=ctypes.sizeof(_lib.BatchInfo))
+        _lib.check(lib.conveyor_batch_info_get(handle, ctypes.byref(info)))
+        self.info = info
+        self.__array_interface__ = {"version": 3, "shape": (info.payload_bytes,),
+                                    "typestr": "|u1", "data": (info.payload or 0, False)}
+
+    def tensor(self, index):
+        t = _lib.TensorInfo(size=ctypes.sizeof(_lib.TensorInfo))
+        _lib.check(lib.conveyor_batch_tensor(self.handle, index, ctypes.byref(t)))
+        return t
+
+    def __del__(self):
+        handle, self.handle = self.handle, None
+        if handle and lib is not None:  # lib is None at interpreter shutdown
+            lib.conveyor_batch_free(handle)
+
+
+def _shape(t):
+    return tuple(t.shape[i] for i in range(t.ndim))
+
+
+def _host_array(flat, payload, t):
+    """The tensor as a view of `flat` (one array over the batch's block)."""
+    dtype = _NUMPY[t.dtype]
+    shape = _shape(t)
+    if not t.data:
+        return np.empty(shape, dtype)  # an empty tensor has no bytes in the block
+    offset = t.data - payload
+    return flat[offset:offset + t.bytes].view(dtype).reshape(shape)
+
+
+def _metadata(batch, out):
+    info = batch.info
+    for key in METADATA_KEYS:
+        if key in out:
+            raise ConveyorError(f"INVALID_ARGUMENT: batch tensor '{key}' collides with the "
+                                "metadata key of that name", "INVALID_ARGUMENT")
+    ids = np.empty((info.samples, 3), np.int64)
+    dataset = np.empty(info.samples, np.int32)
+    _lib.check(lib.conveyor_batch_ids(batch.handle, ids.ctypes.data, dataset.ctypes.data))
+    out["_cursor"] = (info.epoch, info.step)
+    out["_next"] = (info.next_epoch, info.next_step)
+    out["_consumer"] = info.consumer
+    out["_consumers"] = info.consumers
+    out["_ids"] = ids
+    out["_dataset"] = dataset
+    out["_server"] = info.server.decode()
+    out["_packed_sequences"] = info.packed_sequences
+    out["_fill_ratio"] = info.fill_ratio
+    return out
+
+
+def _duplicate(batch, name):
+    info = batch.info
+    return ConveyorError(f"DATA_LOSS: batch {info.epoch}:{info.step} has two tensors named "
+                         f"'{name}'", "DATA_LOSS")
+
+
+def _to_dict(batch):
+    """Tensors as numpy views (batch order), then metadata."""
+    flat = np.asarray(batch)  # base: the _Batch, which frees the handle with the last view
+    out = {}
+    for i in range(batch.info.tensors):
+        t = batch.tensor(i)
+        name = t.name.decode()
+        if name in out:
+            raise _duplicate(batch, name)
+        out[name] = _host_array(flat, batch.info.payload, t)
+    return _metadata(batch, out)
+
+
+def _to_tensor_dict(batch, on_device):
+    """Tensors as DLPack exporters (batch order), then metadata."""
+    out = {}
+    for i in range(batch.info.tensors):
+        t = batch.tensor(i)
+        name = t.name.decode()
+        if name in out:
+            raise _duplicate(batch, name)
+        out[name] = Tensor(batch, i, name, _shape(t), _NUMPY[t.dtype], on_device)
+    return _metadata(batch, out)
+
+
+class Tensor:
+    """One tensor of a batch as a DLPack exporter (torch.from_dlpack, numpy.from_dlpack,
+    jax.dlpack.from_dlpack, ...): on the GPU with device delivery, else the host bytes. Keeps its
+    batch alive."""
+
+    __slots__ = ("_batch", "_index", "name", "shape", "_dtype", "_on_device", "_as_uint8")
+
+    def __init__(self, batch, index, name, shape, dtype, on_device, as_uint8=False):
+        self._batch = batch
+        self._index = index
+        self.name = name
+        self.shape = shape
+        self._dtype = dtype
+        self._on_device = on_device
+        self._as_uint8 = as_uint8
+
+    @property
+    def dtype(self):
+        """The numpy dtype name."""
+        return "uint8" if self._as_uint8 else self._dtype.name
+
+    @property
+    def host(self):
+        """A numpy view of the host bytes the batch arrived in (the device copy's source)."""
+        t = self._batch.tensor(self._index)
+        a = _host_array(np.asarray(self._batch), self._batch.info.payload, t)
+        return a.view(np.uint8) if self._as_uint8 else a
+
+    def as_uint8(self):
+        """The same bytes exported as uint8 (for consumers that lack DLPack's bool)."""
+        return Tensor(self._batch, self._index, self.name, self.shape, self._dtype,
+                      self._on_device, True)
+
+    def _device_id(self):
+        return self._batch.info.device if self._on_device else 0
+
+    def __dlpack_device__(self):
+        return (_DL_CUDA if self._on_device else _DL_CPU, self._device_id())
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this tensor. stream (CUDA): None is the legacy default stream,
+        -1 asks for no ordering, 1 and 2 are cudaStreamLegacy and cudaStreamPerThread, anything
+        else a cudaStream_t; it is ordered after the batch's copy without a host wait. Views
+        only: copy=True is refused (BufferError), as is a dl_device other than this tensor's."""
+        if copy:
+            raise BufferError("conveyor tensors are exported as views: copy=True is not supported")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"conveyor tensor '{self.name}' lives on another device")
+        if self._on_device:
+            s = 1 if stream is None else int(stream)
+            if s == 0:
+                raise ValueError("__dlpack__(stream=0) is ambiguous for CUDA: pass 1 for the "
+                                 "legacy default stream, 2 for the per-thread one, or a stream")
+            if s != -1:
+                _lib.check(lib.conveyor_batch_wait_on_stream(self._batch.handle,
+                                                             ctypes.c_void_p(s)))
+        managed = ctypes.POINTER(_lib.DLManagedTensor)()
+        _lib.check(lib.conveyor_batch_dlpack(self._batch.handle, self._index,
+                                             int(self._on_device), int(self._as_uint8),
+                                             ctypes.byref(managed)))
+        return _lib.dlpack_capsule(managed)
+
+    def __repr__(self):
+        return (f"conveyor.Tensor(name={self.name}, shape={self.shape}, dtype={self.dtype}, "
+                f"device={self.__dlpack_device__()})")
+
+
+def _options(servers, start, device, **kwargs):
+    options = dict(kwargs)
+    options["servers"] = [str(s) for s in servers] if not isinstance(servers, str) else servers
+    epoch, step = start
+    options["start"] = [int(epoch), int(step)]
+    options["device"] = int(device)
+    return options
+
+
+class Client:
+    """One stream of batches (client/client.h). next() returns a dict of numpy views plus
+    metadata; StopIteration at the end of the stream."""
+
+    def __init__(self, *, servers, job="default", consumer=0, consumers=1, start=(0, 0),
+                 config_yaml="", config_name="", max_batches=0, prefetch_batches=4,
+                 prefetch_bytes=1 << 30, max_message_bytes=0, auth_token="",
+                 reconnect_timeout_s=60.0, dataset="", tls=False, tls_ca_pem="", tls_cert_pem="",
+                 tls_key_pem="", tls_server_name="", schedule_version=0, shared_memory=True,
+                 shared_memory_bytes=256 << 20, device=-1, device_buffers=0, dlpack=False,
+                 **more):
+        self._handle = None
+        self._pid = os.getpid()
+        self._calls = 0  # calls into the handle in flight: close() destroys it after them
+        self._idle = threading.Condition()
+        self._on_device = device >= 0
+        self._dlpack = bool(dlpack) or self._on_device
+        options = _options(servers, start, device, job=job, consumer=int(consumer),
+                           consumers=int(consumers), config_yaml=config_yaml,
+                           config_name=config_name, max_batches=int(max_batches),
+                           prefetch_batches=int(prefetch_batches),
+                           prefetch_bytes=int(prefetch_bytes),
+                           max_message_bytes=int(max_message_bytes), auth_token=auth_token,
+                           reconnect_timeout_s=float(reconnect_timeout_s), dataset=dataset,
+                           tls=bool(tls), tls_ca_pem=tls_ca_pem, tls_cert_pem=tls_cert_pem,
+                           tls_key_pem=tls_key_pem, tls_server_name=tls_server_name,
+                           schedule_version=int(schedule_version),
+                           shared_memory=bool(shared_memory),
+                           shared_memory_bytes=int(shared_memory_bytes),
+                           device_buffers=int(device_buffers), **more)
+        handle = ctypes.c_void_p()
+        _lib.check(lib.conveyor_client_create(json.dumps(options).encode(),
+                                              ctypes.byref(handle)))
+        self._handle = handle
+
+    def _get(self):
+        handle = self._handle
+        if handle is None:
+            raise ConveyorError("FAILED_PRECONDITION: the client is closed", "FAILED_PRECONDITION")
+        return handle
+
+    def _begin(self):
+        with self._idle:
+            handle = self._get()
+            self._calls += 1
+            return handle
+
+    def _end(self):
+        with self._idle:
+            self._calls -= 1
+            self._idle.notify_all()
+
+    def next(self):
+        """The next batch: {tensor name: numpy view, ..., '_cursor': (epoch, step), '_next':
+        (epoch, step), '_consumer', '_consumers', '_ids': int64 [n, 3] (index, episode, step),
+        '_dataset', '_server', '_packed_sequences', '_fill_ratio'}. Waits with the GIL released,
+        in slices of 0.1 s so that Ctrl-C (KeyboardInterrupt) gets through."""
+        out = ctypes.c_void_p()
+        waited = False
+        while True:
+            if waited and self._handle is None:  # closed by another thread while we waited
+                raise ConveyorError("CANCELLED: the client was closed", "CANCELLED")
+            waited = True
+            handle = self._begin()
+            try:
+                code = lib.conveyor_client_next(handle, 0.1, ctypes.byref(out))
+                if code != _lib.DEADLINE_EXCEEDED:
+                    _lib.check(code)
+                    break
+            finally:
+                self._end()
+        if not out.value:
+            raise StopIteration("end of the stream")
+        batch = _Batch(out)
+        if self._dlpack:
+            return _to_tensor_dict(batch, self._on_device)
+        return _to_dict(batch)
+
+    __next__ = next
+
+    def __iter__(self):
+        return self
+
+    def cursor(self):
+        """(epoch, step) right after the last batch next() returned: resume from it."""
+        epoch, step = ctypes.c_uint64(), ctypes.c_uint64()
+        handle = self._begin()
+        try:
+            lib.conveyor_client_cursor(handle, ctypes.byref(epoch), ctypes.byref(step))
+        finally:
+            self._end()
+        return (epoch.value, step.value)
+
+    def schedule_version(self):
+        """The order's schedule version from the server (0 before the first batch): save it
+        with the cursor."""
+        handle = self._begin()
+        try:
+            return lib.conveyor_client_schedule_version(handle)
+        finally:
+            self._end()
+
+    def stats(self):
+        out = ctypes.c_void_p()
+        handle = self._begin()
+        try:
+            _lib.check(lib.conveyor_client_stats(handle, ctypes.byref(out)))
+        finally:
+            self._end()
+        return json.loads(_lib.take_string(out))
+
+    def close(self):
+        """Cancels the stream and joins the client's thread; arrays already returned stay
+        valid. A next() waiting in another thread returns at once with an error."""
+        with self._idle:
+            handle, self._handle = self._handle, None
+        if handle is None or lib is None:
+            return
+        if os.getpid() != self._pid:
+            # A forked child (a DataLoader worker) closing a copy of its parent's client: the
+            # client's threads exist only in the parent; joining them here would abort the child.
+            lib.conveyor_client_abandon(handle)
+            return
+        lib.conveyor_client_cancel(handle)  # wakes a next() waiting in another thread
+        with self._idle:
+            while self._calls:
+                self._idle.wait()
+        lib.conveyor_client_destroy(handle)
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
