@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Every GPU check of the project in one run on the GPU machine, from the carried bundle
+# (tools/device_bundle.sh), with the machine's own Python (CUDA torch, jax, flax, optax, orbax):
+#   the C++ GPU tests (upload_test, client_device_test, capi_test), the Python package's tests
+#   (Loader(device="cuda:0"), DLPack into torch and jax, make_global_batch on real devices),
+#   upload_bench beside cudaMemcpy, `conveyor train --comm nccl --device`, and both training
+#   examples (python/examples/train_torch_policy.py, train_jax_policy.py) against a data server on
+#   the same host; one JSON summary, $OUT/device_check.json, within about 6 minutes.
+#
+#   (here)       bash tools/device_bundle.sh build out/device     # the archive to carry
+#   (device)     bash tools/device_check.sh [BUNDLE.tar.xz|DIR]   # from the repository root
+#
+# Knobs: CONVEYOR_DEVICE_PYTHON (default /opt/torch/.venv/bin/python, else python3),
+# CONVEYOR_CHECK_STEPS (training steps per example, default 300), CONVEYOR_CHECK_ONLY (a
+# space-separated list of check names), CONVEYOR_CHECK_CPU=1 (runs the examples on the CPU with a
+# tiny model: a rehearsal of the script where there is no GPU).
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SRC="${1:-$ROOT/out/device/conveyor-bundle.tar.xz}"
+OUT="${OUT:-$ROOT/out/device-check}"
+mkdir -p "$OUT"
+PY="${CONVEYOR_DEVICE_PYTHON:-/opt/torch/.venv/bin/python}"
+[[ -x "$PY" ]] || PY="$(command -v python3)"
+STEPS="${CONVEYOR_CHECK_STEPS:-300}"
+CPU="${CONVEYOR_CHECK_CPU:-0}"
+T0=$(date +%s)
+WORK="$(mktemp -d)"
+cleanup() { [[ -n "${SERVER_PID:-}" ]] && kill -TERM "$SERVER_PID" 2>/dev/null; wait 2>/dev/null; }
+trap cleanup EXIT
+
+if [[ -d "$SRC" ]]; then
+  B="$SRC"
+else
+  tar -xJf "$SRC" -C "$WORK" || { echo "device_check: cannot unpack $SRC" >&2; exit 1; }
+  B="$WORK/conveyor-bundle"
+fi
+export CONVEYOR_CLI="$B/conveyor" CONVEYOR_SOURCE_DIR="$ROOT" PYTHONPATH="$B/python"
+export CONVEYOR_BUNDLE_QUIET=1
+RESULTS="$OUT/results.jsonl"
+: > "$RESULTS"
+
+wanted() { [[ -z "${CONVEYOR_CHECK_ONLY:-}" || " $CONVEYOR_CHECK_ONLY " == *" $1 "* ]]; }
+
+# check NAME TIMEOUT CMD...: runs CMD with its log in $OUT/NAME.log, one JSON line per check.
+check() {
+  local name="$1" limit="$2"; shift 2
+  wanted "$name" || return 0
+  local t=$(date +%s%N)
+  echo "== $name ($(($(date +%s) - T0)) s in)" >&2
+  timeout --kill-after=5 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  "$PY" - "$name" "$rc" "$t" "$OUT/$name.log" >> "$RESULTS" <<'PY'
+import json, re, sys, time
+name, rc, log = sys.argv[1], int(sys.argv[2]), sys.argv[4]
+secs = (time.time_ns() - int(sys.argv[3])) / 1e9
+text = open(log, errors="replace").read()
+r = {"check": name, "rc": rc, "passed": rc == 0, "seconds": round(secs, 1),
+     "tail": text[-1500:]}
+m = re.findall(r"\[  PASSED  \] (\d+) test", text)
+if m: r["gtest_passed"] = int(m[-1])
+m = re.findall(r"\[  SKIPPED \] (\d+) test", text)
+if m: r["gtest_skipped"] = int(m[-1])
+m = re.search(r"Ran (\d+) tests? in", text)
+if m: r["unittest_ran"] = int(m.group(1))
+m = re.search(r"skipped=(\d+)", text)
+if m: r["unittest_skipped"] = int(m.group(1))
+for line in reversed(text.splitlines()):  # the examples print one JSON summary line
+    if line.startswith("{") and line.endswith("}"):
+        try: r["summary"] = json.loads(line); break
+        except ValueError: pass
+print(json.dumps(r))
+PY
+  echo "   rc $rc" >&2
+  return $rc
+}
+
+check gpu 20 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.video --format=csv'
+check python_env 60 "$PY" -c '
+import sys, json
+out = {"python": sys.version.split()[0]}
+try:
+    import torch; out.update(torch=torch.__version__, torch_cuda=torch.version.cuda, cuda_available=torch.cuda.is_available())
+except Exception as e: out["torch"] = repr(e)
+try:
+    import jax; out.update(jax=jax.__version__, jax_devices=[str(d) for d in jax.devices()])
+except Exception as e: out["jax"] = repr(e)
+import conveyor, conveyor._lib as lib
+out.update(conveyor=conveyor.__version__, library=lib.path, device_supported=conveyor.device_supported())
+print(json.dumps(out))'
+check upload_test 120 "$B/run" upload_test
+check client_device_test 120 "$B/run" client_device_test
+check capi_test 120 "$B/run" capi_test
+check python_tests 240 "$PY" -m unittest discover -s "$B/python/tests" -p test_loader.py \
+  -k DeviceTest -k ZeroCopyTest -k BatchesTest -k JaxTest -k StateTest -v
+check upload_bench 120 "$B/run" upload_bench --json "$OUT/upload_bench.json"
+
+# A dataset and a server for the trainers: 2 cameras 224x224 H.264 (the examples' policy.yaml)
+# and pipeline.yaml's 3 cameras for `conveyor train`.
+DS="$WORK/ds"
+check synth 120 "$B/conveyor" synth --out "$DS" --episodes 16 --cameras 3 --episode-seconds 20 --quiet
+"$B/conveyor" serve "$DS" --config "$ROOT/python/examples/policy.yaml" \
+  --config "$ROOT/examples/pipeline.yaml" --listen 127.0.0.1:0 --ready-file "$WORK/ready" \
+  > "$OUT/serve.log" 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 300); do [[ -s "$WORK/ready" ]] && break; sleep 0.1; done
+ADDR="$(cut -d' ' -f1 "$WORK/ready" 2>/dev/null)"
+echo "server: ${ADDR:-none} (pid $SERVER_PID)" >&2
+
+if [[ "$CPU" == 1 ]]; then
+  EX_ARGS=(--device cpu --width 4 --blocks 1,1 --crop 64 --hidden 32)
+  JAX_ARGS=(--width 4 --blocks 1,1 --crop 64 --hidden 32)
+  TRAIN_DEVICE=()
+else
+  EX_ARGS=()
+  JAX_ARGS=()
+  TRAIN_DEVICE=(--device --comm nccl)
+fi
+check conveyor_train 120 "$B/conveyor" train --servers "$ADDR" --config-name pipeline --rank 0 \
+  --world-size 1 --rendezvous "$WORK/rdv" --steps 100 "${TRAIN_DEVICE[@]}" --json "$OUT/train.json"
+check torch_policy 150 "$PY" "$ROOT/python/examples/train_torch_policy.py" --servers "$ADDR" \
+  --config "$ROOT/python/examples/policy.yaml" --steps "$STEPS" --json "$OUT/torch_policy.json" \
+  "${EX_ARGS[@]}"
+check jax_policy 180 "$PY" "$ROOT/python/examples/train_jax_policy.py" --servers "$ADDR" \
+  --config "$ROOT/python/examples/policy.yaml" --steps "$STEPS" --json "$OUT/jax_policy.json" \
+  --checkpoint-dir "$WORK/jax_ckpt" "${JAX_ARGS[@]}"
+check jax_policy_resume 120 "$PY" "$ROOT/python/examples/train_jax_policy.py" --servers "$ADDR" \
+  --config "$ROOT/python/examples/policy.yaml" --steps 20 --warmup 0 --checkpoint-dir "$WORK/jax_ckpt" \
+  --restore "${JAX_ARGS[@]}"
+
+"$PY" - "$RESULTS" "$OUT/device_check.json" "$(($(date +%s) - T0))" <<'PY'
+import json, sys
+results = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+summary = {"seconds": int(sys.argv[3]), "passed": all(r["passed"] for r in results),
+           "checks": {r["check"]: r for r in results}}
+for name, goal in (("torch_policy", "frames_per_s"), ("jax_policy", "frames_per_s_per_gpu")):
+    s = summary["checks"].get(name, {}).get("summary")
+    if s:
+        summary[f"{name}_goal"] = {"frames_per_s_per_gpu": s.get(goal),
+                                   "data_wait_fraction": s.get("data_wait_fraction"),
+                                   "met": bool(s.get(goal, 0) >= 2400
+                                               and s.get("data_wait_fraction", 1) <= 0.02)}
+json.dump(summary, open(sys.argv[2], "w"), indent=1)
+print(json.dumps({k: v for k, v in summary.items() if k != "checks"}, indent=1))
+for r in results:
+    print(f"{r['check']:22s} {'ok' if r['passed'] else 'FAILED rc=%d' % r['rc']:>12s} {r['seconds']:7.1f} s")
+PY
