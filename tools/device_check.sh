@@ -11,7 +11,8 @@
 #   (device)     bash tools/device_check.sh [BUNDLE.tar.xz|DIR]   # from the repository root
 #
 # Knobs: CONVEYOR_DEVICE_PYTHON (default /opt/torch/.venv/bin/python, else python3),
-# CONVEYOR_CHECK_STEPS (training steps per example, default 300), CONVEYOR_CHECK_ONLY (a
+# CONVEYOR_CHECK_STEPS (training steps per example, default 300), CONVEYOR_CHECK_EPISODES (of the
+# synthetic dataset, default 12 of 10 s, 3 cameras 224x224 H.264), CONVEYOR_CHECK_ONLY (a
 # space-separated list of check names), CONVEYOR_CHECK_CPU=1 (runs the examples on the CPU with a
 # tiny model: a rehearsal of the script where there is no GPU).
 set -uo pipefail
@@ -92,12 +93,13 @@ check client_device_test 120 "$B/run" client_device_test
 check capi_test 120 "$B/run" capi_test
 check python_tests 240 "$PY" -m unittest discover -s "$B/python/tests" -p test_loader.py \
   -k DeviceTest -k ZeroCopyTest -k BatchesTest -k JaxTest -k StateTest -v
-check upload_bench 120 "$B/run" upload_bench --json "$OUT/upload_bench.json"
+check upload_bench 120 "$B/run" upload_bench --json="$OUT/upload_bench.json"
 
 # A dataset and a server for the trainers: 2 cameras 224x224 H.264 (the examples' policy.yaml)
 # and pipeline.yaml's 3 cameras for `conveyor train`.
 DS="$WORK/ds"
-check synth 120 "$B/conveyor" synth --out "$DS" --episodes 16 --cameras 3 --episode-seconds 20 --quiet
+check synth 240 "$B/conveyor" synth --out "$DS" --episodes "${CONVEYOR_CHECK_EPISODES:-12}" \
+  --cameras 3 --episode-seconds 10 --quiet
 "$B/conveyor" serve "$DS" --config "$ROOT/python/examples/policy.yaml" \
   --config "$ROOT/examples/pipeline.yaml" --listen 127.0.0.1:0 --ready-file "$WORK/ready" \
   > "$OUT/serve.log" 2>&1 &
@@ -105,6 +107,7 @@ SERVER_PID=$!
 for _ in $(seq 300); do [[ -s "$WORK/ready" ]] && break; sleep 0.1; done
 ADDR="$(cut -d' ' -f1 "$WORK/ready" 2>/dev/null)"
 echo "server: ${ADDR:-none} (pid $SERVER_PID)" >&2
+[[ -n "$ADDR" ]] || { echo "device_check: the data server did not start:" >&2; tail -5 "$OUT/serve.log" >&2; }
 
 if [[ "$CPU" == 1 ]]; then
   EX_ARGS=(--device cpu --width 4 --blocks 1,1 --crop 64 --hidden 32)
