@@ -349,6 +349,28 @@ int conveyor_batch_tensor(const conveyor_batch* b, uint32_t index, conveyor_tens
   return CONVEYOR_OK;
 }
 
+uint64_t conveyor_batch_layout(const conveyor_batch* b) {
+  const cc::Batch& batch = Shared(b)->batch;
+  const uint8_t* payload = nullptr;
+  for (const cc::Tensor& t : batch.tensors) {
+    if (t.data != nullptr && (payload == nullptr || t.data < payload)) payload = t.data;
+  }
+  // FNV-1a over everything that places a tensor; the offset is from the payload's start.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(p)[i]) * 1099511628211ull;
+  };
+  for (const cc::Tensor& t : batch.tensors) {
+    mix(t.name.data(), t.name.size() + 1);  // with the NUL: names cannot run together
+    const int64_t fields[4] = {static_cast<int64_t>(t.dtype), static_cast<int64_t>(t.role),
+                               t.data == nullptr ? -1 : t.data - payload,
+                               static_cast<int64_t>(t.shape.size())};
+    mix(fields, sizeof(fields));
+    mix(t.shape.data(), t.shape.size() * sizeof(int64_t));
+  }
+  return h;
+}
+
 int conveyor_batch_ids(const conveyor_batch* b, int64_t* ids, int32_t* datasets) {
   const cc::Batch& batch = Shared(b)->batch;
   for (size_t i = 0; i < batch.ids.size(); ++i) {

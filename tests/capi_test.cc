@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,6 +191,7 @@ TEST_F(CapiTest, BatchesEqualTheCli) {
                                  {"max_batches", 6}, {"shared_memory", shm}});
     ASSERT_NE(c, nullptr);
     std::vector<std::string> got;
+    std::set<uint64_t> layouts;
     for (;;) {
       conveyor_batch* b = nullptr;
       ASSERT_EQ(conveyor_client_next(c, -1, &b), CONVEYOR_OK) << conveyor_last_error();
@@ -224,9 +226,11 @@ TEST_F(CapiTest, BatchesEqualTheCli) {
       past.size = sizeof(past);
       EXPECT_EQ(conveyor_batch_tensor(b, info.tensors, &past), CONVEYOR_OUT_OF_RANGE);
       got.push_back(Line(b));
+      layouts.insert(conveyor_batch_layout(b));
       conveyor_batch_free(b);
     }
     EXPECT_EQ(got, want) << "shared_memory " << shm;
+    EXPECT_EQ(layouts.size(), 1u) << "a stream's batches share one layout";
     uint64_t epoch = 9, step = 9;
     conveyor_client_cursor(c, &epoch, &step);
     EXPECT_EQ(epoch, 0u);

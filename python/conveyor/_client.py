@@ -115,12 +115,46 @@ def _host_array(flat, payload, t):
     return flat[offset:offset + t.bytes].view(dtype).reshape(shape)
 
 
+def _describe(batch):
+    """The batch's layout: (name, dtype, shape, offset in the payload or None when empty) per
+    tensor, in batch order; refuses duplicate names and names that collide with metadata."""
+    entries = []
+    seen = set()
+    payload = batch.info.payload
+    for i in range(batch.info.tensors):
+        t = batch.tensor(i)
+        name = t.name.decode()
+        if name in seen:
+            raise _duplicate(batch, name)
+        if name in METADATA_KEYS:
+            raise ConveyorError(f"INVALID_ARGUMENT: batch tensor '{name}' collides with the "
+                                "metadata key of that name", "INVALID_ARGUMENT")
+        seen.add(name)
+        entries.append((name, _NUMPY[t.dtype], _shape(t), t.data - payload if t.data else None))
+    return tuple(entries)
+
+
+class _Layouts:
+    """Layouts by conveyor_batch_layout's key: a stream's batches share one, so each tensor's name,
+    type and shape are read from the library once, and later batches only get views placed."""
+
+    def __init__(self, limit=64):
+        self._by_key = {}
+        self._limit = limit
+
+    def get(self, batch):
+        key = lib.conveyor_batch_layout(batch.handle)
+        layout = self._by_key.get(key)
+        if layout is None or len(layout) != batch.info.tensors:
+            layout = _describe(batch)
+            if len(self._by_key) >= self._limit:
+                self._by_key.clear()
+            self._by_key[key] = layout
+        return layout
+
+
 def _metadata(batch, out):
     info = batch.info
-    for key in METADATA_KEYS:
-        if key in out:
-            raise ConveyorError(f"INVALID_ARGUMENT: batch tensor '{key}' collides with the "
-                                "metadata key of that name", "INVALID_ARGUMENT")
     ids = np.empty((info.samples, 3), np.int64)
     dataset = np.empty(info.samples, np.int32)
     _lib.check(lib.conveyor_batch_ids(batch.handle, ids.ctypes.data, dataset.ctypes.data))
@@ -142,28 +176,23 @@ def _duplicate(batch, name):
                          f"'{name}'", "DATA_LOSS")
 
 
-def _to_dict(batch):
+def _to_dict(batch, layout):
     """Tensors as numpy views (batch order), then metadata."""
     flat = np.asarray(batch)  # base: the _Batch, which frees the handle with the last view
     out = {}
-    for i in range(batch.info.tensors):
-        t = batch.tensor(i)
-        name = t.name.decode()
-        if name in out:
-            raise _duplicate(batch, name)
-        out[name] = _host_array(flat, batch.info.payload, t)
+    for name, dtype, shape, offset in layout:
+        if offset is None:  # an empty tensor has no bytes in the block
+            out[name] = np.empty(shape, dtype)
+        else:
+            out[name] = np.ndarray(shape, dtype, buffer=flat, offset=offset)
     return _metadata(batch, out)
 
 
-def _to_tensor_dict(batch, on_device):
+def _to_tensor_dict(batch, layout, on_device):
     """Tensors as DLPack exporters (batch order), then metadata."""
     out = {}
-    for i in range(batch.info.tensors):
-        t = batch.tensor(i)
-        name = t.name.decode()
-        if name in out:
-            raise _duplicate(batch, name)
-        out[name] = Tensor(batch, i, name, _shape(t), _NUMPY[t.dtype], on_device)
+    for i, (name, dtype, shape, _) in enumerate(layout):
+        out[name] = Tensor(batch, i, name, shape, dtype, on_device)
     return _metadata(batch, out)
 
 
@@ -257,6 +286,7 @@ class Client:
         self._handle = None
         self._pid = os.getpid()
         self._calls = 0  # calls into the handle in flight: close() destroys it after them
+        self._layouts = _Layouts()
         self._idle = threading.Condition()
         self._on_device = device >= 0
         self._dlpack = bool(dlpack) or self._on_device
@@ -317,9 +347,10 @@ class Client:
         if not out.value:
             raise StopIteration("end of the stream")
         batch = _Batch(out)
+        layout = self._layouts.get(batch)
         if self._dlpack:
-            return _to_tensor_dict(batch, self._on_device)
-        return _to_dict(batch)
+            return _to_tensor_dict(batch, layout, self._on_device)
+        return _to_dict(batch, layout)
 
     __next__ = next
 

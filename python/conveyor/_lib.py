@@ -136,6 +136,7 @@ _FUNCTIONS = {
     "conveyor_batch_info_get": (_c.c_int, [_c.c_void_p, _P(BatchInfo)]),
     "conveyor_batch_tensor": (_c.c_int, [_c.c_void_p, _c.c_uint32, _P(TensorInfo)]),
     "conveyor_batch_ids": (_c.c_int, [_c.c_void_p, _c.c_void_p, _c.c_void_p]),
+    "conveyor_batch_layout": (_c.c_uint64, [_c.c_void_p]),
     "conveyor_batch_wait_on_stream": (_c.c_int, [_c.c_void_p, _c.c_void_p]),
     "conveyor_batch_wait_device": (_c.c_int, [_c.c_void_p]),
     "conveyor_batch_dlpack": (_c.c_int, [_c.c_void_p, _c.c_uint32, _c.c_int, _c.c_int,

@@ -172,6 +172,10 @@ CONVEYOR_C_EXPORT void conveyor_client_abandon(conveyor_client* c);
 CONVEYOR_C_EXPORT int conveyor_batch_info_get(const conveyor_batch* b, conveyor_batch_info* out);
 CONVEYOR_C_EXPORT int conveyor_batch_tensor(const conveyor_batch* b, uint32_t index,
                                             conveyor_tensor* out);
+/* A 64-bit key of the batch's layout: its tensors' names, types, roles, shapes and offsets in the
+ * payload. Batches of one stream almost always share it, so a binding can describe the tensors
+ * once per key (conveyor_batch_tensor) and only place views at the payload of later batches. */
+CONVEYOR_C_EXPORT uint64_t conveyor_batch_layout(const conveyor_batch* b);
 /* Per sample (index, episode, step) into ids[3 * i ...] and its dataset (in a mixture) into
  * datasets[i]; either may be NULL. Both hold info.samples entries. */
 CONVEYOR_C_EXPORT int conveyor_batch_ids(const conveyor_batch* b, int64_t* ids, int32_t* datasets);
