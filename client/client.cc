@@ -365,7 +365,9 @@ struct Client::Impl {
       if (!end.local.ok()) return Finish(std::move(end.local));
       if (end.status.ok()) return Finish(absl::OkStatus());  // the server reached the real end
       if (!Retryable(end.status.error_code())) return Finish(FromGrpc(end.status, target));
-      p.last_error[target] = absl::StrCat(end.status.error_code(), " ", end.status.error_message());
+      p.last_error[target] = absl::StrCat(
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(end.status.error_code())), ": ",
+          end.status.error_message());
       const double idle = std::chrono::duration<double>(Clock::now() - p.last_progress).count();
       if (idle > o.reconnect_timeout_s) {
         std::string all;

@@ -30,6 +30,10 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                         "Samples and pre-decoded frames in flight in all streams' pipelines")),
       decode_amplification(Gauge(*registry, "conveyor_decode_amplification",
                                  "Video frames decoded per frame delivered, since start")),
+      memory_budget_bytes(Gauge(*registry, "conveyor_memory_budget_bytes",
+                                "The memory all streams together may hold (--server-memory-bytes)")),
+      memory_reserved_bytes(Gauge(*registry, "conveyor_memory_reserved_bytes",
+                                  "The running streams' memory estimates, held against the budget")),
       batch_send_seconds(BuildHistogram()
                              .Name("conveyor_batch_send_seconds")
                              .Help("Seconds to write one batch to its consumer")

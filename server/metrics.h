@@ -34,6 +34,8 @@ class ServerMetrics {
   prometheus::Gauge& streams_active;
   prometheus::Gauge& queue_bytes;          // pipelines' samples and frames in flight, all streams
   prometheus::Gauge& decode_amplification;  // frames decoded / frames delivered, since start
+  prometheus::Gauge& memory_budget_bytes;    // ServerLimits::server_memory_bytes as resolved
+  prometheus::Gauge& memory_reserved_bytes;  // the running streams' estimates
   prometheus::Histogram& batch_send_seconds;
 
   // The label a job's series carry: its name for the first kMaxJobLabels names seen, "_other"

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "base/system_memory.h"
 #include "base/worker_pool.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "conveyor/v1/service.grpc.pb.h"
@@ -203,6 +204,12 @@ struct DataServer::Impl : public RawStreamBatchesService {
   std::map<const ActiveStream*, Registered> streams ABSL_GUARDED_BY(mu);
   bool shutting_down ABSL_GUARDED_BY(mu) = false;
   bool reaper_stop ABSL_GUARDED_BY(mu) = false;
+  // The server-wide memory budget (ServerLimits::server_memory_bytes, resolved at start) and the
+  // admitted streams' estimates held against it.
+  uint64_t memory_budget = 0;
+  std::string memory_budget_source;  // how the budget was set, for messages
+  uint64_t memory_reserved ABSL_GUARDED_BY(mu) = 0;
+  int memory_holders ABSL_GUARDED_BY(mu) = 0;
   std::unique_ptr<WorkerPool> reaper;  // Reap()
   std::unique_ptr<WorkerPool> warmer;  // WarmCache(); cancelled and joined first at destruction
   std::once_flag shutdown_once;
@@ -487,9 +494,48 @@ struct DataServer::Impl : public RawStreamBatchesService {
     return grpc::Status::OK;
   }
 
+  // A stream's share of the server-wide memory budget, returned however the stream ends.
+  class MemoryReservation {
+   public:
+    MemoryReservation(Impl* server, uint64_t bytes) : server_(server), bytes_(bytes) {}
+    ~MemoryReservation() {
+      absl::MutexLock lock(&server_->mu);
+      server_->memory_reserved -= bytes_;
+      server_->memory_holders -= 1;
+      server_->metrics->memory_reserved_bytes.Set(static_cast<double>(server_->memory_reserved));
+    }
+    MemoryReservation(const MemoryReservation&) = delete;
+    MemoryReservation& operator=(const MemoryReservation&) = delete;
+
+   private:
+    Impl* server_;
+    uint64_t bytes_;
+  };
+
+  // Admits a stream's estimate against the server-wide budget, or refuses it, naming the budget,
+  // what the running streams hold and what to do.
+  grpc::Status ReserveMemory(uint64_t bytes, std::optional<MemoryReservation>* out) {
+    absl::MutexLock lock(&mu);
+    if (bytes > memory_budget || memory_reserved > memory_budget - bytes) {
+      return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                    StrCat("this stream would hold about ", bytes, " bytes; the ", memory_holders,
+                           " streams running hold ", memory_reserved, " of this server's memory "
+                           "budget of ", memory_budget, " bytes (", memory_budget_source,
+                           "): retry when a stream ends (the client does, until its reconnect "
+                           "timeout), use another server, or lower pipeline.queue_bytes or the "
+                           "batch size"));
+    }
+    memory_reserved += bytes;
+    memory_holders += 1;
+    metrics->memory_reserved_bytes.Set(static_cast<double>(memory_reserved));
+    out->emplace(this, bytes);
+    return grpc::Status::OK;
+  }
+
   // The ceilings of ServerLimits, applied to a resolved config and this request's options.
-  // Lowers the config's decode limits to the server's; refuses what cannot fit.
-  grpc::Status CheckCeilings(SampleSpec* spec, const PipelineOptions& po) {
+  // Lowers the config's decode limits to the server's; refuses what cannot fit. *stream_bytes:
+  // the stream's memory estimate, for the server-wide budget.
+  grpc::Status CheckCeilings(SampleSpec* spec, const PipelineOptions& po, uint64_t* stream_bytes) {
     const ServerLimits& l = o.limits;
     spec->limits.max_pixels = std::min(spec->limits.max_pixels, l.max_pixels);
     spec->limits.max_frames_per_sample = std::min(spec->limits.max_frames_per_sample, l.max_frames_per_sample);
@@ -539,6 +585,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
                            " (--stream-memory-bytes): lower pipeline.queue_bytes, the schedule's "
                            "window_blocks or the batch size"));
     }
+    *stream_bytes = e.total;
     return grpc::Status::OK;
   }
 
@@ -655,7 +702,10 @@ struct DataServer::Impl : public RawStreamBatchesService {
     po.queue_bytes = std::min(po.queue_bytes, o.queue_bytes);
     po.pinned = false;
     SampleSpec spec = config->spec;  // with the server's ceilings applied
-    if (grpc::Status s = CheckCeilings(&spec, po); !s.ok()) return s;
+    uint64_t stream_bytes = 0;
+    if (grpc::Status s = CheckCeilings(&spec, po, &stream_bytes); !s.ok()) return s;
+    std::optional<MemoryReservation> reservation;  // held until the stream ends
+    if (grpc::Status s = ReserveMemory(stream_bytes, &reservation); !s.ok()) return s;
     const Cursor start{req.start().epoch(), req.start().step()};
     *outcome = "ok";
     return Serve(ctx, writer, req, job, *config, spec, po, start, max_message, entry, outcome);
@@ -969,6 +1019,25 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
     m.configs.push_back(std::move(c));
   }
   ASSIGN_OR_RETURN(m.metrics, ServerMetrics::Create(o.metrics_listen, o.version));
+  if (o.limits.server_memory_bytes != 0) {
+    m.memory_budget = o.limits.server_memory_bytes;
+    m.memory_budget_source = "--server-memory-bytes";
+  } else {
+    const SystemMemory sys = ProbeSystemMemory();
+    const uint64_t quarters = sys.bytes / 4 * 3;
+    m.memory_budget = quarters > o.frame_cache_bytes ? quarters - o.frame_cache_bytes : 0;
+    m.memory_budget_source = StrCat("3/4 of ", sys.bytes, " bytes from ", sys.source,
+                                    o.frame_cache_bytes ? " less --frame-cache-bytes" : "",
+                                    "; set --server-memory-bytes");
+    if (m.memory_budget == 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "no memory left for streams: ", m.memory_budget_source,
+          sys.bytes == 0 ? " (the machine's memory could not be read)" : ""));
+    }
+  }
+  m.metrics->memory_budget_bytes.Set(static_cast<double>(m.memory_budget));
+  spdlog::info("memory budget for all streams: {} bytes ({})", m.memory_budget,
+               m.memory_budget_source);
   m.metrics->ExposeStorage([source = m.source.get()] { return source->storage_stats(); });
   FrameCacheConfig fcc;
   fcc.bytes = o.frame_cache_bytes;

@@ -44,6 +44,11 @@ struct ServerLimits {
   // Per stream: pre-decoded frames + samples in flight + batch buffers, estimated from the spec
   // before the stream starts (pipeline/pipeline.h EstimateMemory).
   uint64_t stream_memory_bytes = 2ull << 30;
+  // All streams together: a stream is admitted only when its estimate fits beside the streams
+  // already running, else RESOURCE_EXHAUSTED naming this budget (a client retries it as it does
+  // an unavailable server, failing over or waiting until its reconnect timeout). 0: three
+  // quarters of the machine's memory or its cgroup's limit, less the frame cache's bytes.
+  uint64_t server_memory_bytes = 0;
   int max_streams_per_peer = 16;             // by client IP address
 };
 

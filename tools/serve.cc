@@ -109,6 +109,7 @@ class ServeCommand final : public Command {
     c->add_option("--grace-seconds", o_.grace_seconds, "Drain time on SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);
     // Ceilings no request can raise (docs/serving.md "Ceilings").
     c->add_option("--stream-memory-bytes", o_.limits.stream_memory_bytes, "Per stream: pre-decoded frames + samples in flight + batch buffers, estimated before a stream starts")->transform(CLI::AsSizeValue(true))->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--server-memory-bytes", o_.limits.server_memory_bytes, "All streams together: a stream is admitted only when its estimate fits beside the running ones (default: 3/4 of the machine's or cgroup's memory, less --frame-cache-bytes)")->transform(CLI::AsSizeValue(true))->check(CLI::PositiveNumber);
     c->add_option("--max-global-batch-size", o_.limits.max_global_batch_size, "Largest global batch a request may ask for")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-pixels", o_.limits.max_pixels, "Largest decoded frame or output image, in pixels")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-frames-per-sample", o_.limits.max_frames_per_sample, "Most frames per stream and sample")->capture_default_str()->check(CLI::PositiveNumber);
