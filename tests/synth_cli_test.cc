@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "readers/npy.h"
@@ -79,6 +80,49 @@ TEST(SynthCli, InspectJsonDescribesTheDataset) {
   EXPECT_EQ(text.exit_code, 0) << text.output;
   EXPECT_NE(text.output.find("every packet, block and index checksum matches"), std::string::npos);
   EXPECT_NE(text.output.find("observation.state"), std::string::npos);
+}
+
+// `--preset video-model`: 720p clips of 2-5 s with captions of varying length for video world
+// models; flags given explicitly win; examples/video_model.yaml packs its clips.
+TEST(SynthCli, VideoModelPresetMakesCaptioned720pClips) {
+  TempDir dir;
+  const std::string ds = dir.Join("clips");
+  Synth(ds, "--preset video-model --episodes 4 --episode-seconds 1");  // short clips: a fast test
+  json j = Inspect(ds);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["episodes"], 4);
+  EXPECT_EQ(FindStream(j, "cam1"), nullptr);
+  EXPECT_EQ(FindStream(j, "audio"), nullptr);
+  const json* cam = FindStream(j, "cam0");
+  ASSERT_NE(cam, nullptr);
+  EXPECT_EQ((*cam)["shape"], json::array({720, 1280, 3}));
+  EXPECT_EQ((*cam)["rate"], 24.0);
+  std::set<size_t> lengths;
+  for (int e = 0; e < 4; ++e) {
+    const std::string out = dir.Join("caption" + std::to_string(e) + ".txt");
+    CommandResult r = Cli("extract " + ShellQuote(ds) + " --episode " + std::to_string(e) +
+                          " --stream instruction --out " + ShellQuote(out));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string caption = testing::ReadFile(out);
+    EXPECT_EQ(caption.rfind("Seen from ", 0), 0u) << caption;
+    EXPECT_NE(caption.find("a robot arm reaches to "), std::string::npos) << caption;
+    lengths.insert(caption.size());
+  }
+  EXPECT_GT(lengths.size(), 1u) << "captions of one length: nothing to pack";
+  // An explicit flag beats the preset.
+  Synth(dir.Join("two"), "--preset video-model --episodes 1 --episode-seconds 1 --cameras 2 --size 320x180");
+  json two = Inspect(dir.Join("two"));
+  ASSERT_NE(FindStream(two, "cam1"), nullptr);
+  EXPECT_EQ((*FindStream(two, "cam0"))["shape"], json::array({180, 320, 3}));
+  // The video model's config: 49-frame clips packed with their captions.
+  CommandResult b = Cli("batches " + ShellQuote(ds) + " --config " +
+                        ShellQuote(std::string(CONVEYOR_SOURCE_DIR) + "/examples/video_model.yaml") +
+                        " --steps 1 --stats");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("packing fill ratio"), std::string::npos) << b.output;
+  CommandResult bad = Cli("synth --quiet --out " + ShellQuote(dir.Join("bad2")) + " --preset film");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--preset"), std::string::npos) << bad.output;
 }
 
 TEST(SynthCli, ExtractedVideoIsStandardAndFrameExact) {

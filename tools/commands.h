@@ -51,6 +51,9 @@ struct SynthOptions {
   uint64_t seed = 0;
   int threads = 0;  // 0: one per core
   bool progress = true;
+  // The text stream holds a video model's caption (VideoCaption) instead of the robot's
+  // instruction: `--preset video-model`.
+  bool captions = false;
 };
 absl::Status RunSynth(const SynthOptions& options);
 

@@ -110,7 +110,7 @@ absl::StatusOr<EpisodeData> MakeEpisode(const SynthOptions& o, int e, uint64_t* 
 
   EpisodeData::Stream text;
   text.info = {"instruction", pb::TEXT, "utf-8", 0, {}, {}, ""};
-  text.text = plan.instruction;
+  text.text = o.captions ? VideoCaption(plan, o.seed, e) : plan.instruction;
   ep.streams.push_back(std::move(text));
   return ep;
 }
@@ -281,9 +281,17 @@ class SynthCommand final : public Command {
     c->add_option("--seed", o_.seed, "Random seed (same seed, same dataset, bit for bit)")->capture_default_str();
     c->add_option("--threads", o_.threads, "Encoding threads (0: one per core)")->capture_default_str();
     c->add_flag("--quiet", quiet_, "No progress output");
+    c->add_option("--preset", preset_,
+                  "robot (the defaults above) or video-model: 720p clips for video world models, "
+                  "1 camera 1280x720 at 24 fps (GOP 24), 2 to 5 s, no audio, a caption of one to "
+                  "four sentences per clip; flags given explicitly win")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"robot", "video-model"}));
+    app_ = c;
     return c;
   }
   absl::Status Run() override {
+    if (preset_ == "video-model") ApplyVideoModelPreset();
     if (!ParseSize(size_, &o_.width, &o_.height)) {
       return absl::InvalidArgumentError(StrCat("--size '", size_, "' is not WxH (e.g. 224x224)"));
     }
@@ -295,10 +303,24 @@ class SynthCommand final : public Command {
   }
 
  private:
+  // The video-model preset's values for every flag the command line did not give.
+  void ApplyVideoModelPreset() {
+    auto unset = [this](const char* flag) { return app_->get_option(flag)->count() == 0; };
+    if (unset("--cameras")) o_.cameras = 1;
+    if (unset("--size")) size_ = "1280x720";
+    if (unset("--fps")) o_.fps = 24;
+    if (unset("--gop")) o_.gop = 24;
+    if (unset("--audio-codec")) o_.audio_codec = "none";
+    if (unset("--episode-seconds")) seconds_ = "2:5";
+    o_.captions = true;
+  }
+
   SynthOptions o_;
   std::string size_ = "224x224";
   std::string seconds_ = "10:30";
+  std::string preset_ = "robot";
   bool quiet_ = false;
+  CLI::App* app_ = nullptr;
 };
 
 std::unique_ptr<Command> NewSynthCommand() {

@@ -83,6 +83,25 @@ EpisodePlan PlanEpisode(uint64_t seed, int episode, double min_s, double max_s, 
   return p;
 }
 
+std::string VideoCaption(const EpisodePlan& plan, uint64_t seed, int episode) {
+  static const char* const kViews[] = {"a wrist camera", "an overhead camera",
+                                       "a camera at table height", "a handheld camera"};
+  static const char* const kLight[] = {"soft daylight", "warm lamp light", "flat studio light",
+                                       "flickering fluorescent light"};
+  static const char* const kMotion[] = {"slowly", "in one quick motion", "after a short pause",
+                                        "while the camera pans to follow it"};
+  static const char* const kDetail[] = {
+      "The table is wooden and slightly scratched.", "A second object stays still in the background.",
+      "Shadows shift as the arm moves.", "The gripper opens wide before it closes.",
+      "Nothing else in the scene moves."};
+  SplitMix64 rng(MixSeed(seed ^ 0x7669646571756f74ull, static_cast<uint64_t>(episode)));
+  std::string c = "Seen from " + std::string(Pick(rng, kViews)) + " under " + Pick(rng, kLight) +
+                  ", a robot arm reaches to " + plan.instruction + " " + Pick(rng, kMotion) + ".";
+  const int extra = static_cast<int>(rng.Next() % 4);  // 0 to 3 more sentences
+  for (int i = 0; i < extra; ++i) c += std::string(" ") + Pick(rng, kDetail);
+  return c;
+}
+
 void RenderFrame(const EpisodePlan& plan, uint64_t seed, int episode, int camera, int frame,
                  double fps, int width, int height, std::vector<uint8_t>* rgb, float mean[3]) {
   const double t = frame / fps;

@@ -50,6 +50,12 @@ struct EpisodePlan {
 EpisodePlan PlanEpisode(uint64_t seed, int episode, double min_s, double max_s, double fps,
                         double lowdim_rate, int cameras, int state_dim);
 
+// A video model's caption for an episode (`conveyor synth --preset video-model`): the
+// instruction's scene described in one to four sentences, so captions vary in length (their
+// token count varies in a packed batch). Drawn from its own random stream: the robot preset's
+// datasets are the same bytes with or without it.
+std::string VideoCaption(const EpisodePlan& plan, uint64_t seed, int episode);
+
 inline constexpr size_t kRgbPadding = 64;
 
 // Renders camera `camera`'s frame `frame` (RGB24, row-major, w*h*3 bytes followed by
