@@ -1,4 +1,4 @@
-// Small POSIX file helpers shared by the on-disk caches (readers/caching_storage.cc,
+// Small POSIX file helpers shared by the on-disk caches (storage/caching_storage.cc,
 // pipeline/frame_store.cc): a descriptor closed on destruction, and positioned reads and writes
 // that finish the whole range (retrying EINTR and short transfers).
 #pragma once

@@ -85,14 +85,14 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/audio_decoder.h"
-#include "decoders/image_decoder.h"
-#include "decoders/sample_assembler.h"
-#include "decoders/sample_spec.h"
-#include "decoders/video_decoder.h"
+#include "media/audio_decoder.h"
+#include "media/image_decoder.h"
+#include "sample/sample_assembler.h"
+#include "sample/sample_spec.h"
+#include "media/video_decoder.h"
 #include "nlohmann/json.hpp"
-#include "readers/dataset.h"
-#include "readers/npy.h"
+#include "datasets/dataset.h"
+#include "format/npy.h"
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -673,7 +673,7 @@ absl::StatusOr<double> ConveyorRandom(const OpenedEpisode& e, const FrameTable& 
   return seconds;
 }
 
-// The raw-libavcodec baseline's own FFmpeg plumbing: the library's (decoders/internal/) is private
+// The raw-libavcodec baseline's own FFmpeg plumbing: the library's (media/internal/) is private
 // to it, and the baseline should not lean on Conveyor's code anyway.
 struct AvCodecContextFree {
   void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
@@ -695,7 +695,7 @@ absl::Status AvError(int errnum, std::string_view call) {
 }
 
 // The stored video codec parameters as libavcodec takes them: the video fields of the library's
-// conversion (decoders/av_codec_params.cc), which is what VideoDecoder opens its decoder with.
+// conversion (media/av_codec_params.cc), which is what VideoDecoder opens its decoder with.
 absl::Status VideoCodecParametersFromStored(const pb::CodecParams& params, AVCodecParameters* out) {
   const AVCodecDescriptor* desc = avcodec_descriptor_get_by_name(params.codec().c_str());
   if (desc == nullptr || desc->type != AVMEDIA_TYPE_VIDEO) {

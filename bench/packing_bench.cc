@@ -50,7 +50,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/sample_spec.h"
+#include "sample/sample_spec.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/packing.h"
 

@@ -39,7 +39,7 @@
 #include "base/worker_pool.h"
 #include "base/strings.h"
 #include "nlohmann/json.hpp"
-#include "readers/storage.h"
+#include "storage/storage.h"
 #include "tests/support/nginx_server.h"
 #include "tests/support/test_env.h"
 

@@ -32,7 +32,7 @@
 #include "client/client.h"
 #include "conveyor/v1/service.grpc.pb.h"
 #include "nlohmann/json.hpp"
-#include "readers/dataset.h"
+#include "datasets/dataset.h"
 #include "server/internal/batch_encoder.h"
 #include "server/shm_writer.h"
 #include "pipeline/pipeline.h"

@@ -13,8 +13,8 @@
 #include "base/strings.h"
 #include "base/worker_pool.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/sample_assembler.h"
-#include "shuffle/sample_index.h"
+#include "sample/sample_assembler.h"
+#include "datasets/sample_index.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor {

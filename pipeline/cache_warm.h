@@ -10,7 +10,7 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
-#include "decoders/sample_spec.h"
+#include "sample/sample_spec.h"
 #include "pipeline/frame_cache.h"
 #include "pipeline/source.h"
 

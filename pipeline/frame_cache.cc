@@ -8,7 +8,7 @@
 #include "base/mix.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "readers/manifest.h"
+#include "format/manifest.h"
 #include "xxhash.h"
 
 namespace conveyor {

@@ -30,7 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "decoders/decode_common.h"
+#include "media/decode_common.h"
 #include "pipeline/frame_store.h"
 
 namespace conveyor {

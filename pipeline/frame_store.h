@@ -13,7 +13,7 @@
 // the payload's XXH3 and the header's own XXH3) and the payload: the RGB pixels as the decoder
 // delivered them, raw or compressed (lz4, zstd).
 //
-// Why this shape (the same as the storage cache, readers/caching_storage.cc):
+// Why this shape (the same as the storage cache, storage/caching_storage.cc):
 // - Atomic publish: written whole under tmp/, renamed into place under the lock; a reader sees no
 //   entry or a complete one. A process that dies while writing leaves a tmp/ file, never a torn
 //   entry in frames1/ (`conveyor cache clear` or a later eviction removes tmp/ files).
@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "decoders/decode_common.h"
+#include "media/decode_common.h"
 
 namespace conveyor {
 

@@ -13,7 +13,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/yaml_config.h"
+#include "sample/yaml_config.h"
 
 namespace conveyor {
 
@@ -25,7 +25,7 @@ constexpr int64_t kMaxTokensLimit = int64_t{1} << 24;  // segment_ids is S x max
 constexpr int64_t kMaxCost = int64_t{1} << 20;
 constexpr size_t kAlign = 64;
 
-// ---- config parsing (decoders/yaml_config.h) ----
+// ---- config parsing (sample/yaml_config.h) ----
 using yaml::Bool;
 using yaml::CheckKeys;
 using yaml::Integer;

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "decoders/sample_assembler.h"
-#include "decoders/sample_spec.h"
-#include "readers/manifest.h"
+#include "sample/sample_assembler.h"
+#include "sample/sample_spec.h"
+#include "format/manifest.h"
 #include "pipeline/batch.h"
 
 namespace YAML {

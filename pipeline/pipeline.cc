@@ -21,8 +21,9 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/yaml_config.h"
+#include "sample/yaml_config.h"
 #include "shuffle/mixture.h"
+#include "shuffle/schedule.h"
 
 namespace conveyor {
 
@@ -68,26 +69,6 @@ uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
     }
   }
   return std::max<uint64_t>(total, 1);
-}
-
-// Bytes of the distinct frames one block of `block_steps` anchor steps needs, all cameras.
-uint64_t EstimateBlockFrameBytes(const SampleSpec& spec, const Manifest& m, uint64_t block_steps) {
-  const double anchor_rate = std::max(1e-9, m.streams[spec.anchor_stream].rate);
-  uint64_t total = 0;
-  for (const StreamSpec& s : spec.streams) {
-    if (s.kind != pb::VIDEO) continue;
-    const StreamInfo& info = m.streams[s.stream];
-    const auto [lo, hi] = std::minmax_element(s.deltas.begin(), s.deltas.end());
-    const double span_s = static_cast<double>(block_steps) / anchor_rate + (*hi - *lo);
-    const uint64_t frames = static_cast<uint64_t>(std::ceil(span_s * std::max(info.rate, 1.0))) + 1;
-    int64_t h = s.height, w = s.width;
-    if (h == 0 || s.augment.crop.has_value()) {
-      h = info.shape.size() >= 2 ? std::max(info.shape[0], info.shape[1]) : 1;
-      w = h;
-    }
-    total += frames * static_cast<uint64_t>(h * w * 3);
-  }
-  return total;
 }
 
 }  // namespace
@@ -665,114 +646,6 @@ Pipeline::~Pipeline() {
 }
 
 namespace {
-
-// The most common distance between consecutive keyframes of `stream` in episode 0, in frames
-// (0 when episode 0 cannot be read; its length when it has one keyframe).
-uint64_t MeasureGopFrames(const Dataset& dataset, int stream, double* aligned_share) {
-  *aligned_share = 1;
-  if (dataset.num_episodes() == 0) return 0;
-  auto ep = dataset.LoadEpisode(0);
-  if (!ep.ok()) return 0;
-  const auto& flags = (*ep)->streams(stream).packets().flags();
-  std::vector<uint64_t> keys;
-  for (int i = 0; i < flags.size(); ++i) {
-    if (flags[i] & 1) keys.push_back(static_cast<uint64_t>(i));
-  }
-  if (keys.size() < 2) return static_cast<uint64_t>(std::max(flags.size(), 1));
-  std::map<uint64_t, uint64_t> count;
-  for (size_t i = 1; i < keys.size(); ++i) ++count[keys[i] - keys[i - 1]];
-  uint64_t gop = 1, most = 0;
-  for (const auto& [interval, n] : count) {
-    if (n > most) gop = interval, most = n;
-  }
-  uint64_t on_grid = 0;
-  for (uint64_t k : keys) on_grid += k % gop == 0 ? 1 : 0;
-  *aligned_share = static_cast<double>(on_grid) / static_cast<double>(keys.size());
-  return gop;
-}
-
-// Schedule version 2's blocks: whole GOPs of the spec's first camera, per episode, shifted by
-// the frames its samples reach back (so a block's earliest frame is a keyframe), at least
-// `block_steps` anchor steps long when that is given.
-absl::Status ResolveGopBlocks(const Dataset& dataset, const SampleSpec& spec, OrderOptions* order) {
-  const Manifest& manifest = dataset.manifest();
-  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(dataset, spec.anchor_stream));
-  std::vector<uint64_t> starts;
-  starts.reserve(index.num_episodes() + 1);
-  for (uint64_t e = 0; e < index.num_episodes(); ++e) starts.push_back(index.EpisodeStart(e));
-  starts.push_back(index.size());
-  const double anchor_rate = std::max(manifest.streams[spec.anchor_stream].rate, 1e-6);
-  GopBlocks gop;
-  const StreamSpec* camera = nullptr;
-  for (const StreamSpec& s : spec.streams) {
-    if (s.kind == pb::VIDEO) {
-      camera = &s;
-      break;
-    }
-  }
-  uint64_t gop_frames = 0;
-  if (camera != nullptr) {
-    const double fps = std::max(manifest.streams[camera->stream].rate, 1e-6);
-    gop.frames_per_step = fps / anchor_rate;
-    double min_delta = 0;
-    for (double d : camera->deltas) min_delta = std::min(min_delta, d);
-    gop.back_frames = static_cast<uint64_t>(std::ceil(-min_delta * fps - 1e-6));
-    double aligned = 1;
-    gop_frames = MeasureGopFrames(dataset, camera->stream, &aligned);
-    if (gop_frames > 0 && aligned < 0.9) {
-      spdlog::warn("{}: stream '{}' has keyframes off a {}-frame grid ({:.0f}% on it): GOP-aligned "
-                   "blocks will decode more than they deliver",
-                   manifest.name, camera->name, gop_frames, 100 * aligned);
-    }
-  }
-  if (gop_frames == 0) {
-    // No camera (or none readable): blocks of about a second of anchor steps, per episode.
-    gop.frames_per_step = 1;
-    gop_frames = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(anchor_rate)));
-  }
-  uint64_t gops = 1;
-  if (order->block_steps > 0) {
-    const double min_frames = static_cast<double>(order->block_steps) * gop.frames_per_step;
-    gops = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(min_frames / static_cast<double>(gop_frames) - 1e-9)));
-  }
-  gop.span_frames = gops * gop_frames;
-  order->blocks = std::make_shared<const BlockTable>(std::move(starts), gop);
-  order->block_steps = std::max<uint64_t>(1, order->blocks->max_block_size());
-  return absl::OkStatus();
-}
-
-// The schedule of one dataset with `queue_bytes` of budget: a block is about one group of
-// pictures of anchor steps; a window as many blocks as half the byte budget holds twice over.
-absl::Status ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
-                          OrderOptions* order) {
-  const Manifest& manifest = dataset.manifest();
-  if (order->version >= 2 && !order->naive() && !order->blocks) {
-    RETURN_IF_ERROR(ResolveGopBlocks(dataset, spec, order));
-  } else if (order->block_steps == 0) {
-    double gop_s = 1.0;
-    for (const StreamSpec& s : spec.streams) {
-      if (s.kind != pb::VIDEO || dataset.num_episodes() == 0) continue;
-      auto ep = dataset.LoadEpisode(0);
-      if (!ep.ok()) break;
-      const auto& pk = (*ep)->streams(s.stream).packets();
-      int keys = 0;
-      for (uint32_t f : pk.flags()) keys += (f & 1) ? 1 : 0;
-      const double rate = std::max(manifest.streams[s.stream].rate, 1.0);
-      if (keys > 0) gop_s = static_cast<double>(pk.flags_size()) / keys / rate;
-      break;
-    }
-    order->block_steps = std::max<uint64_t>(
-        1, static_cast<uint64_t>(std::llround(gop_s * manifest.streams[spec.anchor_stream].rate)));
-  }
-  if (order->window_blocks == 0) {
-    // Not divided by the consumer count: the order must not depend on it (a resized job
-    // continues the same sequence), so the window is sized as if one consumer decoded it all.
-    const uint64_t per_block =
-        std::max<uint64_t>(1, EstimateBlockFrameBytes(spec, manifest, order->block_steps));
-    order->window_blocks = std::clamp<uint64_t>(queue_bytes / 2 / (2 * per_block), 1, 4096);
-  }
-  return absl::OkStatus();
-}
 
 bool HasVideo(const SampleSpec& spec) {
   for (const StreamSpec& s : spec.streams) {

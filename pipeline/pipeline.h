@@ -21,8 +21,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "decoders/sample_assembler.h"
-#include "readers/dataset.h"
+#include "sample/sample_assembler.h"
+#include "datasets/dataset.h"
 #include "pipeline/batch.h"
 #include "pipeline/frame_cache.h"
 #include "shuffle/order.h"
@@ -135,11 +135,9 @@ class Pipeline {
   std::unique_ptr<Impl> impl_;
 };
 
-// Fills in the automatic schedule values (order.block_steps, order.window_blocks = 0): a block
-// is about one GOP of anchor steps, a window as many blocks as a quarter of queue_bytes holds.
-// They depend on the dataset, the spec and queue_bytes only, never on the consumer count or the
-// thread count, because they shape the global order. A server resolves them from the config
-// before it applies its own, smaller byte budget, so it serves the order the config names.
+// Fills in the automatic schedule values (order.block_steps, order.window_blocks = 0) by
+// shuffle/schedule.h's ResolveOrder with options->queue_bytes. A server resolves them from the
+// config before it applies its own, smaller byte budget, so it serves the order the config names.
 absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec, PipelineOptions* options);
 // A mixture resolves each member's schedule (options->member_orders) with an equal share of
 // queue_bytes.

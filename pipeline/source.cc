@@ -11,8 +11,8 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/yaml_config.h"
-#include "readers/format.h"
+#include "sample/yaml_config.h"
+#include "format/format.h"
 
 namespace conveyor {
 

@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "decoders/sample_assembler.h"
-#include "decoders/sample_spec.h"
-#include "readers/dataset.h"
-#include "readers/manifest.h"
-#include "readers/storage.h"
+#include "sample/sample_assembler.h"
+#include "sample/sample_spec.h"
+#include "datasets/dataset.h"
+#include "format/manifest.h"
+#include "storage/storage.h"
 
 namespace conveyor {
 

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "pipeline/frame_cache.h"
-#include "readers/storage.h"
+#include "storage/storage.h"
 
 namespace conveyor {
 

@@ -53,7 +53,7 @@ struct ServerLimits {
 };
 
 struct ServerOptions {
-  std::string dataset;                    // directory or URL (readers/dataset.h)
+  std::string dataset;                    // directory or URL (datasets/dataset.h)
   std::vector<std::string> config_paths;  // named by file stem; the first is the default
   std::string listen = "127.0.0.1:7700";  // port 0 picks a free port
   std::string metrics_listen;             // Prometheus /metrics; empty: off

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "shuffle/sample_index.h"
+#include "datasets/sample_index.h"
 #include "shuffle/order.h"
 
 namespace conveyor {

@@ -2,7 +2,7 @@
 // from: audio files made by ffmpeg (a stereo chirp in AAC/M4A, Opus/Ogg, FLAC, PCM/WAV, MP3),
 // imported with `conveyor import`, read back through Dataset::ReadPacket, and compared with
 // `ffmpeg -i FILE -f f32le` (native rate) and `ffmpeg -i FILE -ar R -ac C -f f32le` (resampled).
-#include "decoders/audio_decoder.h"
+#include "media/audio_decoder.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/dataset.h"
+#include "datasets/dataset.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {

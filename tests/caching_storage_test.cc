@@ -20,8 +20,8 @@
 
 #include "absl/synchronization/mutex.h"
 
-#include "readers/memory_storage.h"
-#include "readers/storage.h"
+#include "storage/memory_storage.h"
+#include "storage/storage.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {

@@ -1,4 +1,4 @@
-// The per-stream `decode: auto | cpu | gpu` key of a sample spec (decoders/decode_backend.h): its
+// The per-stream `decode: auto | cpu | gpu` key of a sample spec (media/decode_backend.h): its
 // values are checked; `gpu` where video cannot be decoded on the GPU (every machine, in this
 // release) fails when the spec is read, naming the stream, the line and why; and `auto` and `cpu`
 // give the very batches a config without the key gives (`conveyor batches --digest`).
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "decoders/decode_backend.h"
-#include "decoders/sample_spec.h"
-#include "readers/dataset.h"
+#include "media/decode_backend.h"
+#include "sample/sample_spec.h"
+#include "datasets/dataset.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {

@@ -7,11 +7,11 @@
 #include <type_traits>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/codec_params_value.h"
-#include "readers/dataset.h"
-#include "readers/dataset_writer.h"
-#include "readers/format.h"
-#include "readers/lowdim_codec.h"
+#include "format/codec_params_value.h"
+#include "datasets/dataset.h"
+#include "format/dataset_writer.h"
+#include "format/format.h"
+#include "format/lowdim_codec.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {

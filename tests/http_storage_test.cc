@@ -13,7 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "base/cancel.h"
-#include "readers/storage.h"
+#include "storage/storage.h"
 #include "tests/support/fault_proxy.h"
 #include "tests/support/nginx_server.h"
 #include "tests/support/test_env.h"

@@ -1,4 +1,4 @@
-// ImageDecoder (decoders/image_decoder.h) against independent decoders: every JPEG must equal
+// ImageDecoder (media/image_decoder.h) against independent decoders: every JPEG must equal
 // djpeg's PPM byte for byte, at full size and at the DCT scaling factor the decoder chose; every
 // PNG (and BMP) must equal the ffmpeg CLI's `-pix_fmt rgb24` output. Broken and hostile inputs
 // must give clear errors and leave the decoder usable, and frames imported with `conveyor import`
@@ -6,7 +6,7 @@
 //
 // The images are made here with the ffmpeg CLI and cjpeg; the CMYK JPEG with TurboJPEG's
 // compressor (no command-line tool writes one).
-#include "decoders/image_decoder.h"
+#include "media/image_decoder.h"
 
 #include <gtest/gtest.h>
 #include <turbojpeg.h>
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/dataset.h"
+#include "datasets/dataset.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {

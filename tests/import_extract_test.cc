@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/dataset.h"
+#include "datasets/dataset.h"
 #include "tests/support/media_checks.h"
 #include "tests/support/test_env.h"
 #include "tools/commands.h"

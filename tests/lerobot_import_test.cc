@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/dataset.h"
-#include "readers/lerobot/lerobot_dataset.h"
+#include "datasets/dataset.h"
+#include "datasets/lerobot/lerobot_dataset.h"
 #include "tests/support/media_checks.h"
 #include "tests/support/nginx_server.h"
 #include "tests/support/test_env.h"

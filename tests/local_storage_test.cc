@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "readers/storage.h"
+#include "storage/storage.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {

@@ -1,4 +1,4 @@
-// The Parquet reader (readers/parquet) against files written by two independent writers, npm's
+// The Parquet reader (datasets/parquet) against files written by two independent writers, npm's
 // parquet-wasm (arrow-rs) and hyparquet-writer, made at test time by
 // tests/fixtures/parquet/make_fixtures.sh, whose expected.json holds the values each writer was
 // given; and against hand-made malformed files, each of which must give a clear error.
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "readers/parquet/parquet_file.h"
-#include "readers/storage.h"
+#include "datasets/parquet/parquet_file.h"
+#include "storage/storage.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor::parquet {

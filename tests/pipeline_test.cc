@@ -15,7 +15,7 @@
 #include <set>
 #include <thread>
 
-#include "decoders/sample_assembler.h"
+#include "sample/sample_assembler.h"
 #include "shuffle/order.h"
 #include "shuffle/quality.h"
 #include "tests/support/test_env.h"

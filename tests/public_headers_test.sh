@@ -3,13 +3,13 @@
 # protobuf (generated .pb.h included), CUDA or yaml-cpp, directly or through the project headers
 # they include. Checked: every public header of the libraries below, without exception (internal/
 # folders are private to their library and exempt). Headers name the shard index messages through
-# readers/format_fwd.h, hold a CodecParams by value through readers/codec_params_value.h (the
+# format/format_fwd.h, hold a CodecParams by value through format/codec_params_value.h (the
 # write side: EpisodeData::Stream, MuxedStream) and name YAML::Node through a forward declaration
-# (decoders/yaml_config.h); the .cc files that read or write their fields include the generated
+# (sample/yaml_config.h); the .cc files that read or write their fields include the generated
 # header and yaml-cpp themselves. No public header includes CUDA.
 set -euo pipefail
 ROOT="$1"
-LIBRARIES=(base device readers decoders shuffle pipeline client server trainer)
+LIBRARIES=(base device storage format media datasets sample shuffle pipeline client server trainer)
 HEADERS=()
 while IFS= read -r h; do
   HEADERS+=("$h")
@@ -36,7 +36,7 @@ check() {
 for h in "${HEADERS[@]}"; do
   check "$h" "$h"
 done
-# The CLI reaches FFmpeg through the decoders' public headers (media_encoder.h, media_writer.h,
+# The CLI reaches FFmpeg through media/'s public headers (media_encoder.h, media_writer.h,
 # media_demux.h), never directly and never through a library's internal/ headers.
 while IFS= read -r hit; do
   echo "FAIL: $hit: tools/ uses public, FFmpeg-free calls (docs/architecture.md)"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
-#include "readers/internal/s3_internal.h"
+#include "storage/internal/s3_internal.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor::s3_internal {

@@ -1,7 +1,7 @@
 // Sample assembly end to end: frames equal the ffmpeg CLI's, windows and padding as documented in
 // docs/sampling.md, augmentation a pure function of (seed, epoch, index), identical bytes at 1 and
 // 2 threads, clear errors for bad configs and bad media (fail or counted skip).
-#include "decoders/sample_assembler.h"
+#include "sample/sample_assembler.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/augment.h"
-#include "readers/dataset.h"
-#include "readers/dataset_writer.h"
-#include "readers/npy.h"
+#include "sample/augment.h"
+#include "datasets/dataset.h"
+#include "format/dataset_writer.h"
+#include "format/npy.h"
 #include "tests/support/media_checks.h"
 #include "tests/support/test_env.h"
 

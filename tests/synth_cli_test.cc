@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "readers/npy.h"
+#include "format/npy.h"
 #include "tests/support/media_checks.h"
 #include "tests/support/nginx_server.h"
 #include "tests/support/test_env.h"

@@ -10,7 +10,7 @@
 set -euo pipefail
 ROOT="$1"
 BUILD="$2"
-DIRS=(base device readers decoders shuffle pipeline server client trainer tools python bench)
+DIRS=(base device storage format media datasets sample shuffle pipeline server client trainer tools python bench)
 CXX="${CONVEYOR_CLANGXX:-clang++}"
 command -v "$CXX" >/dev/null || { echo "FAIL: $CXX not found (tools/setup.sh installs clang)"; exit 1; }
 [[ -f "$BUILD/compile_commands.json" ]] || { echo "FAIL: no $BUILD/compile_commands.json"; exit 1; }

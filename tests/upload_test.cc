@@ -31,7 +31,7 @@ namespace {
 
 constexpr size_t kMiB = 1024 * 1024;
 
-// Bytes per element. Spelled out here rather than taken from decoders/, so this test's binary
+// Bytes per element. Spelled out here rather than taken from media/, so this test's binary
 // needs nothing of the decoders: it is also run on GPU machines.
 size_t ElementBytes(DType t) { return t == DType::kFloat32 || t == DType::kInt32 ? 4 : 1; }
 

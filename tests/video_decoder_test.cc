@@ -2,7 +2,7 @@
 // ffmpeg CLI produces for the same frame of the source file (`ffmpeg -i FILE -pix_fmt rgb24 -f
 // framemd5`), for clips the test encodes with ffmpeg: B-frames, odd sizes, 4:4:4, 10-bit, VFR,
 // full-range and BT.709 tags, rotation metadata, and h264 / hevc / vp9 / av1 / mjpeg.
-#include "decoders/video_decoder.h"
+#include "media/video_decoder.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/dataset.h"
+#include "datasets/dataset.h"
 #include "tests/support/media_checks.h"
 #include "tests/support/test_env.h"
 

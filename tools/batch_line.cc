@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "base/strings.h"
-#include "readers/format.h"
+#include "format/format.h"
 
 namespace conveyor::tools {
 namespace {

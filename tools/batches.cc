@@ -8,8 +8,8 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "readers/format.h"
-#include "readers/npy.h"
+#include "format/format.h"
+#include "format/npy.h"
 #include "pipeline/pipeline.h"
 #include "shuffle/quality.h"
 #include "tools/batch_line.h"

@@ -31,6 +31,8 @@ std::unique_ptr<Command> NewBatchesCommand();
 std::unique_ptr<Command> NewServeCommand(std::string version);
 std::unique_ptr<Command> NewFetchCommand();
 std::unique_ptr<Command> NewTrainCommand();
+// Defined in bench/bench_command.cc (the harness is a library above tools/, linked into the
+// `conveyor` executable).
 std::unique_ptr<Command> NewBenchCommand();
 std::unique_ptr<Command> NewTopCommand();
 std::unique_ptr<Command> NewCacheCommand();

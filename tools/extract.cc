@@ -1,5 +1,5 @@
 // `conveyor extract`: one stream of one episode back out as a standard file. Video and audio
-// packets are muxed as stored (no re-encode; decoders/media_writer.h), so the file decodes to the
+// packets are muxed as stored (no re-encode; media/media_writer.h), so the file decodes to the
 // same frames as the imported original. docs/import.md lists the formats.
 
 #include <spdlog/spdlog.h>
@@ -17,10 +17,10 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/media_writer.h"
-#include "readers/dataset.h"
-#include "readers/format.h"
-#include "readers/npy.h"
+#include "media/media_writer.h"
+#include "datasets/dataset.h"
+#include "format/format.h"
+#include "format/npy.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 

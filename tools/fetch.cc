@@ -11,7 +11,7 @@
 #include "client/client.h"
 #include "client/launch_env.h"
 #include "conveyor/v1/service.pb.h"
-#include "readers/storage.h"
+#include "storage/storage.h"
 #include "tools/batch_line.h"
 #include "tools/command.h"
 #include "tools/commands.h"

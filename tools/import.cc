@@ -23,10 +23,10 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/media_demux.h"
-#include "readers/dataset_writer.h"
-#include "readers/format.h"
-#include "readers/npy.h"
+#include "media/media_demux.h"
+#include "format/dataset_writer.h"
+#include "format/format.h"
+#include "format/npy.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 #include "tools/import_media.h"
@@ -138,7 +138,7 @@ absl::StatusOr<EpisodeMeta> ReadEpisodeMeta(const fs::path& path) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Media files (VIDEO, AUDIO): demux and copy (decoders/media_demux.h).
+// Media files (VIDEO, AUDIO): demux and copy (media/media_demux.h).
 
 absl::StatusOr<EpisodeData::Stream> DemuxLocalFile(const fs::path& path, MediaKind kind,
                                                    const std::string& name) {

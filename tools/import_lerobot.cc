@@ -1,5 +1,5 @@
 // `conveyor import --lerobot DIR|URL`: a LeRobot dataset (v3.0 or v2.1) -> a Conveyor dataset,
-// losslessly. The dataset is read in place (readers/lerobot/lerobot_dataset.h: every check of its
+// losslessly. The dataset is read in place (datasets/lerobot/lerobot_dataset.h: every check of its
 // tables against info.json and the videos happens there) and copied episode by episode: video
 // packets byte for byte (each episode cut out of its camera's mp4, frame-exact, starting on a
 // keyframe), numeric features as lowdim streams (float32 values kept bit for bit), embedded images
@@ -15,10 +15,11 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "readers/dataset_writer.h"
-#include "readers/lerobot/lerobot_dataset.h"
-#include "readers/lerobot/lerobot_meta.h"
-#include "readers/storage.h"
+#include "datasets/episode_data.h"
+#include "datasets/lerobot/lerobot_dataset.h"
+#include "datasets/lerobot/lerobot_meta.h"
+#include "format/dataset_writer.h"
+#include "storage/storage.h"
 #include "tools/commands.h"
 #include "tools/import_media.h"
 

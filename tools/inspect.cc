@@ -10,8 +10,8 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/dataset.h"
-#include "readers/format.h"
+#include "datasets/dataset.h"
+#include "format/format.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 

@@ -14,9 +14,9 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/worker_pool.h"
-#include "decoders/sample_assembler.h"
+#include "sample/sample_assembler.h"
 #include "pipeline/source.h"
-#include "readers/npy.h"
+#include "format/npy.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 

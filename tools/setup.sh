@@ -13,7 +13,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus-cpp-dev
   # well-kept libraries instead of our own code
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libabsl-dev
-  # Parquet page codecs (readers/parquet)
+  # Parquet page codecs (datasets/parquet)
   libsnappy-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3-numpy libgloo-dev

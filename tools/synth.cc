@@ -1,5 +1,5 @@
 // `conveyor synth`: realistic synthetic robot episodes, really encoded through libavcodec
-// (decoders/media_encoder.h).
+// (media/media_encoder.h).
 //
 // Episodes are generated in parallel (one encoder per camera, single-threaded, so output is
 // deterministic) and handed to the DatasetWriter in episode order, with at most 2 x threads
@@ -19,8 +19,8 @@
 #include "base/strings.h"
 #include "base/worker_pool.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/media_encoder.h"
-#include "readers/dataset_writer.h"
+#include "media/media_encoder.h"
+#include "format/dataset_writer.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 #include "tools/synth_signals.h"

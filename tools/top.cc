@@ -15,7 +15,7 @@
 #include "client/client.h"
 #include "client/launch_env.h"
 #include "conveyor/v1/service.pb.h"
-#include "readers/storage.h"
+#include "storage/storage.h"
 #include "tools/command.h"
 
 namespace conveyor::tools {

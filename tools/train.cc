@@ -8,7 +8,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "client/launch_env.h"
-#include "readers/storage.h"
+#include "storage/storage.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 #include "trainer/trainer.h"

@@ -1,4 +1,4 @@
-// libFuzzer target for AudioDecoder (decoders/audio_decoder.h). The input is an AUDIO stream built
+// libFuzzer target for AudioDecoder (media/audio_decoder.h). The input is an AUDIO stream built
 // in memory, then decoded through windows with small limits:
 //
 //   byte 0       codec (% 5: aac, opus, flac, mp3, pcm_s16le, each with fixed codec parameters);
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/audio_decoder.h"
+#include "media/audio_decoder.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

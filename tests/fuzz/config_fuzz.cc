@@ -13,8 +13,8 @@
 #include <string>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/dataset.h"
-#include "readers/dataset_writer.h"
+#include "datasets/dataset.h"
+#include "format/dataset_writer.h"
 #include "pipeline/pipeline.h"
 
 namespace {

@@ -1,5 +1,5 @@
 // libFuzzer target for the untrusted files of a native dataset: manifest.json, episodes.bin and a
-// shard, opened through Dataset (readers/dataset.h) over an in-memory Storage, then every
+// shard, opened through Dataset (datasets/dataset.h) over an in-memory Storage, then every
 // episode's index loaded and every low-dimensional stream read through its zstd blocks. The
 // input is [u32 LE manifest length][manifest][u32 LE table length][table][shard bytes]; the
 // shard is served under whatever path the manifest names. Nothing may crash or allocate more
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/dataset.h"
-#include "readers/format.h"
-#include "readers/memory_storage.h"
+#include "datasets/dataset.h"
+#include "format/format.h"
+#include "storage/memory_storage.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target for ImageDecoder (decoders/image_decoder.h). The first input byte picks the
+// libFuzzer target for ImageDecoder (media/image_decoder.h). The first input byte picks the
 // codec (even: "mjpeg" through TurboJPEG, odd: "png" through libavcodec) and a minimum size for a
 // second, scaled decode; the rest is the image file. One decoder is reused across all inputs, as
 // a pipeline worker reuses it, so state left behind by a failed decode is exercised too. The
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "decoders/image_decoder.h"
+#include "media/image_decoder.h"
 
 extern "C" {
 #include <libavutil/log.h>

@@ -1,4 +1,4 @@
-// Fuzzes the Parquet reader (readers/parquet): any bytes, opened as a file, must open or be
+// Fuzzes the Parquet reader (datasets/parquet): any bytes, opened as a file, must open or be
 // refused, and every column must read or be refused, within the memory limits, never reading out
 // of bounds or hitting undefined behaviour. Each input is opened twice: with the footer in the
 // first range read, and with a tiny first read so that the footer needs a second.
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "readers/parquet/parquet_file.h"
+#include "datasets/parquet/parquet_file.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target for the shard index parsers (readers/format.h). The first input byte picks
+// libFuzzer target for the shard index parsers (format/format.h). The first input byte picks
 // what the rest is: a whole shard file, an episode index, or a shard directory. Checksums are
 // computed here for the latter two so the fuzzer gets past them into the validation logic.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "readers/format.h"
+#include "format/format.h"
 
 namespace fmt = conveyor::format;
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "conveyor/format/v1/shard.pb.h"
-#include "decoders/video_decoder.h"
-#include "readers/format.h"
+#include "media/video_decoder.h"
+#include "format/format.h"
 
 namespace pb = conveyor::format::v1;
 

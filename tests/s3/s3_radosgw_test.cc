@@ -17,7 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "readers/storage.h"
+#include "storage/storage.h"
 #include "tests/support/fault_proxy.h"
 #include "tests/support/server_process.h"
 #include "tests/support/test_env.h"

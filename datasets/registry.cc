@@ -1,0 +1,53 @@
+// Dataset::Open: the formats a location may hold, asked in order. A new dataset format is a
+// folder beside native/ and lerobot/ (its sources added to conveyor_datasets by its own
+// CMakeLists.txt) and one line in kFormats.
+#include <string_view>
+
+#include "base/status_macros.h"
+#include "datasets/dataset.h"
+#include "datasets/lerobot/lerobot_dataset.h"
+#include "datasets/lerobot/lerobot_meta.h"
+#include "datasets/native/native_dataset.h"
+
+namespace conveyor {
+namespace {
+
+struct DatasetFormat {
+  std::string_view name;
+  // Whether the format is at the location (a small read, no errors); null: it is the fallback,
+  // tried when no other format recognised the location, so its "not found" error is the one a
+  // wrong path gets.
+  bool (*recognise)(Storage& storage);
+  absl::StatusOr<std::unique_ptr<Dataset>> (*open)(std::unique_ptr<Storage> storage, std::string uri);
+};
+
+// A LeRobot dataset has meta/info.json with a codebase_version; a Conveyor dataset has
+// manifest.json (the fallback).
+constexpr DatasetFormat kFormats[] = {
+    {"lerobot", lerobot::LooksLikeLeRobot,
+     [](std::unique_ptr<Storage> s, std::string uri) { return lerobot::OpenDataset(std::move(s), std::move(uri)); }},
+    {"conveyor", nullptr, native::OpenDataset},
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::string_view uri,
+                                                       const HttpOptions& http) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage, OpenStorage(uri, http));
+  return Open(std::move(storage), std::string(uri));
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::unique_ptr<Storage> storage,
+                                                       std::string uri) {
+  const DatasetFormat* fallback = nullptr;
+  for (const DatasetFormat& f : kFormats) {
+    if (f.recognise == nullptr) {
+      fallback = &f;
+    } else if (f.recognise(*storage)) {
+      return f.open(std::move(storage), std::move(uri));
+    }
+  }
+  return fallback->open(std::move(storage), std::move(uri));
+}
+
+}  // namespace conveyor

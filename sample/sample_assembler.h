@@ -1,0 +1,165 @@
+// Sample assembly: turns sample index i of a dataset into a training sample (frames from each
+// camera, low-dim windows, an audio window, the instruction) as the SampleSpec asks.
+//
+// Sample i is anchor step `step` of episode `e`, counting anchor steps over all episodes in order
+// (SampleIndex). A sample is a pure function of (dataset, spec, seed, epoch, i): the decoders are
+// exact, augmentation draws from SampleRng(seed, epoch, i, stream), and nothing depends on what
+// the assembler did before, so the bits are the same at any thread count and on any server.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/types.h"
+#include "media/audio_decoder.h"
+#include "media/image_decoder.h"
+#include "sample/sample_spec.h"
+#include "media/video_decoder.h"
+#include "datasets/dataset.h"
+#include "datasets/sample_index.h"
+
+namespace conveyor {
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;  // C order, little-endian
+  // A video tensor whose frames are the decoded frames as they are (uint8 [T, H, W, 3], no
+  // augmentation): the frames themselves, shared with the frame cache, instead of a copy in
+  // `data` (which is then empty). Frame t's bytes are frames[t]->pixels. Saves one copy of every
+  // frame: from the decoder's frame straight into its slot of the batch (pipeline/packing.cc).
+  std::vector<std::shared_ptr<const RgbImage>> frames;
+  size_t num_elements() const;
+  size_t bytes() const;               // data.size(), or the frames' bytes
+  void CopyTo(uint8_t* dst) const;    // all bytes() of them, in C order
+};
+
+// What one sample holds. Tensors, in spec order, per stream: `<name>` and, except for text,
+// `<name>_is_pad` (bool, one per requested time; per output sample for audio).
+//   video / image: uint8 [T, H, W, 3] (or [T, 3, H, W], or float32) as the spec says
+//   lowdim: float32 [T, D];  audio: float32 [samples, channels];  text: uint8 [bytes] (UTF-8)
+struct Sample {
+  uint64_t index = 0;
+  uint64_t episode = 0;
+  uint32_t step = 0;    // anchor step within the episode
+  double time_s = 0;    // anchor time on the episode clock
+  uint32_t member = 0;  // the mixture member (dataset) it came from; 0 for a single dataset
+  std::vector<Tensor> tensors;
+  const Tensor* Find(std::string_view name) const;
+  size_t bytes() const;
+};
+
+// Decoded frames prepared ahead of assembly (the pipeline's decode-once GOP scheduling): the
+// assembler looks frames up here before decoding. Implementations must be thread-safe.
+class FrameCache {
+ public:
+  virtual ~FrameCache() = default;
+  // The frame at the size the assembler decodes it (VideoOutput for that stream), or null.
+  virtual std::shared_ptr<const RgbImage> Find(uint64_t episode, int stream, int64_t frame) const = 0;
+};
+
+// The frames of one video stream of one episode that a sample (or a group of samples) needs.
+struct FrameRequest {
+  uint64_t episode = 0;
+  size_t spec_stream = 0;      // index into SampleSpec::streams
+  int stream = 0;              // index into the manifest's streams
+  std::vector<int64_t> frames; // indices into the episode's FrameTable
+};
+
+struct AssemblerStats {
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  uint64_t frames_delivered = 0;  // video
+  uint64_t frames_decoded = 0;    // video, references and skipped-over frames included
+  uint64_t video_seeks = 0;
+  uint64_t images_decoded = 0;
+  uint64_t audio_windows = 0;
+  uint64_t lowdim_windows = 0;
+  uint64_t episode_loads = 0;     // episode indexes read (the rest came from the cache)
+  uint64_t cache_hits = 0;        // video frames found in the FrameCache
+  uint64_t cache_misses = 0;      // video frames decoded because the FrameCache lacked them
+};
+
+// One per worker thread: holds one decoder per video stream (so each camera keeps its decode
+// position), an image and an audio decoder, and a few recently used episode indexes. Not
+// thread-safe; the Dataset, spec and index it points to must outlive it.
+class SampleAssembler {
+ public:
+  SampleAssembler(const Dataset& dataset, const SampleSpec& spec, const SampleIndex& index);
+  ~SampleAssembler();
+
+  // Errors name dataset, shard, episode, stream and frame or time, for example
+  //   dataset /d, shard /d/shards/shard-000000.cvs, episode 3, stream 'cam0', t=1.250 s: ...
+  // OUT_OF_RANGE for a sample index past the end.
+  absl::StatusOr<Sample> Assemble(uint64_t sample, uint64_t seed, uint64_t epoch);
+
+  // Counters since construction (video counters include DecodeFrames).
+  AssemblerStats stats() const;
+
+  // Frames are looked up in `cache` (may be null) before decoding. Not owned.
+  void set_frame_cache(const FrameCache* cache) { cache_ = cache; }
+
+  // The video frames sample `sample` needs, one request per video stream of the spec.
+  absl::Status NeededFrames(uint64_t sample, std::vector<FrameRequest>* out);
+
+  // Decodes the frames of `request` (any order) in one forward pass, at the size Assemble
+  // decodes them, into `out` (one image per frame).
+  absl::Status DecodeFrames(const FrameRequest& request, std::vector<RgbImage>* out);
+
+  // A key of everything besides the frame itself that decides the pixels DecodeFrames delivers
+  // for spec stream `spec_stream` (output size, resize filter, autorotation): two streams with
+  // equal keys decode a frame to the same bytes. For caches of decoded frames.
+  uint64_t DecodeSettingsKey(size_t spec_stream) const;
+
+ private:
+  struct Episode;
+  absl::StatusOr<Episode*> GetEpisode(uint64_t episode);
+  absl::StatusOr<const FrameTable*> Table(Episode& ep, int stream);
+  // Anchor time of (episode, step).
+  absl::StatusOr<double> AnchorTime(Episode& ep, uint32_t step);
+  VideoOutput OutputFor(const StreamSpec& s) const;
+
+  // Assemble's steps. Each adds to `out` the tensors of one stream of the spec (`si` indexes
+  // spec_.streams; `s` is that stream's spec) or gets them ready; errors carry `ctx` (dataset,
+  // shard, episode, stream) and the frame or time that failed.
+  absl::Status AddStream(size_t si, Episode& ep, uint64_t seed, uint64_t epoch,
+                         const std::string& ctx, Sample* out);
+  absl::Status AddLowdim(const StreamSpec& s, const format::v1::EpisodeIndex& index,
+                         const std::string& ctx, Sample* out);
+  absl::Status AddFrames(size_t si, Episode& ep, uint64_t seed, uint64_t epoch,
+                         const std::string& ctx, Sample* out);
+  absl::Status AddAudio(const StreamSpec& s, const format::v1::EpisodeIndex& index,
+                        const std::string& ctx, Sample* out);
+  // The frames of a video stream for `sample`: from the FrameCache when it has them all (in
+  // `held`, or copied into `images` for augmentation), else decoded into `images`.
+  absl::Status VideoFrames(size_t si, const Episode& ep, const FrameTable& table,
+                           const std::vector<int64_t>& frames, const Sample& sample,
+                           const std::string& ctx, std::vector<RgbImage>* images,
+                           std::vector<std::shared_ptr<const RgbImage>>* held);
+  // False (and `held` empty) unless the FrameCache holds every one of `frames`.
+  bool TakeCachedFrames(uint64_t episode, const StreamSpec& s, const std::vector<int64_t>& frames,
+                        std::vector<RgbImage>* images,
+                        std::vector<std::shared_ptr<const RgbImage>>* held);
+  // The frames of an image stream, each decoded once and resized to the spec's size.
+  absl::Status DecodeImages(const StreamSpec& s, const format::v1::EpisodeIndex& index,
+                            const FrameTable& table, const std::vector<int64_t>& frames,
+                            const std::string& ctx, std::vector<RgbImage>* images);
+
+  const Dataset& dataset_;
+  const SampleSpec& spec_;
+  const SampleIndex& index_;
+  std::vector<std::unique_ptr<VideoDecoder>> video_;  // per spec stream (null when not video)
+  ImageDecoder image_;
+  AudioDecoder audio_;
+  std::vector<std::unique_ptr<Episode>> episodes_;  // small LRU
+  uint64_t tick_ = 0;
+  AssemblerStats stats_;
+  const FrameCache* cache_ = nullptr;
+};
+
+}  // namespace conveyor
