@@ -26,6 +26,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 PartSummary Summarize(std::vector<double> v) {
   PartSummary s;
@@ -397,18 +398,21 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   for (int64_t step = first_step; step < o.steps; ++step) {
     StepTimes st;
     st.step = step;
+    // Each boundary is one clock reading shared by the parts on either side of it, so the parts
+    // add up to the step exactly, however the thread is preempted between them.
     const auto t0 = Clock::now();
     absl::StatusOr<std::optional<client::Batch>> next = (*cl)->Next();
-    st.wait = Since(t0);
+    auto t1 = Clock::now();
+    st.wait = Seconds(t0, t1);
     if (!next.ok()) return next.status();
     if (!next->has_value()) break;  // the end of the stream (max_epochs)
     const client::Batch* b = &**next;
-    auto t1 = Clock::now();
     // The copy started when the batch arrived (the client's one device path, device/upload.h);
     // this is the part of it the step still waits for. Nothing on the CPU path.
     if (absl::Status s = b->WaitDevice(); !s.ok()) return s;
-    st.h2d = Since(t1);
-    t1 = Clock::now();
+    const auto t1b = Clock::now();
+    st.h2d = Seconds(t1, t1b);
+    t1 = t1b;
     const client::Tensor* y = b->Find(o.action);
     if (y == nullptr || y->dtype != client::DType::kFloat32) {
       return absl::InvalidArgumentError(StrCat("the batch has no float32 tensor '", o.action, "' to predict"));
@@ -461,19 +465,21 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
       final_sum += st.loss;
       ++final_n;
     }
-    st.compute = Since(t1);
+    auto t2 = Clock::now();
+    st.compute = Seconds(t1, t2);
     if (o.step_ms > 0 && st.compute * 1e3 < o.step_ms) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(o.step_ms - st.compute * 1e3));
-      st.compute = Since(t1);
+      t2 = Clock::now();
+      st.compute = Seconds(t1, t2);
     }
-    const auto t2 = Clock::now();
     if (absl::Status s = (*comm)->AllreduceSum(grad.data(), grad.size()); !s.ok()) return s;
-    st.comm = Since(t2);
     const auto t3 = Clock::now();
+    st.comm = Seconds(t2, t3);
     for (float& g : grad) g /= static_cast<float>(r.world_size);
     model.Adam(grad, o.lr);
-    st.compute += Since(t3);
-    st.total = Since(t0);
+    const auto t4 = Clock::now();
+    st.compute += Seconds(t3, t4);
+    st.total = Seconds(t0, t4);
     st.samples = static_cast<uint64_t>(n);
     samples += st.samples;
     next_cursor = b->next;
