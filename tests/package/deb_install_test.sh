@@ -26,7 +26,7 @@ dpkg-query --admindir="$R/var/lib/dpkg" -W conveyor 2>/dev/null && fail "conveyo
 echo "\$ apt-get install ./$(basename "$deb")"
 bash "$SRC/tools/debian_root.sh" install "$R" "$PB/image/cache" "$deb" > "$PB/image/deb-install-apt.log" 2>&1 ||
   { cat "$PB/image/deb-install-apt.log"; fail "apt-get install ./$(basename "$deb") failed"; }
-grep -E '^(The following NEW packages|[0-9]+ upgraded)' -A0 "$PB/image/deb-install-apt.log" || true
+grep -E '^[0-9]+ upgraded' "$PB/image/deb-install-apt.log" || true
 cp "$SRC/tests/package/common.sh" "$SRC/tests/package/in_root_check.sh" "$R/tmp/"
 bash "$SRC/tools/debian_root.sh" exec "$R" /bin/bash /tmp/in_root_check.sh
 echo "PASS: the package installs and works in a clean Debian 12 root ($((SECONDS - start)) s)"
