@@ -7,9 +7,10 @@
 #     DEB      default: the newest build-package/package/conveyor_*_amd64.deb (tools/package.sh)
 #     OUT_DIR  default: the DEB's build tree's image/
 #
-# Writes OUT_DIR/oci (an OCI image layout, tags VERSION and latest) and
-# OUT_DIR/conveyor-VERSION.oci.tar (the same as one oci-archive file: `podman load -i`, or
-# `skopeo copy oci-archive:FILE docker://REGISTRY/conveyor:VERSION` to push it to your registry).
+# Writes OUT_DIR/oci (an OCI image layout, tag VERSION) and OUT_DIR/conveyor-VERSION.oci.tar (the
+# same as one oci-archive file), e.g. `skopeo copy oci-archive:FILE:VERSION
+# docker://REGISTRY/conveyor:VERSION` to push it to your registry, or `podman pull
+# oci:OUT_DIR/oci:VERSION` (one tag, the version: what the manifests in deploy/k8s name).
 #
 # The minbase root is cached as OUT_DIR/cache/root-KEY.tar and the .deb files apt downloaded are
 # kept in OUT_DIR/cache/debs: a rerun needs no network; the first run downloads about 100 MB from
@@ -60,11 +61,10 @@ umoci config --image "$OUT/oci:$VERSION" --author "Conveyor" \
   --config.label "org.opencontainers.image.title=conveyor" \
   --config.label "org.opencontainers.image.version=$VERSION" \
   --config.label "org.opencontainers.image.description=Conveyor data server and CLI (Debian 12, conveyor_${VERSION}_amd64.deb)"
-umoci tag --image "$OUT/oci:$VERSION" latest
 umoci gc --layout "$OUT/oci"
 rm -f "$OUT/conveyor-$VERSION.oci.tar"
 tar -C "$OUT/oci" -cf "$OUT/conveyor-$VERSION.oci.tar" .
 rm -rf "$WORK"
 
 archive=$(stat -c %s "$OUT/conveyor-$VERSION.oci.tar")
-echo "image: $OUT/oci:$VERSION (and :latest), $OUT/conveyor-$VERSION.oci.tar: $((archive / 1024 / 1024)) MiB (root filesystem $((rootfs_bytes / 1024 / 1024)) MiB unpacked) in $((SECONDS - start)) s"
+echo "image: $OUT/oci:$VERSION, $OUT/conveyor-$VERSION.oci.tar: $((archive / 1024 / 1024)) MiB (root filesystem $((rootfs_bytes / 1024 / 1024)) MiB unpacked) in $((SECONDS - start)) s"

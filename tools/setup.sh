@@ -28,8 +28,9 @@ PACKAGES=(
   # tests/k8s: deploy/k8s checked offline against the Kubernetes API's typed models (official client)
   python3-kubernetes
   # the Debian package and the container image made from it (tools/package.sh, tools/image.sh;
-  # tests/package): dpkg-shlibdeps for CPack, a clean Debian 12 root, the OCI image
-  dpkg-dev mmdebstrap umoci
+  # tests/package): dpkg-shlibdeps for CPack, a clean Debian 12 root, the OCI image, and podman to
+  # run it (with runc: crun refuses this machine's hybrid cgroups)
+  dpkg-dev mmdebstrap umoci podman runc
   # the Python package (python/, docs/python.md) and its tests
   pybind11-dev python3-dev python3-torch python3-av
   # plots (conveyor bench --plot, bench/peers)

@@ -12,7 +12,7 @@
 # so only the first run needs the mirror. Skipped (77) when not root, without mmdebstrap, or when
 # tools/package.sh has not made the .deb (./run test makes it before ctest).
 set -euo pipefail
-SRC="$(realpath "$1")"; PB="$2"
+SRC="$(realpath "$1")"; PB="$(realpath -m "$2")"
 source "$SRC/tests/package/common.sh"
 [[ $(id -u) -eq 0 ]] || skip "needs root (mmdebstrap --mode=root, chroot, namespaces)"
 command -v mmdebstrap >/dev/null || skip "no mmdebstrap (tools/setup.sh installs it)"
