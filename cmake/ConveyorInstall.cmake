@@ -12,6 +12,12 @@
 # Included at the end of the top-level CMakeLists.txt, after every add_subdirectory, so the
 # targets it refers to (by name only: conveyor, conveyor_client, conveyor_c, _conveyor) exist or
 # are known not to.
+# The fuzz tree (clang, sanitizers, no tools) installs nothing; a shared library there would need
+# the sanitizer runtimes that only executables link.
+if(CONVEYOR_BUILD_FUZZ)
+  return()
+endif()
+
 # Debian's multiarch library directory for any prefix, not only /usr (GNUInstallDirs picks it only
 # for /usr): /usr/local/lib/x86_64-linux-gnu is on the loader's path too (ld.so.conf.d).
 if(CMAKE_LIBRARY_ARCHITECTURE AND NOT DEFINED CMAKE_INSTALL_LIBDIR)
