@@ -21,6 +21,6 @@ if [[ ! -f "$PB/build.ninja" ]]; then
 fi
 cmake --build "$PB" -j "$JOBS"
 rm -f "$PB"/package/conveyor_*.deb
-(cd "$PB" && cpack --config CPackConfig.cmake >/dev/null)
+(cd "$PB" && cpack --config CPackConfig.cmake) > "$PB/cpack.log" 2>&1 || { cat "$PB/cpack.log" >&2; exit 1; }
 deb="$(ls "$PB"/package/conveyor_*_amd64.deb)"
 echo "package: $deb ($(( $(stat -c %s "$deb") / 1024 / 1024 )) MiB)"
