@@ -2,6 +2,7 @@
 // subcommand registers its own flags in its own file (tools/command.h); main only dispatches.
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -9,9 +10,26 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "shuffle/order.h"
 #include "tools/command.h"
 
 namespace {
+
+// What --version prints: the release (the top-level project(VERSION), as the Python package's
+// __version__), the schedule (pipeline) versions this binary can compute and serve, 1 to
+// kScheduleVersionCurrent (a checkpoint records one; docs/pipeline.md "Schedule versions"), and the
+// wire protocol's version.
+std::string VersionText() {
+  std::string versions;
+  for (uint32_t v = 1; v <= conveyor::kScheduleVersionCurrent; ++v) {
+    absl::StrAppend(&versions, v == 1 ? "" : " ", v);
+  }
+  return absl::StrCat("conveyor ", CONVEYOR_VERSION, "\nschedule versions: ", versions,
+                      " (default ", conveyor::kScheduleVersionCurrent, ")\nprotocol version: ",
+                      conveyor::client::ProtocolVersion());
+}
 
 int Report(const std::string& command, const absl::Status& status) {
   if (status.ok()) return 0;
@@ -42,7 +60,7 @@ int main(int argc, char** argv) {
   app.add_option("--index-cache-dir", index_cache_dir,
                  "Where packet indexes of LeRobot mp4s are kept between opens (sets "
                  "CONVEYOR_INDEX_CACHE_DIR; 'none' keeps them in memory only)");
-  app.set_version_flag("--version", std::string("conveyor ") + CONVEYOR_VERSION);
+  app.set_version_flag("--version", VersionText());
 
   std::vector<std::unique_ptr<tools::Command>> commands;
   commands.push_back(tools::NewSynthCommand());

@@ -27,12 +27,20 @@ PACKAGES=(
   prometheus
   # tests/k8s: deploy/k8s checked offline against the Kubernetes API's typed models (official client)
   python3-kubernetes
+  # the Debian package and the container image made from it (tools/package.sh, tools/image.sh;
+  # tests/package): dpkg-shlibdeps for CPack, a clean Debian 12 root, the OCI image, and podman to
+  # run it (with runc: crun refuses this machine's hybrid cgroups)
+  dpkg-dev mmdebstrap umoci podman runc
   # the Python package (python/, pure Python over libconveyor_c; docs/python.md), its tests, and
   # its install tested in a venv with pip and a wheel (no package index needed)
   python3-venv python3-pip python3-setuptools python3-wheel python3-torch python3-av
   # plots (conveyor bench --plot, bench/peers)
   python3-matplotlib
 )
+
+# tests/k8s/kubectl_dry_run_test.py: Debian's kubectl, unless a kubectl is there already (another
+# vendor's package also ships /usr/bin/kubectl, and the two cannot both be installed).
+command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -24,9 +24,9 @@
 #SBATCH --cpus-per-task=96
 set -euo pipefail
 
-export CONVEYOR=${CONVEYOR:-conveyor}
+export CONVEYOR=${CONVEYOR:-conveyor}   # the binary: on PATH (the Debian package's /usr/bin/conveyor), or a build tree's tools/conveyor
 export DATASET=${DATASET:?DATASET: the dataset directory on the shared filesystem, or an http(s):// URL}
-export CONFIG=${CONFIG:?CONFIG: the pipeline config, e.g. examples/pipeline.yaml}
+export CONFIG=${CONFIG:?CONFIG: the pipeline config, e.g. /usr/share/conveyor/examples/pipeline.yaml (package) or examples/pipeline.yaml}
 export PORT=${PORT:-7700}
 export THREADS=${THREADS:-4}       # decode threads per stream; leave cores for the trainer
 export GRACE=${GRACE:-10}
