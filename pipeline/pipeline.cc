@@ -22,6 +22,7 @@
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "decoders/yaml_config.h"
+#include "pipeline/quarantine.h"
 #include "shuffle/mixture.h"
 
 namespace conveyor {
@@ -696,7 +697,8 @@ uint64_t MeasureGopFrames(const Dataset& dataset, int stream, double* aligned_sh
 // `block_steps` anchor steps long when that is given.
 absl::Status ResolveGopBlocks(const Dataset& dataset, const SampleSpec& spec, OrderOptions* order) {
   const Manifest& manifest = dataset.manifest();
-  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(dataset, spec.anchor_stream));
+  ASSIGN_OR_RETURN(std::set<uint64_t> quarantined, QuarantinedEpisodes(spec, dataset));
+  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(dataset, spec.anchor_stream, quarantined));
   std::vector<uint64_t> starts;
   starts.reserve(index.num_episodes() + 1);
   for (uint64_t e = 0; e < index.num_episodes(); ++e) starts.push_back(index.EpisodeStart(e));
@@ -884,7 +886,23 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
     auto mem = std::make_unique<Impl::Member>();
     mem->dataset = &source.dataset(k);
     mem->bound = std::move(bound[k]);
-    ASSIGN_OR_RETURN(mem->index, SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream));
+    ASSIGN_OR_RETURN(std::set<uint64_t> quarantined,
+                     QuarantinedEpisodes(mem->bound.spec, *mem->dataset));
+    ASSIGN_OR_RETURN(mem->index, SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream,
+                                                    quarantined));
+    if (!quarantined.empty()) {
+      // Never silent: the count is in the stats, and the log names the file and the episodes.
+      ASSIGN_OR_RETURN(SampleIndex whole,
+                       SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream));
+      const uint64_t samples = whole.size() - mem->index.size();
+      m.stats.quarantined_episodes += quarantined.size();
+      m.stats.quarantined_samples += samples;
+      std::string list;
+      for (uint64_t e : quarantined) StrAppend(&list, list.empty() ? "" : " ", e);
+      spdlog::warn("quarantine {}: {} episode(s) of {} left out ({} samples per epoch): {}",
+                   mem->bound.spec.quarantine, quarantined.size(), mem->dataset->uri(), samples,
+                   list);
+    }
     if (source.is_mixture() && mem->index.size() == 0) {
       return absl::InvalidArgumentError(StrCat("mixture dataset '", source.member(k).name,
                                                "' has no samples for anchor '", m.spec.anchor, "'"));
