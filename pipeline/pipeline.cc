@@ -895,8 +895,11 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
       ASSIGN_OR_RETURN(SampleIndex whole,
                        SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream));
       const uint64_t samples = whole.size() - mem->index.size();
-      m.stats.quarantined_episodes += quarantined.size();
-      m.stats.quarantined_samples += samples;
+      {
+        absl::MutexLock lock(&m.mu);
+        m.stats.quarantined_episodes += quarantined.size();
+        m.stats.quarantined_samples += samples;
+      }
       std::string list;
       for (uint64_t e : quarantined) StrAppend(&list, list.empty() ? "" : " ", e);
       spdlog::warn("quarantine {}: {} episode(s) of {} left out ({} samples per epoch): {}",
