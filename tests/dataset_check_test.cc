@@ -504,6 +504,11 @@ TEST_F(LeRobotCheckTest, ADamagedV30) {
       << table.output;
   EXPECT_TRUE(TableHasRow(table.output, "error", "1", "observation.images.top", "frame_count", top))
       << table.output;
+  EXPECT_NE(table.output.find("check: by kind: frame_count 1 (1 of 3 episodes), orphaned_rows 1, "
+                              "video_missing 2 (2 of 3 episodes)"),
+            std::string::npos)
+      << table.output;
+  EXPECT_EQ(r.j["by_what"]["video_missing"]["episodes"], 2) << r.j.dump(2);
 }
 
 // v2.1: episodes.jsonl says episode 1 has 8 frames (its rows and video have 7; info.json agrees

@@ -3,6 +3,8 @@
 // warnings only, 2 errors (a dataset that does not open is an error).
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -141,6 +143,16 @@ absl::Status RunCheck(const CheckOptionsCli& o, int* exit_status) {
     episodes += c.report.episodes;
     episodes_checked += c.report.episodes_checked;
   }
+  // Per kind of finding: how many, in how many episodes ("videos missing for most episodes" shows
+  // at a glance).
+  std::map<std::string, std::pair<size_t, std::set<std::pair<std::string, int64_t>>>> by_what;
+  for (const Checked& c : checked) {
+    for (const CheckFinding& f : c.report.findings) {
+      auto& [count, eps] = by_what[f.what];
+      ++count;
+      if (f.episode >= 0) eps.insert({c.member, f.episode});
+    }
+  }
   *exit_status = errors > 0 ? 2 : warnings > 0 ? 1 : 0;
   const char* verdict = errors > 0 ? "errors" : warnings > 0 ? "warnings" : "clean";
 
@@ -159,6 +171,10 @@ absl::Status RunCheck(const CheckOptionsCli& o, int* exit_status) {
     j["status"] = verdict;
     j["exit_status"] = *exit_status;
     if (!quarantine_path.empty()) j["quarantine"] = quarantine_path;
+    j["by_what"] = json::object();
+    for (const auto& [what, v] : by_what) {
+      j["by_what"][what] = {{"findings", v.first}, {"episodes", v.second.size()}};
+    }
     j["datasets"] = json::array();
     j["findings"] = json::array();
     for (const Checked& c : checked) {
@@ -194,6 +210,16 @@ absl::Status RunCheck(const CheckOptionsCli& o, int* exit_status) {
               static_cast<unsigned long long>(episodes),
               o.decode_ends ? "" : " (ends not decoded)", errors, errors == 1 ? "" : "s",
               bad_episodes, bad_episodes == 1 ? "" : "s", warnings, warnings == 1 ? "" : "s");
+  if (!by_what.empty()) {
+    std::string kinds;
+    for (const auto& [what, v] : by_what) {
+      StrAppend(&kinds, kinds.empty() ? "" : ", ", what, " ", v.first);
+      if (!v.second.empty()) {
+        StrAppend(&kinds, " (", v.second.size(), " of ", episodes_checked, " episodes)");
+      }
+    }
+    std::printf("check: by kind: %s\n", kinds.c_str());
+  }
   if (!quarantine_path.empty()) {
     std::printf("check: %zu episode%s with errors written to %s\n", bad_episodes,
                 bad_episodes == 1 ? "" : "s", quarantine_path.c_str());
