@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -250,11 +251,12 @@ TEST_F(NativeCheckTest, DeletedAndTruncatedShardsAreErrorsOfTheirEpisodes) {
   EXPECT_NE(other.output.find("has no entry for"), std::string::npos) << other.output;
 }
 
-// Copies `src` to `dst` through the Dataset API, shifting camera `stream`'s packets in `episode`
-// from decode-order packet `from` (a keyframe) on by `frames` frame periods: a video whose
-// timestamps jump, in an otherwise consistent dataset.
-void CopyWithAJump(const std::string& src, const std::string& dst, size_t episode,
-                   const std::string& stream, int from, int frames) {
+// Copies `src` to `dst` through the Dataset API, letting `change` rewrite camera `stream`'s
+// packets (decode order, with their index and the ticks of one frame period) in `episode`: a
+// damage written with valid checksums, in an otherwise consistent dataset.
+using PacketChange = std::function<void(int packet, int64_t period, EpisodeData::Packet*)>;
+void CopyWithDamage(const std::string& src, const std::string& dst, size_t episode,
+                    const std::string& stream, const PacketChange& change) {
   auto ds = Dataset::Open(src);
   ASSERT_TRUE(ds.ok()) << ds.status();
   const Manifest& m = (*ds)->manifest();
@@ -292,11 +294,7 @@ void CopyWithAJump(const std::string& src, const std::string& dst, size_t episod
           packet.duration = t.duration(p);
           packet.key = (t.flags(p) & format::kPacketKey) != 0;
           ASSERT_TRUE((*ds)->ReadPacket(**index, s, static_cast<size_t>(p), &packet.bytes).ok());
-          if (e == episode && out.info.name == stream && p >= from) {
-            ASSERT_TRUE(p != from || packet.key) << "packet " << from << " is not a keyframe";
-            packet.pts += frames * period;
-            packet.dts += frames * period;
-          }
+          if (e == episode && out.info.name == stream) change(p, period, &packet);
           out.packets.push_back(std::move(packet));
         }
       }
@@ -313,7 +311,15 @@ void CopyWithAJump(const std::string& src, const std::string& dst, size_t episod
 // of the episode's duration: a second warning, of that camera.
 TEST_F(NativeCheckTest, TimestampsThatJumpAreAWarning) {
   const std::string root = dir_->Join("jump");
-  ASSERT_NO_FATAL_FAILURE(CopyWithAJump(Clean(), root, 1, "cam1", 10, 5));
+  // From decode-order packet 10 (a keyframe) on, 5 frame periods later.
+  ASSERT_NO_FATAL_FAILURE(CopyWithDamage(
+      Clean(), root, 1, "cam1", [](int p, int64_t period, EpisodeData::Packet* packet) {
+        if (p == 10) ASSERT_TRUE(packet->key) << "packet 10 is not a keyframe";
+        if (p >= 10) {
+          packet->pts += 5 * period;
+          packet->dts += 5 * period;
+        }
+      }));
   const CheckRun r = Check(root);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(r.j["status"], "warnings");
@@ -389,6 +395,27 @@ TEST_F(NativeCheckTest, AMixtureNamesItsDatasets) {
   EXPECT_NE(again.output.find("1 episode with errors written to " + quarantine), std::string::npos)
       << again.output;
   EXPECT_TRUE(fs::exists(quarantine));
+}
+
+// A keyframe whose bytes were damaged before they were written (so every checksum matches): the
+// index loads and the packets read, but the first frame does not decode. With --no-decode-ends
+// the quick check cannot see it.
+TEST_F(NativeCheckTest, AFirstFrameThatDoesNotDecodeIsAnError) {
+  const std::string root = dir_->Join("undecodable");
+  ASSERT_NO_FATAL_FAILURE(CopyWithDamage(
+      Clean(), root, 2, "cam0", [](int p, int64_t, EpisodeData::Packet* packet) {
+        if (p == 0) packet->bytes.assign(packet->bytes.size(), '\xff');
+      }));
+  const CheckRun r = Check(root);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const std::vector<json> f = FindingsOf(r.j, 2, "decode_failed");
+  ASSERT_EQ(f.size(), 1u) << r.j.dump(2);
+  EXPECT_EQ(f[0]["stream"], "cam0");
+  EXPECT_NE(f[0]["detail"].get<std::string>().find("the first frame (0) does not decode"),
+            std::string::npos)
+      << f[0];
+  EXPECT_EQ(r.j["findings"].size(), 1u) << r.j.dump(2);
+  EXPECT_EQ(Check(root, "--json --no-decode-ends").exit_code, 0);
 }
 
 // A dataset that is not there: an error naming it, exit 2.
