@@ -6,7 +6,8 @@
 
 namespace conveyor {
 
-absl::StatusOr<SampleIndex> SampleIndex::Build(const Dataset& dataset, int anchor_stream) {
+absl::StatusOr<SampleIndex> SampleIndex::Build(const Dataset& dataset, int anchor_stream,
+                                               const std::set<uint64_t>& excluded) {
   if (anchor_stream < 0 || anchor_stream >= static_cast<int>(dataset.manifest().streams.size())) {
     return absl::InvalidArgumentError(StrCat("anchor stream ", anchor_stream, " out of range"));
   }
@@ -15,6 +16,7 @@ absl::StatusOr<SampleIndex> SampleIndex::Build(const Dataset& dataset, int ancho
   uint64_t total = 0;
   for (size_t e = 0; e < dataset.num_episodes(); ++e) {
     idx.starts_.push_back(total);
+    if (excluded.count(e) != 0) continue;
     total += dataset.episodes().length(e, static_cast<size_t>(anchor_stream));
   }
   idx.starts_.push_back(total);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,7 +14,9 @@ namespace conveyor {
 // O(episodes) memory, O(log episodes) per lookup.
 class SampleIndex {
  public:
-  static absl::StatusOr<SampleIndex> Build(const Dataset& dataset, int anchor_stream);
+  // Episodes in `excluded` (quarantined: sample/quarantine.h) get no samples.
+  static absl::StatusOr<SampleIndex> Build(const Dataset& dataset, int anchor_stream,
+                                           const std::set<uint64_t>& excluded = {});
   uint64_t size() const { return starts_.empty() ? 0 : starts_.back(); }
   struct Location {
     uint64_t episode = 0;

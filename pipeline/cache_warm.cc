@@ -13,8 +13,9 @@
 #include "base/strings.h"
 #include "base/worker_pool.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "sample/sample_assembler.h"
 #include "datasets/sample_index.h"
+#include "sample/quarantine.h"
+#include "sample/sample_assembler.h"
 #include "spdlog/spdlog.h"
 
 namespace conveyor {
@@ -82,7 +83,9 @@ absl::StatusOr<WarmProgress> WarmFrameCache(const Source& source, const SampleSp
     m->dataset = &source.dataset(k);
     m->bound = std::move(bound[k]);
     if (!HasVideo(m->bound.spec)) continue;
-    ASSIGN_OR_RETURN(m->index, SampleIndex::Build(*m->dataset, m->bound.spec.anchor_stream));
+    ASSIGN_OR_RETURN(std::set<uint64_t> quarantined, QuarantinedEpisodes(m->bound.spec, *m->dataset));
+    ASSIGN_OR_RETURN(m->index,
+                     SampleIndex::Build(*m->dataset, m->bound.spec.anchor_stream, quarantined));
     m->key = FrameCacheDatasetKey(m->dataset->manifest());
     cache->NameDataset(m->key, m->dataset->uri());
     for (uint64_t e = 0; e < m->index.num_episodes(); ++e) {

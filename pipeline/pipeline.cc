@@ -21,6 +21,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "sample/quarantine.h"
 #include "sample/yaml_config.h"
 #include "shuffle/mixture.h"
 #include "shuffle/schedule.h"
@@ -757,7 +758,26 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
     auto mem = std::make_unique<Impl::Member>();
     mem->dataset = &source.dataset(k);
     mem->bound = std::move(bound[k]);
-    ASSIGN_OR_RETURN(mem->index, SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream));
+    ASSIGN_OR_RETURN(std::set<uint64_t> quarantined,
+                     QuarantinedEpisodes(mem->bound.spec, *mem->dataset));
+    ASSIGN_OR_RETURN(mem->index, SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream,
+                                                    quarantined));
+    if (!quarantined.empty()) {
+      // Never silent: the count is in the stats, and the log names the file and the episodes.
+      ASSIGN_OR_RETURN(SampleIndex whole,
+                       SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream));
+      const uint64_t samples = whole.size() - mem->index.size();
+      {
+        absl::MutexLock lock(&m.mu);
+        m.stats.quarantined_episodes += quarantined.size();
+        m.stats.quarantined_samples += samples;
+      }
+      std::string list;
+      for (uint64_t e : quarantined) StrAppend(&list, list.empty() ? "" : " ", e);
+      spdlog::warn("quarantine {}: {} episode(s) of {} left out ({} samples per epoch): {}",
+                   mem->bound.spec.quarantine, quarantined.size(), mem->dataset->uri(), samples,
+                   list);
+    }
     if (source.is_mixture() && mem->index.size() == 0) {
       return absl::InvalidArgumentError(StrCat("mixture dataset '", source.member(k).name,
                                                "' has no samples for anchor '", m.spec.anchor, "'"));

@@ -65,6 +65,9 @@ struct PipelineStats {
   uint64_t batches = 0;
   uint64_t samples = 0;
   uint64_t skipped = 0;          // on_error: skip
+  // Left out of the order by the config's `quarantine:` (sample/quarantine.h), per epoch.
+  uint64_t quarantined_episodes = 0;
+  uint64_t quarantined_samples = 0;
   uint64_t bytes = 0;            // tensor bytes handed out
   uint64_t frames_decoded = 0;   // video
   uint64_t frames_delivered = 0;

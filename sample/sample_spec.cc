@@ -230,7 +230,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
   SampleSpec spec;
   if (!root.IsMap()) return ConfigError(source, root, "the config must be a mapping with a 'streams' key");
   RETURN_IF_ERROR(CheckKeys(source, root, "the config",
-                            {"anchor", "tolerance_s", "on_error", "limits", "streams", "pipeline", "packing"}));
+                            {"anchor", "tolerance_s", "on_error", "quarantine", "limits", "streams", "pipeline", "packing"}));
   // Anchor: explicit, else "action", else the first lowdim stream, else the first video stream.
   if (root["anchor"]) {
     if (!root["anchor"].IsScalar()) return ConfigError(source, root["anchor"], "anchor must be a stream name");
@@ -265,6 +265,12 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
   if (root["on_error"]) {
     ASSIGN_OR_RETURN(std::string v, Word(source, root["on_error"], "on_error", {"fail", "skip"}));
     spec.on_error = v == "skip" ? OnError::kSkip : OnError::kFail;
+  }
+  if (root["quarantine"]) {
+    if (!root["quarantine"].IsScalar() || root["quarantine"].Scalar().empty()) {
+      return ConfigError(source, root["quarantine"], "quarantine must be a file path");
+    }
+    spec.quarantine = root["quarantine"].Scalar();
   }
   if (const YAML::Node l = root["limits"]) {
     RETURN_IF_ERROR(CheckKeys(source, l, "limits",

@@ -87,6 +87,9 @@ struct SampleSpec {
   std::vector<StreamSpec> streams;  // in config order
   DecodeLimits limits;
   OnError on_error = OnError::kFail;
+  // `quarantine: FILE`: episodes `conveyor check --write-quarantine` found errors in are left out
+  // of the order (sample/quarantine.h). Empty: none.
+  std::string quarantine;
   // How audio windows are decoded. The pipeline sets it from the job's pipeline version
   // (docs/pipeline.md "Schedule versions"), so a resumed job keeps the method it started with;
   // other users (conveyor sample, benches) get the current one.

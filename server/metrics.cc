@@ -80,6 +80,15 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                      .Name("conveyor_client_step_wait_seconds")
                      .Help("Each reported step's wait for data in the client's Next(), by job")
                      .Register(*registry_)),
+      quarantined_episodes_(BuildGauge()
+                                .Name("conveyor_quarantined_episodes")
+                                .Help("Episodes the job's quarantine file (conveyor check) leaves "
+                                      "out of its order, by job")
+                                .Register(*registry_)),
+      quarantined_samples_(BuildGauge()
+                               .Name("conveyor_quarantined_samples")
+                               .Help("Samples per epoch those episodes would have given, by job")
+                               .Register(*registry_)),
       step_wait_window_(BuildGauge()
                             .Name("conveyor_job_step_wait_window_seconds")
                             .Help("A step's wait for data over the reports of the last 60 s on this "
@@ -263,6 +272,11 @@ void ServerMetrics::Error(const std::string& job_label, const std::string& reaso
 void ServerMetrics::Skipped(const std::string& job_label, uint64_t samples) {
   // Created at the stream's start (with 0), so that rate() and alerts see the series from 0.
   skipped_.Add({{"job", job_label}}).Increment(static_cast<double>(samples));
+}
+void ServerMetrics::Quarantined(const std::string& job_label, uint64_t episodes,
+                                uint64_t samples) {
+  quarantined_episodes_.Add({{"job", job_label}}).Set(static_cast<double>(episodes));
+  quarantined_samples_.Add({{"job", job_label}}).Set(static_cast<double>(samples));
 }
 void ServerMetrics::Frames(const std::string& job_label, uint64_t decoded, uint64_t delivered) {
   frames_decoded_.Add({{"job", job_label}}).Increment(static_cast<double>(decoded));

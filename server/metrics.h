@@ -56,6 +56,8 @@ class ServerMetrics {
   void Stage(const std::string& stage, double seconds);  // decode, assemble, batch, idle, send
   void Error(const std::string& job_label, const std::string& reason);
   void Skipped(const std::string& job_label, uint64_t samples);  // on_error: skip
+  // Episodes and samples per epoch left out by the job's `quarantine:` (sample/quarantine.h).
+  void Quarantined(const std::string& job_label, uint64_t episodes, uint64_t samples);
   void Frames(const std::string& job_label, uint64_t decoded, uint64_t delivered);
   void PipelineWait(const std::string& job_label, double seconds);  // the stream waiting for its pipeline
   void ConsumerWait(const std::string& job_label, double seconds);  // Write() waiting for the consumer
@@ -106,6 +108,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& client_step_seconds_;
   prometheus::Family<prometheus::Counter>& client_wait_seconds_;
   prometheus::Family<prometheus::Histogram>& step_wait_;
+  prometheus::Family<prometheus::Gauge>& quarantined_episodes_;
+  prometheus::Family<prometheus::Gauge>& quarantined_samples_;
   prometheus::Family<prometheus::Gauge>& step_wait_window_;
   prometheus::Family<prometheus::Gauge>& slowest_rank_;
   prometheus::Family<prometheus::Gauge>& slowest_rank_share_;

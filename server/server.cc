@@ -774,6 +774,10 @@ struct DataServer::Impl : public RawStreamBatchesService {
     // This job's series, created at 0 so that increase() and alerts see the first skip.
     const std::string label = metrics->JobLabel(job);
     metrics->Skipped(label, 0);
+    {
+      const PipelineStats at_start = pipeline->stats();
+      metrics->Quarantined(label, at_start.quarantined_episodes, at_start.quarantined_samples);
+    }
     metrics->Frames(label, 0, 0);
     {
       absl::MutexLock lock(&mu);

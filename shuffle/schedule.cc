@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -13,6 +14,7 @@
 #include "base/status_macros.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/sample_index.h"
+#include "sample/quarantine.h"
 
 namespace conveyor {
 
@@ -50,7 +52,8 @@ uint64_t MeasureGopFrames(const Dataset& dataset, int stream, double* aligned_sh
 // `block_steps` anchor steps long when that is given.
 absl::Status ResolveGopBlocks(const Dataset& dataset, const SampleSpec& spec, OrderOptions* order) {
   const Manifest& manifest = dataset.manifest();
-  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(dataset, spec.anchor_stream));
+  ASSIGN_OR_RETURN(std::set<uint64_t> quarantined, QuarantinedEpisodes(spec, dataset));
+  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(dataset, spec.anchor_stream, quarantined));
   std::vector<uint64_t> starts;
   starts.reserve(index.num_episodes() + 1);
   for (uint64_t e = 0; e < index.num_episodes(); ++e) starts.push_back(index.EpisodeStart(e));

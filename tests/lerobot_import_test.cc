@@ -19,6 +19,7 @@
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/dataset.h"
 #include "datasets/lerobot/lerobot_dataset.h"
+#include "tests/support/lerobot_fixtures.h"
 #include "tests/support/media_checks.h"
 #include "tests/support/nginx_server.h"
 #include "tests/support/test_env.h"
@@ -55,20 +56,11 @@ bool Mentions(const absl::Status& s, const std::string& text) {
 class LeRobotImportTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string script =
-        std::string(CONVEYOR_SOURCE_DIR) + "/tests/fixtures/lerobot/make_lerobot.sh";
-    if (RunCommand("command -v node && command -v npm && command -v ffprobe", 10).exit_code != 0) {
-      skip_ = "node, npm or ffprobe not installed: the fixtures are written with them";
-      return;
-    }
-    const auto made = RunCommand("bash " + ShellQuote(script) + " " +
-                                     ShellQuote(CONVEYOR_PARQUET_NPM_DIR) + " " +
-                                     ShellQuote(kFixtures),
-                                 600);
-    if (made.exit_code != 0) {
-      error_ = "make_lerobot.sh failed:\n" + made.output;
-      return;
-    }
+    const conveyor::testing::LeRobotFixtures made =
+        conveyor::testing::MakeLeRobotFixtures(CONVEYOR_PARQUET_NPM_DIR, kFixtures);
+    skip_ = made.skip;
+    error_ = made.error;
+    if (!skip_.empty() || !error_.empty()) return;
     expected_ = new json(json::parse(ReadFile(kFixtures + "/expected.json")));
     dir_ = new TempDir();
     // Packet indexes of the mp4s read in place go here, not to the user's cache (the CLI runs

@@ -100,6 +100,11 @@ absl::Status RunBatches(const BatchesOptions& o) {
                  static_cast<unsigned long long>(s.batches), static_cast<unsigned long long>(s.samples),
                  static_cast<unsigned long long>(s.skipped), s.seconds, s.samples / std::max(s.seconds, 1e-9),
                  s.bytes / 1e6 / std::max(s.seconds, 1e-9));
+    if (s.quarantined_episodes > 0) {
+      std::fprintf(stderr, "  quarantine: %llu episodes (%llu samples per epoch) left out\n",
+                   static_cast<unsigned long long>(s.quarantined_episodes),
+                   static_cast<unsigned long long>(s.quarantined_samples));
+    }
     std::fprintf(stderr,
                  "  video: %llu frames decoded for %llu delivered: amplification %.3f; frame cache "
                  "hits %llu, misses %llu; peak cache %.1f MB, peak queue %.1f MB\n",

@@ -20,6 +20,9 @@ class Command {
   // After parsing, when this subcommand was chosen. The message of an error is what the user
   // sees after "conveyor NAME: error: ".
   virtual absl::Status Run() = 0;
+  // The exit status when Run() succeeded: 0, unless the command's result is a verdict
+  // (`conveyor check`: 1 warnings, 2 errors).
+  virtual int SuccessExitCode() const { return 0; }
 };
 
 std::unique_ptr<Command> NewSynthCommand();
@@ -36,5 +39,6 @@ std::unique_ptr<Command> NewTrainCommand();
 std::unique_ptr<Command> NewBenchCommand();
 std::unique_ptr<Command> NewTopCommand();
 std::unique_ptr<Command> NewCacheCommand();
+std::unique_ptr<Command> NewCheckCommand();
 
 }  // namespace conveyor::tools

@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   commands.push_back(tools::NewBenchCommand());
   commands.push_back(tools::NewTopCommand());
   commands.push_back(tools::NewCacheCommand());
+  commands.push_back(tools::NewCheckCommand());
   std::vector<CLI::App*> subcommands;
   for (auto& c : commands) {
     subcommands.push_back(c->Register(app));
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : subcommands) known = known || sub->check_name(argv[1]);
   if (!known) {
-    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch, train, bench or top; see --help)\n", argv[1]);
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch, train, bench, top, cache or check; see --help)\n", argv[1]);
     return 2;
   }
   try {
@@ -101,7 +102,10 @@ int main(int argc, char** argv) {
     if (!value.empty()) setenv(variable, value.c_str(), 1);
   }
   for (size_t i = 0; i < commands.size(); ++i) {
-    if (*subcommands[i]) return Report(subcommands[i]->get_name(), commands[i]->Run());
+    if (*subcommands[i]) {
+      const int code = Report(subcommands[i]->get_name(), commands[i]->Run());
+      return code == 0 ? commands[i]->SuccessExitCode() : code;
+    }
   }
   return 2;
 }
