@@ -239,7 +239,7 @@ void AugmentFrames(const StreamSpec& s, uint64_t seed, uint64_t epoch, uint64_t 
   }
 }
 
-// The frames of a video or image stream as its tensor: the cached frames in `held` as they are
+// The frames of a video or image stream as its tensor: the prefetched frames in `held` as they are
 // when the spec asks for nothing else, else `images` (or `held`) written as the spec says.
 absl::Status FrameTensor(const StreamSpec& s, const std::vector<RgbImage>& images,
                          const std::vector<std::shared_ptr<const RgbImage>>& held,
@@ -393,7 +393,7 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
   std::vector<uint8_t> pads;
   RETURN_IF_ERROR(PickTimes(table.time_s, out->time_s, s, ctx, &frames, &pads));
   std::vector<RgbImage> images;
-  std::vector<std::shared_ptr<const RgbImage>> held;  // cached frames used as they are
+  std::vector<std::shared_ptr<const RgbImage>> held;  // prefetched frames used as they are
   if (s.kind == pb::VIDEO) {
     RETURN_IF_ERROR(VideoFrames(si, ep, table, frames, *out, ctx, &images, &held));
   } else {
@@ -415,7 +415,7 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
                                           std::vector<std::shared_ptr<const RgbImage>>* held) {
   const StreamSpec& s = spec_.streams[si];
   stats_.frames_delivered += frames.size();
-  if (TakeCachedFrames(sample.episode, s, frames, images, held)) return absl::OkStatus();
+  if (TakePrefetchedFrames(sample.episode, s, frames, images, held)) return absl::OkStatus();
   const pb::EpisodeIndex& index = *ep.index;
   auto read = [&](size_t packet, std::string* bytes) {
     return dataset_.ReadPacket(index, s.stream, packet, bytes);
@@ -442,27 +442,27 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
   return absl::OkStatus();
 }
 
-bool SampleAssembler::TakeCachedFrames(uint64_t episode, const StreamSpec& s,
+bool SampleAssembler::TakePrefetchedFrames(uint64_t episode, const StreamSpec& s,
                                        const std::vector<int64_t>& frames,
                                        std::vector<RgbImage>* images,
                                        std::vector<std::shared_ptr<const RgbImage>>* held) {
-  if (cache_ == nullptr) return false;
-  bool all_cached = true;
-  for (size_t i = 0; i < frames.size() && all_cached; ++i) {
-    auto f = cache_->Find(episode, s.stream, frames[i]);
+  if (prefetch_ == nullptr) return false;
+  bool all_prefetched = true;
+  for (size_t i = 0; i < frames.size() && all_prefetched; ++i) {
+    auto f = prefetch_->Find(episode, s.stream, frames[i]);
     if (f == nullptr) {
-      all_cached = false;
+      all_prefetched = false;
     } else {
       held->push_back(std::move(f));
     }
   }
-  if (!all_cached) {
+  if (!all_prefetched) {
     held->clear();
-    stats_.cache_misses += frames.size();
+    stats_.prefetch_misses += frames.size();
     return false;
   }
-  stats_.cache_hits += frames.size();
-  // Augmentation changes pixels: it works on copies. Otherwise the cached frames are written
+  stats_.prefetch_hits += frames.size();
+  // Augmentation changes pixels: it works on copies. Otherwise the prefetched frames are written
   // into the tensor as they are.
   if (s.augment.enabled()) {
     images->resize(frames.size());
@@ -549,7 +549,7 @@ AssemblerStats SampleAssembler::stats() const {
     s.frames_decoded += v->stats().frames_decoded;
     s.video_seeks += v->stats().seeks;
   }
-  // Delivered = frames that went into samples, decoded for them or found in the cache.
+  // Delivered = frames that went into samples, decoded for them or found in the window prefetch.
   s.frames_delivered = stats_.frames_delivered;
   return s;
 }

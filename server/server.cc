@@ -533,7 +533,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (e.total > l.stream_memory_bytes) {
       return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
                     StrCat("this stream would hold about ", e.total, " bytes (pre-decoded frames ",
-                           e.frame_cache_bytes, ", samples in flight ", e.in_flight_bytes,
+                           e.window_prefetch_bytes, ", samples in flight ", e.in_flight_bytes,
                            ", batch buffers 2 x ", e.batch_bytes,
                            "); this server gives a stream at most ", l.stream_memory_bytes,
                            " (--stream-memory-bytes): lower pipeline.queue_bytes, the schedule's "

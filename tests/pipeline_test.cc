@@ -396,7 +396,7 @@ TEST_F(PipelineTest, GopSchedulingDecodesLessAndStaysWithinTheBudget) {
     amp[gop] = s.amplification();
     EXPECT_LE(s.queue_bytes_peak, o.queue_bytes) << (gop ? "gop" : "naive");
     if (gop) {
-      EXPECT_GT(s.cache_hits, 0u);
+      EXPECT_GT(s.prefetch_hits, 0u);
     }
   }
   EXPECT_GT(amp[0], 3.0) << "naive random access should re-decode GOP prefixes";
