@@ -24,7 +24,9 @@
 
 namespace conveyor {
 
-struct Tensor {
+// A tensor that owns its bytes: a sample's. A batch holds TensorViews into one buffer
+// (pipeline/batch.h) and the client hands out client::TensorView (client/client.h).
+struct OwnedTensor {
   std::string name;
   DType dtype = DType::kUint8;
   std::vector<int64_t> shape;
@@ -34,6 +36,7 @@ struct Tensor {
   // `data` (which is then empty). Frame t's bytes are frames[t]->pixels. Saves one copy of every
   // frame: from the decoder's frame straight into its slot of the batch (pipeline/packing.cc).
   std::vector<std::shared_ptr<const RgbImage>> frames;
+  TensorRole role = TensorRole::kData;
   size_t num_elements() const;
   size_t bytes() const;               // data.size(), or the frames' bytes
   void CopyTo(uint8_t* dst) const;    // all bytes() of them, in C order
@@ -49,8 +52,8 @@ struct Sample {
   uint32_t step = 0;    // anchor step within the episode
   double time_s = 0;    // anchor time on the episode clock
   uint32_t member = 0;  // the mixture member (dataset) it came from; 0 for a single dataset
-  std::vector<Tensor> tensors;
-  const Tensor* Find(std::string_view name) const;
+  std::vector<OwnedTensor> tensors;
+  const OwnedTensor* Find(std::string_view name) const;
   size_t bytes() const;
 };
 

@@ -46,7 +46,7 @@ absl::Status WriteSample(const Sample& sample, const std::string& dir, uint64_t 
     const std::vector<uint8_t>& bytes = t.frames.empty() ? t.data : shared;
     RETURN_IF_ERROR(WriteNpyRaw(StrCat(dir, "/", t.name, ".npy"), t.shape, NumpyDescr(t.dtype),
                                 bytes.data(), bytes.size()));
-    if (t.dtype == DType::kUint8 && t.shape.size() == 1 && !t.name.ends_with("_is_pad")) {
+    if (t.dtype == DType::kUint8 && t.shape.size() == 1 && t.role != TensorRole::kPaddingMask) {
       // Text: also readable as is.
       meta["text"][t.name] = std::string(t.data.begin(), t.data.end());
     }

@@ -46,7 +46,7 @@ absl::Status Features(const client::Batch& b, int pool, const std::string& actio
                       std::vector<float>* x, int64_t* per_sample) {
   const int64_t n = static_cast<int64_t>(b.ids.size());
   std::vector<std::vector<float>> rows(n);
-  for (const client::Tensor& t : b.tensors) {
+  for (const client::TensorView& t : b.tensors) {
     if (t.role != client::TensorRole::kData || t.name == action || t.shape.empty() || t.shape[0] != n) continue;
     const bool image = t.shape.size() == 5 && (t.dtype == client::DType::kUint8 || t.dtype == client::DType::kFloat32);
     if (image) {
@@ -409,7 +409,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     if (absl::Status s = b->WaitDevice(); !s.ok()) return s;
     st.h2d = Since(t1);
     t1 = Clock::now();
-    const client::Tensor* y = b->Find(o.action);
+    const client::TensorView* y = b->Find(o.action);
     if (y == nullptr || y->dtype != client::DType::kFloat32) {
       return absl::InvalidArgumentError(StrCat("the batch has no float32 tensor '", o.action, "' to predict"));
     }
