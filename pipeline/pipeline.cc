@@ -490,6 +490,73 @@ struct Pipeline::Impl {
     }
   }
 
+  // A block task's frames, decoded once or taken from the decoded-frame cache.
+  struct DecodedBlock {
+    std::vector<std::pair<uint64_t, std::shared_ptr<const RgbImage>>> frames;  // by FrameKey
+    uint64_t from_cache = 0;         // frames the decoded-frame cache had
+    uint64_t decoded_for_cache = 0;  // frames decoded and offered to it
+    bool all_cached = true;          // no frame of the block was decoded
+    bool empty = true;               // the block's samples need no frame
+  };
+
+  // Decodes the union of the frames a block's samples need, per (episode, stream), in one pass
+  // each; frames the decoded-frame cache holds are not decoded. No lock held: a sample whose
+  // frames fail here reports the error when it is assembled.
+  DecodedBlock DecodeBlock(SampleAssembler& assembler, const Task& task,
+                           std::vector<FrameRequest>* needed, std::vector<RgbImage>* images) {
+    std::map<std::pair<uint64_t, size_t>, FrameRequest> merged;
+    for (uint64_t s : task.block_samples) {
+      if (!assembler.NeededFrames(s, needed).ok()) continue;  // the sample task reports it
+      for (FrameRequest& r : *needed) {
+        FrameRequest& m = merged[{r.episode, r.spec_stream}];
+        m.episode = r.episode;
+        m.spec_stream = r.spec_stream;
+        m.stream = r.stream;
+        m.frames.insert(m.frames.end(), r.frames.begin(), r.frames.end());
+      }
+    }
+    DecodedBlock out;
+    out.empty = merged.empty();
+    for (auto& [k, r] : merged) {
+      std::sort(r.frames.begin(), r.frames.end());
+      r.frames.erase(std::unique(r.frames.begin(), r.frames.end()), r.frames.end());
+      if (TakeCachedFrames(task.member, assembler, r, &out.frames)) {
+        out.from_cache += r.frames.size();
+        continue;
+      }
+      out.all_cached = false;
+      if (!assembler.DecodeFrames(r, images).ok()) continue;  // the sample task reports it
+      for (size_t i = 0; i < r.frames.size(); ++i) {
+        auto img = std::make_shared<const RgbImage>(std::move((*images)[i]));
+        if (opt.frame_cache) {
+          opt.frame_cache->Insert(CacheKey(task.member, assembler, r, r.frames[i]), img);
+          ++out.decoded_for_cache;
+        }
+        out.frames.emplace_back(FrameKey(r.episode, r.stream, r.frames[i]), std::move(img));
+      }
+    }
+    return out;
+  }
+
+  // Puts a decoded block's frames into its window's prefetch, counts them, and wakes the window's
+  // sample tasks when it was the window's last block.
+  void AddToWindow(const Task& task, DecodedBlock* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    stats.frame_cache_hits += block->from_cache;
+    stats.frame_cache_misses += block->decoded_for_cache;
+    if (opt.frame_cache && block->all_cached && !block->empty) ++stats.blocks_from_frame_cache;
+    Window& w = windows[task.window];
+    for (auto& [k, img] : block->frames) {
+      if (w.frames.emplace(k, img).second) {
+        w.bytes += img->pixels.size();
+        prefetch_bytes += img->pixels.size();
+      }
+    }
+    stats.prefetch_bytes_peak = std::max(stats.prefetch_bytes_peak, prefetch_bytes);
+    stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, prefetch_bytes + results_bytes);
+    if (--w.prefetch_left == 0) window_cv.SignalAll();
+    work_cv.SignalAll();
+  }
+
   void WorkerLoop(size_t id) {
     // One assembler per member, made when the member's first task arrives.
     std::vector<std::unique_ptr<SampleAssembler>> assemblers(members.size());
@@ -513,55 +580,10 @@ struct Pipeline::Impl {
       SampleAssembler& assembler = assembler_for(task.member);
       if (task.prefetch) {
         const auto t0 = Clock::now();
-        // Union of the frames the block's samples need, per (episode, stream); one pass each.
-        std::map<std::pair<uint64_t, size_t>, FrameRequest> merged;
-        for (uint64_t s : task.block_samples) {
-          if (!assembler.NeededFrames(s, &needed).ok()) continue;  // the sample task reports it
-          for (FrameRequest& r : needed) {
-            FrameRequest& m = merged[{r.episode, r.spec_stream}];
-            m.episode = r.episode;
-            m.spec_stream = r.spec_stream;
-            m.stream = r.stream;
-            m.frames.insert(m.frames.end(), r.frames.begin(), r.frames.end());
-          }
-        }
-        std::vector<std::pair<uint64_t, std::shared_ptr<const RgbImage>>> decoded;
-        uint64_t from_cache = 0, decoded_for_cache = 0;
-        bool all_cached = true;
-        for (auto& [k, r] : merged) {
-          std::sort(r.frames.begin(), r.frames.end());
-          r.frames.erase(std::unique(r.frames.begin(), r.frames.end()), r.frames.end());
-          if (TakeCachedFrames(task.member, assembler, r, &decoded)) {
-            from_cache += r.frames.size();
-            continue;
-          }
-          all_cached = false;
-          if (!assembler.DecodeFrames(r, &images).ok()) continue;  // the sample task reports it
-          for (size_t i = 0; i < r.frames.size(); ++i) {
-            auto img = std::make_shared<const RgbImage>(std::move(images[i]));
-            if (opt.frame_cache) {
-              opt.frame_cache->Insert(CacheKey(task.member, assembler, r, r.frames[i]), img);
-              ++decoded_for_cache;
-            }
-            decoded.emplace_back(FrameKey(r.episode, r.stream, r.frames[i]), std::move(img));
-          }
-        }
+        DecodedBlock block = DecodeBlock(assembler, task, &needed, &images);
         decode += Seconds(t0, Clock::now());
         absl::MutexLock lock(&mu);
-        stats.frame_cache_hits += from_cache;
-        stats.frame_cache_misses += decoded_for_cache;
-        if (opt.frame_cache && all_cached && !merged.empty()) ++stats.blocks_from_frame_cache;
-        Window& w = windows[task.window];
-        for (auto& [k, img] : decoded) {
-          if (w.frames.emplace(k, img).second) {
-            w.bytes += img->pixels.size();
-            prefetch_bytes += img->pixels.size();
-          }
-        }
-        stats.prefetch_bytes_peak = std::max(stats.prefetch_bytes_peak, prefetch_bytes);
-        stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, prefetch_bytes + results_bytes);
-        if (--w.prefetch_left == 0) window_cv.SignalAll();
-        work_cv.SignalAll();
+        AddToWindow(task, &block);
         Publish(id, assemblers, &idle, &decode, &assemble);
         continue;
       }
