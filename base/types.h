@@ -37,6 +37,17 @@ struct SampleId {
 };
 
 enum class DType : uint8_t { kUint8, kBool, kFloat32, kInt32 };
+
+// What a tensor is for, carried beside it from the sample to the client (the wire's
+// conveyor.v1.TensorRole), so no layer recognises a role from a tensor's name.
+enum class TensorRole : uint8_t {
+  kData,         // a stream's samples (frames, state, actions, audio, text), or an unpacked
+                 // batch's other tensors (`<stream>_mask`, a mixture's tag)
+  kPaddingMask,  // `<stream>_is_pad`, `<stream>_dim_is_pad`: true where a value is padding
+  kSegmentIds,   // packing: which sample each token belongs to (0: padding)
+  kPositions,    // packing: position of each token within its sample
+  kSampleInfo,   // packing: per-sample bookkeeping; in a sample, a mixture's tag
+};
 size_t DTypeSize(DType t);             // bytes per element
 std::string_view DTypeName(DType t);   // "uint8", "bool", "float32", "int32"
 std::string_view NumpyDescr(DType t);  // "|u1", "|b1", "<f4", "<i4"

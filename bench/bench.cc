@@ -981,9 +981,8 @@ std::string FrameCacheFlagsText(const FrameCacheFlags& f) {
   return out;
 }
 
-}  // namespace
-
-absl::Status RunBench(const BenchOptions& o) {
+// The options' ranges, before anything is opened.
+absl::Status CheckOptions(const BenchOptions& o) {
   if (o.threads.empty()) return absl::InvalidArgumentError("--threads needs at least one count");
   for (int t : o.threads) {
     if (t < 1 || t > 256) return absl::InvalidArgumentError(StrCat("--threads ", t, ": expected 1..256"));
@@ -1001,70 +1000,50 @@ absl::Status RunBench(const BenchOptions& o) {
   if (o.consumers < 1 || o.consumers > 256) {
     return absl::InvalidArgumentError(StrCat("--consumers ", o.consumers, ": need 1 to 256"));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
-  if (source->is_mixture() && o.config.empty()) {
-    return absl::InvalidArgumentError(StrCat(o.dataset, " is a mixture: give its config (--config F), "
-                                             "written against the mixture's stream names"));
-  }
-  const Manifest& manifest = source->manifest();
-  spdlog::set_level(spdlog::level::warn);  // the in-process server's per-stream lines
-  std::string text;
-  SampleSpec spec;
+  return absl::OkStatus();
+}
+
+// The config's text and spec: --config, or every stream with frames and low-dim steps at the
+// anchor time and one second of audio before it.
+absl::Status BenchSpec(const BenchOptions& o, const Manifest& manifest, std::string* text,
+                       SampleSpec* spec) {
   if (!o.config.empty()) {
-    ASSIGN_OR_RETURN(text, ReadLocalFile(o.config, "config"));
-    ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, manifest, o.config));
+    ASSIGN_OR_RETURN(*text, ReadLocalFile(o.config, "config"));
+    ASSIGN_OR_RETURN(*spec, SampleSpec::FromYaml(*text, manifest, o.config));
   } else {
     // Every stream: frames and low-dim steps at the anchor time, one second of audio before it.
     ASSIGN_OR_RETURN(const SampleSpec defaults, SampleSpec::Default(manifest));
-    text = StrCat("anchor: ", defaults.anchor, "\nstreams:\n");
+    *text = StrCat("anchor: ", defaults.anchor, "\nstreams:\n");
     for (const StreamInfo& s : manifest.streams) {
       const std::string kind = KindName(s.kind);
-      StrAppend(&text, "  ", s.name, ": ",
+      StrAppend(text, "  ", s.name, ": ",
                 kind == "audio"                        ? "{delta_timestamps: [-1.0, 0.0]}"
                 : kind == "text" || kind == "unknown" ? "{}"
                                                        : "{delta_timestamps: [0.0]}",
                 "\n");
     }
-    ASSIGN_OR_RETURN(spec, SampleSpec::FromYaml(text, manifest, "the default bench spec"));
+    ASSIGN_OR_RETURN(*spec, SampleSpec::FromYaml(*text, manifest, "the default bench spec"));
   }
-  PipelineOptions po;
-  RETURN_IF_ERROR(po.MergeYaml(text, spec, manifest, o.config.empty() ? "default spec" : o.config));
-  RETURN_IF_ERROR(ResolveSchedule(*source, spec, &po));
-  const std::string work = (std::filesystem::temp_directory_path() /
-                            StrCat("conveyor-bench-", getpid())).string();
-  std::filesystem::create_directories(work);
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::filesystem::remove_all(dir); }
-  } cleanup{work};
+  return absl::OkStatus();
+}
 
-  std::fprintf(stderr, "bench: %s (%zu episodes), %s, threads", o.dataset.c_str(), static_cast<size_t>(manifest.num_episodes),
-               o.config.empty() ? "the default spec" : o.config.c_str());
-  for (int t : o.threads) std::fprintf(stderr, " %d", t);
-  std::fprintf(stderr, ", %.1f s per figure\n", o.seconds);
-  Bench bench(o, *source, work);
-  if (o.plan > 0) {
-    if (bench.frame_cache_on()) std::fprintf(stderr, "bench: --plan measures the serve rows only: no frame cache rows\n");
-    RETURN_IF_ERROR(bench.RunServeOnly(spec, po, text));
-    return PrintPlan(o, bench.rows());
-  }
-  RETURN_IF_ERROR(bench.Run(spec, po, text));
-
+// The table of rows and where the time went, on stdout; the rows as JSON.
+json PrintRows(const std::vector<Row>& rows) {
   std::printf("\n%-7s %-9s %-20s %7s %12s %-22s %12s %7s\n", "modality", "stage", "order", "threads",
               "value", "unit", "limit", "ratio");
-  json rows = json::array();
-  for (const Row& r : bench.rows()) {
+  json out = json::array();
+  for (const Row& r : rows) {
     std::printf("%-7s  %-9s %-20s %7d %12.1f %-22s %12s %7s\n", r.modality.c_str(), r.stage.c_str(),
                 r.order.c_str(), r.threads, r.value, r.unit.c_str(),
                 r.limit > 0 ? StrCat(static_cast<int64_t>(r.limit)).c_str() : "-",
                 r.limit > 0 ? StrCat(std::round(100 * r.value / r.limit) / 100).c_str() : "-");
-    rows.push_back({{"modality", r.modality}, {"stage", r.stage}, {"order", r.order}, {"threads", r.threads},
+    out.push_back({{"modality", r.modality}, {"stage", r.stage}, {"order", r.order}, {"threads", r.threads},
                     {"value", r.value}, {"unit", r.unit}, {"limit_name", r.limit_name}, {"limit", r.limit},
                     {"ratio", r.limit > 0 ? r.value / r.limit : 0}, {"stages", r.stages}});
-    if (!r.frame_cache.is_null()) rows.back()["frame_cache"] = r.frame_cache;
+    if (!r.frame_cache.is_null()) out.back()["frame_cache"] = r.frame_cache;
   }
   std::printf("\nwhere the time goes (seconds summed over workers; shares of their sum):\n");
-  for (const Row& r : bench.rows()) {
+  for (const Row& r : rows) {
     if (!r.stages.is_object() || !r.stages.contains("decode_s")) continue;
     const double d = r.stages["decode_s"], a = r.stages["assemble_s"], b = r.stages["batch_s"],
                  w = r.stages["wait_s"], i = r.stages["worker_idle_s"];
@@ -1075,15 +1054,20 @@ absl::Status RunBench(const BenchOptions& o) {
                 100 * a / sum, 100 * b / sum, 100 * w / sum, 100 * i / sum,
                 r.stages["amplification"].get<double>());
   }
-  for (const Row& r : bench.rows()) {
+  for (const Row& r : rows) {
     if (r.stage != "serve" || !r.stages.is_object()) continue;
     std::printf("  serve %d thread%s: %.1f MB/s to the client, which waited %.2f of %.2f s\n", r.threads,
                 r.threads > 1 ? "s" : "", r.stages["mb_per_s"].get<double>(),
                 r.stages["client_wait_s"].get<double>(), r.stages["seconds"].get<double>());
   }
-  const std::string cache_flags = FrameCacheFlagsText(o.frame_cache);
+  return out;
+}
+
+// The decoded-frame cache rows (true when there were any), then what each limit is.
+bool PrintCacheRowsAndLimits(const BenchOptions& o, const std::vector<Row>& rows,
+                             const std::string& cache_flags) {
   bool cache_rows = false;
-  for (const Row& r : bench.rows()) {
+  for (const Row& r : rows) {
     if (r.frame_cache.is_null()) continue;
     const json& c = r.frame_cache;
     if (!cache_rows) {
@@ -1128,6 +1112,126 @@ absl::Status RunBench(const BenchOptions& o) {
                                           : " The node store keeps what earlier runs and thread counts published: "
                                             "epoch 1 is cold only for an empty store (its hits say how cold).");
   }
+  return cache_rows;
+}
+
+// One Markdown table per modality, for bench/RESULTS.md (--markdown).
+absl::Status WriteMarkdown(const BenchOptions& o, const std::vector<Row>& rows,
+                           double cat_bytes_per_s, const std::string& cache_flags, bool cache_rows) {
+  // One table per modality, for bench/RESULTS.md.
+  std::ofstream md(o.markdown);
+  md << "Command: `conveyor bench " << o.dataset << (o.config.empty() ? "" : " --config " + o.config)
+     << (o.modality == "all" ? "" : " --modality " + o.modality) << " --seconds " << o.seconds
+     << (cache_flags.empty() ? "" : " " + cache_flags) << "`; " << std::thread::hardware_concurrency() << " cores; `cat` of the shards "
+     << static_cast<int64_t>(cat_bytes_per_s / 1e6) << " MB/s.\n";
+  std::string current;
+  for (const Row& r : rows) {
+    if (r.modality != current) {
+      current = r.modality;
+      md << "\n**" << (current == "all" ? "end to end (the whole config)" : current) << "**\n\n"
+         << "| stage | order | threads | figure | unit | limit | limit figure | ratio |\n"
+         << "|---|---|---|---|---|---|---|---|\n";
+    }
+    char line[512];
+    std::snprintf(line, sizeof line, "| %s | %s | %d | %.1f | %s | %s | %s | %s |\n", r.stage.c_str(),
+                  r.order.c_str(), r.threads, r.value, r.unit.c_str(),
+                  r.limit > 0 ? r.limit_name.c_str() : "-",
+                  r.limit > 0 ? StrCat(std::round(10 * r.limit) / 10).c_str() : "-",
+                  r.limit > 0 ? StrCat(std::round(100 * r.value / r.limit) / 100).c_str() : "-");
+    md << line;
+  }
+  if (cache_rows) {
+    md << "\n**decoded-frame cache (video, shuffled gop" << (o.frame_cache.dir.empty() ? "" : ", with the node store")
+       << ")**\n\n"
+       << "| epoch | threads | samples/s | uncached samples/s | decode bound | vs uncached | vs decode bound | "
+          "first batch s | hit rate | frames decoded | held MB / bound MB | frames held | evicted MB | "
+          "not admitted | decode s saved |"
+       << (o.frame_cache.dir.empty() ? "" : " node store hits / misses / published |") << "\n"
+       << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (o.frame_cache.dir.empty() ? "" : "---|")
+       << "\n";
+    for (const Row& r : rows) {
+      if (r.frame_cache.is_null()) continue;
+      const json& c = r.frame_cache;
+      const double uncached = c["uncached_samples_per_s"], bound = c["decode_bound_samples_per_s"];
+      char line[640];
+      std::snprintf(line, sizeof line,
+                    "| %s%s | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.3f | %llu | %.1f / %.1f | %llu | %.1f | "
+                    "%llu | %.2f |",
+                    c["epoch"].get<std::string>().c_str(),
+                    c["epoch"] == "1" && c["epoch_1_fraction"].get<double>() < 1 ? " (cut)" : "", r.threads, r.value,
+                    uncached, bound, uncached > 0 ? r.value / uncached : 0.0, bound > 0 ? r.value / bound : 0.0,
+                    c["first_batch_s"].get<double>(), c["hit_rate"].get<double>(),
+                    c["frames_decoded"].get<unsigned long long>(), c["held_bytes"].get<double>() / 1e6,
+                    c["bound_bytes"].get<double>() / 1e6, c["frames"].get<unsigned long long>(),
+                    c["evicted_bytes"].get<double>() / 1e6, c["not_admitted"].get<unsigned long long>(),
+                    c["decode_seconds_saved"].get<double>());
+      md << line;
+      if (c.contains("store")) {
+        const json& st = c["store"];
+        md << " " << st["hits"].get<uint64_t>() << " / " << st["misses"].get<uint64_t>() << " / "
+           << st["published"].get<uint64_t>() << " |";
+      }
+      md << "\n";
+    }
+  }
+  if (!md) return absl::InternalError(StrCat("cannot write ", o.markdown));
+  std::printf("wrote %s\n", o.markdown.c_str());
+  return absl::OkStatus();
+}
+
+// A PNG of the JSON document (--plot), through matplotlib.
+absl::Status WritePlot(const std::string& work, const std::string& json_path, const std::string& plot) {
+  const std::string script = work + "/plot.py";
+  std::ofstream(script) << kPlotScript;
+  const std::string cmd = "/usr/bin/python3 '" + script + "' '" + json_path + "' '" + plot + "'";
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::FailedPreconditionError(StrCat("the plot needs /usr/bin/python3 with matplotlib "
+                                                "(apt-get install python3-matplotlib): ", cmd, " failed"));
+  }
+  std::printf("wrote %s\n", plot.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunBench(const BenchOptions& o) {
+  RETURN_IF_ERROR(CheckOptions(o));
+  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
+  if (source->is_mixture() && o.config.empty()) {
+    return absl::InvalidArgumentError(StrCat(o.dataset, " is a mixture: give its config (--config F), "
+                                             "written against the mixture's stream names"));
+  }
+  const Manifest& manifest = source->manifest();
+  spdlog::set_level(spdlog::level::warn);  // the in-process server's per-stream lines
+  std::string text;
+  SampleSpec spec;
+  RETURN_IF_ERROR(BenchSpec(o, manifest, &text, &spec));
+  PipelineOptions po;
+  RETURN_IF_ERROR(po.MergeYaml(text, spec, manifest, o.config.empty() ? "default spec" : o.config));
+  RETURN_IF_ERROR(ResolveSchedule(*source, spec, &po));
+  const std::string work = (std::filesystem::temp_directory_path() /
+                            StrCat("conveyor-bench-", getpid())).string();
+  std::filesystem::create_directories(work);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{work};
+
+  std::fprintf(stderr, "bench: %s (%zu episodes), %s, threads", o.dataset.c_str(), static_cast<size_t>(manifest.num_episodes),
+               o.config.empty() ? "the default spec" : o.config.c_str());
+  for (int t : o.threads) std::fprintf(stderr, " %d", t);
+  std::fprintf(stderr, ", %.1f s per figure\n", o.seconds);
+  Bench bench(o, *source, work);
+  if (o.plan > 0) {
+    if (bench.frame_cache_on()) std::fprintf(stderr, "bench: --plan measures the serve rows only: no frame cache rows\n");
+    RETURN_IF_ERROR(bench.RunServeOnly(spec, po, text));
+    return PrintPlan(o, bench.rows());
+  }
+  RETURN_IF_ERROR(bench.Run(spec, po, text));
+
+  const json rows = PrintRows(bench.rows());
+  const std::string cache_flags = FrameCacheFlagsText(o.frame_cache);
+  const bool cache_rows = PrintCacheRowsAndLimits(o, bench.rows(), cache_flags);
   const json doc = {{"dataset", o.dataset}, {"config", o.config}, {"cat_bytes_per_s", bench.cat_bytes_per_s()},
                     {"nproc", std::thread::hardware_concurrency()}, {"rows", rows}};
   std::string json_path = o.json;
@@ -1139,75 +1243,9 @@ absl::Status RunBench(const BenchOptions& o) {
     if (!o.json.empty()) std::printf("wrote %s\n", o.json.c_str());
   }
   if (!o.markdown.empty()) {
-    // One table per modality, for bench/RESULTS.md.
-    std::ofstream md(o.markdown);
-    md << "Command: `conveyor bench " << o.dataset << (o.config.empty() ? "" : " --config " + o.config)
-       << (o.modality == "all" ? "" : " --modality " + o.modality) << " --seconds " << o.seconds
-       << (cache_flags.empty() ? "" : " " + cache_flags) << "`; " << std::thread::hardware_concurrency() << " cores; `cat` of the shards "
-       << static_cast<int64_t>(bench.cat_bytes_per_s() / 1e6) << " MB/s.\n";
-    std::string current;
-    for (const Row& r : bench.rows()) {
-      if (r.modality != current) {
-        current = r.modality;
-        md << "\n**" << (current == "all" ? "end to end (the whole config)" : current) << "**\n\n"
-           << "| stage | order | threads | figure | unit | limit | limit figure | ratio |\n"
-           << "|---|---|---|---|---|---|---|---|\n";
-      }
-      char line[512];
-      std::snprintf(line, sizeof line, "| %s | %s | %d | %.1f | %s | %s | %s | %s |\n", r.stage.c_str(),
-                    r.order.c_str(), r.threads, r.value, r.unit.c_str(),
-                    r.limit > 0 ? r.limit_name.c_str() : "-",
-                    r.limit > 0 ? StrCat(std::round(10 * r.limit) / 10).c_str() : "-",
-                    r.limit > 0 ? StrCat(std::round(100 * r.value / r.limit) / 100).c_str() : "-");
-      md << line;
-    }
-    if (cache_rows) {
-      md << "\n**decoded-frame cache (video, shuffled gop" << (o.frame_cache.dir.empty() ? "" : ", with the node store")
-         << ")**\n\n"
-         << "| epoch | threads | samples/s | uncached samples/s | decode bound | vs uncached | vs decode bound | "
-            "first batch s | hit rate | frames decoded | held MB / bound MB | frames held | evicted MB | "
-            "not admitted | decode s saved |"
-         << (o.frame_cache.dir.empty() ? "" : " node store hits / misses / published |") << "\n"
-         << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (o.frame_cache.dir.empty() ? "" : "---|")
-         << "\n";
-      for (const Row& r : bench.rows()) {
-        if (r.frame_cache.is_null()) continue;
-        const json& c = r.frame_cache;
-        const double uncached = c["uncached_samples_per_s"], bound = c["decode_bound_samples_per_s"];
-        char line[640];
-        std::snprintf(line, sizeof line,
-                      "| %s%s | %d | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.3f | %llu | %.1f / %.1f | %llu | %.1f | "
-                      "%llu | %.2f |",
-                      c["epoch"].get<std::string>().c_str(),
-                      c["epoch"] == "1" && c["epoch_1_fraction"].get<double>() < 1 ? " (cut)" : "", r.threads, r.value,
-                      uncached, bound, uncached > 0 ? r.value / uncached : 0.0, bound > 0 ? r.value / bound : 0.0,
-                      c["first_batch_s"].get<double>(), c["hit_rate"].get<double>(),
-                      c["frames_decoded"].get<unsigned long long>(), c["held_bytes"].get<double>() / 1e6,
-                      c["bound_bytes"].get<double>() / 1e6, c["frames"].get<unsigned long long>(),
-                      c["evicted_bytes"].get<double>() / 1e6, c["not_admitted"].get<unsigned long long>(),
-                      c["decode_seconds_saved"].get<double>());
-        md << line;
-        if (c.contains("store")) {
-          const json& st = c["store"];
-          md << " " << st["hits"].get<uint64_t>() << " / " << st["misses"].get<uint64_t>() << " / "
-             << st["published"].get<uint64_t>() << " |";
-        }
-        md << "\n";
-      }
-    }
-    if (!md) return absl::InternalError(StrCat("cannot write ", o.markdown));
-    std::printf("wrote %s\n", o.markdown.c_str());
+    RETURN_IF_ERROR(WriteMarkdown(o, bench.rows(), bench.cat_bytes_per_s(), cache_flags, cache_rows));
   }
-  if (!o.plot.empty()) {
-    const std::string script = work + "/plot.py";
-    std::ofstream(script) << kPlotScript;
-    const std::string cmd = "/usr/bin/python3 '" + script + "' '" + json_path + "' '" + o.plot + "'";
-    if (std::system(cmd.c_str()) != 0) {
-      return absl::FailedPreconditionError(StrCat("the plot needs /usr/bin/python3 with matplotlib "
-                                                  "(apt-get install python3-matplotlib): ", cmd, " failed"));
-    }
-    std::printf("wrote %s\n", o.plot.c_str());
-  }
+  if (!o.plot.empty()) RETURN_IF_ERROR(WritePlot(work, json_path, o.plot));
   return absl::OkStatus();
 }
 

@@ -154,16 +154,17 @@ constexpr char kPackingYaml[] = R"(packing:
   count_padding: false
 )";
 
-Tensor ShapeOnly(const std::string& name, std::vector<int64_t> shape) {
-  Tensor t;  // TokenCount reads shapes and pad flags only; the pixels are left out
+OwnedTensor ShapeOnly(const std::string& name, std::vector<int64_t> shape) {
+  OwnedTensor t;  // TokenCount reads shapes and pad flags only; the pixels are left out
   t.name = name;
   t.shape = std::move(shape);
   return t;
 }
 
-Tensor PadFlags(const std::string& stream, const std::vector<uint8_t>& flags) {
-  Tensor t;
+OwnedTensor PadFlags(const std::string& stream, const std::vector<uint8_t>& flags) {
+  OwnedTensor t;
   t.name = stream + "_is_pad";
+  t.role = TensorRole::kPaddingMask;
   t.dtype = DType::kBool;
   t.shape = {static_cast<int64_t>(flags.size())};
   t.data = flags;

@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
                       {"block_steps", r.resolved.order.block_steps},
                       {"window_blocks", r.resolved.order.window_blocks},
                       {"queue_bytes_peak", r.stats.queue_bytes_peak},
-                      {"cache_bytes_peak", r.stats.cache_bytes_peak},
+                      {"cache_bytes_peak", r.stats.prefetch_bytes_peak},
                       {"queue_bytes_budget", o.queue_bytes},
                       {"decode_s", r.stats.decode_seconds}, {"assemble_s", r.stats.assemble_seconds},
                       {"consumer_wait_s", r.stats.wait_seconds}});
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
                        {"episodes_per_batch", q.episodes_per_batch},
                        {"episodes_per_batch_uniform", q.episodes_per_batch_expected},
                        {"mean_abs_step_gap", q.mean_abs_step_gap},
-                       {"cache_bytes_peak", r.stats.cache_bytes_peak}});
+                       {"cache_bytes_peak", r.stats.prefetch_bytes_peak}});
   }
   out["quality"] = quality;
   struct rusage ru {};

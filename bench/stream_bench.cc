@@ -127,7 +127,6 @@ class RepeatService final : public RawStreamBatchesService {
       b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
       const bool ok = EncodeBatch(
           b, Cursor{b.cursor.epoch, b.cursor.step + 1}, max_message_,
-          [](std::string_view) { return pb::DATA; },
           [&](const grpc::ByteBuffer& m) { return w->Write(m); }, place).ok();
       if (!ok) return grpc::Status::CANCELLED;
     }

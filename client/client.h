@@ -49,9 +49,10 @@ using ::conveyor::DTypeName;
 using ::conveyor::DTypeSize;
 using ::conveyor::SampleId;
 
-enum class TensorRole : uint8_t { kData, kPaddingMask, kSegmentIds, kPositions, kSampleInfo };
+using ::conveyor::TensorRole;
 
-struct Tensor {
+// A received tensor: a view of `bytes` bytes of the Batch's memory, valid while the Batch lives.
+struct TensorView {
   std::string name;
   DType dtype = DType::kUint8;
   std::vector<int64_t> shape;
@@ -62,6 +63,8 @@ struct Tensor {
   // (Batch::WaitOnStream or WaitDevice), while the Batch lives. Null otherwise.
   void* device_data = nullptr;
 };
+// The name before issue 27 (a view all along); client.cc and python/ still say it.
+using Tensor = TensorView;
 
 struct Batch {
   Cursor cursor;
@@ -69,7 +72,7 @@ struct Batch {
   uint32_t consumer = 0;
   uint32_t consumers = 1;
   std::vector<SampleId> ids;
-  std::vector<Tensor> tensors;
+  std::vector<TensorView> tensors;
   uint32_t packed_sequences = 0;  // packed batches only
   double fill_ratio = 0;
   std::string server;             // the address that sent it
@@ -79,7 +82,7 @@ struct Batch {
   int device = -1;
   void* ready_event = nullptr;
 
-  const Tensor* Find(std::string_view name) const;
+  const TensorView* Find(std::string_view name) const;
   size_t bytes() const;
 
   // Device delivery, without CUDA types (streams are cudaStream_t as void*; nullptr is the legacy

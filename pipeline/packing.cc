@@ -172,9 +172,10 @@ struct StackedTensor {
   DType dtype = DType::kUint8;
   bool has_first_axis = true;        // false for rank-0 tensors
   std::vector<int64_t> inner;        // dimensions after the first
+  TensorRole role = TensorRole::kData;  // the samples' tensor's
   int64_t max_len = 0;               // longest first dimension
   bool masked = false;               // padded to max_len, with `<name>_mask`
-  std::vector<const Tensor*> parts;  // per sample
+  std::vector<const OwnedTensor*> parts;  // per sample
   size_t view = 0, mask_view = 0;    // indices into Batch::tensors
 };
 
@@ -188,16 +189,17 @@ absl::StatusOr<std::vector<StackedTensor>> PlanStack(const std::vector<Sample>& 
   const Sample& first = samples.front();
   std::vector<StackedTensor> out;
   std::set<std::string> names;
-  for (const Tensor& t : first.tensors) {
+  for (const OwnedTensor& t : first.tensors) {
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(
           StrCat(SampleName(first, 0), " has two tensors named '", t.name, "'"));
     }
   }
-  for (const Tensor& t0 : first.tensors) {
+  for (const OwnedTensor& t0 : first.tensors) {
     StackedTensor st;
     st.name = t0.name;
     st.dtype = t0.dtype;
+    st.role = t0.role;
     st.has_first_axis = !t0.shape.empty();
     if (st.has_first_axis) st.inner.assign(t0.shape.begin() + 1, t0.shape.end());
     for (const StreamSpec& s : spec.streams) {
@@ -210,7 +212,7 @@ absl::StatusOr<std::vector<StackedTensor>> PlanStack(const std::vector<Sample>& 
             SampleName(sj, j), " has ", sj.tensors.size(), " tensors and ", SampleName(first, 0),
             " has ", first.tensors.size(), "; every sample of a batch needs the same tensors"));
       }
-      const Tensor* t = sj.Find(t0.name);
+      const OwnedTensor* t = sj.Find(t0.name);
       if (t == nullptr) {
         return absl::InvalidArgumentError(
             StrCat(SampleName(sj, j), " has no tensor '", t0.name, "'"));
@@ -260,10 +262,11 @@ absl::StatusOr<std::vector<StackedTensor>> PlanStack(const std::vector<Sample>& 
 
 // Appends a view at the next 64-byte aligned offset after *end.
 size_t AddView(Batch* batch, size_t* end, std::string name, DType dtype,
-               std::vector<int64_t> shape) {
+               std::vector<int64_t> shape, TensorRole role) {
   TensorView v;
   v.name = std::move(name);
   v.dtype = dtype;
+  v.role = role;
   v.shape = std::move(shape);
   size_t elements = 1;
   for (int64_t d : v.shape) elements *= static_cast<size_t>(d);
@@ -274,15 +277,21 @@ size_t AddView(Batch* batch, size_t* end, std::string name, DType dtype,
   return batch->tensors.size() - 1;
 }
 
-void AddStackedViews(std::vector<StackedTensor>& plan, size_t b, Batch* batch, size_t* end) {
+// The samples' tensors stacked. Their roles as the wire protocol has them: padding masks stay
+// masks; the rest is data in a stacked batch, while a packed one marks what is not a stream's
+// samples (a mixture's tag, the `<name>_mask` of a variable length) as per-sample bookkeeping.
+void AddStackedViews(std::vector<StackedTensor>& plan, size_t b, bool packed, Batch* batch,
+                     size_t* end) {
+  const TensorRole bookkeeping = packed ? TensorRole::kSampleInfo : TensorRole::kData;
   for (StackedTensor& st : plan) {
     std::vector<int64_t> shape = {static_cast<int64_t>(b)};
     if (st.has_first_axis) shape.push_back(st.max_len);
     shape.insert(shape.end(), st.inner.begin(), st.inner.end());
-    st.view = AddView(batch, end, st.name, st.dtype, std::move(shape));
+    const TensorRole role = st.role == TensorRole::kSampleInfo ? bookkeeping : st.role;
+    st.view = AddView(batch, end, st.name, st.dtype, std::move(shape), role);
     if (st.masked) {
       st.mask_view = AddView(batch, end, StrCat(st.name, "_mask"), DType::kBool,
-                             {static_cast<int64_t>(b), st.max_len});
+                             {static_cast<int64_t>(b), st.max_len}, bookkeeping);
     }
   }
 }
@@ -316,7 +325,7 @@ void FillStacked(const std::vector<StackedTensor>& plan, Batch* batch) {
         st.has_first_axis ? static_cast<size_t>(st.max_len) * row_bytes : DTypeSize(st.dtype);
     uint8_t* mask = st.masked ? base + batch->tensors[st.mask_view].offset : nullptr;
     for (size_t j = 0; j < st.parts.size(); ++j) {
-      const Tensor& t = *st.parts[j];
+      const OwnedTensor& t = *st.parts[j];
       uint8_t* dst = base + v.offset + j * slot_bytes;
       const size_t n = t.bytes();
       t.CopyTo(dst);
@@ -375,11 +384,11 @@ int64_t TokenCount(const Sample& sample, const SampleSpec& spec, const PackingSp
     const StreamSpec& s = spec.streams[k];
     const StreamTokens& cost = packing.tokens[k];
     if (cost.per_unit == 0) continue;
-    const Tensor* t = sample.Find(s.name);
+    const OwnedTensor* t = sample.Find(s.name);
     if (t == nullptr || t->shape.empty()) continue;
     int64_t units = t->shape[0];
     if (!packing.count_padding && s.kind != pb::TEXT) {
-      const Tensor* pad = sample.Find(StrCat(s.name, "_is_pad"));
+      const OwnedTensor* pad = sample.Find(StrCat(s.name, "_is_pad"));
       if (pad != nullptr && pad->dtype == DType::kBool &&
           pad->data.size() == static_cast<size_t>(units)) {
         units -= static_cast<int64_t>(pad->data.size()) -
@@ -500,7 +509,7 @@ absl::StatusOr<Batch> StackSamples(std::vector<Sample> samples, const SampleSpec
   ASSIGN_OR_RETURN(std::vector<StackedTensor> plan, PlanStack(samples, spec));
   Batch batch;
   size_t end = 0;
-  AddStackedViews(plan, samples.size(), &batch, &end);
+  AddStackedViews(plan, samples.size(), /*packed=*/false, &batch, &end);
   ASSIGN_OR_RETURN(batch.buffer, AllocateFor(batch, end, pinned));
   FillStacked(plan, &batch);
   batch.ids = IdsOf(samples);
@@ -586,16 +595,19 @@ absl::StatusOr<Batch> PackSamples(std::vector<Sample> samples, const SampleSpec&
   ASSIGN_OR_RETURN(std::vector<StackedTensor> stack, PlanStack(packed, spec));
   Batch batch;
   size_t end = 0;
-  AddStackedViews(stack, n, &batch, &end);
+  AddStackedViews(stack, n, /*packed=*/true, &batch, &end);
   const int64_t S = static_cast<int64_t>(plan.sequences.size());
   const int64_t N = static_cast<int64_t>(n);
   const int64_t K = static_cast<int64_t>(streams);
-  const size_t segment_ids = AddView(&batch, &end, "segment_ids", DType::kInt32, {S, max_tokens});
-  const size_t positions = AddView(&batch, &end, "positions", DType::kInt32, {S, max_tokens});
-  const size_t sample_sequence = AddView(&batch, &end, "sample_sequence", DType::kInt32, {N});
-  const size_t sample_offset = AddView(&batch, &end, "sample_offset", DType::kInt32, {N});
-  const size_t stream_offsets = AddView(&batch, &end, "stream_offsets", DType::kInt32, {N, K});
-  const size_t stream_lengths = AddView(&batch, &end, "stream_lengths", DType::kInt32, {N, K});
+  const TensorRole info = TensorRole::kSampleInfo;
+  const size_t segment_ids =
+      AddView(&batch, &end, "segment_ids", DType::kInt32, {S, max_tokens}, TensorRole::kSegmentIds);
+  const size_t positions =
+      AddView(&batch, &end, "positions", DType::kInt32, {S, max_tokens}, TensorRole::kPositions);
+  const size_t sample_sequence = AddView(&batch, &end, "sample_sequence", DType::kInt32, {N}, info);
+  const size_t sample_offset = AddView(&batch, &end, "sample_offset", DType::kInt32, {N}, info);
+  const size_t stream_offsets = AddView(&batch, &end, "stream_offsets", DType::kInt32, {N, K}, info);
+  const size_t stream_lengths = AddView(&batch, &end, "stream_lengths", DType::kInt32, {N, K}, info);
   ASSIGN_OR_RETURN(batch.buffer, AllocateFor(batch, end, pinned));
   FillStacked(stack, &batch);
 

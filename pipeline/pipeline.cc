@@ -207,7 +207,7 @@ struct Pipeline::Impl {
     uint64_t bytes = 0;
   };
   // The frames of one member's windows, as its assemblers look them up.
-  struct MemberCache : public FrameCache {
+  struct MemberPrefetch : public WindowPrefetch {
     const Impl* impl = nullptr;
     uint32_t member = 0;
     std::shared_ptr<const RgbImage> Find(uint64_t episode, int stream, int64_t frame) const override {
@@ -230,7 +230,7 @@ struct Pipeline::Impl {
     std::string frame_cache_key;  // FrameCacheDatasetKey (empty without a frame cache)
     uint64_t epoch_len = 0;  // samples of one of its epochs in the sequence it feeds
     bool scheduled = false;
-    MemberCache cache;
+    MemberPrefetch prefetch;
     std::map<uint64_t, std::unique_ptr<EpochOrder>> orders;  // by member epoch; Impl::mu (OrderFor)
   };
   // This consumer's walk through the global positions, one global batch at a time.
@@ -267,7 +267,7 @@ struct Pipeline::Impl {
   std::map<uint64_t, Result> results ABSL_GUARDED_BY(mu);  // by seq
   uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;                // the next sample Next() hands out
   uint64_t results_bytes ABSL_GUARDED_BY(mu) = 0;
-  uint64_t cache_bytes ABSL_GUARDED_BY(mu) = 0;
+  uint64_t prefetch_bytes ABSL_GUARDED_BY(mu) = 0;
   PipelineStats stats ABSL_GUARDED_BY(mu);
   std::vector<AssemblerStats> worker_stats ABSL_GUARDED_BY(mu);
   // The workers (base/worker_pool.h): its flag is the cancellation of their blocking reads.
@@ -491,6 +491,73 @@ struct Pipeline::Impl {
     }
   }
 
+  // A block task's frames, decoded once or taken from the decoded-frame cache.
+  struct DecodedBlock {
+    std::vector<std::pair<uint64_t, std::shared_ptr<const RgbImage>>> frames;  // by FrameKey
+    uint64_t from_cache = 0;         // frames the decoded-frame cache had
+    uint64_t decoded_for_cache = 0;  // frames decoded and offered to it
+    bool all_cached = true;          // no frame of the block was decoded
+    bool empty = true;               // the block's samples need no frame
+  };
+
+  // Decodes the union of the frames a block's samples need, per (episode, stream), in one pass
+  // each; frames the decoded-frame cache holds are not decoded. No lock held: a sample whose
+  // frames fail here reports the error when it is assembled.
+  DecodedBlock DecodeBlock(SampleAssembler& assembler, const Task& task,
+                           std::vector<FrameRequest>* needed, std::vector<RgbImage>* images) {
+    std::map<std::pair<uint64_t, size_t>, FrameRequest> merged;
+    for (uint64_t s : task.block_samples) {
+      if (!assembler.NeededFrames(s, needed).ok()) continue;  // the sample task reports it
+      for (FrameRequest& r : *needed) {
+        FrameRequest& m = merged[{r.episode, r.spec_stream}];
+        m.episode = r.episode;
+        m.spec_stream = r.spec_stream;
+        m.stream = r.stream;
+        m.frames.insert(m.frames.end(), r.frames.begin(), r.frames.end());
+      }
+    }
+    DecodedBlock out;
+    out.empty = merged.empty();
+    for (auto& [k, r] : merged) {
+      std::sort(r.frames.begin(), r.frames.end());
+      r.frames.erase(std::unique(r.frames.begin(), r.frames.end()), r.frames.end());
+      if (TakeCachedFrames(task.member, assembler, r, &out.frames)) {
+        out.from_cache += r.frames.size();
+        continue;
+      }
+      out.all_cached = false;
+      if (!assembler.DecodeFrames(r, images).ok()) continue;  // the sample task reports it
+      for (size_t i = 0; i < r.frames.size(); ++i) {
+        auto img = std::make_shared<const RgbImage>(std::move((*images)[i]));
+        if (opt.frame_cache) {
+          opt.frame_cache->Insert(CacheKey(task.member, assembler, r, r.frames[i]), img);
+          ++out.decoded_for_cache;
+        }
+        out.frames.emplace_back(FrameKey(r.episode, r.stream, r.frames[i]), std::move(img));
+      }
+    }
+    return out;
+  }
+
+  // Puts a decoded block's frames into its window's prefetch, counts them, and wakes the window's
+  // sample tasks when it was the window's last block.
+  void AddToWindow(const Task& task, DecodedBlock* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    stats.frame_cache_hits += block->from_cache;
+    stats.frame_cache_misses += block->decoded_for_cache;
+    if (opt.frame_cache && block->all_cached && !block->empty) ++stats.blocks_from_frame_cache;
+    Window& w = windows[task.window];
+    for (auto& [k, img] : block->frames) {
+      if (w.frames.emplace(k, img).second) {
+        w.bytes += img->pixels.size();
+        prefetch_bytes += img->pixels.size();
+      }
+    }
+    stats.prefetch_bytes_peak = std::max(stats.prefetch_bytes_peak, prefetch_bytes);
+    stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, prefetch_bytes + results_bytes);
+    if (--w.prefetch_left == 0) window_cv.SignalAll();
+    work_cv.SignalAll();
+  }
+
   void WorkerLoop(size_t id) {
     // One assembler per member, made when the member's first task arrives.
     std::vector<std::unique_ptr<SampleAssembler>> assemblers(members.size());
@@ -498,7 +565,7 @@ struct Pipeline::Impl {
       if (!assemblers[k]) {
         Member& m = *members[k];
         assemblers[k] = std::make_unique<SampleAssembler>(*m.dataset, m.bound.spec, m.index);
-        if (m.scheduled) assemblers[k]->set_frame_cache(&m.cache);
+        if (m.scheduled) assemblers[k]->set_window_prefetch(&m.prefetch);
       }
       return *assemblers[k];
     };
@@ -514,55 +581,10 @@ struct Pipeline::Impl {
       SampleAssembler& assembler = assembler_for(task.member);
       if (task.prefetch) {
         const auto t0 = Clock::now();
-        // Union of the frames the block's samples need, per (episode, stream); one pass each.
-        std::map<std::pair<uint64_t, size_t>, FrameRequest> merged;
-        for (uint64_t s : task.block_samples) {
-          if (!assembler.NeededFrames(s, &needed).ok()) continue;  // the sample task reports it
-          for (FrameRequest& r : needed) {
-            FrameRequest& m = merged[{r.episode, r.spec_stream}];
-            m.episode = r.episode;
-            m.spec_stream = r.spec_stream;
-            m.stream = r.stream;
-            m.frames.insert(m.frames.end(), r.frames.begin(), r.frames.end());
-          }
-        }
-        std::vector<std::pair<uint64_t, std::shared_ptr<const RgbImage>>> decoded;
-        uint64_t from_cache = 0, decoded_for_cache = 0;
-        bool all_cached = true;
-        for (auto& [k, r] : merged) {
-          std::sort(r.frames.begin(), r.frames.end());
-          r.frames.erase(std::unique(r.frames.begin(), r.frames.end()), r.frames.end());
-          if (TakeCachedFrames(task.member, assembler, r, &decoded)) {
-            from_cache += r.frames.size();
-            continue;
-          }
-          all_cached = false;
-          if (!assembler.DecodeFrames(r, &images).ok()) continue;  // the sample task reports it
-          for (size_t i = 0; i < r.frames.size(); ++i) {
-            auto img = std::make_shared<const RgbImage>(std::move(images[i]));
-            if (opt.frame_cache) {
-              opt.frame_cache->Insert(CacheKey(task.member, assembler, r, r.frames[i]), img);
-              ++decoded_for_cache;
-            }
-            decoded.emplace_back(FrameKey(r.episode, r.stream, r.frames[i]), std::move(img));
-          }
-        }
+        DecodedBlock block = DecodeBlock(assembler, task, &needed, &images);
         decode += Seconds(t0, Clock::now());
         absl::MutexLock lock(&mu);
-        stats.frame_cache_hits += from_cache;
-        stats.frame_cache_misses += decoded_for_cache;
-        if (opt.frame_cache && all_cached && !merged.empty()) ++stats.blocks_from_frame_cache;
-        Window& w = windows[task.window];
-        for (auto& [k, img] : decoded) {
-          if (w.frames.emplace(k, img).second) {
-            w.bytes += img->pixels.size();
-            cache_bytes += img->pixels.size();
-          }
-        }
-        stats.cache_bytes_peak = std::max(stats.cache_bytes_peak, cache_bytes);
-        stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, cache_bytes + results_bytes);
-        if (--w.prefetch_left == 0) window_cv.SignalAll();
-        work_cv.SignalAll();
+        AddToWindow(task, &block);
         Publish(id, assemblers, &idle, &decode, &assemble);
         continue;
       }
@@ -582,13 +604,13 @@ struct Pipeline::Impl {
       if (scheduled) {
         auto it = windows.find(task.window);
         if (it != windows.end() && --it->second.samples_left == 0 && it->second.prefetch_left == 0) {
-          cache_bytes -= it->second.bytes;
+          prefetch_bytes -= it->second.bytes;
           windows.erase(it);
           work_cv.SignalAll();
         }
       }
       results_bytes += r.bytes;
-      stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, cache_bytes + results_bytes);
+      stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, prefetch_bytes + results_bytes);
       results.emplace(task.seq, std::move(r));
       result_cv.SignalAll();
       Publish(id, assemblers, &idle, &decode, &assemble);
@@ -630,8 +652,8 @@ struct Pipeline::Impl {
       const AssemblerStats s = a->stats();
       sum.frames_decoded += s.frames_decoded;
       sum.frames_delivered += s.frames_delivered;
-      sum.cache_hits += s.cache_hits;
-      sum.cache_misses += s.cache_misses;
+      sum.prefetch_hits += s.prefetch_hits;
+      sum.prefetch_misses += s.prefetch_misses;
     }
     worker_stats[id] = sum;
     stats.worker_idle_seconds += *idle;
@@ -696,13 +718,13 @@ MemoryEstimate EstimateMemory(const Source& source, const SampleSpec& spec,
   }
   if (scheduled) {
     if (!source.is_mixture()) {
-      e.frame_cache_bytes = mul(2, mul(o.order.window_blocks,
+      e.window_prefetch_bytes = mul(2, mul(o.order.window_blocks,
                                        EstimateBlockFrameBytes(spec, source.manifest(), o.order.block_steps)));
     } else {
       for (size_t k = 0; k < source.size() && k < o.member_orders.size(); ++k) {
         // Each member holds at most two windows; its blocks are sized by its own rates.
         const OrderOptions& mo = o.member_orders[k];
-        e.frame_cache_bytes = add(e.frame_cache_bytes,
+        e.window_prefetch_bytes = add(e.window_prefetch_bytes,
                                   mul(2, mul(mo.window_blocks, EstimateBlockFrameBytes(
                                                                    spec, source.manifest(), mo.block_steps))));
       }
@@ -713,7 +735,7 @@ MemoryEstimate EstimateMemory(const Source& source, const SampleSpec& spec,
   const uint64_t budget = scheduled ? o.queue_bytes / 2 : o.queue_bytes;
   const uint64_t ahead = source.is_mixture() ? add(mul(2, local), 2 * threads) : add(local, 2 * threads);
   e.in_flight_bytes = std::max(mul(ahead, e.sample_bytes), budget);
-  e.total = add(add(e.frame_cache_bytes, e.in_flight_bytes), mul(2, e.batch_bytes));
+  e.total = add(add(e.window_prefetch_bytes, e.in_flight_bytes), mul(2, e.batch_bytes));
   return e;
 }
 
@@ -793,8 +815,8 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
       mem->frame_cache_key = FrameCacheDatasetKey(mem->dataset->manifest());
       o.frame_cache->NameDataset(mem->frame_cache_key, mem->dataset->uri());
     }
-    mem->cache.impl = &m;
-    mem->cache.member = static_cast<uint32_t>(k);
+    mem->prefetch.impl = &m;
+    mem->prefetch.member = static_cast<uint32_t>(k);
     m.n += mem->index.size();
     m.members.push_back(std::move(mem));
   }
@@ -950,12 +972,12 @@ PipelineStats Pipeline::stats() const {
   absl::MutexLock lock(&m.mu);
   PipelineStats s = m.stats;
   s.seconds = Seconds(m.created, Clock::now());
-  s.queue_bytes = m.cache_bytes + m.results_bytes;
+  s.queue_bytes = m.prefetch_bytes + m.results_bytes;
   for (const AssemblerStats& a : m.worker_stats) {
     s.frames_decoded += a.frames_decoded;
     s.frames_delivered += a.frames_delivered;
-    s.cache_hits += a.cache_hits;
-    s.cache_misses += a.cache_misses;
+    s.prefetch_hits += a.prefetch_hits;
+    s.prefetch_misses += a.prefetch_misses;
   }
   return s;
 }

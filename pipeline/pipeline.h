@@ -71,16 +71,16 @@ struct PipelineStats {
   uint64_t bytes = 0;            // tensor bytes handed out
   uint64_t frames_decoded = 0;   // video
   uint64_t frames_delivered = 0;
-  uint64_t cache_hits = 0;       // frames served from pre-decoded blocks
-  uint64_t cache_misses = 0;
+  uint64_t prefetch_hits = 0;    // frames served from the window prefetch (pre-decoded blocks)
+  uint64_t prefetch_misses = 0;
   // The decoded-frame cache (PipelineOptions::frame_cache), in frames of pre-decoded blocks:
   // found there (not decoded), and decoded because some frame of their block was not.
   uint64_t frame_cache_hits = 0;
   uint64_t frame_cache_misses = 0;
   uint64_t blocks_from_frame_cache = 0;  // blocks not decoded at all
-  uint64_t queue_bytes = 0;        // reorder buffer + frame cache, now
-  uint64_t queue_bytes_peak = 0;   // reorder buffer + frame cache, at most
-  uint64_t cache_bytes_peak = 0;
+  uint64_t queue_bytes = 0;        // reorder buffer + window prefetch, now
+  uint64_t queue_bytes_peak = 0;   // reorder buffer + window prefetch, at most
+  uint64_t prefetch_bytes_peak = 0;  // the window prefetch, at most
   double seconds = 0;              // since Create
   double decode_seconds = 0;       // workers pre-decoding blocks (summed over workers)
   double assemble_seconds = 0;     // workers assembling samples (summed)
@@ -152,9 +152,9 @@ absl::Status ResolveSchedule(const Source& source, const SampleSpec& spec, Pipel
 struct MemoryEstimate {
   uint64_t sample_bytes = 0;       // one sample's tensors
   uint64_t batch_bytes = 0;        // one consumer batch (global_batch_size / consumers samples)
-  uint64_t frame_cache_bytes = 0;  // pre-decoded frames of two GOP windows (0 when naive)
+  uint64_t window_prefetch_bytes = 0;  // pre-decoded frames of two GOP windows (0 when naive)
   uint64_t in_flight_bytes = 0;    // the reorder buffer: samples decoded ahead of Next()
-  uint64_t total = 0;              // frame cache + in flight + two batch buffers
+  uint64_t total = 0;              // window prefetch + in flight + two batch buffers
 };
 MemoryEstimate EstimateMemory(const Dataset& dataset, const SampleSpec& spec,
                               const PipelineOptions& options);

@@ -68,8 +68,8 @@ SharedStream OutputOf(const StreamSpec& s, const StreamInfo& info) {
   return o;
 }
 
-Tensor Zeros(std::string name, DType dtype, std::vector<int64_t> shape) {
-  Tensor t;
+OwnedTensor Zeros(std::string name, DType dtype, std::vector<int64_t> shape) {
+  OwnedTensor t;
   t.name = std::move(name);
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -444,11 +444,11 @@ absl::Status Source::Conform(size_t k, const SampleSpec& spec, const BoundMember
                              const std::vector<SharedStream>& layout, Sample* sample) const {
   if (!mixture_) return absl::OkStatus();
   sample->member = static_cast<uint32_t>(k);
-  std::vector<Tensor> in = std::move(sample->tensors);
-  std::vector<Tensor> out;
+  std::vector<OwnedTensor> in = std::move(sample->tensors);
+  std::vector<OwnedTensor> out;
   out.reserve(in.size() + 4);
-  auto take = [&](const std::string& name) -> Tensor* {
-    for (Tensor& t : in) {
+  auto take = [&](const std::string& name) -> OwnedTensor* {
+    for (OwnedTensor& t : in) {
       if (t.name == name) return &t;
     }
     return nullptr;
@@ -460,18 +460,20 @@ absl::Status Source::Conform(size_t k, const SampleSpec& spec, const BoundMember
     if (bound.stream_of[i] < 0) {  // this dataset lacks the stream: padding, all of it marked
       out.push_back(Zeros(s.name, l.dtype, text ? std::vector<int64_t>{0} : l.shape));
       if (!text) {
-        Tensor pad = Zeros(StrCat(s.name, "_is_pad"), DType::kBool, {l.pad_len});
+        OwnedTensor pad = Zeros(StrCat(s.name, "_is_pad"), DType::kBool, {l.pad_len});
+        pad.role = TensorRole::kPaddingMask;
         std::fill(pad.data.begin(), pad.data.end(), 1);
         out.push_back(std::move(pad));
       }
       if (l.dim > 0) {
-        Tensor m = Zeros(StrCat(s.name, "_dim_is_pad"), DType::kBool, {l.dim});
+        OwnedTensor m = Zeros(StrCat(s.name, "_dim_is_pad"), DType::kBool, {l.dim});
+        m.role = TensorRole::kPaddingMask;
         std::fill(m.data.begin(), m.data.end(), 1);
         out.push_back(std::move(m));
       }
       continue;
     }
-    Tensor* t = take(s.name);
+    OwnedTensor* t = take(s.name);
     if (t == nullptr) {
       return absl::InternalError(StrCat(MemberLabel(members_[k]), " sample has no tensor '", s.name, "'"));
     }
@@ -480,7 +482,7 @@ absl::Status Source::Conform(size_t k, const SampleSpec& spec, const BoundMember
       const int64_t rows = t->shape[0], d = t->shape[1];
       real_dim = d;
       if (d < l.dim) {
-        Tensor padded = Zeros(s.name, DType::kFloat32, {rows, l.dim});
+        OwnedTensor padded = Zeros(s.name, DType::kFloat32, {rows, l.dim});
         for (int64_t r = 0; r < rows; ++r) {
           std::memcpy(padded.data.data() + r * l.dim * 4, t->data.data() + r * d * 4,
                       static_cast<size_t>(d) * 4);
@@ -496,18 +498,20 @@ absl::Status Source::Conform(size_t k, const SampleSpec& spec, const BoundMember
     }
     out.push_back(std::move(*t));
     if (!text) {
-      Tensor* pad = take(StrCat(s.name, "_is_pad"));
+      OwnedTensor* pad = take(StrCat(s.name, "_is_pad"));
       if (pad == nullptr) return absl::InternalError(StrCat("no '", s.name, "_is_pad' tensor"));
       out.push_back(std::move(*pad));
     }
     if (l.dim > 0) {
-      Tensor m = Zeros(StrCat(s.name, "_dim_is_pad"), DType::kBool, {l.dim});
+      OwnedTensor m = Zeros(StrCat(s.name, "_dim_is_pad"), DType::kBool, {l.dim});
+      m.role = TensorRole::kPaddingMask;
       for (int64_t d = real_dim; d < l.dim; ++d) m.data[static_cast<size_t>(d)] = 1;
       out.push_back(std::move(m));
     }
   }
   if (!tag_stream_.empty()) {
-    Tensor tag = Zeros(tag_stream_, DType::kInt32, {});
+    OwnedTensor tag = Zeros(tag_stream_, DType::kInt32, {});
+    tag.role = TensorRole::kSampleInfo;
     const int32_t v = members_[k].tag;
     std::memcpy(tag.data.data(), &v, sizeof(v));
     out.push_back(std::move(tag));

@@ -16,27 +16,27 @@ namespace conveyor {
 
 namespace pb = format::v1;
 
-size_t Tensor::num_elements() const {
+size_t OwnedTensor::num_elements() const {
   size_t n = 1;
   for (int64_t d : shape) n *= static_cast<size_t>(d);
   return n;
 }
 
-const Tensor* Sample::Find(std::string_view name) const {
-  for (const Tensor& t : tensors) {
+const OwnedTensor* Sample::Find(std::string_view name) const {
+  for (const OwnedTensor& t : tensors) {
     if (t.name == name) return &t;
   }
   return nullptr;
 }
 
-size_t Tensor::bytes() const {
+size_t OwnedTensor::bytes() const {
   if (frames.empty()) return data.size();
   size_t n = 0;
   for (const auto& f : frames) n += f->pixels.size();
   return n;
 }
 
-void Tensor::CopyTo(uint8_t* dst) const {
+void OwnedTensor::CopyTo(uint8_t* dst) const {
   if (frames.empty()) {
     if (!data.empty()) std::memcpy(dst, data.data(), data.size());
     return;
@@ -49,7 +49,7 @@ void Tensor::CopyTo(uint8_t* dst) const {
 
 size_t Sample::bytes() const {
   size_t n = 0;
-  for (const Tensor& t : tensors) n += t.bytes();
+  for (const OwnedTensor& t : tensors) n += t.bytes();
   return n;
 }
 
@@ -187,8 +187,8 @@ absl::StatusOr<Pick> PickTime(std::span<const double> times, double q, const Str
   return p;
 }
 
-Tensor MakeTensor(std::string name, DType dtype, std::vector<int64_t> shape) {
-  Tensor t;
+OwnedTensor MakeTensor(std::string name, DType dtype, std::vector<int64_t> shape) {
+  OwnedTensor t;
   t.name = std::move(name);
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -196,8 +196,9 @@ Tensor MakeTensor(std::string name, DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-Tensor PadTensor(const std::string& name, const std::vector<uint8_t>& pads) {
-  Tensor t = MakeTensor(name + "_is_pad", DType::kBool, {static_cast<int64_t>(pads.size())});
+OwnedTensor PadTensor(const std::string& name, const std::vector<uint8_t>& pads) {
+  OwnedTensor t = MakeTensor(name + "_is_pad", DType::kBool, {static_cast<int64_t>(pads.size())});
+  t.role = TensorRole::kPaddingMask;
   std::memcpy(t.data.data(), pads.data(), pads.size());
   return t;
 }
@@ -239,11 +240,11 @@ void AugmentFrames(const StreamSpec& s, uint64_t seed, uint64_t epoch, uint64_t 
   }
 }
 
-// The frames of a video or image stream as its tensor: the cached frames in `held` as they are
+// The frames of a video or image stream as its tensor: the prefetched frames in `held` as they are
 // when the spec asks for nothing else, else `images` (or `held`) written as the spec says.
 absl::Status FrameTensor(const StreamSpec& s, const std::vector<RgbImage>& images,
                          const std::vector<std::shared_ptr<const RgbImage>>& held,
-                         const DecodeLimits& limits, const std::string& ctx, Tensor* t) {
+                         const DecodeLimits& limits, const std::string& ctx, OwnedTensor* t) {
   std::vector<const RgbImage*> views;
   if (!held.empty()) {
     for (const auto& f : held) views.push_back(f.get());
@@ -339,7 +340,7 @@ absl::Status SampleAssembler::AddStream(size_t si, Episode& ep, uint64_t seed, u
       return AddAudio(s, *ep.index, ctx, out);
     case pb::TEXT: {
       const std::string& text = stream.text();
-      Tensor t = MakeTensor(s.name, DType::kUint8, {static_cast<int64_t>(text.size())});
+      OwnedTensor t = MakeTensor(s.name, DType::kUint8, {static_cast<int64_t>(text.size())});
       if (!text.empty()) std::memcpy(t.data.data(), text.data(), text.size());
       out->tensors.push_back(std::move(t));
       return absl::OkStatus();
@@ -365,7 +366,7 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
                                         static_cast<size_t>(*hi - *lo + 1), &rows);
   if (!st.ok()) return StreamError(ctx, st);
   const int64_t dim = stream.blocks().dim();
-  Tensor t = MakeTensor(s.name, DType::kFloat32, {static_cast<int64_t>(steps.size()), dim});
+  OwnedTensor t = MakeTensor(s.name, DType::kFloat32, {static_cast<int64_t>(steps.size()), dim});
   float* dst = reinterpret_cast<float*>(t.data.data());
   for (size_t i = 0; i < steps.size(); ++i) {
     const float* src = &rows[static_cast<size_t>(steps[i] - *lo) * dim];
@@ -393,7 +394,7 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
   std::vector<uint8_t> pads;
   RETURN_IF_ERROR(PickTimes(table.time_s, out->time_s, s, ctx, &frames, &pads));
   std::vector<RgbImage> images;
-  std::vector<std::shared_ptr<const RgbImage>> held;  // cached frames used as they are
+  std::vector<std::shared_ptr<const RgbImage>> held;  // prefetched frames used as they are
   if (s.kind == pb::VIDEO) {
     RETURN_IF_ERROR(VideoFrames(si, ep, table, frames, *out, ctx, &images, &held));
   } else {
@@ -402,7 +403,7 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
   if (s.augment.enabled() && !images.empty()) {
     AugmentFrames(s, seed, epoch, out->index, &images);
   }
-  Tensor t;
+  OwnedTensor t;
   RETURN_IF_ERROR(FrameTensor(s, images, held, spec_.limits, ctx, &t));
   out->tensors.push_back(std::move(t));
   out->tensors.push_back(PadTensor(s.name, pads));
@@ -415,7 +416,7 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
                                           std::vector<std::shared_ptr<const RgbImage>>* held) {
   const StreamSpec& s = spec_.streams[si];
   stats_.frames_delivered += frames.size();
-  if (TakeCachedFrames(sample.episode, s, frames, images, held)) return absl::OkStatus();
+  if (TakePrefetchedFrames(sample.episode, s, frames, images, held)) return absl::OkStatus();
   const pb::EpisodeIndex& index = *ep.index;
   auto read = [&](size_t packet, std::string* bytes) {
     return dataset_.ReadPacket(index, s.stream, packet, bytes);
@@ -442,27 +443,27 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
   return absl::OkStatus();
 }
 
-bool SampleAssembler::TakeCachedFrames(uint64_t episode, const StreamSpec& s,
+bool SampleAssembler::TakePrefetchedFrames(uint64_t episode, const StreamSpec& s,
                                        const std::vector<int64_t>& frames,
                                        std::vector<RgbImage>* images,
                                        std::vector<std::shared_ptr<const RgbImage>>* held) {
-  if (cache_ == nullptr) return false;
-  bool all_cached = true;
-  for (size_t i = 0; i < frames.size() && all_cached; ++i) {
-    auto f = cache_->Find(episode, s.stream, frames[i]);
+  if (prefetch_ == nullptr) return false;
+  bool all_prefetched = true;
+  for (size_t i = 0; i < frames.size() && all_prefetched; ++i) {
+    auto f = prefetch_->Find(episode, s.stream, frames[i]);
     if (f == nullptr) {
-      all_cached = false;
+      all_prefetched = false;
     } else {
       held->push_back(std::move(f));
     }
   }
-  if (!all_cached) {
+  if (!all_prefetched) {
     held->clear();
-    stats_.cache_misses += frames.size();
+    stats_.prefetch_misses += frames.size();
     return false;
   }
-  stats_.cache_hits += frames.size();
-  // Augmentation changes pixels: it works on copies. Otherwise the cached frames are written
+  stats_.prefetch_hits += frames.size();
+  // Augmentation changes pixels: it works on copies. Otherwise the prefetched frames are written
   // into the tensor as they are.
   if (s.augment.enabled()) {
     images->resize(frames.size());
@@ -534,7 +535,7 @@ absl::Status SampleAssembler::AddAudio(const StreamSpec& s, const pb::EpisodeInd
         StrCat("audio window t=", start, "..", start + (s.window_end - s.window_start), " s"));
   }
   const int64_t channels = n > 0 ? static_cast<int64_t>(pcm.size()) / n : 0;
-  Tensor t = MakeTensor(s.name, DType::kFloat32, {n, channels});
+  OwnedTensor t = MakeTensor(s.name, DType::kFloat32, {n, channels});
   if (!pcm.empty()) std::memcpy(t.data.data(), pcm.data(), pcm.size() * sizeof(float));
   out->tensors.push_back(std::move(t));
   out->tensors.push_back(PadTensor(s.name, pads));
@@ -549,7 +550,7 @@ AssemblerStats SampleAssembler::stats() const {
     s.frames_decoded += v->stats().frames_decoded;
     s.video_seeks += v->stats().seeks;
   }
-  // Delivered = frames that went into samples, decoded for them or found in the cache.
+  // Delivered = frames that went into samples, decoded for them or found in the window prefetch.
   s.frames_delivered = stats_.frames_delivered;
   return s;
 }

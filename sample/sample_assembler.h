@@ -24,16 +24,19 @@
 
 namespace conveyor {
 
-struct Tensor {
+// A tensor that owns its bytes: a sample's. A batch holds TensorViews into one buffer
+// (pipeline/batch.h) and the client hands out client::TensorView (client/client.h).
+struct OwnedTensor {
   std::string name;
   DType dtype = DType::kUint8;
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;  // C order, little-endian
   // A video tensor whose frames are the decoded frames as they are (uint8 [T, H, W, 3], no
-  // augmentation): the frames themselves, shared with the frame cache, instead of a copy in
+  // augmentation): the frames themselves, shared with the window prefetch, instead of a copy in
   // `data` (which is then empty). Frame t's bytes are frames[t]->pixels. Saves one copy of every
   // frame: from the decoder's frame straight into its slot of the batch (pipeline/packing.cc).
   std::vector<std::shared_ptr<const RgbImage>> frames;
+  TensorRole role = TensorRole::kData;
   size_t num_elements() const;
   size_t bytes() const;               // data.size(), or the frames' bytes
   void CopyTo(uint8_t* dst) const;    // all bytes() of them, in C order
@@ -49,16 +52,18 @@ struct Sample {
   uint32_t step = 0;    // anchor step within the episode
   double time_s = 0;    // anchor time on the episode clock
   uint32_t member = 0;  // the mixture member (dataset) it came from; 0 for a single dataset
-  std::vector<Tensor> tensors;
-  const Tensor* Find(std::string_view name) const;
+  std::vector<OwnedTensor> tensors;
+  const OwnedTensor* Find(std::string_view name) const;
   size_t bytes() const;
 };
 
-// Decoded frames prepared ahead of assembly (the pipeline's decode-once GOP scheduling): the
-// assembler looks frames up here before decoding. Implementations must be thread-safe.
-class FrameCache {
+// The frames of the GOP windows in flight, decoded ahead of assembly (the pipeline's decode-once
+// scheduling keeps two windows): the assembler looks frames up here before decoding. Not the
+// decoded-frame cache kept across epochs (DecodedFrameCache, pipeline/frame_cache.h), which the
+// pipeline consults before it decodes a block. Implementations must be thread-safe.
+class WindowPrefetch {
  public:
-  virtual ~FrameCache() = default;
+  virtual ~WindowPrefetch() = default;
   // The frame at the size the assembler decodes it (VideoOutput for that stream), or null.
   virtual std::shared_ptr<const RgbImage> Find(uint64_t episode, int stream, int64_t frame) const = 0;
 };
@@ -81,8 +86,8 @@ struct AssemblerStats {
   uint64_t audio_windows = 0;
   uint64_t lowdim_windows = 0;
   uint64_t episode_loads = 0;     // episode indexes read (the rest came from the cache)
-  uint64_t cache_hits = 0;        // video frames found in the FrameCache
-  uint64_t cache_misses = 0;      // video frames decoded because the FrameCache lacked them
+  uint64_t prefetch_hits = 0;     // video frames found in the WindowPrefetch
+  uint64_t prefetch_misses = 0;   // video frames decoded because the WindowPrefetch lacked them
 };
 
 // One per worker thread: holds one decoder per video stream (so each camera keeps its decode
@@ -101,8 +106,8 @@ class SampleAssembler {
   // Counters since construction (video counters include DecodeFrames).
   AssemblerStats stats() const;
 
-  // Frames are looked up in `cache` (may be null) before decoding. Not owned.
-  void set_frame_cache(const FrameCache* cache) { cache_ = cache; }
+  // Frames are looked up in `prefetch` (may be null) before decoding. Not owned.
+  void set_window_prefetch(const WindowPrefetch* prefetch) { prefetch_ = prefetch; }
 
   // The video frames sample `sample` needs, one request per video stream of the spec.
   absl::Status NeededFrames(uint64_t sample, std::vector<FrameRequest>* out);
@@ -135,14 +140,14 @@ class SampleAssembler {
                          const std::string& ctx, Sample* out);
   absl::Status AddAudio(const StreamSpec& s, const format::v1::EpisodeIndex& index,
                         const std::string& ctx, Sample* out);
-  // The frames of a video stream for `sample`: from the FrameCache when it has them all (in
+  // The frames of a video stream for `sample`: from the WindowPrefetch when it has them all (in
   // `held`, or copied into `images` for augmentation), else decoded into `images`.
   absl::Status VideoFrames(size_t si, const Episode& ep, const FrameTable& table,
                            const std::vector<int64_t>& frames, const Sample& sample,
                            const std::string& ctx, std::vector<RgbImage>* images,
                            std::vector<std::shared_ptr<const RgbImage>>* held);
-  // False (and `held` empty) unless the FrameCache holds every one of `frames`.
-  bool TakeCachedFrames(uint64_t episode, const StreamSpec& s, const std::vector<int64_t>& frames,
+  // False (and `held` empty) unless the WindowPrefetch holds every one of `frames`.
+  bool TakePrefetchedFrames(uint64_t episode, const StreamSpec& s, const std::vector<int64_t>& frames,
                         std::vector<RgbImage>* images,
                         std::vector<std::shared_ptr<const RgbImage>>* held);
   // The frames of an image stream, each decoded once and resized to the spec's size.
@@ -159,7 +164,7 @@ class SampleAssembler {
   std::vector<std::unique_ptr<Episode>> episodes_;  // small LRU
   uint64_t tick_ = 0;
   AssemblerStats stats_;
-  const FrameCache* cache_ = nullptr;
+  const WindowPrefetch* prefetch_ = nullptr;
 };
 
 }  // namespace conveyor

@@ -47,6 +47,17 @@ grpc::ByteBuffer WithPayload(const pb::StreamBatchesResponse& msg, const std::sh
   return grpc::ByteBuffer(slices, 2);
 }
 
+pb::TensorRole ToProto(TensorRole r) {
+  switch (r) {
+    case TensorRole::kPaddingMask: return pb::PADDING_MASK;
+    case TensorRole::kSegmentIds: return pb::SEGMENT_IDS;
+    case TensorRole::kPositions: return pb::POSITIONS;
+    case TensorRole::kSampleInfo: return pb::SAMPLE_INFO;
+    case TensorRole::kData: break;
+  }
+  return pb::DATA;
+}
+
 }  // namespace
 
 grpc::ByteBuffer SerializeMessage(const pb::StreamBatchesResponse& message) {
@@ -56,7 +67,6 @@ grpc::ByteBuffer SerializeMessage(const pb::StreamBatchesResponse& message) {
 }
 
 absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
-                         const std::function<pb::TensorRole(std::string_view)>& role,
                          const MessageWriter& write, const PayloadPlacer& place) {
   std::vector<const TensorView*> order;
   for (const TensorView& t : b.tensors) order.push_back(&t);
@@ -81,7 +91,7 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
     p->set_step(id.step);
     if (id.dataset != 0) p->set_dataset(id.dataset);
   }
-  bool packed = false;
+  const TensorView* segment_ids = nullptr;  // packed batches only
   for (const TensorView& t : b.tensors) {
     pb::TensorHeader* p = h->add_tensors();
     p->set_name(t.name);
@@ -89,11 +99,11 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
     for (int64_t d : t.shape) p->add_shape(d);
     p->set_offset(t.offset - base);
     p->set_bytes(t.bytes);
-    p->set_role(role(t.name));
-    packed = packed || p->role() == pb::SEGMENT_IDS;
+    p->set_role(ToProto(t.role));
+    if (t.role == TensorRole::kSegmentIds) segment_ids = &t;
   }
   h->set_payload_bytes(payload);
-  if (const TensorView* seg = packed ? b.Find("segment_ids") : nullptr) {
+  if (const TensorView* seg = segment_ids) {
     pb::PackingInfo* pk = h->mutable_packing();
     pk->set_sequences(seg->shape.size() > 0 ? static_cast<uint32_t>(seg->shape[0]) : 0);
     pk->set_max_tokens(seg->shape.size() > 1 ? static_cast<uint32_t>(seg->shape[1]) : 0);

@@ -430,20 +430,15 @@ struct DataServer::Impl : public RawStreamBatchesService {
     return grpc::Status::OK;
   }
 
-  // Where each tensor's bytes are counted in metrics.
-  std::string Modality(const std::string& tensor) const {
-    if (tensor.size() > 7 && tensor.ends_with("_is_pad")) return "mask";
-    const int i = source->manifest().StreamIndex(tensor);
-    if (i < 0) return !source->tag_stream().empty() && tensor == source->tag_stream() ? "tag" : "packing";
+  // Where each tensor's bytes are counted in metrics: masks by role, a stream's samples by its
+  // kind, the rest as the mixture's tag or packing bookkeeping.
+  std::string Modality(const TensorView& tensor) const {
+    if (tensor.role == TensorRole::kPaddingMask) return "mask";
+    const int i = source->manifest().StreamIndex(tensor.name);
+    if (i < 0) {
+      return !source->tag_stream().empty() && tensor.name == source->tag_stream() ? "tag" : "packing";
+    }
     return std::string(format::StreamKindName(source->manifest().streams[i].kind));
-  }
-
-  pb::TensorRole Role(const std::string& tensor, bool packed) const {
-    if (tensor.size() > 7 && tensor.ends_with("_is_pad")) return pb::PADDING_MASK;
-    if (packed && tensor == "segment_ids") return pb::SEGMENT_IDS;
-    if (packed && tensor == "positions") return pb::POSITIONS;
-    if (packed && source->manifest().StreamIndex(tensor) < 0) return pb::SAMPLE_INFO;
-    return pb::DATA;
   }
 
   using Writer = RawStreamBatchesService::Stream;
@@ -579,7 +574,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (e.total > l.stream_memory_bytes) {
       return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
                     StrCat("this stream would hold about ", e.total, " bytes (pre-decoded frames ",
-                           e.frame_cache_bytes, ", samples in flight ", e.in_flight_bytes,
+                           e.window_prefetch_bytes, ", samples in flight ", e.in_flight_bytes,
                            ", batch buffers 2 x ", e.batch_bytes,
                            "); this server gives a stream at most ", l.stream_memory_bytes,
                            " (--stream-memory-bytes): lower pipeline.queue_bytes, the schedule's "
@@ -871,7 +866,6 @@ struct DataServer::Impl : public RawStreamBatchesService {
   // header is written. CANCELLED when the client went away or the server drains.
   absl::Status SendBatch(grpc::ServerContext* ctx, Writer* writer, const Batch& b, uint64_t steps,
                          uint64_t max_message, const std::string& job_label, ShmWriter* shm) {
-    const bool packed = b.Find("segment_ids") != nullptr;
     Cursor next{b.cursor.epoch, b.cursor.step + 1};
     if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
     PayloadPlacer place;
@@ -884,16 +878,15 @@ struct DataServer::Impl : public RawStreamBatchesService {
       };
     }
     const double shm_wait = shm ? shm->wait_seconds() : 0;
-    RETURN_IF_ERROR(EncodeBatch(
-        b, next, max_message, [&](std::string_view name) { return Role(std::string(name), packed); },
-        [&](const grpc::ByteBuffer& m) { return writer->Write(m); }, place));
+    RETURN_IF_ERROR(EncodeBatch(b, next, max_message,
+                                [&](const grpc::ByteBuffer& m) { return writer->Write(m); }, place));
     if (shm && shm->wait_seconds() > shm_wait) metrics->SharedMemoryWait(shm->wait_seconds() - shm_wait);
     if (shm && !shm->unusable_reason().empty() && !shm_warned_) {
       shm_warned_ = true;
       spdlog::warn("job={}: shared memory unusable, payloads go in messages: {}", job_label, shm->unusable_reason());
     }
     std::map<std::string, uint64_t> modality_bytes;
-    for (const TensorView& t : b.tensors) modality_bytes[Modality(t.name)] += t.bytes;
+    for (const TensorView& t : b.tensors) modality_bytes[Modality(t)] += t.bytes;
     metrics->Batch(job_label, b.ids.size());
     {
       absl::MutexLock lock(&jobs_mu);

@@ -68,7 +68,7 @@ class ClientDeviceGpuTest : public ::testing::Test {
   }
 
   static void ExpectDeviceBytesEqualHostBytes(const client::Batch& b) {
-    for (const client::Tensor& t : b.tensors) {
+    for (const client::TensorView& t : b.tensors) {
       ASSERT_NE(t.device_data, nullptr) << t.name;
       std::vector<uint8_t> back(t.bytes);
       ASSERT_EQ(cudaMemcpy(back.data(), t.device_data, t.bytes, cudaMemcpyDeviceToHost),
@@ -125,7 +125,7 @@ TEST_F(ClientDeviceGpuTest, StreamOrderedConsumer) {
     ASSERT_TRUE(next.ok()) << next.status();
     if (!next->has_value()) break;
     const client::Batch& b = **next;
-    const client::Tensor& t = b.tensors.front();
+    const client::TensorView& t = b.tensors.front();
     Read r;
     r.want.assign(t.data, t.data + t.bytes);
     ASSERT_EQ(cudaMallocHost(&r.pinned, t.bytes), cudaSuccess);

@@ -37,7 +37,6 @@ class BreaksAfterLastBatch final : public RawStreamBatchesService {
     for (uint64_t i = 0; i < n; ++i) {
       b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
       EncodeBatch(b, Cursor{b.cursor.epoch, b.cursor.step + 1}, 1 << 20,
-                  [](std::string_view) { return pb::DATA; },
                   [&](const grpc::ByteBuffer& m) { return w->Write(m); })
           .IgnoreError();
     }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <ostream>
 #include <set>
@@ -73,8 +74,8 @@ PackingSpec RobotPacking(int64_t max_tokens = 64) {
   return p;
 }
 
-Tensor MakeTensor(std::string name, DType dtype, std::vector<int64_t> shape, uint8_t fill) {
-  Tensor t;
+OwnedTensor MakeTensor(std::string name, DType dtype, std::vector<int64_t> shape, uint8_t fill) {
+  OwnedTensor t;
   t.name = std::move(name);
   t.dtype = dtype;
   t.shape = std::move(shape);
@@ -82,8 +83,9 @@ Tensor MakeTensor(std::string name, DType dtype, std::vector<int64_t> shape, uin
   return t;
 }
 
-Tensor Pads(const std::string& stream, const std::vector<int>& pads) {
-  Tensor t = MakeTensor(stream + "_is_pad", DType::kBool, {static_cast<int64_t>(pads.size())}, 0);
+OwnedTensor Pads(const std::string& stream, const std::vector<int>& pads) {
+  OwnedTensor t = MakeTensor(stream + "_is_pad", DType::kBool, {static_cast<int64_t>(pads.size())}, 0);
+  t.role = TensorRole::kPaddingMask;
   for (size_t i = 0; i < pads.size(); ++i) t.data[i] = pads[i] ? 1 : 0;
   return t;
 }
@@ -686,6 +688,62 @@ TEST(PackSamplesTest, StreamLengthsAreThePerStreamTokenCounts) {
   EXPECT_EQ(Values<int32_t>(*b, "stream_lengths"), (std::vector<int32_t>{16, 1, 3, 5, 4}));
   EXPECT_EQ(Values<int32_t>(*b, "stream_offsets"), (std::vector<int32_t>{0, 16, 17, 20, 25}));
   EXPECT_NE(b->Find("instruction_mask"), nullptr);
+}
+
+// Every tensor carries its role from the sample to the wire (server/batch_encoder.cc sends
+// TensorView::role): stacked batches mark the padding masks and nothing else; packed batches also
+// mark segment ids, positions, and what is not a stream's samples as per-sample bookkeeping.
+std::map<std::string, TensorRole> Roles(const Batch& b) {
+  std::map<std::string, TensorRole> out;
+  for (const TensorView& v : b.tensors) out[v.name] = v.role;
+  return out;
+}
+
+TEST(TensorRoleTest, StackedBatchesMarkThePaddingMasks) {
+  std::vector<Sample> samples = {RobotSample(1, {}), RobotSample(2, {})};
+  for (Sample& s : samples) {
+    OwnedTensor tag = MakeTensor("dataset", DType::kInt32, {}, 0);
+    tag.role = TensorRole::kSampleInfo;  // a mixture's tag (pipeline/source.cc)
+    s.tensors.push_back(std::move(tag));
+  }
+  auto b = StackSamples(samples, RobotSpec(), false);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::map<std::string, TensorRole> roles = Roles(*b);
+  for (const auto& [name, role] : roles) {
+    const bool mask = name.size() > 7 && name.ends_with("_is_pad");
+    EXPECT_EQ(role, mask ? TensorRole::kPaddingMask : TensorRole::kData) << name;
+  }
+  EXPECT_EQ(roles.at("instruction_mask"), TensorRole::kData);
+  EXPECT_EQ(roles.at("dataset"), TensorRole::kData);
+}
+
+TEST(TensorRoleTest, PackedBatchesMarkPackingTensors) {
+  const SampleSpec spec = RobotSpec();
+  const PackingSpec p = RobotPacking(64);
+  std::vector<Sample> samples = {RobotSample(1, {}), RobotSample(2, {})};
+  for (Sample& s : samples) {
+    OwnedTensor tag = MakeTensor("dataset", DType::kInt32, {}, 0);
+    tag.role = TensorRole::kSampleInfo;
+    s.tensors.push_back(std::move(tag));
+  }
+  auto tokens = CountTokens(samples, spec, p);
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  auto b = PackSamples(samples, spec, p, *tokens, PackBestFitDecreasing(*tokens, p.max_tokens, 0),
+                       false);
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::map<std::string, TensorRole> roles = Roles(*b);
+  EXPECT_EQ(roles.at("segment_ids"), TensorRole::kSegmentIds);
+  EXPECT_EQ(roles.at("positions"), TensorRole::kPositions);
+  for (const char* info : {"sample_sequence", "sample_offset", "stream_offsets", "stream_lengths",
+                           "instruction_mask", "dataset"}) {
+    EXPECT_EQ(roles.at(info), TensorRole::kSampleInfo) << info;
+  }
+  for (const StreamSpec& s : spec.streams) {
+    EXPECT_EQ(roles.at(s.name), TensorRole::kData) << s.name;
+    if (s.kind != pb::TEXT) {
+      EXPECT_EQ(roles.at(s.name + "_is_pad"), TensorRole::kPaddingMask) << s.name;
+    }
+  }
 }
 
 TEST(PackSamplesTest, BadPlansAreErrors) {

@@ -311,7 +311,7 @@ TEST_F(PipelineTest, PipelineVersionDecidesTheAudioMethod) {
         auto sample = assembler.Assemble(b.ids[i].index, o.seed, b.cursor.epoch);
         ASSERT_TRUE(sample.ok()) << sample.status();
         const auto t = std::find_if(sample->tensors.begin(), sample->tensors.end(),
-                                    [](const Tensor& t) { return t.name == "audio"; });
+                                    [](const OwnedTensor& t) { return t.name == "audio"; });
         ASSERT_NE(t, sample->tensors.end());
         ASSERT_EQ(t->data.size(), row);
         EXPECT_EQ(std::memcmp(t->data.data(), got + i * row, row), 0) << "row " << i;
@@ -396,7 +396,7 @@ TEST_F(PipelineTest, GopSchedulingDecodesLessAndStaysWithinTheBudget) {
     amp[gop] = s.amplification();
     EXPECT_LE(s.queue_bytes_peak, o.queue_bytes) << (gop ? "gop" : "naive");
     if (gop) {
-      EXPECT_GT(s.cache_hits, 0u);
+      EXPECT_GT(s.prefetch_hits, 0u);
     }
   }
   EXPECT_GT(amp[0], 3.0) << "naive random access should re-decode GOP prefixes";

@@ -101,8 +101,8 @@ TEST_F(SampleTest, FramesEqualTheFfmpegCliAndPadAtTheStart) {
   for (uint32_t step : {0u, 1u, 2u, 3u, 4u, 5u, 17u, 50u, 101u, 149u, 75u, 74u}) {
     auto s = assembler->Assemble(first + step, 0, 0);
     ASSERT_TRUE(s.ok()) << s.status();
-    const Tensor* cam = s->Find("cam0");
-    const Tensor* pad = s->Find("cam0_is_pad");
+    const OwnedTensor* cam = s->Find("cam0");
+    const OwnedTensor* pad = s->Find("cam0_is_pad");
     ASSERT_NE(cam, nullptr);
     ASSERT_EQ(cam->shape, (std::vector<int64_t>{2, 64, 96, 3}));
     const double t = step / 50.0;
@@ -132,7 +132,7 @@ TEST_F(SampleTest, SamplesFasterThanTheCameraDecodeEachFrameOnceInOrder) {
   for (uint32_t step = 0; step < 150; ++step) {
     auto s = assembler->Assemble(first + step, 0, 0);
     ASSERT_TRUE(s.ok()) << s.status();
-    const Tensor* cam = s->Find("cam1");
+    const OwnedTensor* cam = s->Find("cam1");
     ASSERT_NE(cam, nullptr);
     const long k = std::min(89L, std::lround(step / 50.0 * 30.0));
     ASSERT_EQ(Md5Hex(cam->data.data(), 64 * 96 * 3), golden[k]) << "step " << step;
@@ -158,8 +158,8 @@ TEST_F(SampleTest, LowdimWindowsMatchTheStoredStepsAndPadAtTheEnd) {
   for (uint32_t step : {0u, 60u, 100u, 120u, 149u}) {
     auto s = assembler->Assemble(step, 0, 0);
     ASSERT_TRUE(s.ok()) << s.status();
-    const Tensor* a = s->Find("action");
-    const Tensor* pad = s->Find("action_is_pad");
+    const OwnedTensor* a = s->Find("action");
+    const OwnedTensor* pad = s->Find("action_is_pad");
     ASSERT_EQ(a->shape, (std::vector<int64_t>{50, 14}));
     const float* v = reinterpret_cast<const float*>(a->data.data());
     for (int i = 0; i < 50; ++i) {
@@ -198,8 +198,8 @@ TEST_F(SampleTest, AudioWindowPadsBeforeTheStart) {
   Open("streams:\n  audio: {delta_timestamps: [-1.0, 0.0], rate: 8000}\n");
   auto s = assembler->Assemble(15, 0, 0);  // t = 0.3 s
   ASSERT_TRUE(s.ok()) << s.status();
-  const Tensor* a = s->Find("audio");
-  const Tensor* pad = s->Find("audio_is_pad");
+  const OwnedTensor* a = s->Find("audio");
+  const OwnedTensor* pad = s->Find("audio_is_pad");
   ASSERT_EQ(a->shape, (std::vector<int64_t>{8000, 1}));
   ASSERT_EQ(pad->shape, (std::vector<int64_t>{8000}));
   size_t padded = 0;
@@ -616,7 +616,7 @@ TEST(SampleImportedTest, JpegFramesEqualDjpegFullAndScaled) {
     for (uint64_t i = 0; i < 6; ++i) {
       auto s = a.Assemble(i, 0, 0);
       ASSERT_TRUE(s.ok()) << s.status();
-      const Tensor* t = s->Find("wrist");
+      const OwnedTensor* t = s->Find("wrist");
       const std::string want = djpeg(static_cast<int>(i), scale);
       ASSERT_EQ(t->data.size(), want.size()) << yaml;
       EXPECT_TRUE(std::equal(t->data.begin(), t->data.end(),

@@ -102,7 +102,7 @@ class ServerE2ETest : public ::testing::Test {
 
   static std::string Line(const client::Batch& b) {
     std::vector<tools::LineTensor> tensors;
-    for (const client::Tensor& t : b.tensors) {
+    for (const client::TensorView& t : b.tensors) {
       tensors.push_back({t.name, client::DTypeName(t.dtype), t.shape, t.data, t.bytes});
     }
     std::vector<tools::LineSample> ids;

@@ -213,7 +213,7 @@ class ShmServeTest : public ::testing::Test {
       EXPECT_TRUE(b.ok()) << b.status();
       if (!b.ok() || !b->has_value()) break;
       auto& m = out.emplace_back();
-      for (const client::Tensor& t : (*b)->tensors) m[t.name] = std::string(reinterpret_cast<const char*>(t.data), t.bytes);
+      for (const client::TensorView& t : (*b)->tensors) m[t.name] = std::string(reinterpret_cast<const char*>(t.data), t.bytes);
       if (keep_all) kept.push_back(std::move(**b));
     }
     *stats = (*c)->stats();

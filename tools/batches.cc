@@ -110,8 +110,8 @@ absl::Status RunBatches(const BatchesOptions& o) {
                  "hits %llu, misses %llu; peak cache %.1f MB, peak queue %.1f MB\n",
                  static_cast<unsigned long long>(s.frames_decoded),
                  static_cast<unsigned long long>(s.frames_delivered), s.amplification(),
-                 static_cast<unsigned long long>(s.cache_hits),
-                 static_cast<unsigned long long>(s.cache_misses), s.cache_bytes_peak / 1e6,
+                 static_cast<unsigned long long>(s.prefetch_hits),
+                 static_cast<unsigned long long>(s.prefetch_misses), s.prefetch_bytes_peak / 1e6,
                  s.queue_bytes_peak / 1e6);
     if (po.frame_cache) {
       // Decoding saved: the hits at this run's own decode seconds per frame (when it decoded any).

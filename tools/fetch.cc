@@ -91,7 +91,7 @@ absl::Status RunFetch(const FetchOptions& o) {
     if (!next->has_value()) break;  // the end of the stream
     const client::Batch* b = &**next;
     std::vector<LineTensor> tensors;
-    for (const client::Tensor& t : b->tensors) {
+    for (const client::TensorView& t : b->tensors) {
       tensors.push_back({t.name, client::DTypeName(t.dtype), t.shape, t.data, t.bytes});
     }
     std::vector<LineSample> ids;

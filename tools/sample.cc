@@ -36,9 +36,9 @@ absl::Status WriteSample(const Sample& sample, const std::string& dir, uint64_t 
                {"seed", seed},               {"epoch", epoch}};
   if (!dataset.empty()) meta["dataset"] = dataset;  // a mixture's dataset
   json tensors = json::object();
-  for (const Tensor& t : sample.tensors) {
+  for (const OwnedTensor& t : sample.tensors) {
     tensors[t.name] = {{"dtype", std::string(DTypeName(t.dtype))}, {"shape", t.shape}};
-    std::vector<uint8_t> shared;  // frames held by reference (Tensor::frames), laid out
+    std::vector<uint8_t> shared;  // frames held by reference (OwnedTensor::frames), laid out
     if (!t.frames.empty()) {
       shared.resize(t.bytes());
       t.CopyTo(shared.data());
@@ -46,7 +46,7 @@ absl::Status WriteSample(const Sample& sample, const std::string& dir, uint64_t 
     const std::vector<uint8_t>& bytes = t.frames.empty() ? t.data : shared;
     RETURN_IF_ERROR(WriteNpyRaw(StrCat(dir, "/", t.name, ".npy"), t.shape, NumpyDescr(t.dtype),
                                 bytes.data(), bytes.size()));
-    if (t.dtype == DType::kUint8 && t.shape.size() == 1 && !t.name.ends_with("_is_pad")) {
+    if (t.dtype == DType::kUint8 && t.shape.size() == 1 && t.role != TensorRole::kPaddingMask) {
       // Text: also readable as is.
       meta["text"][t.name] = std::string(t.data.begin(), t.data.end());
     }
@@ -58,43 +58,26 @@ absl::Status WriteSample(const Sample& sample, const std::string& dir, uint64_t 
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status RunSample(const SampleOptions& o) {
-  if (o.out.empty()) return absl::InvalidArgumentError("--out is required");
-  if (o.count <= 0 && o.indices.empty()) return absl::InvalidArgumentError("--count must be > 0");
-  if (o.start < 0 || o.stride < 0) {
-    return absl::InvalidArgumentError("--start and --stride must be >= 0");
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
-  SampleSpec shared;
-  if (o.config.empty()) {
-    ASSIGN_OR_RETURN(shared, SampleSpec::Default(source->manifest()));
-  } else {
-    ASSIGN_OR_RETURN(shared, SampleSpec::FromFile(o.config, source->manifest()));
-  }
-  // A mixture: the samples of one of its datasets (--member), assembled with the config bound to
-  // its streams and conformed to the mixture's layout, as a batch would hold them.
+// The member of `source` whose samples --member names (0 without --member).
+absl::StatusOr<size_t> FindMember(const Source& source, const SampleOptions& o) {
+  if (o.member.empty()) return 0;
+  std::string names;
   size_t member = 0;
-  if (!o.member.empty()) {
-    std::string names;
-    for (member = 0; member < source->size() && source->member(member).name != o.member; ++member) {
-      StrAppend(&names, names.empty() ? "" : ", ", source->member(member).name);
-    }
-    if (member == source->size()) {
-      return absl::NotFoundError(StrCat("--member '", o.member, "': ", o.dataset, " has ",
-                                        source->is_mixture() ? "the datasets " : "the one dataset ",
-                                        names));
-    }
+  for (; member < source.size() && source.member(member).name != o.member; ++member) {
+    StrAppend(&names, names.empty() ? "" : ", ", source.member(member).name);
   }
-  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source->Bind(shared));
-  ASSIGN_OR_RETURN(std::vector<SharedStream> layout, source->Layout(shared, bound));
-  const Dataset* ds = &source->dataset(member);
-  const SampleSpec& spec = bound[member].spec;
-  const std::string member_name = source->is_mixture() ? source->member(member).name : "";
-  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(*ds, spec.anchor_stream));
-  if (index.size() == 0) return absl::FailedPreconditionError("the dataset has no samples");
+  if (member == source.size()) {
+    return absl::NotFoundError(StrCat("--member '", o.member, "': ", o.dataset, " has ",
+                                      source.is_mixture() ? "the datasets " : "the one dataset ",
+                                      names));
+  }
+  return member;
+}
 
+// The sample indices to write: --indices as given, or --count of them from --start, every
+// --stride (default: spread over the rest of the dataset).
+absl::StatusOr<std::vector<uint64_t>> PickSamples(const SampleOptions& o, const SampleIndex& index,
+                                                  const SampleSpec& spec) {
   std::vector<uint64_t> picks;
   if (!o.indices.empty()) {
     for (int64_t i : o.indices) {
@@ -105,26 +88,48 @@ absl::Status RunSample(const SampleOptions& o) {
       }
       picks.push_back(static_cast<uint64_t>(i));
     }
-  } else {
-    if (static_cast<uint64_t>(o.start) >= index.size()) {
-      return absl::OutOfRangeError(StrCat("--start ", o.start, " is past the last sample (",
-                                          index.size(), " samples)"));
-    }
-    const uint64_t left = index.size() - static_cast<uint64_t>(o.start);
-    const uint64_t count = std::min<uint64_t>(static_cast<uint64_t>(o.count), left);
-    const uint64_t stride =
-        o.stride > 0 ? static_cast<uint64_t>(o.stride) : std::max<uint64_t>(1, left / count);
-    for (uint64_t j = 0; j < count; ++j) {
-      const uint64_t i = static_cast<uint64_t>(o.start) + j * stride;
-      if (i >= index.size()) break;
-      picks.push_back(i);
-    }
+    return picks;
   }
+  if (static_cast<uint64_t>(o.start) >= index.size()) {
+    return absl::OutOfRangeError(StrCat("--start ", o.start, " is past the last sample (",
+                                        index.size(), " samples)"));
+  }
+  const uint64_t left = index.size() - static_cast<uint64_t>(o.start);
+  const uint64_t count = std::min<uint64_t>(static_cast<uint64_t>(o.count), left);
+  const uint64_t stride =
+      o.stride > 0 ? static_cast<uint64_t>(o.stride) : std::max<uint64_t>(1, left / count);
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t i = static_cast<uint64_t>(o.start) + j * stride;
+    if (i >= index.size()) break;
+    picks.push_back(i);
+  }
+  return picks;
+}
 
-  std::error_code ec;
-  fs::create_directories(o.out, ec);
-  if (ec) return absl::UnavailableError(StrCat("cannot create ", o.out, ": ", ec.message()));
+// One member's samples as `conveyor sample` writes them: the spec bound to the member and the
+// mixture's layout they are conformed to (a single dataset is the one-member case).
+struct MemberSamples {
+  const Source* source = nullptr;
+  size_t member = 0;
+  const SampleSpec* shared = nullptr;  // parsed against source->manifest()
+  const std::vector<BoundMember>* bound = nullptr;
+  const std::vector<SharedStream>* layout = nullptr;
+  const SampleIndex* index = nullptr;  // of the member's dataset
+  std::string member_name;             // "" for a single dataset
+  const SampleSpec& spec() const { return (*bound)[member].spec; }
+};
 
+// What WriteSamples' workers did.
+struct SampleRun {
+  absl::Status first_error;
+  std::vector<json> skipped;  // on_error: skip
+  AssemblerStats total;
+};
+
+// Assembles and writes `picks` (slot j into OUT/j) on o.threads workers, each with its own
+// assembler. The first error stops them, except a sample's own error under on_error: skip.
+SampleRun WriteSamples(const SampleOptions& o, const MemberSamples& m,
+                       const std::vector<uint64_t>& picks) {
   const int threads = o.threads > 0 ? o.threads
                                     : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0}, done{0};
@@ -136,8 +141,9 @@ absl::Status RunSample(const SampleOptions& o) {
     AssemblerStats total ABSL_GUARDED_BY(mu);
   } state;
   const auto t0 = std::chrono::steady_clock::now();
+  const SampleSpec& spec = m.spec();
   auto worker = [&] {
-    SampleAssembler assembler(*ds, spec, index);
+    SampleAssembler assembler(m.source->dataset(m.member), spec, *m.index);
     while (true) {
       const size_t j = next.fetch_add(1);
       if (j >= picks.size()) break;
@@ -147,12 +153,13 @@ absl::Status RunSample(const SampleOptions& o) {
       }
       auto sample = assembler.Assemble(picks[j], o.seed, o.epoch);
       if (sample.ok()) {
-        absl::Status c = source->Conform(member, shared, bound[member], layout, &*sample);
+        absl::Status c =
+            m.source->Conform(m.member, *m.shared, (*m.bound)[m.member], *m.layout, &*sample);
         if (!c.ok()) sample = c;
       }
       absl::Status st = sample.ok()
                             ? WriteSample(*sample, StrCat(o.out, "/", absl::Dec(j, absl::kZeroPad6)),
-                                          o.seed, o.epoch, member_name)
+                                          o.seed, o.epoch, m.member_name)
                             : sample.status();
       absl::MutexLock lock(&state.mu);
       if (!st.ok()) {
@@ -180,41 +187,79 @@ absl::Status RunSample(const SampleOptions& o) {
     state.total.audio_windows += a.audio_windows;
   };
   WorkerPool("conveyor-sample", threads, [&](int) { worker(); }).Join();
-  absl::Status first_error;
-  std::vector<json> skipped;
-  AssemblerStats total;
-  {
-    absl::MutexLock lock(&state.mu);
-    first_error = state.first_error;
-    skipped = std::move(state.skipped);
-    total = state.total;
-  }
-  if (o.progress) std::fprintf(stderr, "\n");
-  RETURN_IF_ERROR(first_error);
+  SampleRun run;
+  absl::MutexLock lock(&state.mu);
+  run.first_error = state.first_error;
+  run.skipped = std::move(state.skipped);
+  run.total = state.total;
+  return run;
+}
 
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  json summary = {{"dataset", ds->uri()},
-                  {"samples_in_dataset", index.size()},
-                  {"anchor", spec.anchor},
-                  {"written", picks.size() - skipped.size()},
-                  {"skipped", skipped},
+// OUT/summary.json, and the closing line on stderr with --progress.
+void WriteSummary(const SampleOptions& o, const MemberSamples& m, size_t picked,
+                  const SampleRun& run, double secs) {
+  const AssemblerStats& total = run.total;
+  json summary = {{"dataset", m.source->dataset(m.member).uri()},
+                  {"samples_in_dataset", m.index->size()},
+                  {"anchor", m.spec().anchor},
+                  {"written", picked - run.skipped.size()},
+                  {"skipped", run.skipped},
                   {"seconds", secs},
                   {"video_frames_decoded", total.frames_decoded},
                   {"video_frames_delivered", total.frames_delivered},
                   {"images_decoded", total.images_decoded},
                   {"audio_windows", total.audio_windows}};
-  if (!member_name.empty()) summary["mixture"] = {{"file", o.dataset}, {"dataset", member_name}};
+  if (!m.member_name.empty()) summary["mixture"] = {{"file", o.dataset}, {"dataset", m.member_name}};
   std::ofstream f(o.out + "/summary.json", std::ios::trunc);
   f << summary.dump(2) << "\n";
   if (o.progress) {
     std::fprintf(stderr,
                  "wrote %zu samples to %s (%zu skipped) in %.2f s; video: %llu frames decoded for "
                  "%llu delivered (%.2fx)\n",
-                 picks.size() - skipped.size(), o.out.c_str(), skipped.size(), secs,
+                 picked - run.skipped.size(), o.out.c_str(), run.skipped.size(), secs,
                  static_cast<unsigned long long>(total.frames_decoded),
                  static_cast<unsigned long long>(total.frames_delivered),
                  total.frames_delivered ? static_cast<double>(total.frames_decoded) / total.frames_delivered : 0.0);
   }
+}
+
+}  // namespace
+
+absl::Status RunSample(const SampleOptions& o) {
+  if (o.out.empty()) return absl::InvalidArgumentError("--out is required");
+  if (o.count <= 0 && o.indices.empty()) return absl::InvalidArgumentError("--count must be > 0");
+  if (o.start < 0 || o.stride < 0) {
+    return absl::InvalidArgumentError("--start and --stride must be >= 0");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
+  SampleSpec shared;
+  if (o.config.empty()) {
+    ASSIGN_OR_RETURN(shared, SampleSpec::Default(source->manifest()));
+  } else {
+    ASSIGN_OR_RETURN(shared, SampleSpec::FromFile(o.config, source->manifest()));
+  }
+  // A mixture: the samples of one of its datasets (--member), assembled with the config bound to
+  // its streams and conformed to the mixture's layout, as a batch would hold them.
+  ASSIGN_OR_RETURN(const size_t member, FindMember(*source, o));
+  ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source->Bind(shared));
+  ASSIGN_OR_RETURN(std::vector<SharedStream> layout, source->Layout(shared, bound));
+  const SampleSpec& spec = bound[member].spec;
+  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(source->dataset(member), spec.anchor_stream));
+  if (index.size() == 0) return absl::FailedPreconditionError("the dataset has no samples");
+  ASSIGN_OR_RETURN(std::vector<uint64_t> picks, PickSamples(o, index, spec));
+
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) return absl::UnavailableError(StrCat("cannot create ", o.out, ": ", ec.message()));
+
+  const MemberSamples m{source.get(), member, &shared, &bound, &layout, &index,
+                        source->is_mixture() ? source->member(member).name : ""};
+  const auto t0 = std::chrono::steady_clock::now();
+  const SampleRun run = WriteSamples(o, m, picks);
+  if (o.progress) std::fprintf(stderr, "\n");
+  RETURN_IF_ERROR(run.first_error);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WriteSummary(o, m, picks.size(), run, secs);
   return absl::OkStatus();
 }
 

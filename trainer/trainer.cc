@@ -47,7 +47,7 @@ absl::Status Features(const client::Batch& b, int pool, const std::string& actio
                       std::vector<float>* x, int64_t* per_sample) {
   const int64_t n = static_cast<int64_t>(b.ids.size());
   std::vector<std::vector<float>> rows(n);
-  for (const client::Tensor& t : b.tensors) {
+  for (const client::TensorView& t : b.tensors) {
     if (t.role != client::TensorRole::kData || t.name == action || t.shape.empty() || t.shape[0] != n) continue;
     const bool image = t.shape.size() == 5 && (t.dtype == client::DType::kUint8 || t.dtype == client::DType::kFloat32);
     if (image) {
@@ -306,69 +306,160 @@ absl::StatusOr<std::string> ShiftCameras(const std::string& yaml, const std::vec
   return std::string(out.c_str()) + "\n";
 }
 
+namespace {
+
+// The client's options for this rank: its GPU, the config sent, and with --shift-frames the
+// config's cameras moved against the anchor (the control run).
+absl::StatusOr<client::ClientOptions> ClientOptionsFor(const TrainOptions& o, int rank) {
+  client::ClientOptions co = o.client;
+  co.max_batches = static_cast<uint64_t>(o.steps);
+  co.device = o.device;
+  // The rank's GPU, as NCCL picks it (trainer/comm.h): rank % devices.
+  if (o.device && ProbeGpus().devices > 0) co.device_index = rank % ProbeGpus().devices;
+  if (!o.config_yaml.empty()) co.config_yaml = o.config_yaml;
+  if (o.shift_frames_steps == 0) return co;
+  if (co.config_yaml.empty()) return absl::InvalidArgumentError("--shift-frames needs --config FILE");
+  absl::StatusOr<conveyor::v1::InfoResponse> info = client::GetInfo(co);
+  if (!info.ok()) return info.status();
+  YAML::Node root = YAML::Load(co.config_yaml);
+  const std::string anchor = root["anchor"] ? root["anchor"].as<std::string>() : "action";
+  double rate = 0;
+  std::vector<std::string> cameras;
+  for (const auto& s : info->streams()) {
+    if (s.name() == anchor) rate = s.rate();
+    if (s.kind() == "video" || s.kind() == "image") cameras.push_back(s.name());
+  }
+  if (rate <= 0) return absl::InvalidArgumentError(StrCat("anchor stream '", anchor, "' has no rate"));
+  absl::StatusOr<std::string> shifted =
+      ShiftCameras(co.config_yaml, cameras, static_cast<double>(o.shift_frames_steps) / rate);
+  if (!shifted.ok()) return shifted.status();
+  co.config_yaml = *shifted;
+  return co;
+}
+
+// Resumes from --checkpoint when it exists: the model, and the client's start cursor and schedule
+// version. Returns the first step to train (0 without a checkpoint).
+absl::StatusOr<int64_t> Resume(const TrainOptions& o, client::ClientOptions* co, Linear* model,
+                               TrainResult* r) {
+  if (o.checkpoint.empty()) return 0;
+  absl::StatusOr<TrainState> ck = ReadCheckpoint(o.checkpoint);
+  if (!ck.ok()) {
+    if (absl::IsNotFound(ck.status())) return 0;
+    return ck.status();
+  }
+  if (ck->step >= o.steps) {
+    return absl::FailedPreconditionError(StrCat("checkpoint ", o.checkpoint, " is at step ", ck->step,
+                                                ": nothing left of --steps ", o.steps));
+  }
+  absl::StatusOr<client::Cursor> cursor = client::Cursor::Parse(ck->cursor);
+  if (!cursor.ok()) return absl::DataLossError(StrCat("checkpoint ", o.checkpoint, ": ", cursor.status().message()));
+  co->start = *cursor;
+  co->schedule_version = ck->schedule_version;  // the order the run started with
+  if (ck->in > 0) {
+    model->Init(ck->in, ck->out);
+    model->w = std::move(ck->w);
+    model->m = std::move(ck->m);
+    model->v = std::move(ck->v);
+    model->t = ck->adam_t;
+  }
+  r->resumed_at_step = ck->step;
+  r->resumed_cursor = ck->cursor;
+  if (!o.quiet) {
+    std::fprintf(stderr, "train: rank %d resumes from %s at step %lld, cursor %s\n", r->rank,
+                 o.checkpoint.c_str(), static_cast<long long>(ck->step), ck->cursor.c_str());
+  }
+  return ck->step;
+}
+
+// The losses of the last quarter of the run, beside the baseline of predicting the mean action
+// seen so far (this rank's batches), for the whole chunk and for its first step.
+struct LossTally {
+  std::vector<float> target_sum;
+  uint64_t targets_seen = 0;
+  int64_t first_outputs = 0;  // the chunk's first step: [B, chunk, dim] -> dim
+  double final_sum = 0, mean_sum = 0, first_sum = 0, first_mean_sum = 0;
+  int64_t final_n = 0;
+
+  // `target` and `pred` are [n, out]; `counted`: the step is in the last quarter.
+  void Add(const float* target, const std::vector<float>& pred, int64_t n, int64_t out,
+           double loss, bool counted) {
+    for (int64_t s = 0; s < n; ++s) {
+      for (int64_t k = 0; k < out; ++k) target_sum[k] += target[s * out + k];
+    }
+    targets_seen += n;
+    if (!counted) return;
+    double mse = 0, first = 0, first_mean = 0;
+    for (int64_t s = 0; s < n; ++s) {
+      for (int64_t k = 0; k < out; ++k) {
+        const double d = target[s * out + k] - target_sum[k] / targets_seen;
+        mse += d * d;
+        if (k < first_outputs) {
+          const double e = pred[s * out + k] - target[s * out + k];
+          first += e * e;
+          first_mean += d * d;
+        }
+      }
+    }
+    mean_sum += mse / static_cast<double>(n * out);
+    first_sum += first / static_cast<double>(n * first_outputs);
+    first_mean_sum += first_mean / static_cast<double>(n * first_outputs);
+    final_sum += loss;
+    ++final_n;
+  }
+};
+
+// The step-time summaries and throughput of `r.steps`.
+void SummarizeSteps(double seconds, uint64_t samples, TrainResult* r) {
+  std::vector<double> w, h, c, m, t;
+  double wait_total = 0, step_total = 0;
+  for (const StepTimes& s : r->steps) {
+    w.push_back(s.wait);
+    h.push_back(s.h2d);
+    c.push_back(s.compute);
+    m.push_back(s.comm);
+    t.push_back(s.total);
+    wait_total += s.wait;
+    step_total += s.total;
+  }
+  r->wait = Summarize(w);
+  r->h2d = Summarize(h);
+  r->compute = Summarize(c);
+  r->comm_time = Summarize(m);
+  r->total = Summarize(t);
+  r->samples_per_s = samples / std::max(seconds, 1e-9);
+  r->wait_share = step_total > 0 ? wait_total / step_total : 0;
+}
+
+// Losses over all ranks.
+absl::Status ReduceLosses(const LossTally& l, Communicator& comm, TrainResult* r) {
+  float sums[5] = {static_cast<float>(l.final_sum), static_cast<float>(l.mean_sum),
+                   static_cast<float>(l.final_n), static_cast<float>(l.first_sum),
+                   static_cast<float>(l.first_mean_sum)};
+  if (absl::Status s = comm.AllreduceSum(sums, 5); !s.ok()) return s;
+  r->final_loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+  r->mean_action_loss = sums[2] > 0 ? sums[1] / sums[2] : 0;
+  r->first_step_loss = sums[2] > 0 ? sums[3] / sums[2] : 0;
+  r->first_step_mean_loss = sums[2] > 0 ? sums[4] / sums[2] : 0;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   TrainResult r;
   r.rank = static_cast<int>(o.client.consumer);
   r.world_size = static_cast<int>(o.client.consumers);
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be at least 1");
   if (o.pool < 1 || o.pool > 16) return absl::InvalidArgumentError("--pool must be in [1, 16]");
-  client::ClientOptions co = o.client;
-  co.max_batches = static_cast<uint64_t>(o.steps);
-  co.device = o.device;
-  // The rank's GPU, as NCCL picks it (trainer/comm.h): rank % devices.
-  if (o.device && ProbeGpus().devices > 0) co.device_index = r.rank % ProbeGpus().devices;
-  if (!o.config_yaml.empty()) co.config_yaml = o.config_yaml;
-  if (o.shift_frames_steps != 0) {
-    if (co.config_yaml.empty()) return absl::InvalidArgumentError("--shift-frames needs --config FILE");
-    absl::StatusOr<conveyor::v1::InfoResponse> info = client::GetInfo(co);
-    if (!info.ok()) return info.status();
-    YAML::Node root = YAML::Load(co.config_yaml);
-    const std::string anchor = root["anchor"] ? root["anchor"].as<std::string>() : "action";
-    double rate = 0;
-    std::vector<std::string> cameras;
-    for (const auto& s : info->streams()) {
-      if (s.name() == anchor) rate = s.rate();
-      if (s.kind() == "video" || s.kind() == "image") cameras.push_back(s.name());
-    }
-    if (rate <= 0) return absl::InvalidArgumentError(StrCat("anchor stream '", anchor, "' has no rate"));
-    absl::StatusOr<std::string> shifted =
-        ShiftCameras(co.config_yaml, cameras, static_cast<double>(o.shift_frames_steps) / rate);
-    if (!shifted.ok()) return shifted.status();
-    co.config_yaml = *shifted;
-  }
+  absl::StatusOr<client::ClientOptions> options = ClientOptionsFor(o, r.rank);
+  if (!options.ok()) return options.status();
+  client::ClientOptions co = *std::move(options);
   r.config_sent = co.config_yaml;
   // Resume before meeting the other ranks: rank 0 may rewrite the checkpoint once training runs.
   Linear model;
-  int64_t first_step = 0;
-  if (!o.checkpoint.empty()) {
-    absl::StatusOr<TrainState> ck = ReadCheckpoint(o.checkpoint);
-    if (ck.ok()) {
-      if (ck->step >= o.steps) {
-        return absl::FailedPreconditionError(StrCat("checkpoint ", o.checkpoint, " is at step ", ck->step,
-                                                    ": nothing left of --steps ", o.steps));
-      }
-      absl::StatusOr<client::Cursor> cursor = client::Cursor::Parse(ck->cursor);
-      if (!cursor.ok()) return absl::DataLossError(StrCat("checkpoint ", o.checkpoint, ": ", cursor.status().message()));
-      co.start = *cursor;
-      co.schedule_version = ck->schedule_version;  // the order the run started with
-      first_step = ck->step;
-      if (ck->in > 0) {
-        model.Init(ck->in, ck->out);
-        model.w = std::move(ck->w);
-        model.m = std::move(ck->m);
-        model.v = std::move(ck->v);
-        model.t = ck->adam_t;
-      }
-      r.resumed_at_step = first_step;
-      r.resumed_cursor = ck->cursor;
-      if (!o.quiet) {
-        std::fprintf(stderr, "train: rank %d resumes from %s at step %lld, cursor %s\n", r.rank,
-                     o.checkpoint.c_str(), static_cast<long long>(first_step), ck->cursor.c_str());
-      }
-    } else if (!absl::IsNotFound(ck.status())) {
-      return ck.status();
-    }
-  }
+  absl::StatusOr<int64_t> resumed = Resume(o, &co, &model, &r);
+  if (!resumed.ok()) return resumed.status();
+  const int64_t first_step = *resumed;
   co.max_batches = static_cast<uint64_t>(o.steps - first_step);
   client::Client* client = nullptr;  // set below, before the first save
   auto save = [&](int64_t steps_done, const client::Cursor& next) -> absl::Status {
@@ -385,11 +476,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   if (!cl.ok()) return cl.status();
   client = cl->get();
 
-  std::vector<float> x, grad, target_sum;
-  uint64_t targets_seen = 0;
-  double final_sum = 0, mean_sum = 0, first_sum = 0, first_mean_sum = 0;
-  int64_t first_outputs = 0;  // the chunk's first step: [B, chunk, dim] -> dim
-  int64_t final_n = 0;
+  std::vector<float> x, grad;
+  LossTally losses;
   const int64_t final_from = o.steps - std::max<int64_t>(1, o.steps / 4);
   const auto start = Clock::now();
   uint64_t samples = 0;
@@ -413,7 +501,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     const auto t1b = Clock::now();
     st.h2d = Seconds(t1, t1b);
     t1 = t1b;
-    const client::Tensor* y = b->Find(o.action);
+    const client::TensorView* y = b->Find(o.action);
     if (y == nullptr || y->dtype != client::DType::kFloat32) {
       return absl::InvalidArgumentError(StrCat("the batch has no float32 tensor '", o.action, "' to predict"));
     }
@@ -427,9 +515,9 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
                                         " outputs per sample; the model (", step == first_step ? "from the checkpoint" : "from the first batch",
                                         ") has ", model.in, " and ", model.out));
     }
-    if (target_sum.empty()) {
-      first_outputs = y->shape.size() == 3 ? y->shape[2] : out;
-      target_sum.assign(static_cast<size_t>(out), 0.0f);
+    if (losses.target_sum.empty()) {
+      losses.first_outputs = y->shape.size() == 3 ? y->shape[2] : out;
+      losses.target_sum.assign(static_cast<size_t>(out), 0.0f);
       r.features = in;
       r.outputs = out;
     }
@@ -441,30 +529,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     const float* target = reinterpret_cast<const float*>(y->data);
     std::vector<float> pred;
     st.loss = model.Step(x, target, n, &grad, &pred);
-    // The baseline: predicting the mean action seen so far (this rank's batches).
-    for (int64_t s = 0; s < n; ++s) {
-      for (int64_t k = 0; k < out; ++k) target_sum[k] += target[s * out + k];
-    }
-    targets_seen += n;
-    if (step >= final_from) {
-      double mse = 0, first = 0, first_mean = 0;
-      for (int64_t s = 0; s < n; ++s) {
-        for (int64_t k = 0; k < out; ++k) {
-          const double d = target[s * out + k] - target_sum[k] / targets_seen;
-          mse += d * d;
-          if (k < first_outputs) {
-            const double e = pred[s * out + k] - target[s * out + k];
-            first += e * e;
-            first_mean += d * d;
-          }
-        }
-      }
-      mean_sum += mse / static_cast<double>(n * out);
-      first_sum += first / static_cast<double>(n * first_outputs);
-      first_mean_sum += first_mean / static_cast<double>(n * first_outputs);
-      final_sum += st.loss;
-      ++final_n;
-    }
+    losses.Add(target, pred, n, out, st.loss, step >= final_from);
     auto t2 = Clock::now();
     st.compute = Seconds(t1, t2);
     if (o.step_ms > 0 && st.compute * 1e3 < o.step_ms) {
@@ -489,11 +554,12 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     }
     r.steps.push_back(std::move(st));
     if (!o.quiet && r.rank == 0 && (step % o.print_every == 0 || step + 1 == o.steps)) {
+      const StepTimes& t = r.steps.back();
       std::fprintf(stderr,
                    "train: step %4lld/%lld  loss %.5f  wait %6.1f ms  h2d %5.1f ms  compute %6.1f ms  "
                    "comm %5.1f ms  (cursor %s)\n",
-                   static_cast<long long>(step + 1), static_cast<long long>(o.steps), st.loss,
-                   st.wait * 1e3, st.h2d * 1e3, st.compute * 1e3, st.comm * 1e3,
+                   static_cast<long long>(step + 1), static_cast<long long>(o.steps), t.loss,
+                   t.wait * 1e3, t.h2d * 1e3, t.compute * 1e3, t.comm * 1e3,
                    b->next.ToString().c_str());
     }
   }
@@ -502,32 +568,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   if (done != saved_at) {
     if (absl::Status s = save(done, next_cursor); !s.ok()) return s;
   }
-  std::vector<double> w, h, c, m, t;
-  double wait_total = 0, step_total = 0;
-  for (const StepTimes& s : r.steps) {
-    w.push_back(s.wait);
-    h.push_back(s.h2d);
-    c.push_back(s.compute);
-    m.push_back(s.comm);
-    t.push_back(s.total);
-    wait_total += s.wait;
-    step_total += s.total;
-  }
-  r.wait = Summarize(w);
-  r.h2d = Summarize(h);
-  r.compute = Summarize(c);
-  r.comm_time = Summarize(m);
-  r.total = Summarize(t);
-  r.samples_per_s = samples / std::max(seconds, 1e-9);
-  r.wait_share = step_total > 0 ? wait_total / step_total : 0;
-  // Losses over all ranks.
-  float sums[5] = {static_cast<float>(final_sum), static_cast<float>(mean_sum), static_cast<float>(final_n),
-                   static_cast<float>(first_sum), static_cast<float>(first_mean_sum)};
-  if (absl::Status s = (*comm)->AllreduceSum(sums, 5); !s.ok()) return s;
-  r.final_loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
-  r.mean_action_loss = sums[2] > 0 ? sums[1] / sums[2] : 0;
-  r.first_step_loss = sums[2] > 0 ? sums[3] / sums[2] : 0;
-  r.first_step_mean_loss = sums[2] > 0 ? sums[4] / sums[2] : 0;
+  SummarizeSteps(seconds, samples, &r);
+  if (absl::Status s = ReduceLosses(losses, **comm, &r); !s.ok()) return s;
   r.weights_fnv1a = Hex64(Fnv1a(model.w.data(), model.w.size() * sizeof(float)));
   return r;
 }

@@ -33,11 +33,10 @@ using MessageWriter = std::function<bool(const grpc::ByteBuffer&)>;
 // A whole message serialized by protobuf (the stream's first message; small ones).
 grpc::ByteBuffer SerializeMessage(const v1::StreamBatchesResponse& message);
 
-// `role` names each tensor's TensorRole; `write` sends one message (EncodeBatch stops and returns
-// CANCELLED when it returns false). With `place`, a payload it places goes as one message: the
+// Each tensor's wire role is its TensorView::role; `write` sends one message (EncodeBatch stops
+// and returns CANCELLED when it returns false). With `place`, a payload it places goes as one message: the
 // header, in_shared_memory, shm_position and last.
 absl::Status EncodeBatch(const Batch& batch, Cursor next, uint64_t max_message,
-                         const std::function<v1::TensorRole(std::string_view)>& role,
                          const MessageWriter& write, const PayloadPlacer& place = nullptr);
 
 // The server side of StreamBatches with raw messages, on gRPC's synchronous API: a service
