@@ -287,6 +287,74 @@ std::shared_ptr<const RgbImage> FrameStore::Find(const FrameCacheKey& key) const
   return img;
 }
 
+namespace {
+
+// The frame's bytes as the store keeps them: compressed when that is smaller (pointing into a
+// thread-local buffer), else the frame's own pixels. False, saying why, when a compressor fails.
+bool PackFrame(FrameStoreOptions::Compression compression, const RgbImage& frame,
+               const char** payload, size_t* payload_bytes, std::string* error) {
+  *payload = reinterpret_cast<const char*>(frame.pixels.data());
+  *payload_bytes = frame.pixels.size();
+  thread_local std::string packed;
+  if (compression == FrameStoreOptions::Compression::kLz4) {
+    packed.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(*payload_bytes))));
+    const int n = LZ4_compress_default(*payload, packed.data(), static_cast<int>(*payload_bytes),
+                                       static_cast<int>(packed.size()));
+    if (n <= 0) {
+      *error = "lz4 compression failed";
+      return false;
+    }
+    if (static_cast<size_t>(n) < *payload_bytes) {
+      *payload = packed.data();
+      *payload_bytes = static_cast<size_t>(n);
+    }
+  } else if (compression == FrameStoreOptions::Compression::kZstd) {
+    packed.resize(ZSTD_compressBound(*payload_bytes));
+    const size_t n = ZSTD_compress(packed.data(), packed.size(), *payload, *payload_bytes, 1);
+    if (ZSTD_isError(n)) {
+      *error = "zstd compression failed";
+      return false;
+    }
+    if (n < *payload_bytes) {
+      *payload = packed.data();
+      *payload_bytes = n;
+    }
+  }
+  return true;
+}
+
+// The lru policy, under the store's lock: removes the least recently used entries until the store
+// plus `entry_bytes` is down to the low-water mark, and temporary files left by writers that died.
+// Returns the store's bytes after; *evicted: the bytes removed.
+uint64_t EvictLeastRecentlyUsed(const std::string& dir, uint64_t max_bytes, uint64_t entry_bytes,
+                                uint64_t* evicted) {
+  std::vector<EntryFile> entries = ListEntries(dir);
+  uint64_t total = 0;
+  for (const EntryFile& e : entries) total += e.bytes;
+  std::sort(entries.begin(), entries.end(),
+            [](const EntryFile& a, const EntryFile& b) { return a.used < b.used; });
+  const auto target = static_cast<uint64_t>(static_cast<double>(max_bytes) * kLowWater);
+  for (const EntryFile& e : entries) {
+    if (total + entry_bytes <= target) break;
+    if (::unlink(e.path.c_str()) == 0) {
+      total -= e.bytes;
+      *evicted += e.bytes;
+    }
+  }
+  const std::time_t now = std::time(nullptr);
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(fs::path(dir) / "tmp", ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    struct stat st;
+    if (::stat(it->path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTmpSeconds) {
+      ::unlink(it->path().c_str());
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
 void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
   Counters& c = *counters_;
   const std::string path = EntryPath(options_.dir, key);
@@ -309,26 +377,10 @@ void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
   if (h.raw_bytes != static_cast<uint64_t>(frame.width) * static_cast<uint64_t>(frame.height) * 3 || h.raw_bytes == 0) {
     return;
   }
-  const char* payload = reinterpret_cast<const char*>(frame.pixels.data());
-  size_t payload_bytes = frame.pixels.size();
-  thread_local std::string packed;
-  if (options_.compression == FrameStoreOptions::Compression::kLz4) {
-    packed.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(payload_bytes))));
-    const int n = LZ4_compress_default(payload, packed.data(), static_cast<int>(payload_bytes),
-                                       static_cast<int>(packed.size()));
-    if (n <= 0) return warn_once("lz4 compression failed");
-    if (static_cast<size_t>(n) < payload_bytes) {
-      payload = packed.data();
-      payload_bytes = static_cast<size_t>(n);
-    }
-  } else if (options_.compression == FrameStoreOptions::Compression::kZstd) {
-    packed.resize(ZSTD_compressBound(payload_bytes));
-    const size_t n = ZSTD_compress(packed.data(), packed.size(), payload, payload_bytes, 1);
-    if (ZSTD_isError(n)) return warn_once("zstd compression failed");
-    if (n < payload_bytes) {
-      payload = packed.data();
-      payload_bytes = n;
-    }
+  const char* payload = nullptr;
+  size_t payload_bytes = 0;
+  if (std::string error; !PackFrame(options_.compression, frame, &payload, &payload_bytes, &error)) {
+    return warn_once(error);
   }
   // An incompressible frame is kept raw.
   if (payload == reinterpret_cast<const char*>(frame.pixels.data())) h.codec = 0;
@@ -377,26 +429,9 @@ void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
       ::unlink(tmp.c_str());
       return;
     }
-    // lru: scan, then remove the least recently used down to the low-water mark.
-    std::vector<EntryFile> entries = ListEntries(options_.dir);
-    uint64_t total = 0;
-    for (const EntryFile& e : entries) total += e.bytes;
-    std::sort(entries.begin(), entries.end(), [](const EntryFile& a, const EntryFile& b) { return a.used < b.used; });
-    const auto target = static_cast<uint64_t>(static_cast<double>(options_.max_bytes) * kLowWater);
-    for (const EntryFile& e : entries) {
-      if (total + entry_bytes <= target) break;
-      if (::unlink(e.path.c_str()) == 0) {
-        total -= e.bytes;
-        c.evicted_bytes.fetch_add(e.bytes, std::memory_order_relaxed);
-      }
-    }
-    usage = total;
-    const std::time_t now = std::time(nullptr);
-    for (auto it = fs::directory_iterator(fs::path(options_.dir) / "tmp", ec); !ec && it != fs::directory_iterator();
-         it.increment(ec)) {
-      struct stat st;
-      if (::stat(it->path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTmpSeconds) ::unlink(it->path().c_str());
-    }
+    uint64_t evicted = 0;
+    usage = EvictLeastRecentlyUsed(options_.dir, options_.max_bytes, entry_bytes, &evicted);
+    c.evicted_bytes.fetch_add(evicted, std::memory_order_relaxed);
   }
   WriteUsage(c.usage_fd.get(), usage + entry_bytes);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
