@@ -127,7 +127,7 @@ TEST_F(MemoryBudgetTest, StreamsAreAdmittedWithinTheBudgetAndExact) {
       const testing::CommandResult r = testing::RunCommand(ShellCommand(
           {kCli, "fetch", "--servers", server.address(), "--job", "holder" + std::to_string(i),
            "--steps", "6", "--digest", "--prefetch", "1", "--stall-after", "1",
-           "--stall-seconds", "4"}));
+           "--stall-seconds", "8"}));
       held_out[i] = r.output;
       held[i] = Lines(r.output);
       if (r.exit_code != 0) held_out[i] += "\nexit " + std::to_string(r.exit_code);
