@@ -161,8 +161,6 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
   return absl::OkStatus();
 }
 
-SharedBatch* Shared(const conveyor_batch* b);
-
 }  // namespace
 
 // A handle: one reference to the shared batch.
@@ -171,7 +169,24 @@ struct conveyor_batch {
 };
 
 namespace {
+
 SharedBatch* Shared(const conveyor_batch* b) { return b->shared.get(); }
+
+// Where the batch's payload block starts: its lowest tensor address (the tensors are views into
+// one block, client/client.h); null when every tensor is empty.
+const uint8_t* PayloadStart(const cc::Batch& batch) {
+  const uint8_t* lo = nullptr;
+  for (const cc::Tensor& t : batch.tensors) {
+    if (t.data != nullptr && (lo == nullptr || t.data < lo)) lo = t.data;
+  }
+  return lo;
+}
+
+int TensorOutOfRange(uint32_t index, size_t tensors) {
+  return Fail(absl::StatusCode::kOutOfRange,
+              "tensor " + std::to_string(index) + " of a batch of " + std::to_string(tensors));
+}
+
 }  // namespace
 
 extern "C" {
@@ -314,12 +329,10 @@ int conveyor_batch_info_get(const conveyor_batch* b, conveyor_batch_info* out) {
   info.server = batch.server.c_str();
   info.device = batch.device;
   // The tensors are views into one payload block (client/client.h): its span.
-  const uint8_t* lo = nullptr;
-  const uint8_t* hi = nullptr;
+  const uint8_t* lo = PayloadStart(batch);
+  const uint8_t* hi = lo;
   for (const cc::Tensor& t : batch.tensors) {
-    if (t.data == nullptr) continue;
-    if (lo == nullptr || t.data < lo) lo = t.data;
-    if (hi == nullptr || t.data + t.bytes > hi) hi = t.data + t.bytes;
+    if (t.data != nullptr && t.data + t.bytes > hi) hi = t.data + t.bytes;
   }
   info.payload = lo;
   info.payload_bytes = lo == nullptr ? 0 : static_cast<uint64_t>(hi - lo);
@@ -329,11 +342,7 @@ int conveyor_batch_info_get(const conveyor_batch* b, conveyor_batch_info* out) {
 
 int conveyor_batch_tensor(const conveyor_batch* b, uint32_t index, conveyor_tensor* out) {
   const SharedBatch* s = Shared(b);
-  if (index >= s->batch.tensors.size()) {
-    return Fail(absl::StatusCode::kOutOfRange,
-                "tensor " + std::to_string(index) + " of a batch of " +
-                    std::to_string(s->batch.tensors.size()));
-  }
+  if (index >= s->batch.tensors.size()) return TensorOutOfRange(index, s->batch.tensors.size());
   const cc::Tensor& t = s->batch.tensors[index];
   conveyor_tensor info{};
   info.size = out->size;
@@ -351,10 +360,7 @@ int conveyor_batch_tensor(const conveyor_batch* b, uint32_t index, conveyor_tens
 
 uint64_t conveyor_batch_layout(const conveyor_batch* b) {
   const cc::Batch& batch = Shared(b)->batch;
-  const uint8_t* payload = nullptr;
-  for (const cc::Tensor& t : batch.tensors) {
-    if (t.data != nullptr && (payload == nullptr || t.data < payload)) payload = t.data;
-  }
+  const uint8_t* payload = PayloadStart(batch);
   // FNV-1a over everything that places a tensor; the offset is from the payload's start.
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](const void* p, size_t n) {
@@ -404,10 +410,7 @@ int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, int on_device, int 
                           conveyor_dl_managed_tensor** out) {
   *out = nullptr;
   const std::shared_ptr<SharedBatch>& s = b->shared;
-  if (index >= s->batch.tensors.size()) {
-    return Fail(absl::StatusCode::kOutOfRange, "tensor " + std::to_string(index) + " of a batch of " +
-                                                   std::to_string(s->batch.tensors.size()));
-  }
+  if (index >= s->batch.tensors.size()) return TensorOutOfRange(index, s->batch.tensors.size());
   const cc::Tensor& t = s->batch.tensors[index];
   if (on_device && t.device_data == nullptr && t.bytes > 0) {
     return Fail(absl::StatusCode::kFailedPrecondition,
