@@ -1,10 +1,10 @@
 // Where a video stream is decoded: the per-stream `decode` key of a sample spec
 // (sample/sample_spec.h, docs/sampling.md "Where video is decoded").
 //
-// This is the seam for NVDEC (H.264 and HEVC through FFmpeg's cuda hwaccel, issue 19 item 3): the
-// choice is parsed, checked and resolved here, while every video stream is still decoded on the
-// CPU by libavcodec (media/video_decoder.h). No NVDEC code exists yet: it is to be written and
-// tested on a GPU machine.
+// This is the seam for NVDEC (media/nvdec_decoder.h: H.264 and HEVC through NVCUVID): the choice
+// is parsed, checked and resolved here, while every video stream of a served batch is still
+// decoded on the CPU by libavcodec (media/video_decoder.h): placing NVDEC frames into the batch is
+// issue 32 items 3 and 4.
 #pragma once
 
 #include <string>
@@ -27,8 +27,8 @@ std::string_view DecodeBackendName(DecodeBackend backend);  // "auto", "cpu", "g
 
 // Why video cannot be decoded on the GPU in this process; empty when it can. Asked once and
 // remembered; thread-safe. In this release it is never empty: without a usable GPU it is that
-// reason (device/gpu.h: built without CUDA, or the CUDA runtime's error), and with one it says
-// that the NVDEC path is not in this release.
+// reason (device/gpu.h: built without CUDA, or the CUDA runtime's error), without NVDEC
+// NvdecUnavailable()'s, and with both it says that served batches do not take NVDEC frames yet.
 const std::string& GpuDecodeUnavailable();
 
 }  // namespace conveyor

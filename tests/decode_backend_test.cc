@@ -97,7 +97,7 @@ TEST_F(DecodeBackendTest, ValuesAndDefault) {
 }
 
 TEST_F(DecodeBackendTest, GpuWhereVideoCannotBeDecodedOnTheGpuFailsNamingTheStream) {
-  ASSERT_FALSE(GpuDecodeUnavailable().empty()) << "this release has no NVDEC path";
+  ASSERT_FALSE(GpuDecodeUnavailable().empty()) << "served batches take no NVDEC frames in this release";
   absl::StatusOr<SampleSpec> spec = Parse(Config("gpu"));
   ASSERT_FALSE(spec.ok());
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kFailedPrecondition) << spec.status();

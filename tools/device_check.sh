@@ -88,6 +88,29 @@ except Exception as e: out["jax"] = repr(e)
 import conveyor, conveyor._lib as lib
 out.update(conveyor=conveyor.__version__, library=lib.path, device_supported=conveyor.device_supported())
 print(json.dumps(out))'
+# NVDEC (media/nvdec_decoder.h, issue 32): its tests, then nvdec_bench on 720p clips of the
+# video-model preset, H.264 and HEVC: sessions 1..14 in one process, libavcodec on every core, both
+# at once, the pixel difference; then 7 processes of one session each at once (how FFmpeg's
+# probe ran), to see whether separate processes share the engines as threads of one do.
+check nvdec_test 180 "$B/run" nvdec_test
+for codec in h264 hevc; do
+  check "synth_720p_$codec" 180 "$B/conveyor" synth --preset video-model --out "$WORK/v720_$codec" \
+    --episodes "${CONVEYOR_CHECK_CLIPS:-12}" --video-codec "$codec" --quiet
+  check "nvdec_bench_$codec" 180 "$B/run" nvdec_bench --dataset "$WORK/v720_$codec" \
+    --sessions 1,2,4,7,14 --seconds 3 --json "$OUT/nvdec_bench_$codec.json"
+done
+nvdec_processes() {
+  local pids=() i
+  for i in $(seq 7); do
+    "$B/run" nvdec_bench --dataset "$WORK/v720_h264" --only nvdec --sessions 1 --seconds 4 \
+      --json "$OUT/nvdec_process_$i.json" > /dev/null 2>&1 & pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || return 1; done
+  "$PY" -c 'import json,sys; r=[json.load(open(f))["nvdec"][0]["frames_per_s"] for f in sys.argv[1:]]; print(json.dumps({"processes": len(r), "frames_per_s": sum(r), "each": r}))' "$OUT"/nvdec_process_*.json
+}
+export -f nvdec_processes
+export B WORK OUT PY
+check nvdec_7_processes 120 bash -c nvdec_processes
 check upload_test 120 "$B/run" upload_test
 check client_device_test 120 "$B/run" client_device_test
 check capi_test 120 "$B/run" capi_test

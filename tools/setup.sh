@@ -6,7 +6,7 @@ PACKAGES=(
   # build
   cmake ninja-build ccache pkg-config g++ clang libclang-rt-14-dev
   # media and compression
-  ffmpeg libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
+  ffmpeg libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev libffmpeg-nvenc-dev
   libturbojpeg0-dev libjpeg-turbo-progs libzstd-dev zstd libxxhash-dev liblz4-dev
   # storage and wire
   libcurl4-openssl-dev libssl-dev curl nginx-light
