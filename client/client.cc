@@ -783,11 +783,17 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   // shared-memory ring, so the server is told to send the next ones in messages.
   const bool starved = impl_->queue.empty() && !impl_->done && impl_->live_region != nullptr;
   if (starved) impl_->live_region->SetStarved(true);
-  while (impl_->queue.empty() && !impl_->done && !timed_out && !impl_->device_starved) {
+  // The receiving thread waits for a device buffer and every one is still held: only the trainer
+  // can end that. device_starved alone is not enough: a batch dropped just before this call has
+  // freed a buffer the receiving thread has not taken yet.
+  auto holds_all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl_->mu) {
+    return impl_->device_starved && impl_->uploader != nullptr && impl_->uploader->free_buffers() == 0;
+  };
+  while (impl_->queue.empty() && !impl_->done && !timed_out && !holds_all()) {
     timed_out = impl_->cv.WaitWithDeadline(&impl_->mu, deadline);
   }
   if (starved && impl_->live_region) impl_->live_region->SetStarved(false);
-  if (impl_->queue.empty() && !impl_->done && impl_->device_starved) {
+  if (impl_->queue.empty() && !impl_->done && holds_all()) {
     // Not final: once the trainer drops a batch, the receiving thread goes on.
     return absl::ResourceExhaustedError(absl::StrCat(
         "the trainer holds all ", impl_->o.device_buffers, " device buffers of CUDA device ", impl_->o.device_index,

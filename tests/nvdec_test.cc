@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,10 +71,13 @@ class NvdecGpuTest : public ::testing::TestWithParam<std::string> {
     const std::string codec = GetParam();
     const std::string path = dir_->Join(codec);
     // 2 s at 24 fps, GOP 12, B-frames (synth's encoder settings): reordering and several GOPs.
-    auto r = RunCommand(kCli + " synth --quiet --out " + ShellQuote(path) +
+    // Made once per codec for the suite.
+    if (!std::filesystem::exists(path + "/manifest.json")) {
+      auto r = RunCommand(kCli + " synth --quiet --out " + ShellQuote(path) +
                         " --episodes 1 --episode-seconds 2 --cameras 1 --size 320x240 --fps 24"
                         " --gop 12 --audio-codec none --video-codec " + codec + " --seed 5");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+    }
     auto ds = Dataset::Open(path);
     ASSERT_TRUE(ds.ok()) << ds.status();
     s_.ds = std::move(*ds);

@@ -40,7 +40,14 @@ export CONVEYOR_BUNDLE_QUIET=1
 RESULTS="$OUT/results.jsonl"
 : > "$RESULTS"
 
-wanted() { [[ -z "${CONVEYOR_CHECK_ONLY:-}" || " $CONVEYOR_CHECK_ONLY " == *" $1 "* ]]; }
+# A check runs when CONVEYOR_CHECK_ONLY is empty or one of its words is its name or the start of
+# it (torch_policy selects torch_policy_w96).
+wanted() {
+  [[ -z "${CONVEYOR_CHECK_ONLY:-}" ]] && return 0
+  local w
+  for w in $CONVEYOR_CHECK_ONLY; do [[ "$1" == "$w"* ]] && return 0; done
+  return 1
+}
 
 # check NAME TIMEOUT CMD...: runs CMD with its log in $OUT/NAME.log, one JSON line per check.
 check() {
@@ -75,7 +82,7 @@ PY
   return $rc
 }
 
-check gpu 20 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.video --format=csv'
+check gpu 20 bash -c 'nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv; nvidia-smi -q -d CLOCK | grep -A6 -i "max clocks"'
 check python_env 60 "$PY" -c '
 import sys, json
 out = {"python": sys.version.split()[0]}
@@ -94,7 +101,7 @@ print(json.dumps(out))'
 # probe ran), to see whether separate processes share the engines as threads of one do.
 check nvdec_test 180 "$B/run" nvdec_test
 for codec in h264 hevc; do
-  check "synth_720p_$codec" 180 "$B/conveyor" synth --preset video-model --out "$WORK/v720_$codec" \
+  check "nvdec_synth_720p_$codec" 180 "$B/conveyor" synth --preset video-model --out "$WORK/v720_$codec" \
     --episodes "${CONVEYOR_CHECK_CLIPS:-12}" --video-codec "$codec" --quiet
   check "nvdec_bench_$codec" 180 "$B/run" nvdec_bench --dataset "$WORK/v720_$codec" \
     --sessions 1,2,4,7,14 --seconds 3 --json "$OUT/nvdec_bench_$codec.json"
@@ -143,14 +150,34 @@ else
 fi
 check conveyor_train 120 "$B/conveyor" train --servers "$ADDR" --config-name pipeline --rank 0 \
   --world-size 1 --rendezvous "$WORK/rdv" --steps 100 "${TRAIN_DEVICE[@]}" --json "$OUT/train.json"
-check torch_policy 150 "$PY" "$ROOT/python/examples/train_torch_policy.py" --servers "$ADDR" \
-  --config "$ROOT/python/examples/policy.yaml" --steps "$STEPS" --json "$OUT/torch_policy.json" \
-  "${EX_ARGS[@]}"
-check jax_policy 180 "$PY" "$ROOT/python/examples/train_jax_policy.py" --servers "$ADDR" \
-  --config "$ROOT/python/examples/policy.yaml" --steps "$STEPS" --json "$OUT/jax_policy.json" \
-  --checkpoint-dir "$WORK/jax_ckpt" "${JAX_ARGS[@]}"
+# The model step: CONVEYOR_CHECK_TORCH_MODELS / CONVEYOR_CHECK_JAX_MODELS, space-separated
+# WIDTH:BLOCKS pairs (the encoder's --width and --blocks; width a multiple of 32 for GroupNorm),
+# one run each, named torch_policy_w96_b3333 when there are several; default 64:2,2,2,2.
+read -r -a TORCH_MODELS <<< "${CONVEYOR_CHECK_TORCH_MODELS:-64:2,2,2,2}"
+read -r -a JAX_MODELS <<< "${CONVEYOR_CHECK_JAX_MODELS:-64:2,2,2,2}"
+model_args() {  # model_args WIDTH:BLOCKS -> the examples' flags (none on the CPU rehearsal)
+  [[ "$CPU" == 1 ]] && return 0
+  echo "--width ${1%%:*} --blocks ${1#*:}"
+}
+model_name() {  # model_name BASE WIDTH:BLOCKS COUNT
+  if (( $3 > 1 )); then local b="${2#*:}"; echo "$1_w${2%%:*}_b${b//,/}"; else echo "$1"; fi
+}
+for m in "${TORCH_MODELS[@]}"; do
+  name="$(model_name torch_policy "$m" ${#TORCH_MODELS[@]})"
+  read -r -a margs <<< "$(model_args "$m")"
+  check "$name" 150 "$PY" "$ROOT/python/examples/train_torch_policy.py" --servers "$ADDR" \
+    --config "$ROOT/python/examples/policy.yaml" --steps "$STEPS" --json "$OUT/$name.json" \
+    "${margs[@]}" "${EX_ARGS[@]}"
+done
+for m in "${JAX_MODELS[@]}"; do
+  name="$(model_name jax_policy "$m" ${#JAX_MODELS[@]})"
+  read -r -a margs <<< "$(model_args "$m")"
+  check "$name" 180 "$PY" "$ROOT/python/examples/train_jax_policy.py" --servers "$ADDR" \
+    --config "$ROOT/python/examples/policy.yaml" --steps "$STEPS" --json "$OUT/$name.json" \
+    --checkpoint-dir "$WORK/jax_ckpt_$name" "${margs[@]}" "${JAX_ARGS[@]}"
+done
 check jax_policy_resume 120 "$PY" "$ROOT/python/examples/train_jax_policy.py" --servers "$ADDR" \
-  --config "$ROOT/python/examples/policy.yaml" --steps 20 --warmup 0 --checkpoint-dir "$WORK/jax_ckpt" \
+  --config "$ROOT/python/examples/policy.yaml" --steps 20 --warmup 0 --checkpoint-dir "$WORK/jax_ckpt_jax_policy" \
   --restore "${JAX_ARGS[@]}"
 
 "$PY" - "$RESULTS" "$OUT/device_check.json" "$(($(date +%s) - T0))" <<'PY'
@@ -158,13 +185,15 @@ import json, sys
 results = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 summary = {"seconds": int(sys.argv[3]), "passed": all(r["passed"] for r in results),
            "checks": {r["check"]: r for r in results}}
-for name, goal in (("torch_policy", "frames_per_s"), ("jax_policy", "frames_per_s_per_gpu")):
-    s = summary["checks"].get(name, {}).get("summary")
-    if s:
-        summary[f"{name}_goal"] = {"frames_per_s_per_gpu": s.get(goal),
-                                   "data_wait_fraction": s.get("data_wait_fraction"),
-                                   "met": bool(s.get(goal, 0) >= 2400
-                                               and s.get("data_wait_fraction", 1) <= 0.02)}
+for name, r in summary["checks"].items():
+    s = r.get("summary")
+    if not s or not name.startswith(("torch_policy", "jax_policy")) or "resume" in name:
+        continue
+    goal = "frames_per_s" if name.startswith("torch") else "frames_per_s_per_gpu"
+    summary[f"{name}_goal"] = {"frames_per_s_per_gpu": s.get(goal), "width": s.get("width"),
+                               "data_wait_fraction": s.get("data_wait_fraction"),
+                               "met": bool(s.get(goal, 0) >= 2400
+                                           and s.get("data_wait_fraction", 1) <= 0.02)}
 json.dump(summary, open(sys.argv[2], "w"), indent=1)
 print(json.dumps({k: v for k, v in summary.items() if k != "checks"}, indent=1))
 for r in results:
