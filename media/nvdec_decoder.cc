@@ -403,6 +403,8 @@ struct NvdecDecoder::Impl {
     p.resize_height = o.resize_height > 0 ? o.resize_height : display_height;
     p.out_width = o.width > 0 ? o.width : p.resize_width;
     p.out_height = o.height > 0 ? o.height : p.resize_height;
+    p.crop_x = o.crop_x;
+    p.crop_y = o.crop_y;
     const char* launch_error = nullptr;
     for (size_t entry : it->second) {
       p.dst = dst + entry * dst_stride;
