@@ -14,6 +14,7 @@
 //   cpu        --cpu-threads threads (default: every core), one VideoDecoder each (libavcodec, one
 //              thread, RGB24 at full size through libswscale, the CPU path's output): frames/s.
 //   both       the best S and the CPU threads at once: frames/s together.
+//   placement  where `decode: auto` puts this stream given the two rates (media/decode_placement.h).
 //   pixels     the first --compare frames of episode 0 and a few frames out of order from both
 //              decoders at full size: max and mean absolute difference, share of values off by
 //              more than 2, PSNR (the tolerance docs/nvdec.md states), and that out-of-order
@@ -41,6 +42,7 @@
 #include "bench/machine_info.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/dataset.h"
+#include "media/decode_placement.h"
 #include "media/nvdec_decoder.h"
 #include "media/video_decoder.h"
 #include "nlohmann/json.hpp"
@@ -74,6 +76,7 @@ struct Data {
   std::unique_ptr<Dataset> ds;
   std::vector<Episode> episodes;
   std::string codec;
+  std::string pix_fmt;
   int width = 0, height = 0;
 };
 
@@ -93,6 +96,7 @@ absl::StatusOr<Data> Load(const std::string& dir) {
     const pb::StreamIndex& st = ep.index->streams(ep.stream);
     ASSIGN_OR_RETURN(ep.table, FrameTable::Build(st));
     d.codec = st.codec().codec();
+    d.pix_fmt = st.codec().pix_fmt();
     d.width = st.codec().width();
     d.height = st.codec().height();
     d.episodes.push_back(std::move(ep));
@@ -351,6 +355,17 @@ absl::Status Run(const Flags& f) {
     std::cerr << "cpu: " << cpu_threads << " threads: " << static_cast<int>(cpu_rate)
               << " frames/s\n";
     if (best_nvdec > 0) j["nvdec_over_cpu"] = best_nvdec / cpu_rate;
+  }
+  if (best_nvdec > 0 && cpu_rate > 0) {
+    // What `decode: auto` places this stream on, given the rates just measured
+    // (media/decode_placement.h).
+    NvdecHost host = ProbeNvdecHost(f.device);
+    host.cpu_frames_per_s = cpu_rate;
+    host.nvdec_frames_per_s = best_nvdec;
+    const VideoStreamInfo info{d.codec, d.pix_fmt, d.width, d.height};
+    const Placement p = PlaceVideoStream(info, DecodeBackend::kAuto, host);
+    j["placement"] = {{"where", DecodeBackendName(p.where)}, {"reason", p.reason}};
+    std::cerr << "placement: " << DecodeBackendName(p.where) << ": " << p.reason << "\n";
   }
   if (Wanted(f, "both") && best_nvdec > 0) {
     std::atomic<double> nv{0}, cpu{0};

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "media/decode_backend.h"
+#include "media/decode_placement.h"
 #include "sample/sample_spec.h"
 #include "datasets/dataset.h"
 #include "tests/support/test_env.h"
@@ -121,6 +122,70 @@ TEST_F(DecodeBackendTest, AutoAndCpuGiveTodaysBatches) {
   ASSERT_EQ(want.size(), 3u);
   EXPECT_EQ(Batches(Config("cpu"), "cpu.yaml"), want);
   EXPECT_EQ(Batches(Config("auto"), "auto.yaml"), want);
+}
+
+
+// Placement (media/decode_placement.h) on the facts of an H200 (cuvidGetDecoderCaps as measured
+// there, bench/RESULTS.md "NVDEC on an H200") and of a machine without NVDEC: every rule, first
+// match wins.
+NvdecHost Hopper() {
+  NvdecHost h;
+  h.caps["h264"] = NvdecCaps{true, 7, 48, 16, 4096, 4096};
+  h.caps["hevc"] = NvdecCaps{true, 7, 144, 144, 8192, 8192};
+  h.caps["av1"] = NvdecCaps{false, 0, 0, 0, 0, 0};
+  return h;
+}
+
+TEST(PlacementTest, EveryRule) {
+  const NvdecHost hopper = Hopper();
+  auto place = [&](VideoStreamInfo s, DecodeBackend asked = DecodeBackend::kAuto,
+                   const NvdecHost* host = nullptr) {
+    return PlaceVideoStream(s, asked, host != nullptr ? *host : hopper);
+  };
+  Placement p = place({"h264", "yuv420p", 1280, 720});
+  EXPECT_EQ(p.where, DecodeBackend::kGpu) << p.reason;
+  EXPECT_EQ(place({"h264", "yuv420p", 1280, 720}, DecodeBackend::kCpu).where, DecodeBackend::kCpu);
+  // AV1 on Hopper: the GPU's decoder says unsupported.
+  p = place({"av1", "yuv420p", 1280, 720});
+  EXPECT_EQ(p.where, DecodeBackend::kCpu);
+  EXPECT_NE(p.reason.find("cuvidGetDecoderCaps"), std::string::npos) << p.reason;
+  // A codec the path has no decoder for, though the GPU may have one.
+  p = place({"vp9", "yuv420p", 1280, 720});
+  EXPECT_EQ(p.where, DecodeBackend::kCpu);
+  EXPECT_NE(p.reason.find("h264 and hevc"), std::string::npos) << p.reason;
+  // Odd pixel formats.
+  for (const char* fmt : {"yuv420p10le", "yuv444p", "yuv422p", ""}) {
+    p = place({"hevc", fmt, 1280, 720});
+    EXPECT_EQ(p.where, DecodeBackend::kCpu) << fmt;
+    EXPECT_NE(p.reason.find("8-bit 4:2:0"), std::string::npos) << p.reason;
+  }
+  // Frames too small (or too large) for the engine.
+  p = place({"hevc", "yuv420p", 128, 128});
+  EXPECT_EQ(p.where, DecodeBackend::kCpu);
+  EXPECT_NE(p.reason.find("144x144"), std::string::npos) << p.reason;
+  EXPECT_EQ(place({"h264", "yuv420p", 32, 32}).where, DecodeBackend::kCpu);
+  EXPECT_EQ(place({"h264", "yuv420p", 8192, 4320}).where, DecodeBackend::kCpu);
+  EXPECT_EQ(place({"h264", "yuv420p", 224, 224}).where, DecodeBackend::kGpu);
+  // Measured rates decide: 224x224 H.264 (the CPU's 29,315 frames/s on 16 cores against one
+  // engine's 4,960, issue 32) stays on the CPU; 720p goes to NVDEC.
+  NvdecHost measured = hopper;
+  measured.cpu_frames_per_s = 29315;
+  measured.nvdec_frames_per_s = 4960;
+  p = place({"h264", "yuv420p", 224, 224}, DecodeBackend::kAuto, &measured);
+  EXPECT_EQ(p.where, DecodeBackend::kCpu);
+  EXPECT_NE(p.reason.find("measured"), std::string::npos) << p.reason;
+  measured.cpu_frames_per_s = 1036;
+  measured.nvdec_frames_per_s = 6569;
+  EXPECT_EQ(place({"h264", "yuv420p", 1280, 720}, DecodeBackend::kAuto, &measured).where,
+            DecodeBackend::kGpu);
+  // No NVDEC: the CPU, with the reason; `gpu` is placed on the CPU too (the caller refuses it).
+  NvdecHost none;
+  none.unavailable = "built without CUDA";
+  p = place({"h264", "yuv420p", 1280, 720}, DecodeBackend::kGpu, &none);
+  EXPECT_EQ(p.where, DecodeBackend::kCpu);
+  EXPECT_NE(p.reason.find("built without CUDA"), std::string::npos) << p.reason;
+  // This machine's own facts agree with NvdecUnavailable().
+  EXPECT_EQ(ProbeNvdecHost().unavailable, NvdecUnavailable(0));
 }
 
 }  // namespace
