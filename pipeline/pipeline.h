@@ -6,7 +6,9 @@
 // order (EpochOrder; B = global_batch_size; an epoch has floor(samples / B) steps, the remainder
 // is dropped); consumer i of N gets the i-th slice of B / N positions. Nothing depends on N, the
 // thread count or the machine: a job resumed with another N but the same B continues the same
-// global sequence.
+// global sequence. A start cursor with a position (base/types.h) starts the batches at that
+// sample position instead, at any B: a job resumed with another B (a single dataset) continues
+// the same global sample sequence too; its first epoch ends where fewer than B positions are left.
 //
 // Concurrency lives here and only here: `threads` workers, each with its own SampleAssembler,
 // take tasks in order (pre-decode a block's frames, assemble a sample); results wait in a reorder
@@ -126,6 +128,9 @@ class Pipeline {
 
   uint64_t num_samples() const;
   uint64_t steps_per_epoch() const;
+  // The cursor of the first batch, with its position: the start cursor normalized (a position
+  // with no whole batch left in its epoch is the next epoch's first).
+  Cursor start() const;
   // Per dataset (one entry for a single dataset), at the cursor of the next batch.
   std::vector<MixtureProgress> Mixture() const;
   // The options in force, with automatic values (block_steps, window_blocks) resolved.

@@ -701,7 +701,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (grpc::Status s = CheckCeilings(&spec, po, &stream_bytes); !s.ok()) return s;
     std::optional<MemoryReservation> reservation;  // held until the stream ends
     if (grpc::Status s = ReserveMemory(stream_bytes, &reservation); !s.ok()) return s;
-    const Cursor start{req.start().epoch(), req.start().step()};
+    Cursor start{req.start().epoch(), req.start().step()};
+    if (req.start().has_position()) start.position = req.start().position();
     *outcome = "ok";
     return Serve(ctx, writer, req, job, *config, spec, po, start, max_message, entry, outcome);
   }
@@ -744,6 +745,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     st->set_global_batch_size(po.global_batch_size);
     st->set_max_epochs(po.max_epochs);
     st->set_schedule_version(po.order.version);
+    CursorToProto(pipeline->start(), st->mutable_start());
     // The same-host transport: the client's region, when this server can open it.
     std::unique_ptr<ShmWriter> shm;
     if (req.has_shared_memory()) {
@@ -788,7 +790,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (!writer->Write(SerializeMessage(first))) return finish(grpc::Status::CANCELLED, "cancelled");
 
     uint64_t sent = 0;
-    Cursor cursor = start;
+    Cursor cursor = pipeline->start();
     for (;;) {
       if (req.max_batches() && sent >= req.max_batches()) return finish(grpc::Status::OK, "ok");
       const auto t0 = Clock::now();
@@ -806,34 +808,32 @@ struct DataServer::Impl : public RawStreamBatchesService {
       if (draining) {
         return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                    StrCat("server is shutting down; resume from cursor ",
-                                          cursor.epoch, ":", cursor.step, " on another server")),
+                                          cursor.ToString(), " on another server")),
                       "shutdown");
       }
       if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
       if (!b.ok()) {
         spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
                       std::string(b.status().message()));
-        return finish(ToGrpc(Annotate(b.status(), StrCat("batch ", cursor.epoch, ":", cursor.step))),
+        return finish(ToGrpc(Annotate(b.status(), StrCat("batch ", cursor.ToString()))),
                       "error");
       }
       if (!b->has_value()) return finish(grpc::Status::OK, "ok");  // the real end: max_epochs
       const Batch& batch = **b;
       const auto t1 = Clock::now();
-      const absl::Status delivered = SendBatch(ctx, writer, batch, steps, max_message, label, shm.get());
+      const absl::Status delivered = SendBatch(ctx, writer, batch, max_message, label, shm.get());
       if (absl::IsCancelled(delivered)) return finish(grpc::Status::CANCELLED, "cancelled");
       if (!delivered.ok()) {
         spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
                       std::string(delivered.message()));
-        return finish(ToGrpc(Annotate(delivered, StrCat("batch ", cursor.epoch, ":", cursor.step))), "error");
+        return finish(ToGrpc(Annotate(delivered, StrCat("batch ", cursor.ToString()))), "error");
       }
       const double send = Seconds(t1, Clock::now());
       metrics->batch_send_seconds.Observe(send);
       metrics->ConsumerWait(label, send);
       metrics->Stage("send", send);
       ++sent;
-      cursor = batch.cursor;
-      cursor.step += 1;
-      if (cursor.step >= steps) cursor = Cursor{cursor.epoch + 1, 0};
+      cursor = batch.next;
     }
   }
 
@@ -864,10 +864,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
   // One write outstanding: Write() returns when gRPC took the message (flow control).
   // With `shm`, the payload goes into the client's region (waiting while it is full) and only the
   // header is written. CANCELLED when the client went away or the server drains.
-  absl::Status SendBatch(grpc::ServerContext* ctx, Writer* writer, const Batch& b, uint64_t steps,
+  absl::Status SendBatch(grpc::ServerContext* ctx, Writer* writer, const Batch& b,
                          uint64_t max_message, const std::string& job_label, ShmWriter* shm) {
-    Cursor next{b.cursor.epoch, b.cursor.step + 1};
-    if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
     PayloadPlacer place;
     if (shm) {
       place = [&](const uint8_t* data, uint64_t n) {
@@ -878,7 +876,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
       };
     }
     const double shm_wait = shm ? shm->wait_seconds() : 0;
-    RETURN_IF_ERROR(EncodeBatch(b, next, max_message,
+    RETURN_IF_ERROR(EncodeBatch(b, b.next, max_message,
                                 [&](const grpc::ByteBuffer& m) { return writer->Write(m); }, place));
     if (shm && shm->wait_seconds() > shm_wait) metrics->SharedMemoryWait(shm->wait_seconds() - shm_wait);
     if (shm && !shm->unusable_reason().empty() && !shm_warned_) {

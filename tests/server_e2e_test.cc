@@ -304,7 +304,7 @@ TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
     c->reset();
     EXPECT_EQ(a->Stop(SIGTERM), 0) << a->log();
   }
-  EXPECT_EQ(saved, (client::Cursor{0, 5}));
+  EXPECT_EQ(saved, (client::Cursor{0, 5, 5 * 32}));  // with its sample position
   auto fresh = Serve();
   ASSERT_TRUE(fresh->ok());
   client::ClientOptions o = Options({fresh->address()});
@@ -320,6 +320,94 @@ TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
     got.push_back(Line(*batch));
   }
   EXPECT_EQ(got, Offline(small(), kSteps + 2));
+}
+
+// Issue 30 item 1 through real servers: a job at B = 32 on 4 ranks saves its cursor after 5 global
+// batches (sample position 160); restarted at B = 48 on 3 ranks with that cursor, it continues the
+// same global sample sequence, nothing lost or repeated: the 6th global batch is the first of 48
+// (positions 160..207), and (400 - 160) / 48 = 5 batches end epoch 0 before epoch 1 starts at 0.
+TEST_F(ServerE2ETest, ResumeAtAnotherGlobalBatchSizeAndWorldSize) {
+  auto server = Serve();
+  ASSERT_TRUE(server->ok());
+  auto config_at = [](int batch) {
+    std::string text = kSmallConfig;
+    const std::string from = "global_batch_size: 32";
+    text.replace(text.find(from), from.size(), "global_batch_size: " + std::to_string(batch));
+    return text;
+  };
+  struct Global {
+    std::vector<client::Cursor> cursors;
+    std::vector<std::vector<uint64_t>> ids;  // per global batch, the ranks' slices joined
+    std::vector<client::Cursor> saved;       // each rank's cursor() at the end
+    uint64_t batch_size = 0;
+  };
+  auto run = [&](int batch, uint32_t ranks, client::Cursor start, uint64_t steps) {
+    Global g;
+    g.ids.resize(steps);
+    for (uint32_t r = 0; r < ranks; ++r) {
+      client::ClientOptions o = Options({server->address()});
+      o.config_name.clear();
+      o.config_yaml = config_at(batch);
+      o.consumer = r;
+      o.consumers = ranks;
+      o.start = start;
+      o.max_batches = steps;
+      auto c = client::Client::Create(o);
+      EXPECT_TRUE(c.ok()) << c.status();
+      if (!c.ok()) return g;
+      for (uint64_t s = 0; s < steps; ++s) {
+        absl::StatusOr<std::optional<client::Batch>> b = (*c)->Next();
+        EXPECT_TRUE(b.ok() && b->has_value()) << b.status();
+        if (!b.ok() || !b->has_value()) return g;
+        if (r == 0) g.cursors.push_back((*b)->cursor);
+        EXPECT_EQ((*b)->cursor, g.cursors[s]) << "rank " << r;
+        for (const client::SampleId& id : (*b)->ids) g.ids[s].push_back(id.index);
+      }
+      g.saved.push_back((*c)->cursor());
+      g.batch_size = (*c)->global_batch_size();
+    }
+    return g;
+  };
+  // The reference: positions 0..399 of epoch 0 and 0..95 of epoch 1, from one rank at B = 16.
+  const Global ref = run(16, 1, client::Cursor{0, 0}, 31);
+  ASSERT_EQ(ref.ids.size(), 31u);
+  std::vector<uint64_t> order[2];
+  for (size_t s = 0; s < ref.ids.size(); ++s) {
+    order[ref.cursors[s].epoch].insert(order[ref.cursors[s].epoch].end(), ref.ids[s].begin(), ref.ids[s].end());
+  }
+  ASSERT_EQ(order[0].size(), 400u);
+
+  const Global before = run(32, 4, client::Cursor{0, 0}, 5);
+  ASSERT_EQ(before.saved.size(), 4u);
+  EXPECT_EQ(before.batch_size, 32u);
+  for (const client::Cursor& c : before.saved) EXPECT_EQ(c, (client::Cursor{0, 5, 160})) << c.ToString();
+  absl::StatusOr<client::Cursor> checkpoint = client::Cursor::Parse(before.saved[0].ToString());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+
+  const Global after = run(48, 3, *checkpoint, 7);
+  ASSERT_EQ(after.cursors.size(), 7u);
+  EXPECT_EQ(after.batch_size, 48u);
+  EXPECT_EQ(after.cursors[0], (client::Cursor{0, 3, 160}));  // the first batch of 48
+  EXPECT_EQ(after.cursors[4], (client::Cursor{0, 7, 352}));  // the resumed epoch's last
+  EXPECT_EQ(after.cursors[5], (client::Cursor{1, 0, 0}));
+  for (const client::Cursor& c : after.saved) EXPECT_EQ(c, (client::Cursor{1, 2, 96}));
+
+  std::vector<uint64_t> got[2];
+  for (size_t s = 0; s < before.ids.size(); ++s) got[0].insert(got[0].end(), before.ids[s].begin(), before.ids[s].end());
+  for (size_t s = 0; s < after.ids.size(); ++s) {
+    got[after.cursors[s].epoch].insert(got[after.cursors[s].epoch].end(), after.ids[s].begin(), after.ids[s].end());
+  }
+  EXPECT_EQ(got[0], order[0]);  // every sample of epoch 0 once, in the order's sequence
+  EXPECT_EQ(got[1], order[1]);
+  EXPECT_EQ(std::set<uint64_t>(got[0].begin(), got[0].end()).size(), 400u);
+
+  // An EPOCH:STEP cursor keeps meaning steps of the batch size it was recorded at: converted with
+  // PositionAt(32), 0:5 resumes at B = 48 exactly where 0@160 does.
+  uint64_t position = 0;
+  ASSERT_TRUE(client::Cursor(0, 5).PositionAt(32, &position));
+  const Global old_cursor = run(48, 3, client::Cursor{0, 0, position}, 1);
+  ASSERT_EQ(old_cursor.ids.size(), 1u);
+  EXPECT_EQ(old_cursor.ids[0], after.ids[0]);
 }
 
 TEST_F(ServerE2ETest, ManyConsumersAndJobsAtOnceEachGetTheirOwnExactSlices) {

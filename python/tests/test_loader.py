@@ -309,6 +309,7 @@ class StateTest(unittest.TestCase):
         self.assertEqual(first, ENV["ref"][:3])
         state = l.state_dict()
         self.assertEqual(state, {"version": conveyor.STATE_VERSION, "cursor": [0, 3],
+                                 "position": 96, "global_batch_size": 32,
                                  "schedule_version": 3, "job": "default", "rank": 0,
                                  "world_size": 1})
         l.close()
@@ -320,6 +321,54 @@ class StateTest(unittest.TestCase):
         self.assertEqual(resumed.state_dict()["cursor"], [0, 4])
         with self.assertRaises(ValueError):
             resumed.load_state_dict({"version": 99, "cursor": [0, 0]})
+
+    def test_resume_at_another_global_batch_size_and_world_size(self):
+        """Issue 30 item 1: a job at B=32 on 2 ranks saves its state after 2 global batches
+        (sample position 64); loaded by 3 ranks at B=48, the next global batch holds positions
+        64..111 of the epoch's order: the same global sample sequence, nothing lost or repeated.
+        The reference is one rank at B=16 (positions 0..111 in 7 batches)."""
+        text = support.PIPELINE_YAML.read_text()
+        self.assertIn("global_batch_size: 32", text)
+
+        def config(batch):
+            return text.replace("global_batch_size: 32", f"global_batch_size: {batch}")
+
+        def ids(batches):
+            return [int(i) for b in batches for i in b["_ids"][:, 0]]
+
+        order = ids(loader(config=config(16), max_batches=7))
+        self.assertEqual(len(order), 112)
+        states, before = [], []
+        for rank in range(2):
+            l = loader(config=config(32), rank=rank, world_size=2, max_batches=2)
+            before.append(list(l))
+            states.append(json.loads(json.dumps(l.state_dict())))
+        self.assertEqual(states[0]["position"], 64)
+        self.assertEqual(states[0]["global_batch_size"], 32)
+        self.assertEqual(states[0]["cursor"], [0, 2])
+        seen = ids([before[r][s] for s in range(2) for r in range(2)])
+        after = []
+        for rank in range(3):
+            l = loader(config=config(48), rank=rank, world_size=3, max_batches=1)
+            l.load_state_dict(states[0])
+            self.assertEqual(l.position, 64)
+            b = next(iter(l))
+            self.assertEqual((b["_cursor"], b["_position"]), ((0, 1), 64))  # step floor(64/48)
+            self.assertEqual((b["_next"], b["_next_position"]), ((0, 2), 112))
+            after.append(b)
+            self.assertEqual(l.state_dict()["global_batch_size"], 48)
+        self.assertEqual(seen + ids(after), order)
+        # A state saved before positions (version 2) keeps counting steps of the config's batch
+        # size, as it always did; given the batch size it was saved at, it resumes at any other.
+        l = loader(config=config(48), max_batches=1)
+        l.load_state_dict({"version": 2, "cursor": [0, 2], "schedule_version": 3})
+        self.assertEqual(ids(l), order[96:112] + ids(loader(config=config(16), start=(0, 7),
+                                                            max_batches=2)))
+        l.load_state_dict({"version": 2, "cursor": [0, 2], "schedule_version": 3,
+                           "global_batch_size": 32})
+        self.assertEqual(ids(l), order[64:112])
+        self.assertEqual(ids(loader(config=config(48), start="0@64", max_batches=1)),
+                         order[64:112])
 
     def test_a_state_saved_before_schedule_versions_resumes_that_order(self):
         """A version-1 state (no schedule_version: saved under GOP schedule 1) resumes schedule 1:
