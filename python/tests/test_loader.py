@@ -707,6 +707,40 @@ class JaxTest(unittest.TestCase):
             self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data")),
                                                      ("named", "mesh", ("pspec",))])
 
+    def test_prefetch_carries_the_position_and_a_restore_takes_another_batch_size(self):
+        """prefetch_to_device (a stand-in jax) keeps each global batch's cursor and positions;
+        the state after the first trained batch, through the Orbax helpers' JSON, resumes a
+        loader at another global batch size at that batch's next position."""
+        import sys
+        import types
+
+        fake = types.ModuleType("jax")
+        fake.make_array_from_process_local_data = lambda sharding, a: a
+        sharding_mod = types.ModuleType("jax.sharding")
+        sharding_mod.NamedSharding = lambda mesh, spec: ("named", mesh, spec)
+        sharding_mod.PartitionSpec = lambda *axes: ("pspec",) + axes
+        fake.sharding = sharding_mod
+        text = support.PIPELINE_YAML.read_text()
+        with mock.patch.dict(sys.modules, {"jax": fake, "jax.sharding": sharding_mod}):
+            from conveyor.jax import prefetch_to_device, restore_loader
+
+            l = loader(max_batches=4)
+            it = prefetch_to_device(l, "mesh", ("pspec", "data"), size=2)
+            g = next(it)
+            self.assertEqual((g["_cursor"], g["_position"]), ((0, 0), 0))
+            self.assertEqual((g["_next"], g["_next_position"]), ((0, 1), 32))
+            self.assertEqual(l.position, 96)  # the loader is two batches ahead of the trainer
+            state = json.dumps(l.state_dict(after=g))
+            it.close()
+            l.close()
+            resumed = loader(config=text.replace("global_batch_size: 32", "global_batch_size: 48"),
+                             max_batches=1)
+            restore_loader(resumed, state)
+            b = next(iter(resumed))
+            self.assertEqual((b["_cursor"], b["_position"]), ((0, 0), 32))
+            want = [int(i) for r in loader(start="0@32", max_batches=2) for i in r["_ids"][:, 0]]
+            self.assertEqual([int(i) for i in b["_ids"][:, 0]], want[:48])
+
     def test_loader_takes_the_jax_process_slice(self):
         """conveyor.jax.loader(): consumer jax.process_index() of jax.process_count() (a stand-in
         jax), checked by the C++ launch function against the SLURM variables jax reads."""
