@@ -259,6 +259,7 @@ struct Client::Impl {
   Cursor delivered ABSL_GUARDED_BY(mu);                       // cursor() for the user
   uint32_t schedule_version ABSL_GUARDED_BY(mu) = 0;          // the first stream start's (0 until then)
   uint64_t global_batch_size ABSL_GUARDED_BY(mu) = 0;         // the first stream start's (0 until then)
+  CoverageLedger coverage ABSL_GUARDED_BY(mu);                // what Next() returned
   ClientStats stats ABSL_GUARDED_BY(mu);
 
   // Steps since the last report, sent by `reporter`.
@@ -836,6 +837,7 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   impl_->queue.pop_front();
   impl_->queue_bytes -= b.bytes();
   impl_->delivered = b.next;
+  impl_->coverage.Add(b.cursor, b.consumer, b.consumers, impl_->global_batch_size, b.ids);
   // One step for the reports: from the previous batch to this one, and the wait inside it.
   Impl::PendingReport& r = impl_->pending;
   ++r.steps;
@@ -867,6 +869,11 @@ void Client::Cancel() {
 Cursor Client::cursor() const {
   absl::MutexLock lock(&impl_->mu);
   return impl_->delivered;
+}
+
+std::vector<CoverageSlice> Client::coverage() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->coverage.Slices();
 }
 
 uint64_t Client::global_batch_size() const {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/coverage.h"
 #include "base/types.h"
 
 namespace conveyor::v1 {
@@ -45,6 +46,7 @@ class StreamStart;
 namespace conveyor::client {
 
 // The shared vocabulary (base/types.h): one Cursor parser, one DType, one SampleId everywhere.
+using ::conveyor::CoverageSlice;
 using ::conveyor::Cursor;
 using ::conveyor::DType;
 using ::conveyor::DTypeName;
@@ -204,6 +206,10 @@ class Client {
   // checkpoint saves it beside cursor() so that an EPOCH:STEP cursor (from a server that predates
   // positions) keeps its meaning when the job resumes at another batch size.
   uint64_t global_batch_size() const;
+  // The coverage ledger of what Next() returned (base/coverage.h): per epoch (the latest 16) and
+  // consumer slice, the samples and their order-independent digest. A trainer writes it with its
+  // results, and `conveyor audit` checks it against the order (docs/pipeline.md "Coverage ledger").
+  std::vector<CoverageSlice> coverage() const;
   ClientStats stats() const;
   // Whether device delivery can work here: built with CUDA and a usable GPU.
   static bool device_supported();

@@ -782,9 +782,10 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Dataset& datase
   return p;
 }
 
-absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
-                                                           const SampleSpec& spec,
-                                                           PipelineOptions options, Cursor start) {
+absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& source,
+                                                                   const SampleSpec& spec,
+                                                                   PipelineOptions options,
+                                                                   Cursor start) {
   auto impl = std::make_unique<Impl>(source, spec, std::move(options));
   Impl& m = *impl;
   PipelineOptions& o = m.opt;
@@ -893,6 +894,15 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
                    MixtureSchedule::Create(source.weights(), m.batch, m.steps,
                                            OrderKey(source.manifest().fingerprint, o.seed)));
   m.schedule = std::move(schedule);
+  return impl;
+}
+
+absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
+                                                           const SampleSpec& spec,
+                                                           PipelineOptions options, Cursor start) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(source, spec, std::move(options), start));
+  Impl& m = *impl;
+  PipelineOptions& o = m.opt;
   const uint64_t sample_bytes = EstimateSampleBytes(m.spec, source.manifest());
   bool scheduled = false;
   for (const auto& mem : m.members) scheduled = scheduled || mem->scheduled;
@@ -912,6 +922,37 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
   m.pool = std::make_unique<WorkerPool>("conveyor-work", threads,
                                         [&m](int t) { m.Worker(static_cast<size_t>(t)); });
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+}
+
+absl::StatusOr<std::vector<SampleId>> Pipeline::EpochSequence(const Source& source,
+                                                              const SampleSpec& spec,
+                                                              PipelineOptions options,
+                                                              uint64_t epoch) {
+  options.max_epochs = 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(source, spec, std::move(options), Cursor{epoch, 0}));
+  Impl& m = *impl;
+  std::vector<SampleId> out;
+  absl::MutexLock lock(&m.mu);  // OrderFor's
+  auto id = [&](uint32_t k, uint64_t counter) {
+    Impl::Member& mem = *m.members[k];
+    const uint64_t sample = m.OrderFor(mem, counter / mem.epoch_len).SampleAt(counter % mem.epoch_len);
+    const SampleIndex::Location at = mem.index.Locate(sample);
+    return SampleId{sample, at.episode, at.step, k};
+  };
+  if (!source.is_mixture()) {  // positions do not depend on the batch size: all of them
+    out.reserve(m.n);
+    for (uint64_t p = 0; p < m.n; ++p) out.push_back(id(0, epoch * m.n + p));
+    return out;
+  }
+  out.reserve(m.steps * m.batch);
+  Impl::Walker w = m.WalkerAt(epoch, 0);
+  for (uint64_t s = 0; s < m.steps; ++s, m.NextStep(&w)) {
+    for (uint64_t p = 0; p < m.batch; ++p) {
+      const uint32_t k = w.plan.member(p);
+      out.push_back(id(k, w.base[k] + w.plan.rank(p)));
+    }
+  }
+  return out;
 }
 
 std::vector<MixtureProgress> Pipeline::Mixture() const {

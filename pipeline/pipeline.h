@@ -120,6 +120,14 @@ class Pipeline {
                                                           PipelineOptions options, Cursor start);
   ~Pipeline();  // cancels and joins the workers
 
+  // The samples of epoch `epoch`'s positions, in order, as the pipeline would hand them out (no
+  // sample is decoded): every position of a single dataset (the same at any global batch size),
+  // or the steps_per_epoch x global_batch_size positions a mixture lays out at
+  // options.global_batch_size. What the coverage audit computes expected digests from.
+  static absl::StatusOr<std::vector<SampleId>> EpochSequence(const Source& source,
+                                                             const SampleSpec& spec,
+                                                             PipelineOptions options, uint64_t epoch);
+
   // The next batch, in order; std::nullopt at the end of the data (after max_epochs), which is
   // not an error (tf.data's end_of_sequence). CANCELLED after Cancel(); a sample error
   // (on_error: fail) as it happened, naming the sample. Any error status is final.
@@ -140,6 +148,10 @@ class Pipeline {
  private:
   struct Impl;
   explicit Pipeline(std::unique_ptr<Impl> impl);
+  // Everything Create sets up before the workers start: options checked, schedule resolved,
+  // members, sample indexes, the start cursor normalized.
+  static absl::StatusOr<std::unique_ptr<Impl>> Prepare(const Source& source, const SampleSpec& spec,
+                                                       PipelineOptions options, Cursor start);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/coverage.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/system_memory.h"
@@ -226,6 +227,9 @@ struct DataServer::Impl : public RawStreamBatchesService {
   };
   absl::Mutex jobs_mu;
   std::map<std::string, JobTotals> job_totals ABSL_GUARDED_BY(jobs_mu);
+  // What each job's streams delivered, per epoch and consumer slice (base/coverage.h; by metrics
+  // label): Info's JobStatus.coverage, `conveyor audit --servers`.
+  std::map<std::string, CoverageLedger> coverage ABSL_GUARDED_BY(jobs_mu);
   JobWaits waits;                               // the clients' reports, last 60 s
 
   grpc::Status Reject(grpc::StatusCode code, std::string message) {
@@ -392,6 +396,21 @@ struct DataServer::Impl : public RawStreamBatchesService {
     }
     {
       absl::MutexLock lock(&jobs_mu);
+      for (const auto& [job, ledger] : coverage) {
+        pb::JobStatus& j = jobs[job];
+        for (const CoverageSlice& s : ledger.Slices()) {
+          pb::CoverageSlice* c = j.add_coverage();
+          c->set_epoch(s.epoch);
+          c->set_consumer(s.consumer);
+          c->set_consumers(s.consumers);
+          c->set_global_batch_size(s.global_batch_size);
+          c->set_samples(s.samples);
+          c->set_digest(s.digest);
+          c->set_first_position(s.first_position);
+          c->set_end_position(s.end_position);
+          c->set_batches(s.batches);
+        }
+      }
       for (auto& [job, j] : jobs) {
         j.set_job(job);
         if (auto it = job_totals.find(job); it != job_totals.end()) {
@@ -834,7 +853,25 @@ struct DataServer::Impl : public RawStreamBatchesService {
       metrics->Stage("send", send);
       ++sent;
       cursor = batch.next;
+      RecordCoverage(label, batch, po.global_batch_size);
     }
+  }
+
+  // A delivered batch into the job's ledger, and the ledger's latest epoch into the metrics.
+  void RecordCoverage(const std::string& label, const Batch& batch, uint64_t global_batch_size) {
+    uint64_t epoch = 0, samples = 0, slices = 0;
+    {
+      absl::MutexLock lock(&jobs_mu);
+      CoverageLedger& ledger = coverage[label];
+      ledger.Add(batch.cursor, batch.consumer, batch.consumers, global_batch_size, batch.ids);
+      epoch = batch.cursor.epoch;
+      for (const CoverageSlice& s : ledger.Slices()) {
+        if (s.epoch != epoch) continue;
+        samples += s.samples;
+        ++slices;
+      }
+    }
+    metrics->Coverage(label, epoch, samples, slices);
   }
 
   void Account(const std::string& label, const PipelineStats& a, const PipelineStats& b) {

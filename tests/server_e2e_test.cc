@@ -341,11 +341,13 @@ TEST_F(ServerE2ETest, ResumeAtAnotherGlobalBatchSizeAndWorldSize) {
     std::vector<client::Cursor> saved;       // each rank's cursor() at the end
     uint64_t batch_size = 0;
   };
-  auto run = [&](int batch, uint32_t ranks, client::Cursor start, uint64_t steps) {
+  auto run = [&](int batch, uint32_t ranks, client::Cursor start, uint64_t steps,
+                 const std::string& job = "e2e") {
     Global g;
     g.ids.resize(steps);
     for (uint32_t r = 0; r < ranks; ++r) {
       client::ClientOptions o = Options({server->address()});
+      o.job = job;
       o.config_name.clear();
       o.config_yaml = config_at(batch);
       o.consumer = r;
@@ -369,7 +371,7 @@ TEST_F(ServerE2ETest, ResumeAtAnotherGlobalBatchSizeAndWorldSize) {
     return g;
   };
   // The reference: positions 0..399 of epoch 0 and 0..95 of epoch 1, from one rank at B = 16.
-  const Global ref = run(16, 1, client::Cursor{0, 0}, 31);
+  const Global ref = run(16, 1, client::Cursor{0, 0}, 31, "reference");
   ASSERT_EQ(ref.ids.size(), 31u);
   std::vector<uint64_t> order[2];
   for (size_t s = 0; s < ref.ids.size(); ++s) {
@@ -405,9 +407,86 @@ TEST_F(ServerE2ETest, ResumeAtAnotherGlobalBatchSizeAndWorldSize) {
   // PositionAt(32), 0:5 resumes at B = 48 exactly where 0@160 does.
   uint64_t position = 0;
   ASSERT_TRUE(client::Cursor(0, 5).PositionAt(32, &position));
-  const Global old_cursor = run(48, 3, client::Cursor{0, 0, position}, 1);
+  const Global old_cursor = run(48, 3, client::Cursor{0, 0, position}, 1, "old-cursor");
   ASSERT_EQ(old_cursor.ids.size(), 1u);
   EXPECT_EQ(old_cursor.ids[0], after.ids[0]);
+
+  // The server's coverage ledger proves epoch 0 across the resize: 4 slices at 32 for positions
+  // 0..159, 3 slices at 48 for 160..399, every one exact.
+  int code = 0;
+  const std::string audit = Capture(StrCatForShell({kCli, "audit", ds(), "--config", small(), "--servers",
+                                                    server->address(), "--job", "e2e", "--epoch", "0"}),
+                                    &code);
+  EXPECT_EQ(code, 0) << audit;
+  EXPECT_NE(audit.find("EXACT, 400 samples delivered, 400 expected"), std::string::npos) << audit;
+  EXPECT_NE(audit.find("slice 3/4 at global batch 32, positions 0..159: exact, 40 samples"), std::string::npos) << audit;
+  EXPECT_NE(audit.find("slice 2/3 at global batch 48, positions 160..399: exact, 80 samples"), std::string::npos) << audit;
+}
+
+// Issue 30 item 2: a job whose two ranks both think they are rank 0 of 2 trains on half the data
+// twice, without an error anywhere; the coverage ledger of the server shows it. A job whose ranks
+// are right is exact.
+TEST_F(ServerE2ETest, AuditProvesAnEpochAndReportsTwoRanksWithTheSameRank) {
+  auto server = Serve({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(server->ok());
+  auto epoch_of = [&](const std::string& job, uint32_t rank, uint64_t steps) {
+    client::ClientOptions o = Options({server->address()});
+    o.job = job;
+    o.consumer = rank;
+    o.consumers = 2;
+    o.max_batches = steps;
+    auto c = client::Client::Create(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    std::vector<std::string> first;
+    if (!c.ok()) return first;
+    for (;;) {
+      absl::StatusOr<std::optional<client::Batch>> b = (*c)->Next();
+      EXPECT_TRUE(b.ok()) << b.status();
+      if (!b.ok() || !b->has_value()) break;
+      for (const client::SampleId& id : (*b)->ids) {
+        if (first.size() < 5) first.push_back(std::to_string(id.episode) + "/" + std::to_string(id.step));
+      }
+    }
+    std::vector<client::CoverageSlice> ledger = (*c)->coverage();  // the client's own ledger
+    EXPECT_EQ(ledger.size(), 1u);
+    if (!ledger.empty()) EXPECT_EQ(ledger[0].samples, steps * 16);
+    return first;
+  };
+  auto audit = [&](const std::string& job, int* code) {
+    return Capture(StrCatForShell({kCli, "audit", ds(), "--config", small(), "--servers", server->address(),
+                                   "--job", job, "--epoch", "0"}),
+                   code);
+  };
+  epoch_of("right", 0, kSteps);
+  epoch_of("right", 1, kSteps);
+  int code = 0;
+  std::string out = audit("right", &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("EXACT, 384 samples delivered, 384 expected"), std::string::npos) << out;
+
+  epoch_of("same-rank", 0, kSteps);
+  epoch_of("same-rank", 0, kSteps);  // the misconfigured second rank
+  out = audit("same-rank", &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("NOT EXACT"), std::string::npos) << out;
+  EXPECT_NE(out.find("slice 0/2 at global batch 32, positions 0..383: duplicated: delivered 2 times"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("slice 1/2 at global batch 32, positions 0..383: missing: 0 of 192 samples"),
+            std::string::npos) << out;
+  // The first samples named are those rank 1 should have had.
+  std::string want;
+  for (const std::string& id : epoch_of("probe", 1, 1)) want += (want.empty() ? "" : " ") + id;
+  EXPECT_NE(out.find("its first samples: " + want + "\n"), std::string::npos) << out << "\nwant " << want;
+  // conveyor top flags it too; and the metrics carry each job's latest epoch.
+  const std::string top = Capture(StrCatForShell({kCli, "top", server->address(), "--iterations", "1"}), &code);
+  EXPECT_NE(top.find("coverage: epoch 0, 384 samples to 1 of 2 slices UNEVEN: run conveyor audit"), std::string::npos)
+      << top;
+  EXPECT_NE(top.find("coverage: epoch 0, 384 samples to 2 of 2 slices\n"), std::string::npos) << top;
+  const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);
+  ASSERT_EQ(code, 0);
+  EXPECT_NE(metrics.find("conveyor_coverage_epoch_samples{job=\"same-rank\"} 384"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("conveyor_coverage_epoch_slices{job=\"same-rank\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("conveyor_coverage_epoch_slices{job=\"right\"} 2"), std::string::npos) << metrics;
 }
 
 TEST_F(ServerE2ETest, ManyConsumersAndJobsAtOnceEachGetTheirOwnExactSlices) {

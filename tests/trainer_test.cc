@@ -154,6 +154,16 @@ pipeline:
   testing::ServerProcess server(kCli, {dir.Join("ds"), "--config", dir.Join("train.yaml")}, dir.path());
   ASSERT_TRUE(server.ok()) << server.log();
   const json whole = TrainWithCheckpoint(server.address(), dir, "whole", 1, 24, "")[0];
+  // What the rank received, in its JSON's coverage ledger, is the order's first 24 x 8 positions
+  // of epoch 0 (conveyor audit --trainer-json; the epoch has 600).
+  ASSERT_EQ(whole["coverage"].size(), 1u) << whole["coverage"].dump();
+  EXPECT_EQ(whole["coverage"][0]["samples"], 192);
+  testing::CommandResult audit = testing::RunCommand(
+      kCli + " audit " + dir.Join("ds") + " --config " + dir.Join("train.yaml") + " --epoch 0 --trainer-json " +
+          dir.Join("whole-0.json"), 120);
+  EXPECT_EQ(audit.exit_code, 0) << audit.output;
+  EXPECT_NE(audit.output.find("EXACT, 192 samples delivered, 192 expected"), std::string::npos) << audit.output;
+  EXPECT_NE(audit.output.find("in progress (up to position 192)"), std::string::npos) << audit.output;
   const std::string ckpt = dir.Join("state.ckpt");
   const json first = TrainWithCheckpoint(server.address(), dir, "first", 1, 10, ckpt)[0];
   ASSERT_EQ(first["steps"].size(), 10u);

@@ -584,6 +584,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   SummarizeSteps(seconds, samples, &r);
   if (absl::Status s = ReduceLosses(losses, **comm, &r); !s.ok()) return s;
   r.weights_fnv1a = Hex64(Fnv1a(model.w.data(), model.w.size() * sizeof(float)));
+  r.coverage = client->coverage();
   return r;
 }
 
@@ -614,6 +615,15 @@ std::string ResultJson(const TrainResult& r) {
               {"first_step", r.first_step_loss}, {"first_step_mean_action", r.first_step_mean_loss},
               {"first_step_ratio", r.first_step_mean_loss > 0 ? r.first_step_loss / r.first_step_mean_loss : 0}}},
             {"steps", steps}};
+  // What this rank received, per epoch and consumer slice: `conveyor audit --trainer-json`.
+  json coverage = json::array();
+  for (const client::CoverageSlice& c : r.coverage) {
+    coverage.push_back({{"epoch", c.epoch}, {"consumer", c.consumer}, {"consumers", c.consumers},
+                        {"global_batch_size", c.global_batch_size}, {"samples", c.samples},
+                        {"digest", Hex64(c.digest)}, {"first_position", c.first_position},
+                        {"end_position", c.end_position}, {"batches", c.batches}});
+  }
+  j["coverage"] = coverage;
   return j.dump(2) + "\n";
 }
 

@@ -74,6 +74,7 @@ struct TrainResult {
   std::string config_sent;        // what was sent to the server (after any shift)
   int64_t resumed_at_step = -1;   // from the checkpoint; -1: started fresh
   std::string resumed_cursor;
+  std::vector<client::CoverageSlice> coverage;  // what this rank received (client::Client::coverage)
 };
 
 // The training state a checkpoint holds (trainer.cc writes and reads it; public for tests).
