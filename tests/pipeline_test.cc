@@ -481,6 +481,21 @@ TEST_F(PipelineTest, AnEpochVisitsEverySampleOnceAndIdsAreAuditable) {
   EXPECT_EQ(seen.size(), 800u);
 }
 
+// The coverage audit's expected digests come from EpochSequence: the samples of the epoch's
+// positions without decoding anything, exactly what the batches of that epoch hold.
+TEST_F(PipelineTest, EpochSequenceIsWhatTheBatchesHold) {
+  for (bool gop : {false, true}) {
+    const auto epoch = Run(Options(2, gop), {1, 0}, 40);
+    ASSERT_EQ(epoch.size(), 40u);
+    std::vector<SampleId> batches;
+    for (const Line& l : epoch) batches.insert(batches.end(), l.ids.begin(), l.ids.end());
+    std::unique_ptr<Source> source = Source::Of(*dataset_);
+    auto seq = Pipeline::EpochSequence(*source, *spec_, Options(1, gop), 1);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    EXPECT_EQ(*seq, batches) << (gop ? "gop" : "naive");
+  }
+}
+
 TEST_F(PipelineTest, GopSchedulingDecodesLessAndStaysWithinTheBudget) {
   double amp[2] = {0, 0};
   for (bool gop : {false, true}) {
