@@ -5,6 +5,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -296,6 +297,20 @@ uint32_t conveyor_client_schedule_version(const conveyor_client* c) {
 
 uint64_t conveyor_client_global_batch_size(const conveyor_client* c) {
   return c->client->global_batch_size();
+}
+
+int conveyor_client_coverage(const conveyor_client* c, char** result_json) {
+  json slices = json::array();
+  for (const cc::CoverageSlice& s : c->client->coverage()) {
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(s.digest));
+    slices.push_back({{"epoch", s.epoch}, {"consumer", s.consumer}, {"consumers", s.consumers},
+                      {"global_batch_size", s.global_batch_size}, {"samples", s.samples},
+                      {"digest", digest}, {"first_position", s.first_position},
+                      {"end_position", s.end_position}, {"batches", s.batches}});
+  }
+  *result_json = Dup(json{{"coverage", slices}}.dump());
+  return CONVEYOR_OK;
 }
 
 int conveyor_client_stats(const conveyor_client* c, char** result_json) {

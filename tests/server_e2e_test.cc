@@ -429,9 +429,10 @@ TEST_F(ServerE2ETest, ResumeAtAnotherGlobalBatchSizeAndWorldSize) {
 TEST_F(ServerE2ETest, AuditProvesAnEpochAndReportsTwoRanksWithTheSameRank) {
   auto server = Serve({"--metrics-listen", "127.0.0.1:0"});
   ASSERT_TRUE(server->ok());
-  auto epoch_of = [&](const std::string& job, uint32_t rank, uint64_t steps) {
+  auto epoch_of = [&](const std::string& job, uint32_t rank, uint64_t steps, client::Cursor start = {}) {
     client::ClientOptions o = Options({server->address()});
     o.job = job;
+    o.start = start;
     o.consumer = rank;
     o.consumers = 2;
     o.max_batches = steps;
@@ -449,7 +450,9 @@ TEST_F(ServerE2ETest, AuditProvesAnEpochAndReportsTwoRanksWithTheSameRank) {
     }
     std::vector<client::CoverageSlice> ledger = (*c)->coverage();  // the client's own ledger
     EXPECT_EQ(ledger.size(), 1u);
-    if (!ledger.empty()) EXPECT_EQ(ledger[0].samples, steps * 16);
+    if (!ledger.empty()) {
+      EXPECT_EQ(ledger[0].samples, steps * 16);
+    }
     return first;
   };
   auto audit = [&](const std::string& job, int* code) {
@@ -477,6 +480,19 @@ TEST_F(ServerE2ETest, AuditProvesAnEpochAndReportsTwoRanksWithTheSameRank) {
   std::string want;
   for (const std::string& id : epoch_of("probe", 1, 1)) want += (want.empty() ? "" : " ") + id;
   EXPECT_NE(out.find("its first samples: " + want + "\n"), std::string::npos) << out << "\nwant " << want;
+  // A rank that stopped two batches early: its slice lacks them, and the audit names the first.
+  epoch_of("short", 0, kSteps);
+  epoch_of("short", 1, kSteps - 2);
+  out = audit("short", &code);
+  EXPECT_EQ(code, 1) << out;
+  want.clear();
+  for (const std::string& id : epoch_of("probe", 1, 1, client::Cursor{0, kSteps - 2})) {
+    want += (want.empty() ? "" : " ") + id;
+  }
+  EXPECT_NE(out.find("slice 1/2 at global batch 32, positions 0..383: missing samples: 160 of 192; it covered "
+                     "positions 0..319 only; the first samples it lacks: " + want + "\n"),
+            std::string::npos)
+      << out << "\nwant " << want;
   // conveyor top flags it too; and the metrics carry each job's latest epoch.
   const std::string top = Capture(StrCatForShell({kCli, "top", server->address(), "--iterations", "1"}), &code);
   EXPECT_NE(top.find("coverage: epoch 0, 384 samples to 1 of 2 slices UNEVEN: run conveyor audit"), std::string::npos)

@@ -257,9 +257,24 @@ absl::Status RunAudit(const AuditOptions& o, int* verdict) {
         verdict_text = StrCat("other samples: ", got.samples, " as expected, but digest ", Hex(got.digest),
                               " is not the order's ", Hex(e.digest));
       }
+      // The samples to look at: for a slice that stopped early or started late, its first
+      // positions outside what it covered; else its first samples.
+      std::vector<SampleId> first = e.first;
+      std::string where = "its first samples";
+      if (got.samples > 0 && got.samples < e.samples && (got.end_position < g.to || got.first_position > g.from)) {
+        first.clear();
+        for (uint64_t p = g.from; p + g.batch <= g.to && first.size() < static_cast<size_t>(o.show_ids); p += g.batch) {
+          if (p >= got.first_position && p < got.end_position) continue;
+          for (uint64_t j = p + i * local; j < p + (i + 1) * local && first.size() < static_cast<size_t>(o.show_ids); ++j) {
+            first.push_back((*seq)[j]);
+          }
+        }
+        where = StrCat("it covered positions ", got.first_position, "..", got.end_position - 1,
+                       " only; the first samples it lacks");
+      }
       std::string ids;
-      for (const SampleId& id : e.first) StrAppend(&ids, ids.empty() ? "" : " ", IdText(id));
-      StrAppend(&report, "  ", name, ": ", verdict_text, "; its first samples: ", ids, "\n");
+      for (const SampleId& id : first) StrAppend(&ids, ids.empty() ? "" : " ", IdText(id));
+      StrAppend(&report, "  ", name, ": ", verdict_text, "; ", where, ": ", ids, "\n");
     }
   }
   const bool complete = covered_to + ordered.back().batch > epoch_positions;

@@ -309,6 +309,7 @@ class Loader(_Base):
         self._iterator = None   # the running iteration's generator, closed by the next one
         self._client = None     # its client, for stats()
         self._last_stats = {}
+        self._coverage = []     # the ledgers of iterations that ended
 
     # --- iteration -------------------------------------------------------------------------
 
@@ -366,6 +367,7 @@ class Loader(_Base):
         finally:
             if not client.closed:
                 self._last_stats = client.stats()
+                self._coverage += client.coverage()
             client.close()
 
     def close(self):
@@ -373,6 +375,7 @@ class Loader(_Base):
         next() waiting in another thread raises ConveyorError (code CANCELLED) at once."""
         client = self._client
         if client is not None and not client.closed:
+            self._coverage += client.coverage()
             client.close()
         it, self._iterator = self._iterator, None
         if it is not None:
@@ -388,6 +391,16 @@ class Loader(_Base):
         if self._client is None or self._client.closed:
             return dict(self._last_stats)
         return self._client.stats()
+
+    def coverage(self):
+        """The coverage ledger of every batch this loader yielded, per epoch and consumer slice
+        (one entry per slice and iteration; `conveyor audit` adds them up): write it as
+        {"coverage": loader.coverage()} to a JSON file, and `conveyor audit DATASET --config F
+        --epoch E --trainer-json FILE ...` checks the ranks' files against the order
+        (docs/pipeline.md "Coverage ledger")."""
+        client = self._client
+        current = client.coverage() if client is not None and not client.closed else []
+        return list(self._coverage) + current
 
     # --- state -------------------------------------------------------------------------------
 

@@ -402,6 +402,18 @@ class Client:
             self._end()
         return json.loads(_lib.take_string(out))
 
+    def coverage(self):
+        """The coverage ledger of what next() returned: a list of {"epoch", "consumer",
+        "consumers", "global_batch_size", "samples", "digest", "first_position", "end_position",
+        "batches"} per epoch and consumer slice (docs/pipeline.md "Coverage ledger")."""
+        out = ctypes.c_void_p()
+        handle = self._begin()
+        try:
+            _lib.check(lib.conveyor_client_coverage(handle, ctypes.byref(out)))
+        finally:
+            self._end()
+        return json.loads(_lib.take_string(out))["coverage"]
+
     def close(self):
         """Cancels the stream and joins the client's thread; arrays already returned stay
         valid. A next() waiting in another thread returns at once with an error."""

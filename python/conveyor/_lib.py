@@ -135,6 +135,7 @@ _FUNCTIONS = {
     "conveyor_client_cursor": (None, [_c.c_void_p, _P(_c.c_uint64), _P(_c.c_uint64)]),
     "conveyor_client_schedule_version": (_c.c_uint32, [_c.c_void_p]),
     "conveyor_client_global_batch_size": (_c.c_uint64, [_c.c_void_p]),
+    "conveyor_client_coverage": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
     "conveyor_client_stats": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
     "conveyor_client_destroy": (None, [_c.c_void_p]),
     "conveyor_client_abandon": (None, [_c.c_void_p]),

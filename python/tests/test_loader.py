@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -369,6 +370,32 @@ class StateTest(unittest.TestCase):
         self.assertEqual(ids(l), order[64:112])
         self.assertEqual(ids(loader(config=config(48), start="0@64", max_batches=1)),
                          order[64:112])
+
+    def test_coverage_ledgers_audit_exact_and_catch_two_ranks_with_the_same_rank(self):
+        """Issue 30 item 2 from Python: each rank writes {"coverage": loader.coverage()}; conveyor
+        audit says EXACT for ranks 0 and 1 of 2, and names the missing slice when both ran as 0."""
+        def audit(ranks, name):
+            files = []
+            for i, rank in enumerate(ranks):
+                l = loader(rank=rank, world_size=2, max_batches=2, job=name)
+                self.assertEqual(len(list(l)), 2)
+                self.assertEqual([c["samples"] for c in l.coverage()], [32])
+                path = ENV["dir"] / f"{name}-{i}.json"
+                path.write_text(json.dumps({"coverage": l.coverage()}))
+                files.append(str(path))
+            return subprocess.run([str(support.CLI), "audit", str(ENV["dataset"]), "--config",
+                                   str(support.PIPELINE_YAML), "--epoch", "0", "--trainer-json",
+                                   *files], capture_output=True, text=True, timeout=120)
+
+        r = audit([0, 1], "cov-right")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("EXACT, 64 samples delivered, 64 expected", r.stdout)
+        r = audit([0, 0], "cov-same-rank")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("slice 0/2 at global batch 32, positions 0..63: duplicated: delivered 2 times",
+                      r.stdout)
+        self.assertIn("slice 1/2 at global batch 32, positions 0..63: missing: 0 of 32 samples",
+                      r.stdout)
 
     def test_a_state_saved_before_schedule_versions_resumes_that_order(self):
         """A version-1 state (no schedule_version: saved under GOP schedule 1) resumes schedule 1:

@@ -169,6 +169,11 @@ CONVEYOR_C_EXPORT uint32_t conveyor_client_schedule_version(const conveyor_clien
 /* The job's global batch size from the server (0 before the first batch): save it with an
  * EPOCH:STEP cursor, which means step x this batch size. */
 CONVEYOR_C_EXPORT uint64_t conveyor_client_global_batch_size(const conveyor_client* c);
+/* The coverage ledger of what the client returned (client/client.h Client::coverage):
+ * {"coverage": [{"epoch", "consumer", "consumers", "global_batch_size", "samples", "digest" (16
+ * hex digits), "first_position", "end_position", "batches"}, ...]}, what `conveyor audit
+ * --trainer-json` reads. */
+CONVEYOR_C_EXPORT int conveyor_client_coverage(const conveyor_client* c, char** result_json);
 /* {"batches", "bytes", "messages", "reconnects", "wait_seconds", "reports", "server",
  * "transport", "shared_memory_refused", "shared_memory_batches"}. */
 CONVEYOR_C_EXPORT int conveyor_client_stats(const conveyor_client* c, char** result_json);
