@@ -259,6 +259,27 @@ TEST_F(ServerE2ETest, SigkilledServerFailsOverWithoutLossOrRepeat) {
   EXPECT_EQ(ids.size(), samples) << "a sample id was repeated within an epoch";
   EXPECT_GE((*c)->stats().reconnects, 1u);
   EXPECT_EQ((*c)->cursor(), next);
+  // The client's coverage ledger across the failover is exact: written as a trainer's JSON,
+  // conveyor audit proves epoch 0 (its part so far) against the order.
+  std::string json = "{\"coverage\": [";
+  for (const client::CoverageSlice& s : (*c)->coverage()) {
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(s.digest));
+    json += (json.back() == '[' ? "" : ", ") + std::string("{\"epoch\": ") + std::to_string(s.epoch) +
+            ", \"consumer\": " + std::to_string(s.consumer) + ", \"consumers\": " + std::to_string(s.consumers) +
+            ", \"global_batch_size\": " + std::to_string(s.global_batch_size) +
+            ", \"samples\": " + std::to_string(s.samples) + ", \"digest\": \"" + digest +
+            "\", \"first_position\": " + std::to_string(s.first_position) +
+            ", \"end_position\": " + std::to_string(s.end_position) + "}";
+  }
+  json += "]}";
+  testing::WriteFile(dir_->Join("failover-coverage.json"), json);
+  int code = 0;
+  const std::string audit = Capture(StrCatForShell({kCli, "audit", ds(), "--config", small(), "--epoch", "0",
+                                                    "--trainer-json", dir_->Join("failover-coverage.json")}),
+                                    &code);
+  EXPECT_EQ(code, 0) << audit << json;
+  EXPECT_NE(audit.find("EXACT"), std::string::npos) << audit;
 }
 
 TEST_F(ServerE2ETest, SigtermDrainsAndTheClientMovesOn) {
