@@ -932,9 +932,9 @@ absl::StatusOr<std::vector<SampleId>> Pipeline::EpochSequence(const Source& sour
   ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(source, spec, std::move(options), Cursor{epoch, 0}));
   Impl& m = *impl;
   std::vector<SampleId> out;
-  absl::MutexLock lock(&m.mu);  // OrderFor's
   auto id = [&](uint32_t k, uint64_t counter) {
     Impl::Member& mem = *m.members[k];
+    absl::MutexLock lock(&m.mu);  // OrderFor's (uncontended: no workers run)
     const uint64_t sample = m.OrderFor(mem, counter / mem.epoch_len).SampleAt(counter % mem.epoch_len);
     const SampleIndex::Location at = mem.index.Locate(sample);
     return SampleId{sample, at.episode, at.step, k};
