@@ -4,7 +4,17 @@
 
 namespace conveyor {
 
-std::string Cursor::ToString() const { return absl::StrCat(epoch, ":", step); }
+std::string Cursor::ToString() const {
+  return position ? absl::StrCat(epoch, "@", *position) : absl::StrCat(epoch, ":", step);
+}
+
+bool Cursor::PositionAt(uint64_t batch, uint64_t* out) const {
+  if (position) {
+    *out = *position;
+    return true;
+  }
+  return CheckedMul(step, batch, out);
+}
 
 absl::StatusOr<Cursor> Cursor::Parse(std::string_view text) {
   auto num = [](std::string_view s, uint64_t* out) {
@@ -18,12 +28,19 @@ absl::StatusOr<Cursor> Cursor::Parse(std::string_view text) {
     return true;
   };
   Cursor c;
-  const size_t colon = text.find(':');
-  if (colon == std::string_view::npos || !num(text.substr(0, colon), &c.epoch) ||
-      !num(text.substr(colon + 1), &c.step)) {
+  const size_t sep = text.find_first_of(":@");
+  uint64_t second = 0;
+  if (sep == std::string_view::npos || !num(text.substr(0, sep), &c.epoch) ||
+      !num(text.substr(sep + 1), &second)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cursor '", absl::string_view(text.data(), text.size()),
-        "' is not EPOCH:STEP (two non-negative integers, e.g. 0:120)"));
+        "' is neither EPOCH:STEP nor EPOCH@POSITION (two non-negative integers, e.g. 0:120 or "
+        "0@3840)"));
+  }
+  if (text[sep] == ':') {
+    c.step = second;
+  } else {
+    c.position = second;
   }
   return c;
 }

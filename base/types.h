@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -13,15 +14,29 @@
 
 namespace conveyor {
 
-// The position in the global sequence: batch `step` of epoch `epoch`. Resuming from a cursor gives
-// exactly the batches an uninterrupted run gives from there.
+// The position in the global sequence. Two forms (docs/pipeline.md "Consumers and the cursor"):
+//  - EPOCH:STEP, batch `step` of epoch `epoch` at the job's global batch size B: sample position
+//    step * B of the epoch's order. Means what it meant when it was recorded only at that B.
+//  - EPOCH@POSITION (`position` set): sample `position` of the epoch's order, whatever the batch
+//    size. The batches from it start there and advance by the batch size in force; `step` is then
+//    derived (floor(position / B)). A job may resume from it at another global batch size and
+//    world size and continue the same global sample sequence.
+// Resuming from a cursor gives exactly the batches an uninterrupted run gives from there.
 struct Cursor {
+  constexpr Cursor() = default;
+  constexpr Cursor(uint64_t e, uint64_t s, std::optional<uint64_t> p = std::nullopt)
+      : epoch(e), step(s), position(p) {}
+
   uint64_t epoch = 0;
   uint64_t step = 0;
+  std::optional<uint64_t> position;
   bool operator==(const Cursor&) const = default;
-  std::string ToString() const;  // "EPOCH:STEP"
-  // "EPOCH:STEP": two decimal integers of at most 19 digits, nothing else (no sign, no spaces).
-  // INVALID_ARGUMENT naming the text otherwise.
+  // The sample position this cursor names at global batch size `batch` (its `position` when set).
+  // False when step * batch overflows.
+  bool PositionAt(uint64_t batch, uint64_t* out) const;
+  std::string ToString() const;  // "EPOCH:STEP", or "EPOCH@POSITION" when position is set
+  // "EPOCH:STEP" or "EPOCH@POSITION": two decimal integers of at most 19 digits, nothing else (no
+  // sign, no spaces). INVALID_ARGUMENT naming the text otherwise.
   static absl::StatusOr<Cursor> Parse(std::string_view text);
 };
 

@@ -5,6 +5,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -122,9 +123,14 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
     else if (key == "consumer") s = Get(v, key, &o->consumer);
     else if (key == "consumers") s = Get(v, key, &o->consumers);
     else if (key == "start") {
-      if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() ||
-          !v[1].is_number_unsigned()) {
-        s = absl::InvalidArgumentError("option 'start': expected [epoch, step], got " + v.dump());
+      if (v.is_string()) {
+        absl::StatusOr<cc::Cursor> c = cc::Cursor::Parse(v.get<std::string>());
+        if (c.ok()) o->start = *c;
+        else s = absl::InvalidArgumentError("option 'start': " + std::string(c.status().message()));
+      } else if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() ||
+                 !v[1].is_number_unsigned()) {
+        s = absl::InvalidArgumentError(
+            "option 'start': expected [epoch, step], \"EPOCH:STEP\" or \"EPOCH@POSITION\", got " + v.dump());
       } else {
         o->start = {v[0].get<uint64_t>(), v[1].get<uint64_t>()};
       }
@@ -289,6 +295,24 @@ uint32_t conveyor_client_schedule_version(const conveyor_client* c) {
   return c->client->schedule_version();
 }
 
+uint64_t conveyor_client_global_batch_size(const conveyor_client* c) {
+  return c->client->global_batch_size();
+}
+
+int conveyor_client_coverage(const conveyor_client* c, char** result_json) {
+  json slices = json::array();
+  for (const cc::CoverageSlice& s : c->client->coverage()) {
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(s.digest));
+    slices.push_back({{"epoch", s.epoch}, {"consumer", s.consumer}, {"consumers", s.consumers},
+                      {"global_batch_size", s.global_batch_size}, {"samples", s.samples},
+                      {"digest", digest}, {"first_position", s.first_position},
+                      {"end_position", s.end_position}, {"batches", s.batches}});
+  }
+  *result_json = Dup(json{{"coverage", slices}}.dump());
+  return CONVEYOR_OK;
+}
+
 int conveyor_client_stats(const conveyor_client* c, char** result_json) {
   const cc::ClientStats s = c->client->stats();
   json out = {{"batches", s.batches},
@@ -320,6 +344,8 @@ int conveyor_batch_info_get(const conveyor_batch* b, conveyor_batch_info* out) {
   info.step = batch.cursor.step;
   info.next_epoch = batch.next.epoch;
   info.next_step = batch.next.step;
+  info.position = batch.cursor.position.value_or(CONVEYOR_NO_POSITION);
+  info.next_position = batch.next.position.value_or(CONVEYOR_NO_POSITION);
   info.consumer = batch.consumer;
   info.consumers = batch.consumers;
   info.samples = batch.ids.size();

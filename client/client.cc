@@ -68,6 +68,12 @@ DType FromProto(pb::DType t) {
   }
 }
 
+Cursor FromProto(const pb::Cursor& c) {
+  Cursor out{c.epoch(), c.step()};
+  if (c.has_position()) out.position = c.position();
+  return out;
+}
+
 TensorRole FromProto(pb::TensorRole r) {
   switch (r) {
     case pb::PADDING_MASK: return TensorRole::kPaddingMask;
@@ -252,6 +258,8 @@ struct Client::Impl {
   bool device_starved ABSL_GUARDED_BY(mu) = false;
   Cursor delivered ABSL_GUARDED_BY(mu);                       // cursor() for the user
   uint32_t schedule_version ABSL_GUARDED_BY(mu) = 0;          // the first stream start's (0 until then)
+  uint64_t global_batch_size ABSL_GUARDED_BY(mu) = 0;         // the first stream start's (0 until then)
+  CoverageLedger coverage ABSL_GUARDED_BY(mu);                // what Next() returned
   ClientStats stats ABSL_GUARDED_BY(mu);
 
   // Steps since the last report, sent by `reporter`.
@@ -399,6 +407,7 @@ struct Client::Impl {
     req.set_consumers(o.consumers);
     req.mutable_start()->set_epoch(p.expected.epoch);
     req.mutable_start()->set_step(p.expected.step);
+    if (p.expected.position) req.mutable_start()->set_position(*p.expected.position);
     if (!o.config_yaml.empty()) req.set_config_yaml(o.config_yaml);
     if (!o.config_name.empty()) req.set_config_name(o.config_name);
     if (o.max_batches) req.set_max_batches(o.max_batches - p.received);
@@ -571,10 +580,26 @@ struct Client::Impl {
           p->first->dataset_fingerprint(), ", config ", p->first->config_digest().substr(0, 12),
           "): every listed server must serve the same dataset and config"));
     }
+    // The stream's first batch: the cursor asked for, which the server may have normalized (a
+    // position with no whole batch left in its epoch starts the next one).
+    if (s.has_start()) {
+      const Cursor start = FromProto(s.start());
+      if (!p->expected.position && !(start.epoch == p->expected.epoch && start.step == p->expected.step)) {
+        return absl::DataLossError(absl::StrCat("server ", target, " starts the stream at ", start.ToString(),
+                                                " where ", p->expected.ToString(), " was asked for"));
+      }
+      p->expected = start;
+    } else if (p->expected.position) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", target, " (", s.server_version(), ") predates position cursors and would read ",
+          p->expected.ToString(), " as batch ", p->expected.epoch, ":", p->expected.step,
+          ": upgrade the server, or resume from an EPOCH:STEP cursor at the batch size it was recorded with"));
+    }
     if (!p->first) {
       p->first = s;
       absl::MutexLock lock(&mu);
       schedule_version = s.schedule_version();
+      global_batch_size = s.global_batch_size();
     }
     return absl::OkStatus();
   }
@@ -582,7 +607,7 @@ struct Client::Impl {
   // A batch header: the batch due next, within the client's cap; its block taken from the pool.
   absl::Status BeginBatch(const std::string& target, pb::BatchHeader header, const Cursor& expected,
                           const Message& m, Reassembly* r) {
-    const Cursor c{header.cursor().epoch(), header.cursor().step()};
+    const Cursor c = FromProto(header.cursor());
     if (!(c == expected)) {
       return absl::DataLossError(absl::StrCat("server ", target, " sent batch ", c.ToString(),
                                               " where ", expected.ToString(), " was due"));
@@ -639,8 +664,8 @@ struct Client::Impl {
   // Views into the batch block, checked against it.
   absl::Status Assemble(const std::string& target, const pb::BatchHeader& h,
                         const std::shared_ptr<BatchStorage>& storage, Batch* b) {
-    b->cursor = {h.cursor().epoch(), h.cursor().step()};
-    b->next = {h.next().epoch(), h.next().step()};
+    b->cursor = FromProto(h.cursor());
+    b->next = FromProto(h.next());
     b->consumer = h.consumer();
     b->consumers = h.consumers();
     b->server = target;
@@ -818,6 +843,7 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   impl_->queue.pop_front();
   impl_->queue_bytes -= b.bytes();
   impl_->delivered = b.next;
+  impl_->coverage.Add(b.cursor, b.consumer, b.consumers, impl_->global_batch_size, b.ids);
   // One step for the reports: from the previous batch to this one, and the wait inside it.
   Impl::PendingReport& r = impl_->pending;
   ++r.steps;
@@ -849,6 +875,16 @@ void Client::Cancel() {
 Cursor Client::cursor() const {
   absl::MutexLock lock(&impl_->mu);
   return impl_->delivered;
+}
+
+std::vector<CoverageSlice> Client::coverage() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->coverage.Slices();
+}
+
+uint64_t Client::global_batch_size() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->global_batch_size;
 }
 
 uint32_t Client::schedule_version() const {

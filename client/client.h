@@ -11,7 +11,9 @@
 //    block (one copy, no join however the server split it into messages); its tensors are views
 //    into that block, valid while the Batch lives. Blocks are reused once batches are released.
 //  - cursor() is the cursor right after the last batch Next() returned: save it with the model
-//    checkpoint and pass it as options.start to resume with exactly the next batch.
+//    checkpoint and pass it as options.start to resume with exactly the next batch. It names a
+//    sample position (EPOCH@POSITION), so the job may resume at another global batch size and
+//    world size (docs/pipeline.md "Resuming at another batch size").
 //  - Which server first: the first address when it is a loopback one (a server on this node),
 //    else servers[consumer % n], so ranks given the same list spread over it.
 //  - Failover: when the server fails or becomes unreachable, the client reconnects to the next
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/coverage.h"
 #include "base/types.h"
 
 namespace conveyor::v1 {
@@ -43,6 +46,7 @@ class StreamStart;
 namespace conveyor::client {
 
 // The shared vocabulary (base/types.h): one Cursor parser, one DType, one SampleId everywhere.
+using ::conveyor::CoverageSlice;
 using ::conveyor::Cursor;
 using ::conveyor::DType;
 using ::conveyor::DTypeName;
@@ -108,6 +112,11 @@ struct ClientOptions {
   std::string dataset;               // empty: whatever the server serves
   uint32_t consumer = 0;
   uint32_t consumers = 1;
+  // Where to start. A cursor with a position (EPOCH@POSITION, what cursor() returns from current
+  // servers) resumes at any global batch size and world size and continues the same global
+  // sample sequence; an EPOCH:STEP cursor means step x the config's global_batch_size. To resume
+  // an EPOCH:STEP cursor recorded at another batch size B0, pass Cursor::PositionAt(B0)'s
+  // position. A server that predates positions refuses a position cursor (FAILED_PRECONDITION).
   Cursor start;
   std::string config_yaml;           // inline config; or
   std::string config_name;           // a config the server was started with (empty: its default)
@@ -193,6 +202,14 @@ class Client {
   // The order's schedule version, from the server's stream start (0 before the first batch):
   // save it with cursor() in a checkpoint.
   uint32_t schedule_version() const;
+  // The job's global batch size, from the server's stream start (0 before the first batch). A
+  // checkpoint saves it beside cursor() so that an EPOCH:STEP cursor (from a server that predates
+  // positions) keeps its meaning when the job resumes at another batch size.
+  uint64_t global_batch_size() const;
+  // The coverage ledger of what Next() returned (base/coverage.h): per epoch (the latest 16) and
+  // consumer slice, the samples and their order-independent digest. A trainer writes it with its
+  // results, and `conveyor audit` checks it against the order (docs/pipeline.md "Coverage ledger").
+  std::vector<CoverageSlice> coverage() const;
   ClientStats stats() const;
   // Whether device delivery can work here: built with CUDA and a usable GPU.
   static bool device_supported();

@@ -27,7 +27,8 @@ struct TensorView {
 };
 
 struct Batch {
-  Cursor cursor;
+  Cursor cursor;  // with its position (base/types.h)
+  Cursor next;    // the cursor of the batch after it: resumes right after this one
   uint32_t consumer = 0;
   uint32_t consumers = 1;
   std::vector<SampleId> ids;  // in batch order

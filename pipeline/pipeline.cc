@@ -233,9 +233,10 @@ struct Pipeline::Impl {
     MemberPrefetch prefetch;
     std::map<uint64_t, std::unique_ptr<EpochOrder>> orders;  // by member epoch; Impl::mu (OrderFor)
   };
-  // This consumer's walk through the global positions, one global batch at a time.
+  // This consumer's walk through the global positions, one global batch at a time: the batch
+  // starts at sample position `pos` of epoch `epoch` (step = pos / batch).
   struct Walker {
-    uint64_t epoch = 0, step = 0, seq = 0;
+    uint64_t epoch = 0, step = 0, pos = 0, seq = 0;
     MixtureSchedule::Step plan;
     std::vector<uint64_t> base;  // each member's counter at the start of this step
   };
@@ -249,7 +250,10 @@ struct Pipeline::Impl {
   std::optional<MixtureSchedule> schedule;
   uint64_t n = 0, batch = 0, local = 0, steps = 0;
   uint64_t max_inflight = 0;
-  Cursor start;
+  // Where this pipeline's first batch starts: sample position start_pos of epoch start_epoch (the
+  // start cursor normalized: a position with no whole batch left in its epoch is the next epoch's
+  // 0), and how many batches its first epoch has from there.
+  uint64_t start_epoch = 0, start_pos = 0, first_epoch_steps = 0;
   Clock::time_point created = Clock::now();
 
   // Everything below that workers and the consumer share is guarded by `mu` (checked by clang's
@@ -307,22 +311,46 @@ struct Pipeline::Impl {
     return *it->second;
   }
 
-  Walker WalkerAt(Cursor c) const {
+  // A mixture's positions are whole batches (Create checks), so (epoch, step) places it; a single
+  // dataset's member counter is epoch * n + position, at any position.
+  Walker WalkerAt(uint64_t epoch, uint64_t pos) const {
     Walker w;
-    w.epoch = c.epoch;
-    w.step = c.step;
-    w.plan = schedule->At(c.epoch, c.step);
-    w.base = schedule->Before(c.epoch, c.step);
+    w.epoch = epoch;
+    w.pos = pos;
+    w.step = pos / batch;
+    w.plan = schedule->At(w.epoch, w.step);
+    w.base = source.is_mixture() ? schedule->Before(w.epoch, w.step)
+                                 : std::vector<uint64_t>{w.epoch * n + w.pos};
     return w;
   }
 
+  // The next global batch: `batch` positions on, or the next epoch's first when fewer than
+  // `batch` positions are left (the epoch's remainder is dropped).
   void NextStep(Walker* w) const {
     for (size_t k = 0; k < w->base.size(); ++k) w->base[k] += w->plan.counts()[k];
-    if (++w->step == steps) {
-      w->step = 0;
+    w->pos += batch;
+    if (w->pos + batch > n) {
+      w->pos = 0;
       ++w->epoch;
+      if (!source.is_mixture()) w->base[0] = w->epoch * n;
     }
+    w->step = w->pos / batch;
     w->plan = schedule->At(w->epoch, w->step);
+  }
+
+  // The cursor of this pipeline's k-th batch (k = 0: the first), with its position.
+  Cursor CursorOfBatch(uint64_t k) const {
+    Cursor c;
+    if (k < first_epoch_steps) {
+      c.epoch = start_epoch;
+      c.position = start_pos + k * batch;
+    } else {
+      k -= first_epoch_steps;
+      c.epoch = start_epoch + 1 + k / steps;
+      c.position = (k % steps) * batch;
+    }
+    c.step = *c.position / batch;
+    return c;
   }
 
   // The member and member counter of this consumer's j-th position in the walker's step.
@@ -754,9 +782,10 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Dataset& datase
   return p;
 }
 
-absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
-                                                           const SampleSpec& spec,
-                                                           PipelineOptions options, Cursor start) {
+absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& source,
+                                                                   const SampleSpec& spec,
+                                                                   PipelineOptions options,
+                                                                   Cursor start) {
   auto impl = std::make_unique<Impl>(source, spec, std::move(options));
   Impl& m = *impl;
   PipelineOptions& o = m.opt;
@@ -825,24 +854,55 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
     return absl::InvalidArgumentError(StrCat("the dataset has ", m.n, " samples, fewer than one "
                                              "global batch of ", m.batch));
   }
-  // One dataset: its epoch is the first steps * batch positions of its order (the rest is
-  // dropped). A mixture member runs through all of its samples, epoch after epoch.
-  for (auto& mem : m.members) {
-    mem->epoch_len = source.is_mixture() ? mem->index.size() : m.steps * m.batch;
+  // A member's counter c is sample position c % epoch_len of its epoch c / epoch_len: a mixture
+  // member runs through all of its samples, epoch after epoch; so does a single dataset, whose
+  // walk skips an epoch's last positions that do not fill a batch (NextStep).
+  for (auto& mem : m.members) mem->epoch_len = mem->index.size();
+  if (start.position) {
+    if (*start.position > m.n) {
+      return absl::OutOfRangeError(StrCat("cursor ", start.ToString(), " is past the end of the "
+                                          "epoch: an epoch has ", m.n, " sample positions (0..",
+                                          m.n - 1, ")"));
+    }
+    if (source.is_mixture() && *start.position % m.batch != 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "cursor ", start.ToString(), " is not at a batch boundary of this mixture (global_batch_size ",
+          m.batch, "): a mixture's order is laid out per global batch, so a mixture resumes only at "
+          "the global batch size its cursor was recorded with (docs/mixtures.md)"));
+    }
+    m.start_epoch = start.epoch;
+    m.start_pos = *start.position;
+    if (m.start_pos + m.batch > m.n) {  // no whole batch left in the epoch
+      ++m.start_epoch;
+      m.start_pos = 0;
+    }
+  } else {
+    if (start.step >= m.steps) {
+      return absl::OutOfRangeError(StrCat("cursor ", start.epoch, ":", start.step, " is past the end "
+                                          "of the epoch: an epoch has ", m.steps, " steps (0..",
+                                          m.steps - 1, ")"));
+    }
+    m.start_epoch = start.epoch;
+    m.start_pos = start.step * m.batch;
   }
-  if (o.max_epochs > 0 && start.epoch >= o.max_epochs) {
-    return absl::OutOfRangeError(StrCat("cursor ", start.epoch, ":", start.step,
+  if (o.max_epochs > 0 && m.start_epoch >= o.max_epochs) {
+    return absl::OutOfRangeError(StrCat("cursor ", start.ToString(),
                                         " is past the last epoch (max_epochs ", o.max_epochs, ")"));
   }
-  if (start.step >= m.steps) {
-    return absl::OutOfRangeError(StrCat("cursor ", start.epoch, ":", start.step, " is past the end "
-                                        "of the epoch: an epoch has ", m.steps, " steps (0..",
-                                        m.steps - 1, ")"));
-  }
+  m.first_epoch_steps = (m.n - m.start_pos) / m.batch;
   ASSIGN_OR_RETURN(MixtureSchedule schedule,
                    MixtureSchedule::Create(source.weights(), m.batch, m.steps,
                                            OrderKey(source.manifest().fingerprint, o.seed)));
   m.schedule = std::move(schedule);
+  return impl;
+}
+
+absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
+                                                           const SampleSpec& spec,
+                                                           PipelineOptions options, Cursor start) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(source, spec, std::move(options), start));
+  Impl& m = *impl;
+  PipelineOptions& o = m.opt;
   const uint64_t sample_bytes = EstimateSampleBytes(m.spec, source.manifest());
   bool scheduled = false;
   for (const auto& mem : m.members) scheduled = scheduled || mem->scheduled;
@@ -853,16 +913,46 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
   // consumer batch ahead keeps the next batch's tasks ahead of the budget gate.
   const uint64_t ahead = (source.is_mixture() ? 2 * m.local : m.local) + 2 * static_cast<uint64_t>(threads);
   m.max_inflight = std::max<uint64_t>(ahead, sample_budget / sample_bytes);
-  m.start = start;
   {
     absl::MutexLock lock(&m.mu);
-    m.gen = m.WalkerAt(start);
+    m.gen = m.WalkerAt(m.start_epoch, m.start_pos);
     m.stats.member_samples.assign(m.members.size(), 0);
     m.worker_stats.resize(static_cast<size_t>(threads));
   }
   m.pool = std::make_unique<WorkerPool>("conveyor-work", threads,
                                         [&m](int t) { m.Worker(static_cast<size_t>(t)); });
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
+}
+
+absl::StatusOr<std::vector<SampleId>> Pipeline::EpochSequence(const Source& source,
+                                                              const SampleSpec& spec,
+                                                              PipelineOptions options,
+                                                              uint64_t epoch) {
+  options.max_epochs = 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(source, spec, std::move(options), Cursor{epoch, 0}));
+  Impl& m = *impl;
+  std::vector<SampleId> out;
+  auto id = [&](uint32_t k, uint64_t counter) {
+    Impl::Member& mem = *m.members[k];
+    absl::MutexLock lock(&m.mu);  // OrderFor's (uncontended: no workers run)
+    const uint64_t sample = m.OrderFor(mem, counter / mem.epoch_len).SampleAt(counter % mem.epoch_len);
+    const SampleIndex::Location at = mem.index.Locate(sample);
+    return SampleId{sample, at.episode, at.step, k};
+  };
+  if (!source.is_mixture()) {  // positions do not depend on the batch size: all of them
+    out.reserve(m.n);
+    for (uint64_t p = 0; p < m.n; ++p) out.push_back(id(0, epoch * m.n + p));
+    return out;
+  }
+  out.reserve(m.steps * m.batch);
+  Impl::Walker w = m.WalkerAt(epoch, 0);
+  for (uint64_t s = 0; s < m.steps; ++s, m.NextStep(&w)) {
+    for (uint64_t p = 0; p < m.batch; ++p) {
+      const uint32_t k = w.plan.member(p);
+      out.push_back(id(k, w.base[k] + w.plan.rank(p)));
+    }
+  }
+  return out;
 }
 
 std::vector<MixtureProgress> Pipeline::Mixture() const {
@@ -872,9 +962,10 @@ std::vector<MixtureProgress> Pipeline::Mixture() const {
     absl::MutexLock lock(&m.mu);
     next_seq = m.next_seq;
   }
-  const uint64_t steps_from_start = next_seq / m.local + m.start.step;
-  const Cursor at{m.start.epoch + steps_from_start / m.steps, steps_from_start % m.steps};
-  const std::vector<uint64_t> before = m.schedule->Before(at.epoch, at.step);
+  const Cursor at = m.CursorOfBatch(next_seq / m.local);
+  const std::vector<uint64_t> before =
+      m.source.is_mixture() ? m.schedule->Before(at.epoch, at.step)
+                            : std::vector<uint64_t>{at.epoch * m.n + *at.position};
   std::vector<MixtureProgress> out;
   for (size_t k = 0; k < m.members.size(); ++k) {
     MixtureProgress p;
@@ -890,6 +981,7 @@ std::vector<MixtureProgress> Pipeline::Mixture() const {
 
 uint64_t Pipeline::num_samples() const { return impl_->n; }
 uint64_t Pipeline::steps_per_epoch() const { return impl_->steps; }
+Cursor Pipeline::start() const { return impl_->CursorOfBatch(0); }
 const PipelineOptions& Pipeline::options() const { return impl_->opt; }
 
 void Pipeline::Cancel() {
@@ -906,8 +998,7 @@ absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
     absl::MutexLock lock(&m.mu);
     first = m.next_seq;  // written only here, by the one consumer thread
   }
-  const uint64_t steps_from_start = first / m.local + m.start.step;
-  Cursor cursor{m.start.epoch + steps_from_start / m.steps, steps_from_start % m.steps};
+  const Cursor cursor = m.CursorOfBatch(first / m.local);
   if (m.opt.max_epochs > 0 && cursor.epoch >= m.opt.max_epochs) return std::nullopt;  // the end
   {
     absl::MutexLock lock(&m.mu);
@@ -953,6 +1044,7 @@ absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
   }
   if (!batch.ok()) return Annotate(batch.status(), StrCat("batch ", cursor.epoch, ":", cursor.step));
   batch->cursor = cursor;
+  batch->next = m.CursorOfBatch(first / m.local + 1);
   batch->consumer = m.opt.consumer;
   batch->consumers = m.opt.consumers;
   absl::MutexLock lock(&m.mu);

@@ -6,7 +6,9 @@
 // order (EpochOrder; B = global_batch_size; an epoch has floor(samples / B) steps, the remainder
 // is dropped); consumer i of N gets the i-th slice of B / N positions. Nothing depends on N, the
 // thread count or the machine: a job resumed with another N but the same B continues the same
-// global sequence.
+// global sequence. A start cursor with a position (base/types.h) starts the batches at that
+// sample position instead, at any B: a job resumed with another B (a single dataset) continues
+// the same global sample sequence too; its first epoch ends where fewer than B positions are left.
 //
 // Concurrency lives here and only here: `threads` workers, each with its own SampleAssembler,
 // take tasks in order (pre-decode a block's frames, assemble a sample); results wait in a reorder
@@ -118,6 +120,14 @@ class Pipeline {
                                                           PipelineOptions options, Cursor start);
   ~Pipeline();  // cancels and joins the workers
 
+  // The samples of epoch `epoch`'s positions, in order, as the pipeline would hand them out (no
+  // sample is decoded): every position of a single dataset (the same at any global batch size),
+  // or the steps_per_epoch x global_batch_size positions a mixture lays out at
+  // options.global_batch_size. What the coverage audit computes expected digests from.
+  static absl::StatusOr<std::vector<SampleId>> EpochSequence(const Source& source,
+                                                             const SampleSpec& spec,
+                                                             PipelineOptions options, uint64_t epoch);
+
   // The next batch, in order; std::nullopt at the end of the data (after max_epochs), which is
   // not an error (tf.data's end_of_sequence). CANCELLED after Cancel(); a sample error
   // (on_error: fail) as it happened, naming the sample. Any error status is final.
@@ -126,6 +136,9 @@ class Pipeline {
 
   uint64_t num_samples() const;
   uint64_t steps_per_epoch() const;
+  // The cursor of the first batch, with its position: the start cursor normalized (a position
+  // with no whole batch left in its epoch is the next epoch's first).
+  Cursor start() const;
   // Per dataset (one entry for a single dataset), at the cursor of the next batch.
   std::vector<MixtureProgress> Mixture() const;
   // The options in force, with automatic values (block_steps, window_blocks) resolved.
@@ -135,6 +148,10 @@ class Pipeline {
  private:
   struct Impl;
   explicit Pipeline(std::unique_ptr<Impl> impl);
+  // Everything Create sets up before the workers start: options checked, schedule resolved,
+  // members, sample indexes, the start cursor normalized.
+  static absl::StatusOr<std::unique_ptr<Impl>> Prepare(const Source& source, const SampleSpec& spec,
+                                                       PipelineOptions options, Cursor start);
   std::unique_ptr<Impl> impl_;
 };
 

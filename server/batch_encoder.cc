@@ -60,6 +60,12 @@ pb::TensorRole ToProto(TensorRole r) {
 
 }  // namespace
 
+void CursorToProto(const Cursor& c, pb::Cursor* out) {
+  out->set_epoch(c.epoch);
+  out->set_step(c.step);
+  if (c.position) out->set_position(*c.position);
+}
+
 grpc::ByteBuffer SerializeMessage(const pb::StreamBatchesResponse& message) {
   const std::string bytes = message.SerializeAsString();
   grpc::Slice slice(bytes);
@@ -78,10 +84,8 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
 
   pb::StreamBatchesResponse msg;
   pb::BatchHeader* h = msg.mutable_header();
-  h->mutable_cursor()->set_epoch(b.cursor.epoch);
-  h->mutable_cursor()->set_step(b.cursor.step);
-  h->mutable_next()->set_epoch(next.epoch);
-  h->mutable_next()->set_step(next.step);
+  CursorToProto(b.cursor, h->mutable_cursor());
+  CursorToProto(next, h->mutable_next());
   h->set_consumer(b.consumer);
   h->set_consumers(b.consumers);
   for (const SampleId& id : b.ids) {

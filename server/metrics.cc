@@ -89,6 +89,18 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                .Name("conveyor_quarantined_samples")
                                .Help("Samples per epoch those episodes would have given, by job")
                                .Register(*registry_)),
+      coverage_epoch_(BuildGauge()
+                          .Name("conveyor_coverage_epoch")
+                          .Help("The latest epoch of a job's coverage ledger on this server")
+                          .Register(*registry_)),
+      coverage_samples_(BuildGauge()
+                            .Name("conveyor_coverage_epoch_samples")
+                            .Help("Samples this server delivered in the job's latest epoch (conveyor audit)")
+                            .Register(*registry_)),
+      coverage_slices_(BuildGauge()
+                           .Name("conveyor_coverage_epoch_slices")
+                           .Help("Consumer slices this server delivered to in the job's latest epoch")
+                           .Register(*registry_)),
       step_wait_window_(BuildGauge()
                             .Name("conveyor_job_step_wait_window_seconds")
                             .Help("A step's wait for data over the reports of the last 60 s on this "
@@ -273,6 +285,13 @@ void ServerMetrics::Skipped(const std::string& job_label, uint64_t samples) {
   // Created at the stream's start (with 0), so that rate() and alerts see the series from 0.
   skipped_.Add({{"job", job_label}}).Increment(static_cast<double>(samples));
 }
+void ServerMetrics::Coverage(const std::string& job_label, uint64_t epoch, uint64_t samples,
+                             uint64_t slices) {
+  coverage_epoch_.Add({{"job", job_label}}).Set(static_cast<double>(epoch));
+  coverage_samples_.Add({{"job", job_label}}).Set(static_cast<double>(samples));
+  coverage_slices_.Add({{"job", job_label}}).Set(static_cast<double>(slices));
+}
+
 void ServerMetrics::Quarantined(const std::string& job_label, uint64_t episodes,
                                 uint64_t samples) {
   quarantined_episodes_.Add({{"job", job_label}}).Set(static_cast<double>(episodes));

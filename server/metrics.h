@@ -58,6 +58,9 @@ class ServerMetrics {
   void Skipped(const std::string& job_label, uint64_t samples);  // on_error: skip
   // Episodes and samples per epoch left out by the job's `quarantine:` (sample/quarantine.h).
   void Quarantined(const std::string& job_label, uint64_t episodes, uint64_t samples);
+  // The coverage ledger (base/coverage.h) of a job's latest epoch here: its number, the samples
+  // this server delivered in it, and the consumer slices they went to.
+  void Coverage(const std::string& job_label, uint64_t epoch, uint64_t samples, uint64_t slices);
   void Frames(const std::string& job_label, uint64_t decoded, uint64_t delivered);
   void PipelineWait(const std::string& job_label, double seconds);  // the stream waiting for its pipeline
   void ConsumerWait(const std::string& job_label, double seconds);  // Write() waiting for the consumer
@@ -110,6 +113,9 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& step_wait_;
   prometheus::Family<prometheus::Gauge>& quarantined_episodes_;
   prometheus::Family<prometheus::Gauge>& quarantined_samples_;
+  prometheus::Family<prometheus::Gauge>& coverage_epoch_;
+  prometheus::Family<prometheus::Gauge>& coverage_samples_;
+  prometheus::Family<prometheus::Gauge>& coverage_slices_;
   prometheus::Family<prometheus::Gauge>& step_wait_window_;
   prometheus::Family<prometheus::Gauge>& slowest_rank_;
   prometheus::Family<prometheus::Gauge>& slowest_rank_share_;

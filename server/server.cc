@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/coverage.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/system_memory.h"
@@ -226,6 +227,9 @@ struct DataServer::Impl : public RawStreamBatchesService {
   };
   absl::Mutex jobs_mu;
   std::map<std::string, JobTotals> job_totals ABSL_GUARDED_BY(jobs_mu);
+  // What each job's streams delivered, per epoch and consumer slice (base/coverage.h; by metrics
+  // label): Info's JobStatus.coverage, `conveyor audit --servers`.
+  std::map<std::string, CoverageLedger> coverage ABSL_GUARDED_BY(jobs_mu);
   JobWaits waits;                               // the clients' reports, last 60 s
 
   grpc::Status Reject(grpc::StatusCode code, std::string message) {
@@ -392,6 +396,21 @@ struct DataServer::Impl : public RawStreamBatchesService {
     }
     {
       absl::MutexLock lock(&jobs_mu);
+      for (const auto& [job, ledger] : coverage) {
+        pb::JobStatus& j = jobs[job];
+        for (const CoverageSlice& s : ledger.Slices()) {
+          pb::CoverageSlice* c = j.add_coverage();
+          c->set_epoch(s.epoch);
+          c->set_consumer(s.consumer);
+          c->set_consumers(s.consumers);
+          c->set_global_batch_size(s.global_batch_size);
+          c->set_samples(s.samples);
+          c->set_digest(s.digest);
+          c->set_first_position(s.first_position);
+          c->set_end_position(s.end_position);
+          c->set_batches(s.batches);
+        }
+      }
       for (auto& [job, j] : jobs) {
         j.set_job(job);
         if (auto it = job_totals.find(job); it != job_totals.end()) {
@@ -701,7 +720,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (grpc::Status s = CheckCeilings(&spec, po, &stream_bytes); !s.ok()) return s;
     std::optional<MemoryReservation> reservation;  // held until the stream ends
     if (grpc::Status s = ReserveMemory(stream_bytes, &reservation); !s.ok()) return s;
-    const Cursor start{req.start().epoch(), req.start().step()};
+    Cursor start{req.start().epoch(), req.start().step()};
+    if (req.start().has_position()) start.position = req.start().position();
     *outcome = "ok";
     return Serve(ctx, writer, req, job, *config, spec, po, start, max_message, entry, outcome);
   }
@@ -744,6 +764,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     st->set_global_batch_size(po.global_batch_size);
     st->set_max_epochs(po.max_epochs);
     st->set_schedule_version(po.order.version);
+    CursorToProto(pipeline->start(), st->mutable_start());
     // The same-host transport: the client's region, when this server can open it.
     std::unique_ptr<ShmWriter> shm;
     if (req.has_shared_memory()) {
@@ -788,7 +809,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (!writer->Write(SerializeMessage(first))) return finish(grpc::Status::CANCELLED, "cancelled");
 
     uint64_t sent = 0;
-    Cursor cursor = start;
+    Cursor cursor = pipeline->start();
     for (;;) {
       if (req.max_batches() && sent >= req.max_batches()) return finish(grpc::Status::OK, "ok");
       const auto t0 = Clock::now();
@@ -806,35 +827,51 @@ struct DataServer::Impl : public RawStreamBatchesService {
       if (draining) {
         return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                    StrCat("server is shutting down; resume from cursor ",
-                                          cursor.epoch, ":", cursor.step, " on another server")),
+                                          cursor.ToString(), " on another server")),
                       "shutdown");
       }
       if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
       if (!b.ok()) {
         spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
                       std::string(b.status().message()));
-        return finish(ToGrpc(Annotate(b.status(), StrCat("batch ", cursor.epoch, ":", cursor.step))),
+        return finish(ToGrpc(Annotate(b.status(), StrCat("batch ", cursor.ToString()))),
                       "error");
       }
       if (!b->has_value()) return finish(grpc::Status::OK, "ok");  // the real end: max_epochs
       const Batch& batch = **b;
       const auto t1 = Clock::now();
-      const absl::Status delivered = SendBatch(ctx, writer, batch, steps, max_message, label, shm.get());
+      const absl::Status delivered = SendBatch(ctx, writer, batch, max_message, label, shm.get());
       if (absl::IsCancelled(delivered)) return finish(grpc::Status::CANCELLED, "cancelled");
       if (!delivered.ok()) {
         spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
                       std::string(delivered.message()));
-        return finish(ToGrpc(Annotate(delivered, StrCat("batch ", cursor.epoch, ":", cursor.step))), "error");
+        return finish(ToGrpc(Annotate(delivered, StrCat("batch ", cursor.ToString()))), "error");
       }
       const double send = Seconds(t1, Clock::now());
       metrics->batch_send_seconds.Observe(send);
       metrics->ConsumerWait(label, send);
       metrics->Stage("send", send);
       ++sent;
-      cursor = batch.cursor;
-      cursor.step += 1;
-      if (cursor.step >= steps) cursor = Cursor{cursor.epoch + 1, 0};
+      cursor = batch.next;
+      RecordCoverage(label, batch, po.global_batch_size);
     }
+  }
+
+  // A delivered batch into the job's ledger, and the ledger's latest epoch into the metrics.
+  void RecordCoverage(const std::string& label, const Batch& batch, uint64_t global_batch_size) {
+    uint64_t epoch = 0, samples = 0, slices = 0;
+    {
+      absl::MutexLock lock(&jobs_mu);
+      CoverageLedger& ledger = coverage[label];
+      ledger.Add(batch.cursor, batch.consumer, batch.consumers, global_batch_size, batch.ids);
+      epoch = batch.cursor.epoch;
+      for (const CoverageSlice& s : ledger.Slices()) {
+        if (s.epoch != epoch) continue;
+        samples += s.samples;
+        ++slices;
+      }
+    }
+    metrics->Coverage(label, epoch, samples, slices);
   }
 
   void Account(const std::string& label, const PipelineStats& a, const PipelineStats& b) {
@@ -864,10 +901,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
   // One write outstanding: Write() returns when gRPC took the message (flow control).
   // With `shm`, the payload goes into the client's region (waiting while it is full) and only the
   // header is written. CANCELLED when the client went away or the server drains.
-  absl::Status SendBatch(grpc::ServerContext* ctx, Writer* writer, const Batch& b, uint64_t steps,
+  absl::Status SendBatch(grpc::ServerContext* ctx, Writer* writer, const Batch& b,
                          uint64_t max_message, const std::string& job_label, ShmWriter* shm) {
-    Cursor next{b.cursor.epoch, b.cursor.step + 1};
-    if (next.step >= steps) next = Cursor{next.epoch + 1, 0};
     PayloadPlacer place;
     if (shm) {
       place = [&](const uint8_t* data, uint64_t n) {
@@ -878,7 +913,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
       };
     }
     const double shm_wait = shm ? shm->wait_seconds() : 0;
-    RETURN_IF_ERROR(EncodeBatch(b, next, max_message,
+    RETURN_IF_ERROR(EncodeBatch(b, b.next, max_message,
                                 [&](const grpc::ByteBuffer& m) { return writer->Write(m); }, place));
     if (shm && shm->wait_seconds() > shm_wait) metrics->SharedMemoryWait(shm->wait_seconds() - shm_wait);
     if (shm && !shm->unusable_reason().empty() && !shm_warned_) {

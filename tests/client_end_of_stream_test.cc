@@ -76,6 +76,32 @@ TEST(ClientEndOfStreamTest, AllBatchesReceivedThenTheStreamBreaks) {
   server->Shutdown();
 }
 
+// The stand-in above is also a server from before position cursors: its StreamStart names no
+// start, and it reads a request's start as EPOCH:STEP. A client asking it for a position must not
+// be served the step: it fails, naming the server and what to do.
+TEST(ClientEndOfStreamTest, APositionCursorRefusesAServerThatPredatesPositions) {
+  BreaksAfterLastBatch service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  client::ClientOptions o;
+  o.servers = {"127.0.0.1:" + std::to_string(port)};
+  o.start = client::Cursor{0, 0, 64};
+  o.max_batches = 5;
+  o.reconnect_timeout_s = 5;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<std::optional<client::Batch>> b = (*c)->Next();
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kFailedPrecondition) << b.status();
+  EXPECT_NE(std::string(b.status().message()).find("predates position cursors"), std::string::npos)
+      << b.status();
+  EXPECT_NE(std::string(b.status().message()).find("0@64"), std::string::npos) << b.status();
+  server->Shutdown();
+}
+
 }  // namespace
 }  // namespace conveyor
 

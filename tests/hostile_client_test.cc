@@ -440,12 +440,15 @@ TEST_F(HostileClientTest, BadCursorsFailTheCliWithTheValidRange) {
   struct CursorCase {
     std::string cursor, message;
   };
+  const std::string bad_form = "is neither EPOCH:STEP nor EPOCH@POSITION";
   for (const CursorCase& c : std::vector<CursorCase>{{"0:9999", "an epoch has 12 steps (0..11)"},
-                                                     {"0:-1", "is not EPOCH:STEP"},
-                                                     {"0: 5", "is not EPOCH:STEP"},
-                                                     {"-1:0", "is not EPOCH:STEP"},
-                                                     {"0:99999999999999999999", "is not EPOCH:STEP"},
-                                                     {"abc", "is not EPOCH:STEP"}}) {
+                                                     {"0@99999", "cursor 0@99999 is past the end of the epoch"},
+                                                     {"0:-1", bad_form},
+                                                     {"0: 5", bad_form},
+                                                     {"-1:0", bad_form},
+                                                     {"0@-3", bad_form},
+                                                     {"0:99999999999999999999", bad_form},
+                                                     {"abc", bad_form}}) {
     for (const char* cmd : {"fetch", "batches"}) {
       std::vector<std::string> args = {kCli, cmd};
       if (std::string(cmd) == "fetch") {

@@ -432,6 +432,25 @@ TEST_F(MixtureTest, SameBatchesAtAnyThreadCountAndFromAnyCursor) {
   EXPECT_GT(from_b, 2u * 40);
 }
 
+// A mixture's order is laid out per global batch (12 here): a position cursor at a batch boundary
+// resumes it exactly; one inside a batch (a resume at another batch size) is refused, saying why.
+TEST_F(MixtureTest, PositionCursorsResumeAtTheRecordedBatchSizeOnly) {
+  const std::vector<Line> full = Run(1, 0, 1, Cursor{0, 0}, 12);
+  ASSERT_EQ(full.size(), 12u);
+  EXPECT_EQ(full[7].cursor, (Cursor{0, 7, 84}));
+  EXPECT_EQ(Run(1, 0, 1, Cursor{0, 0, 84}, 5),
+            std::vector<Line>(full.begin() + 7, full.begin() + 12));
+  std::unique_ptr<Source> src = Open();
+  ASSERT_TRUE(src);
+  auto c = Config(*src, config_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto p = Pipeline::Create(*src, c->first, c->second, Cursor{0, 0, 90});
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(p.status().message()).find("not at a batch boundary of this mixture"),
+            std::string::npos)
+      << p.status();
+}
+
 TEST_F(MixtureTest, ConsumersSplitTheSameGlobalBatches) {
   const std::vector<Line> one = Run(2, 0, 1, Cursor{0, 5}, 6);
   ASSERT_EQ(one.size(), 6u);

@@ -329,8 +329,8 @@ TEST_F(PipelineTest, ResumeFromAnyCursorIsBitIdentical) {
   for (bool gop : {false, true}) {
     const auto full = Run(Options(2, gop), {0, 0}, 44);  // runs into epoch 1
     ASSERT_EQ(full.size(), 44u);
-    EXPECT_EQ(full[39].cursor, (Cursor{0, 39}));
-    EXPECT_EQ(full[40].cursor, (Cursor{1, 0}));
+    EXPECT_EQ(full[39].cursor, (Cursor{0, 39, 780}));  // batches carry their sample position
+    EXPECT_EQ(full[40].cursor, (Cursor{1, 0, 0}));
     for (uint64_t at : {0u, 17u, 39u, 40u}) {
       const Cursor c{at / 40, at % 40};
       const auto resumed = Run(Options(2, gop), c, 3);
@@ -346,6 +346,106 @@ TEST_F(PipelineTest, ResumeFromAnyCursorIsBitIdentical) {
     }
     for (size_t i = 0; i < chained.size(); ++i) EXPECT_TRUE(chained[i] == full[5 + i]) << i;
   }
+}
+
+// The global sample sequence of `steps` global batches from `start`: each step's consumer slices
+// joined in consumer order, with the cursor of each global batch.
+static std::vector<std::pair<Cursor, std::vector<SampleId>>> GlobalRun(
+    const Dataset& dataset, const SampleSpec& spec, PipelineOptions o, uint32_t consumers,
+    Cursor start, int steps, std::vector<Cursor>* next = nullptr) {
+  std::vector<std::pair<Cursor, std::vector<SampleId>>> out(static_cast<size_t>(steps));
+  o.consumers = consumers;
+  for (uint32_t c = 0; c < consumers; ++c) {
+    o.consumer = c;
+    auto p = Pipeline::Create(dataset, spec, o, start);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return {};
+    for (int s = 0; s < steps; ++s) {
+      auto b = (*p)->Next();
+      EXPECT_TRUE(b.ok() && b->has_value()) << b.status();
+      if (!b.ok() || !b->has_value()) return {};
+      out[s].first = (*b)->cursor;
+      out[s].second.insert(out[s].second.end(), (*b)->ids.begin(), (*b)->ids.end());
+      if (next != nullptr && c == 0) next->push_back((*b)->next);
+    }
+  }
+  return out;
+}
+
+// Issue 30 item 1: a job at B = 32 on 4 consumers checkpoints the cursor after 10 global batches
+// (sample position 320 of epoch 0); resumed at B = 48 on 3 consumers it continues the same global
+// sample sequence, nothing lost or repeated. The batch size changes at the first batch after the
+// checkpoint (the 11th global batch: positions 320..367). 800 samples: at 48 the resumed epoch
+// has (800 - 320) / 48 = 10 batches, then epoch 1 starts at its position 0.
+TEST_F(PipelineTest, ResumeAtAnotherBatchSizeAndWorldSizeContinuesTheSampleSequence) {
+  for (bool gop : {false, true}) {
+    SCOPED_TRACE(gop ? "gop" : "naive");
+    PipelineOptions o = Options(1, gop);
+    // The reference: the epochs' orders position by position (B = 16 divides 800).
+    o.global_batch_size = 16;
+    std::vector<SampleId> order[2];
+    for (const auto& [cursor, ids] : GlobalRun(*dataset_, *spec_, o, 1, {0, 0}, 56)) {
+      order[cursor.epoch].insert(order[cursor.epoch].end(), ids.begin(), ids.end());
+    }
+    ASSERT_EQ(order[0].size(), 800u);
+    ASSERT_EQ(order[1].size(), 96u);
+
+    o.global_batch_size = 32;
+    std::vector<Cursor> next;
+    const auto before = GlobalRun(*dataset_, *spec_, o, 4, {0, 0}, 10, &next);
+    ASSERT_EQ(before.size(), 10u);
+    const Cursor checkpoint = next.back();
+    EXPECT_EQ(checkpoint, (Cursor{0, 10, 320}));
+    EXPECT_EQ(checkpoint.ToString(), "0@320");
+
+    o.global_batch_size = 48;
+    Cursor resume_at;  // what a checkpoint keeps: the text, parsed back
+    {
+      auto parsed = Cursor::Parse(checkpoint.ToString());
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      resume_at = *parsed;
+    }
+    const auto after = GlobalRun(*dataset_, *spec_, o, 3, resume_at, 12);
+    ASSERT_EQ(after.size(), 12u);
+    EXPECT_EQ(after[0].first, (Cursor{0, 6, 320}));   // step derived: floor(320 / 48)
+    EXPECT_EQ(after[9].first, (Cursor{0, 15, 752}));  // the resumed epoch's last batch
+    EXPECT_EQ(after[10].first, (Cursor{1, 0, 0}));
+    EXPECT_EQ(after[11].first, (Cursor{1, 1, 48}));
+
+    std::vector<SampleId> epoch0, epoch1;
+    for (const auto& [cursor, ids] : before) epoch0.insert(epoch0.end(), ids.begin(), ids.end());
+    for (const auto& [cursor, ids] : after) {
+      std::vector<SampleId>& to = cursor.epoch == 0 ? epoch0 : epoch1;
+      to.insert(to.end(), ids.begin(), ids.end());
+    }
+    EXPECT_EQ(epoch0, order[0]);  // every position of epoch 0 once, in order
+    EXPECT_EQ(epoch1, order[1]);
+    std::set<uint64_t> seen;
+    for (const SampleId& id : epoch0) EXPECT_TRUE(seen.insert(id.index).second) << id.index;
+    EXPECT_EQ(seen.size(), 800u);
+  }
+}
+
+// A position with no whole batch of the new size left in its epoch starts the next epoch; a
+// position past the epoch is an error naming it.
+TEST_F(PipelineTest, APositionCursorIsNormalizedOrRefused) {
+  PipelineOptions o = Options(1, false);
+  o.global_batch_size = 48;
+  auto p = Pipeline::Create(*dataset_, *spec_, o, Cursor{2, 0, 760});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->start(), (Cursor{3, 0, 0}));
+  p = Pipeline::Create(*dataset_, *spec_, o, Cursor{2, 0, 752});  // 752 + 48 = 800: one left
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ((*p)->start(), (Cursor{2, 15, 752}));
+  auto b = (*p)->Next();
+  ASSERT_TRUE(b.ok() && b->has_value());
+  EXPECT_EQ((*b)->next, (Cursor{3, 0, 0}));
+  p = Pipeline::Create(*dataset_, *spec_, o, Cursor{0, 0, 801});
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(std::string(p.status().message()).find("0@801"), std::string::npos) << p.status();
+  o.max_epochs = 3;
+  p = Pipeline::Create(*dataset_, *spec_, o, Cursor{2, 0, 760});  // normalized into epoch 3
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kOutOfRange) << p.status();
 }
 
 TEST_F(PipelineTest, ConsumersGetDisjointSlicesOfTheSameGlobalBatch) {
@@ -379,6 +479,21 @@ TEST_F(PipelineTest, AnEpochVisitsEverySampleOnceAndIdsAreAuditable) {
     }
   }
   EXPECT_EQ(seen.size(), 800u);
+}
+
+// The coverage audit's expected digests come from EpochSequence: the samples of the epoch's
+// positions without decoding anything, exactly what the batches of that epoch hold.
+TEST_F(PipelineTest, EpochSequenceIsWhatTheBatchesHold) {
+  for (bool gop : {false, true}) {
+    const auto epoch = Run(Options(2, gop), {1, 0}, 40);
+    ASSERT_EQ(epoch.size(), 40u);
+    std::vector<SampleId> batches;
+    for (const Line& l : epoch) batches.insert(batches.end(), l.ids.begin(), l.ids.end());
+    std::unique_ptr<Source> source = Source::Of(*dataset_);
+    auto seq = Pipeline::EpochSequence(*source, *spec_, Options(1, gop), 1);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    EXPECT_EQ(*seq, batches) << (gop ? "gop" : "naive");
+  }
 }
 
 TEST_F(PipelineTest, GopSchedulingDecodesLessAndStaysWithinTheBudget) {
@@ -661,6 +776,15 @@ TEST_F(PipelineTest, BadOptionsSayWhatToFix) {
   EXPECT_FALSE(ParseCursor("3").ok());
   EXPECT_FALSE(ParseCursor("a:1").ok());
   EXPECT_EQ(*ParseCursor("2:15"), (Cursor{2, 15}));
+  EXPECT_EQ(*ParseCursor("2@15"), (Cursor{2, 0, 15}));
+  EXPECT_EQ((Cursor{2, 0, 15}).ToString(), "2@15");
+  EXPECT_FALSE(ParseCursor("2@").ok());
+  EXPECT_FALSE(ParseCursor("2@-1").ok());
+  EXPECT_FALSE(ParseCursor("2:1@3").ok());
+  uint64_t position = 0;
+  ASSERT_TRUE((Cursor{1, 7}).PositionAt(32, &position));  // an EPOCH:STEP cursor at its batch size
+  EXPECT_EQ(position, 224u);
+  EXPECT_FALSE((Cursor{1, 1ull << 60}).PositionAt(1024, &position));
 }
 
 TEST_F(PipelineTest, PackedBatchesAreDeterministicAndKeepSamplesApart) {

@@ -259,6 +259,27 @@ TEST_F(ServerE2ETest, SigkilledServerFailsOverWithoutLossOrRepeat) {
   EXPECT_EQ(ids.size(), samples) << "a sample id was repeated within an epoch";
   EXPECT_GE((*c)->stats().reconnects, 1u);
   EXPECT_EQ((*c)->cursor(), next);
+  // The client's coverage ledger across the failover is exact: written as a trainer's JSON,
+  // conveyor audit proves epoch 0 (its part so far) against the order.
+  std::string json = "{\"coverage\": [";
+  for (const client::CoverageSlice& s : (*c)->coverage()) {
+    char digest[17];
+    std::snprintf(digest, sizeof digest, "%016llx", static_cast<unsigned long long>(s.digest));
+    json += (json.back() == '[' ? "" : ", ") + std::string("{\"epoch\": ") + std::to_string(s.epoch) +
+            ", \"consumer\": " + std::to_string(s.consumer) + ", \"consumers\": " + std::to_string(s.consumers) +
+            ", \"global_batch_size\": " + std::to_string(s.global_batch_size) +
+            ", \"samples\": " + std::to_string(s.samples) + ", \"digest\": \"" + digest +
+            "\", \"first_position\": " + std::to_string(s.first_position) +
+            ", \"end_position\": " + std::to_string(s.end_position) + "}";
+  }
+  json += "]}";
+  testing::WriteFile(dir_->Join("failover-coverage.json"), json);
+  int code = 0;
+  const std::string audit = Capture(StrCatForShell({kCli, "audit", ds(), "--config", small(), "--epoch", "0",
+                                                    "--trainer-json", dir_->Join("failover-coverage.json")}),
+                                    &code);
+  EXPECT_EQ(code, 0) << audit << json;
+  EXPECT_NE(audit.find("EXACT"), std::string::npos) << audit;
 }
 
 TEST_F(ServerE2ETest, SigtermDrainsAndTheClientMovesOn) {
@@ -304,7 +325,7 @@ TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
     c->reset();
     EXPECT_EQ(a->Stop(SIGTERM), 0) << a->log();
   }
-  EXPECT_EQ(saved, (client::Cursor{0, 5}));
+  EXPECT_EQ(saved, (client::Cursor{0, 5, 5 * 32}));  // with its sample position
   auto fresh = Serve();
   ASSERT_TRUE(fresh->ok());
   client::ClientOptions o = Options({fresh->address()});
@@ -320,6 +341,189 @@ TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
     got.push_back(Line(*batch));
   }
   EXPECT_EQ(got, Offline(small(), kSteps + 2));
+}
+
+// Issue 30 item 1 through real servers: a job at B = 32 on 4 ranks saves its cursor after 5 global
+// batches (sample position 160); restarted at B = 48 on 3 ranks with that cursor, it continues the
+// same global sample sequence, nothing lost or repeated: the 6th global batch is the first of 48
+// (positions 160..207), and (400 - 160) / 48 = 5 batches end epoch 0 before epoch 1 starts at 0.
+TEST_F(ServerE2ETest, ResumeAtAnotherGlobalBatchSizeAndWorldSize) {
+  auto server = Serve();
+  ASSERT_TRUE(server->ok());
+  auto config_at = [](int batch) {
+    std::string text = kSmallConfig;
+    const std::string from = "global_batch_size: 32";
+    text.replace(text.find(from), from.size(), "global_batch_size: " + std::to_string(batch));
+    return text;
+  };
+  struct Global {
+    std::vector<client::Cursor> cursors;
+    std::vector<std::vector<uint64_t>> ids;  // per global batch, the ranks' slices joined
+    std::vector<client::Cursor> saved;       // each rank's cursor() at the end
+    uint64_t batch_size = 0;
+  };
+  auto run = [&](int batch, uint32_t ranks, client::Cursor start, uint64_t steps,
+                 const std::string& job = "e2e") {
+    Global g;
+    g.ids.resize(steps);
+    for (uint32_t r = 0; r < ranks; ++r) {
+      client::ClientOptions o = Options({server->address()});
+      o.job = job;
+      o.config_name.clear();
+      o.config_yaml = config_at(batch);
+      o.consumer = r;
+      o.consumers = ranks;
+      o.start = start;
+      o.max_batches = steps;
+      auto c = client::Client::Create(o);
+      EXPECT_TRUE(c.ok()) << c.status();
+      if (!c.ok()) return g;
+      for (uint64_t s = 0; s < steps; ++s) {
+        absl::StatusOr<std::optional<client::Batch>> b = (*c)->Next();
+        EXPECT_TRUE(b.ok() && b->has_value()) << b.status();
+        if (!b.ok() || !b->has_value()) return g;
+        if (r == 0) g.cursors.push_back((*b)->cursor);
+        EXPECT_EQ((*b)->cursor, g.cursors[s]) << "rank " << r;
+        for (const client::SampleId& id : (*b)->ids) g.ids[s].push_back(id.index);
+      }
+      g.saved.push_back((*c)->cursor());
+      g.batch_size = (*c)->global_batch_size();
+    }
+    return g;
+  };
+  // The reference: positions 0..399 of epoch 0 and 0..95 of epoch 1, from one rank at B = 16.
+  const Global ref = run(16, 1, client::Cursor{0, 0}, 31, "reference");
+  ASSERT_EQ(ref.ids.size(), 31u);
+  std::vector<uint64_t> order[2];
+  for (size_t s = 0; s < ref.ids.size(); ++s) {
+    order[ref.cursors[s].epoch].insert(order[ref.cursors[s].epoch].end(), ref.ids[s].begin(), ref.ids[s].end());
+  }
+  ASSERT_EQ(order[0].size(), 400u);
+
+  const Global before = run(32, 4, client::Cursor{0, 0}, 5);
+  ASSERT_EQ(before.saved.size(), 4u);
+  EXPECT_EQ(before.batch_size, 32u);
+  for (const client::Cursor& c : before.saved) EXPECT_EQ(c, (client::Cursor{0, 5, 160})) << c.ToString();
+  absl::StatusOr<client::Cursor> checkpoint = client::Cursor::Parse(before.saved[0].ToString());
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+
+  const Global after = run(48, 3, *checkpoint, 7);
+  ASSERT_EQ(after.cursors.size(), 7u);
+  EXPECT_EQ(after.batch_size, 48u);
+  EXPECT_EQ(after.cursors[0], (client::Cursor{0, 3, 160}));  // the first batch of 48
+  EXPECT_EQ(after.cursors[4], (client::Cursor{0, 7, 352}));  // the resumed epoch's last
+  EXPECT_EQ(after.cursors[5], (client::Cursor{1, 0, 0}));
+  for (const client::Cursor& c : after.saved) EXPECT_EQ(c, (client::Cursor{1, 2, 96}));
+
+  std::vector<uint64_t> got[2];
+  for (size_t s = 0; s < before.ids.size(); ++s) got[0].insert(got[0].end(), before.ids[s].begin(), before.ids[s].end());
+  for (size_t s = 0; s < after.ids.size(); ++s) {
+    got[after.cursors[s].epoch].insert(got[after.cursors[s].epoch].end(), after.ids[s].begin(), after.ids[s].end());
+  }
+  EXPECT_EQ(got[0], order[0]);  // every sample of epoch 0 once, in the order's sequence
+  EXPECT_EQ(got[1], order[1]);
+  EXPECT_EQ(std::set<uint64_t>(got[0].begin(), got[0].end()).size(), 400u);
+
+  // An EPOCH:STEP cursor keeps meaning steps of the batch size it was recorded at: converted with
+  // PositionAt(32), 0:5 resumes at B = 48 exactly where 0@160 does.
+  uint64_t position = 0;
+  ASSERT_TRUE(client::Cursor(0, 5).PositionAt(32, &position));
+  const Global old_cursor = run(48, 3, client::Cursor{0, 0, position}, 1, "old-cursor");
+  ASSERT_EQ(old_cursor.ids.size(), 1u);
+  EXPECT_EQ(old_cursor.ids[0], after.ids[0]);
+
+  // The server's coverage ledger proves epoch 0 across the resize: 4 slices at 32 for positions
+  // 0..159, 3 slices at 48 for 160..399, every one exact.
+  int code = 0;
+  const std::string audit = Capture(StrCatForShell({kCli, "audit", ds(), "--config", small(), "--servers",
+                                                    server->address(), "--job", "e2e", "--epoch", "0"}),
+                                    &code);
+  EXPECT_EQ(code, 0) << audit;
+  EXPECT_NE(audit.find("EXACT, 400 samples delivered, 400 expected"), std::string::npos) << audit;
+  EXPECT_NE(audit.find("slice 3/4 at global batch 32, positions 0..159: exact, 40 samples"), std::string::npos) << audit;
+  EXPECT_NE(audit.find("slice 2/3 at global batch 48, positions 160..399: exact, 80 samples"), std::string::npos) << audit;
+}
+
+// Issue 30 item 2: a job whose two ranks both think they are rank 0 of 2 trains on half the data
+// twice, without an error anywhere; the coverage ledger of the server shows it. A job whose ranks
+// are right is exact.
+TEST_F(ServerE2ETest, AuditProvesAnEpochAndReportsTwoRanksWithTheSameRank) {
+  auto server = Serve({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(server->ok());
+  auto epoch_of = [&](const std::string& job, uint32_t rank, uint64_t steps, client::Cursor start = {}) {
+    client::ClientOptions o = Options({server->address()});
+    o.job = job;
+    o.start = start;
+    o.consumer = rank;
+    o.consumers = 2;
+    o.max_batches = steps;
+    auto c = client::Client::Create(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    std::vector<std::string> first;
+    if (!c.ok()) return first;
+    for (;;) {
+      absl::StatusOr<std::optional<client::Batch>> b = (*c)->Next();
+      EXPECT_TRUE(b.ok()) << b.status();
+      if (!b.ok() || !b->has_value()) break;
+      for (const client::SampleId& id : (*b)->ids) {
+        if (first.size() < 5) first.push_back(std::to_string(id.episode) + "/" + std::to_string(id.step));
+      }
+    }
+    std::vector<client::CoverageSlice> ledger = (*c)->coverage();  // the client's own ledger
+    EXPECT_EQ(ledger.size(), 1u);
+    if (!ledger.empty()) {
+      EXPECT_EQ(ledger[0].samples, steps * 16);
+    }
+    return first;
+  };
+  auto audit = [&](const std::string& job, int* code) {
+    return Capture(StrCatForShell({kCli, "audit", ds(), "--config", small(), "--servers", server->address(),
+                                   "--job", job, "--epoch", "0"}),
+                   code);
+  };
+  epoch_of("right", 0, kSteps);
+  epoch_of("right", 1, kSteps);
+  int code = 0;
+  std::string out = audit("right", &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("EXACT, 384 samples delivered, 384 expected"), std::string::npos) << out;
+
+  epoch_of("same-rank", 0, kSteps);
+  epoch_of("same-rank", 0, kSteps);  // the misconfigured second rank
+  out = audit("same-rank", &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("NOT EXACT"), std::string::npos) << out;
+  EXPECT_NE(out.find("slice 0/2 at global batch 32, positions 0..383: duplicated: delivered 2 times"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("slice 1/2 at global batch 32, positions 0..383: missing: 0 of 192 samples"),
+            std::string::npos) << out;
+  // The first samples named are those rank 1 should have had.
+  std::string want;
+  for (const std::string& id : epoch_of("probe", 1, 1)) want += (want.empty() ? "" : " ") + id;
+  EXPECT_NE(out.find("its first samples: " + want + "\n"), std::string::npos) << out << "\nwant " << want;
+  // A rank that stopped two batches early: its slice lacks them, and the audit names the first.
+  epoch_of("short", 0, kSteps);
+  epoch_of("short", 1, kSteps - 2);
+  out = audit("short", &code);
+  EXPECT_EQ(code, 1) << out;
+  want.clear();
+  for (const std::string& id : epoch_of("probe", 1, 1, client::Cursor{0, kSteps - 2})) {
+    want += (want.empty() ? "" : " ") + id;
+  }
+  EXPECT_NE(out.find("slice 1/2 at global batch 32, positions 0..383: missing samples: 160 of 192; it covered "
+                     "positions 0..319 only; the first samples it lacks: " + want + "\n"),
+            std::string::npos)
+      << out << "\nwant " << want;
+  // conveyor top flags it too; and the metrics carry each job's latest epoch.
+  const std::string top = Capture(StrCatForShell({kCli, "top", server->address(), "--iterations", "1"}), &code);
+  EXPECT_NE(top.find("coverage: epoch 0, 384 samples to 1 of 2 slices UNEVEN: run conveyor audit"), std::string::npos)
+      << top;
+  EXPECT_NE(top.find("coverage: epoch 0, 384 samples to 2 of 2 slices\n"), std::string::npos) << top;
+  const std::string metrics = Capture("curl -sf http://" + server->metrics_address() + "/metrics", &code);
+  ASSERT_EQ(code, 0);
+  EXPECT_NE(metrics.find("conveyor_coverage_epoch_samples{job=\"same-rank\"} 384"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("conveyor_coverage_epoch_slices{job=\"same-rank\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("conveyor_coverage_epoch_slices{job=\"right\"} 2"), std::string::npos) << metrics;
 }
 
 TEST_F(ServerE2ETest, ManyConsumersAndJobsAtOnceEachGetTheirOwnExactSlices) {

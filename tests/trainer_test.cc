@@ -108,14 +108,15 @@ json ReadJson(const std::string& path) {
 
 // One rank (or `ranks` ranks) of `conveyor train` with a checkpoint file; returns each rank's JSON.
 std::vector<json> TrainWithCheckpoint(const std::string& address, const testing::TempDir& dir,
-                                      const std::string& tag, int ranks, int steps, const std::string& ckpt) {
+                                      const std::string& tag, int ranks, int steps, const std::string& ckpt,
+                                      const std::string& config = "train.yaml") {
   std::vector<json> out(ranks);
   std::vector<testing::CommandResult> res(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       std::string cmd = kCli + " train --servers " + address + " --rank " + std::to_string(r) +
-                        " --world-size " + std::to_string(ranks) + " --config " + dir.Join("train.yaml") +
+                        " --world-size " + std::to_string(ranks) + " --config " + dir.Join(config) +
                         " --steps " + std::to_string(steps) + " --lr 0.01 --checkpoint-every 3 --json " +
                         dir.Join(tag + "-" + std::to_string(r) + ".json");
       cmd += ranks > 1 ? " --comm gloo --comm-host 127.0.0.1 --rendezvous " + dir.Join("rdv-" + tag) : " --comm none";
@@ -153,6 +154,16 @@ pipeline:
   testing::ServerProcess server(kCli, {dir.Join("ds"), "--config", dir.Join("train.yaml")}, dir.path());
   ASSERT_TRUE(server.ok()) << server.log();
   const json whole = TrainWithCheckpoint(server.address(), dir, "whole", 1, 24, "")[0];
+  // What the rank received, in its JSON's coverage ledger, is the order's first 24 x 8 positions
+  // of epoch 0 (conveyor audit --trainer-json; the epoch has 600).
+  ASSERT_EQ(whole["coverage"].size(), 1u) << whole["coverage"].dump();
+  EXPECT_EQ(whole["coverage"][0]["samples"], 192);
+  testing::CommandResult audit = testing::RunCommand(
+      kCli + " audit " + dir.Join("ds") + " --config " + dir.Join("train.yaml") + " --epoch 0 --trainer-json " +
+          dir.Join("whole-0.json"), 120);
+  EXPECT_EQ(audit.exit_code, 0) << audit.output;
+  EXPECT_NE(audit.output.find("EXACT, 192 samples delivered, 192 expected"), std::string::npos) << audit.output;
+  EXPECT_NE(audit.output.find("in progress (up to position 192)"), std::string::npos) << audit.output;
   const std::string ckpt = dir.Join("state.ckpt");
   const json first = TrainWithCheckpoint(server.address(), dir, "first", 1, 10, ckpt)[0];
   ASSERT_EQ(first["steps"].size(), 10u);
@@ -180,6 +191,41 @@ pipeline:
     EXPECT_EQ(two[0]["steps"][i]["cursor"], whole["steps"][10 + i]["cursor"]);
   }
   EXPECT_EQ(two[0]["weights_fnv1a"], two[1]["weights_fnv1a"]);
+
+  // The same checkpoint (sample position 80) resumed by three ranks at a global batch of 12: the
+  // same global sample sequence from there, the batch size changing at the first resumed step.
+  // So does the checkpoint rewritten as one from before positions (0:10 at its recorded 8).
+  EXPECT_NE(saved.find("\"cursor\":\"0@80\""), std::string::npos) << saved.substr(0, 300);
+  EXPECT_NE(saved.find("\"global_batch_size\":8"), std::string::npos);
+  std::string config12 = testing::ReadFile(dir.Join("train.yaml"));
+  config12.replace(config12.find("global_batch_size: 8"), 20, "global_batch_size: 12");
+  testing::WriteFile(dir.Join("train12.yaml"), config12);
+  json sequence = json::array();  // the uninterrupted run's, from step 10
+  for (size_t i = 10; i < 24; ++i) {
+    for (const json& id : whole["steps"][i]["ids"]) sequence.push_back(id);
+  }
+  std::string old_style = saved;
+  old_style.replace(old_style.find("\"cursor\":\"0@80\""), 15, "\"cursor\":\"0:10\"");
+  for (const std::string& text : {saved, old_style}) {
+    const bool old = text != saved;
+    testing::WriteFile(ckpt, text);
+    const std::vector<json> three =
+        TrainWithCheckpoint(server.address(), dir, old ? "three-old" : "three", 3, 24, ckpt, "train12.yaml");
+    for (int r = 0; r < 3; ++r) ASSERT_EQ(three[r]["steps"].size(), 14u) << r;
+    EXPECT_EQ(three[0]["resumed_cursor"].get<std::string>(), old ? "0:10" : "0@80");
+    EXPECT_EQ(three[0]["steps"][0]["cursor"], "0@80");
+    EXPECT_EQ(three[0]["steps"][1]["cursor"], "0@92");
+    json resumed = json::array();
+    for (size_t i = 0; i < 14; ++i) {
+      for (int r = 0; r < 3; ++r) {
+        ASSERT_EQ(three[r]["steps"][i]["ids"].size(), 4u);
+        for (const json& id : three[r]["steps"][i]["ids"]) resumed.push_back(id);
+      }
+    }
+    ASSERT_EQ(resumed.size(), 14u * 12);
+    EXPECT_EQ(json(std::vector<json>(resumed.begin(), resumed.begin() + sequence.size())), sequence);
+  }
+  testing::WriteFile(ckpt, saved);
 
   // A damaged checkpoint is refused with what is wrong, never trained from.
   std::string flipped = saved;

@@ -194,7 +194,7 @@ class BatchesCommand final : public Command {
     c->add_option("--config", o_.config, "Config (YAML): streams, pipeline, packing")->required();
     c->add_option("--consumer", o_.consumer, "This consumer's index (rank)")->check(CLI::NonNegativeNumber);
     c->add_option("--consumers", o_.consumers, "Number of consumers (ranks)")->check(CLI::PositiveNumber);
-    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP");
+    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP, or EPOCH@POSITION (a sample position: any batch size)");
     c->add_option("--steps", o_.steps, "Batches to produce")->check(CLI::PositiveNumber);
     c->add_option("--threads", o_.threads, "Worker threads (0 = one per core)")->check(CLI::NonNegativeNumber);
     c->add_option("--batch-size", o_.batch_size, "Global batch size (overrides the config)")->check(CLI::PositiveNumber);

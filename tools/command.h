@@ -40,5 +40,6 @@ std::unique_ptr<Command> NewBenchCommand();
 std::unique_ptr<Command> NewTopCommand();
 std::unique_ptr<Command> NewCacheCommand();
 std::unique_ptr<Command> NewCheckCommand();
+std::unique_ptr<Command> NewAuditCommand();
 
 }  // namespace conveyor::tools

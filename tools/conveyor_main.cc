@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   commands.push_back(tools::NewTrainCommand());
   commands.push_back(tools::NewBenchCommand());
   commands.push_back(tools::NewTopCommand());
+  commands.push_back(tools::NewAuditCommand());
   commands.push_back(tools::NewCacheCommand());
   commands.push_back(tools::NewCheckCommand());
   std::vector<CLI::App*> subcommands;
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
   bool known = argc < 2 || argv[1][0] == '-';
   for (const CLI::App* sub : subcommands) known = known || sub->check_name(argv[1]);
   if (!known) {
-    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch, train, bench, top, cache or check; see --help)\n", argv[1]);
+    std::fprintf(stderr, "conveyor: error: unknown command '%s' (expected synth, import, inspect, extract, sample, batches, serve, fetch, train, bench, top, cache, check or audit; see --help)\n", argv[1]);
     return 2;
   }
   try {

@@ -140,7 +140,8 @@ class FetchCommand final : public Command {
     c->add_option("--job", o_.job, "Job name (metrics, logs)")->capture_default_str();
     c->add_option("--consumer", o_.consumer, "This consumer's index (default: the launcher's rank, RANK or SLURM_PROCID ..., else 0; docs/launch.md)")->check(CLI::NonNegativeNumber);
     c->add_option("--consumers", o_.consumers, "Number of consumers (default: the launcher's world size, WORLD_SIZE or SLURM_STEP_NUM_TASKS ..., else 1)")->check(CLI::PositiveNumber);
-    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP")->capture_default_str();
+    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP, or EPOCH@POSITION (a sample position: any batch size)")
+        ->capture_default_str();
     c->add_option("--schedule-version", o_.schedule_version,
                   "The order's schedule version to resume (what --stats printed with the cursor; 0: the config's)");
     c->add_option("--steps", o_.steps, "Batches to stream (0: to the end of the stream)")->capture_default_str()->check(CLI::NonNegativeNumber);

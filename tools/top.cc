@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <tuple>
 #include <thread>
 
 #include "base/status_macros.h"
@@ -43,7 +44,31 @@ struct RankRow {
 struct JobRow {
   uint64_t samples = 0, streams = 0, queue = 0, budget = 0, decoded = 0, delivered = 0;
   std::map<uint32_t, RankRow> ranks;
+  // The coverage ledger's latest epoch over all servers: samples per (batch, consumers, consumer).
+  uint64_t coverage_epoch = 0;
+  std::map<std::tuple<uint64_t, uint32_t, uint32_t>, uint64_t> coverage;
 };
+
+// "epoch E: N samples to S of M slices", flagging a layout whose slices are not all there or not
+// even (a rank missing, two ranks with the same rank): `conveyor audit` says exactly.
+std::string CoverageLine(const JobRow& job) {
+  if (job.coverage.empty()) return "";
+  uint64_t samples = 0, expected_slices = 0;
+  std::map<std::pair<uint64_t, uint32_t>, std::vector<uint64_t>> layouts;
+  for (const auto& [key, n] : job.coverage) {
+    samples += n;
+    layouts[{std::get<0>(key), std::get<1>(key)}].push_back(n);
+  }
+  bool uneven = false;
+  for (const auto& [layout, counts] : layouts) {
+    expected_slices += layout.second;
+    uneven = uneven || counts.size() != layout.second ||
+             *std::max_element(counts.begin(), counts.end()) > *std::min_element(counts.begin(), counts.end()) +
+                                                                   8 * (layout.first / layout.second);
+  }
+  return StrCat("    coverage: epoch ", job.coverage_epoch, ", ", samples, " samples to ", job.coverage.size(), " of ",
+                expected_slices, " slices", uneven ? " UNEVEN: run conveyor audit" : "", "\n");
+}
 
 // The bucket's upper bound where the cumulative count reaches q, never above the largest wait.
 double Quantile(const std::vector<uint64_t>& buckets, const std::vector<double>& bounds, double max,
@@ -135,6 +160,15 @@ absl::Status RunTop(const TopOptions& o) {
         row.budget += j.queue_budget_bytes();
         row.decoded += j.frames_decoded();
         row.delivered += j.frames_delivered();
+        for (const pb::CoverageSlice& c : j.coverage()) {
+          if (c.epoch() > row.coverage_epoch) {
+            row.coverage_epoch = c.epoch();
+            row.coverage.clear();
+          }
+          if (c.epoch() == row.coverage_epoch) {
+            row.coverage[{c.global_batch_size(), c.consumers(), c.consumer()}] += c.samples();
+          }
+        }
         for (const pb::RankWait& w : j.ranks()) {
           RankRow& r = row.ranks[w.rank()];
           r.rank = w.rank();
@@ -191,6 +225,7 @@ absl::Status RunTop(const TopOptions& o) {
                     job.ranks.empty() ? "-" : Ms(Quantile(all, bounds, max, 0.99)).c_str(),
                     job.ranks.empty() ? "-" : Ms(max).c_str(), waits_most.c_str());
       out += line;
+      out += CoverageLine(job);
       // The ranks that wait most, most first.
       std::vector<const RankRow*> by_share;
       for (const auto& [rank, r] : job.ranks) by_share.push_back(&r);

@@ -95,7 +95,8 @@ class TrainCommand final : public Command {
     c->add_option("--job", o_.job, "Job name")->capture_default_str();
     c->add_option("--rank", o_.rank, "This rank (default: the launcher's, RANK or SLURM_PROCID ..., else 0; docs/launch.md)");
     c->add_option("--world-size", o_.world_size, "Ranks (default: the launcher's, WORLD_SIZE or SLURM_STEP_NUM_TASKS ..., else 1)");
-    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP")->capture_default_str();
+    c->add_option("--cursor", o_.cursor, "Start at EPOCH:STEP, or EPOCH@POSITION (a sample position: any batch size)")
+        ->capture_default_str();
     auto* config = c->add_option("--config", o_.config, "Config (YAML) to send");
     c->add_option("--config-name", o_.config_name, "The server's config of this name")->excludes(config);
     c->add_option("--auth-token-file", o_.auth_token_file, "Bearer token file");

@@ -200,7 +200,8 @@ absl::Status WriteCheckpoint(const std::string& path, const TrainState& st) {
   nlohmann::json head = {{"step", st.step},   {"cursor", st.cursor},          {"in", st.in},
                          {"out", st.out},     {"adam_t", st.adam_t},          {"bytes", body.size()},
                          {"fnv1a", Hex64(Fnv1a(body.data(), body.size()))},
-                         {"schedule_version", st.schedule_version}};
+                         {"schedule_version", st.schedule_version},
+                         {"global_batch_size", st.global_batch_size}};
   const std::string text = kCheckpointMagic + head.dump() + "\n" + body;
   const std::string tmp = StrCat(path, ".tmp.", getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -253,6 +254,7 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path) {
     bytes = head.at("bytes").get<size_t>();
     fnv = head.at("fnv1a").get<std::string>();
     st.schedule_version = head.value("schedule_version", 0u);
+    st.global_batch_size = head.value("global_batch_size", uint64_t{0});
   } catch (const nlohmann::json::exception& e) {
     return bad(StrCat("bad header: ", e.what()));
   }
@@ -353,6 +355,16 @@ absl::StatusOr<int64_t> Resume(const TrainOptions& o, client::ClientOptions* co,
   }
   absl::StatusOr<client::Cursor> cursor = client::Cursor::Parse(ck->cursor);
   if (!cursor.ok()) return absl::DataLossError(StrCat("checkpoint ", o.checkpoint, ": ", cursor.status().message()));
+  // An EPOCH:STEP cursor (a checkpoint from a server that predates positions) keeps the meaning
+  // it had at the batch size it was recorded with, whatever the batch size now.
+  if (!cursor->position && ck->global_batch_size > 0) {
+    uint64_t position = 0;
+    if (!cursor->PositionAt(ck->global_batch_size, &position)) {
+      return absl::DataLossError(StrCat("checkpoint ", o.checkpoint, ": cursor ", ck->cursor,
+                                        " at global_batch_size ", ck->global_batch_size, " overflows"));
+    }
+    cursor->position = position;
+  }
   co->start = *cursor;
   co->schedule_version = ck->schedule_version;  // the order the run started with
   if (ck->in > 0) {
@@ -465,7 +477,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   auto save = [&](int64_t steps_done, const client::Cursor& next) -> absl::Status {
     if (o.checkpoint.empty() || r.rank != 0) return absl::OkStatus();
     TrainState st{steps_done, next.ToString(), model.in, model.out, model.t,
-                  model.w,    model.m,         model.v,  client->schedule_version()};
+                  model.w,    model.m,         model.v,  client->schedule_version(),
+                  client->global_batch_size()};
     return WriteCheckpoint(o.checkpoint, st);
   };
   absl::StatusOr<std::unique_ptr<Communicator>> comm =
@@ -571,6 +584,7 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   SummarizeSteps(seconds, samples, &r);
   if (absl::Status s = ReduceLosses(losses, **comm, &r); !s.ok()) return s;
   r.weights_fnv1a = Hex64(Fnv1a(model.w.data(), model.w.size() * sizeof(float)));
+  r.coverage = client->coverage();
   return r;
 }
 
@@ -601,6 +615,15 @@ std::string ResultJson(const TrainResult& r) {
               {"first_step", r.first_step_loss}, {"first_step_mean_action", r.first_step_mean_loss},
               {"first_step_ratio", r.first_step_mean_loss > 0 ? r.first_step_loss / r.first_step_mean_loss : 0}}},
             {"steps", steps}};
+  // What this rank received, per epoch and consumer slice: `conveyor audit --trainer-json`.
+  json coverage = json::array();
+  for (const client::CoverageSlice& c : r.coverage) {
+    coverage.push_back({{"epoch", c.epoch}, {"consumer", c.consumer}, {"consumers", c.consumers},
+                        {"global_batch_size", c.global_batch_size}, {"samples", c.samples},
+                        {"digest", Hex64(c.digest)}, {"first_position", c.first_position},
+                        {"end_position", c.end_position}, {"batches", c.batches}});
+  }
+  j["coverage"] = coverage;
   return j.dump(2) + "\n";
 }
 

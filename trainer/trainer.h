@@ -38,8 +38,8 @@ struct TrainOptions {
   double step_ms = 0;
   // The training state (weights, Adam moments, steps done, the global cursor of the next batch)
   // in one file. When it exists at start, training resumes from it: at its step, with its
-  // weights, at its cursor (which overrides client.start), with any world size at the same
-  // global batch. Rank 0 rewrites it atomically every `checkpoint_every` steps and at the end.
+  // weights, at its cursor (which overrides client.start), with any world size and any global
+  // batch size (the cursor names a sample position: docs/trainer.md). Rank 0 rewrites it atomically every `checkpoint_every` steps and at the end.
   std::string checkpoint;
   int64_t checkpoint_every = 10;
 };
@@ -49,7 +49,7 @@ struct StepTimes {
   double wait = 0, h2d = 0, compute = 0, comm = 0, total = 0;
   double loss = 0;
   uint64_t samples = 0;
-  std::string cursor;             // the batch's place in the global order, EPOCH:STEP
+  std::string cursor;             // the batch's place in the global order, EPOCH@POSITION
   std::vector<std::string> ids;   // this rank's samples, in batch order (EPISODE/STEP)
 };
 
@@ -74,16 +74,21 @@ struct TrainResult {
   std::string config_sent;        // what was sent to the server (after any shift)
   int64_t resumed_at_step = -1;   // from the checkpoint; -1: started fresh
   std::string resumed_cursor;
+  std::vector<client::CoverageSlice> coverage;  // what this rank received (client::Client::coverage)
 };
 
 // The training state a checkpoint holds (trainer.cc writes and reads it; public for tests).
 struct TrainState {
   int64_t step = 0;               // steps done
-  std::string cursor = "0:0";     // the global cursor of the next batch
+  std::string cursor = "0:0";     // the global cursor of the next batch (EPOCH@POSITION or EPOCH:STEP)
   int64_t in = 0, out = 0;        // the linear policy's shape
   int64_t adam_t = 0;
   std::vector<float> w, m, v;     // each in * out
   uint32_t schedule_version = 0;  // the order's (client::Client::schedule_version); 0: unknown
+  // The global batch size the cursor was recorded at (client::Client::global_batch_size); 0:
+  // unknown (older checkpoints). With an EPOCH:STEP cursor, resuming converts it to the sample
+  // position step x this, so a checkpoint resumes at another batch size.
+  uint64_t global_batch_size = 0;
 };
 
 // Writes `state` to `path` atomically (a temporary file beside it, fsync, rename), so a reader

@@ -19,6 +19,8 @@ Each yielded batch is a dict with, in this order:
     alive by their `base` (a capsule owning the batch's storage) for as long as any array of the
     batch lives, after the Loader is gone too;
   - "_cursor": (epoch, step) of this batch; "_next": (epoch, step) right after it;
+    "_position", "_next_position": their sample positions in the epoch's order (None from a
+    server that predates them): what state_dict() saves, so a job resumes at any batch size;
   - "_consumer", "_consumers": the slice this rank got (rank, world size);
   - "_ids": int64 array [n, 3] of (dataset sample index, episode, anchor step) per sample;
   - "_dataset": int32 array [n]: each sample's dataset in a mixture (docs/mixtures.md), else 0;
@@ -51,10 +53,13 @@ __all__ = ["Loader", "Client", "ConveyorError", "Tensor", "METADATA_KEYS", "tens
            "parse_servers", "launch_env", "STATE_VERSION", "__version__", "device_supported",
            "protocol_version"]
 
-# state_dict() layout version; load_state_dict() refuses others.
-# state_dict() format. 2 adds "schedule_version" (the order's GOP schedule version); a version-1
-# state has none and was saved under schedule version 1, so it resumes under that.
-STATE_VERSION = 2
+# state_dict() format; load_state_dict() reads this one and the earlier ones. 2 adds
+# "schedule_version" (the order's GOP schedule version); a version-1 state has none and was saved
+# under schedule version 1, so it resumes under that. 3 adds "position" (the sample position of the
+# next batch in its epoch: resumes at any global batch size) and "global_batch_size" (the one the
+# cursor was recorded at); a version-1 or 2 state resumes its (epoch, step) at the config's batch
+# size, as before (set "global_batch_size" in it to resume it at another one).
+STATE_VERSION = 3
 # Schedule versions this Loader can ask for (0: the config's); the server refuses ones it does not
 # know. 3 is version 2's order with audio decoded in chunks (docs/pipeline.md "Schedule versions").
 _SCHEDULE_VERSIONS = (0, 1, 2, 3)
@@ -92,13 +97,24 @@ def launch_env(rank=None, world_size=None, servers=None, servers_required=False)
                            servers_required=servers_required)
 
 
+def _parse_start(start):
+    """((epoch, step), position or None) from (epoch, step), "EPOCH:STEP" or "EPOCH@POSITION"."""
+    if isinstance(start, str) and "@" in start:
+        parts = start.split("@")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"cursor {start!r}: expected 'EPOCH@POSITION', e.g. '0@640'")
+        return (int(parts[0]), 0), int(parts[1])
+    return _parse_cursor(start), None
+
+
 def _parse_cursor(start):
     if start is None:
         return (0, 0)
     if isinstance(start, str):
         parts = start.split(":")
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise ValueError(f"cursor {start!r}: expected 'EPOCH:STEP', e.g. '0:0'")
+            raise ValueError(f"cursor {start!r}: expected 'EPOCH:STEP' or 'EPOCH@POSITION', "
+                             "e.g. '0:0' or '0@640'")
         return (int(parts[0]), int(parts[1]))
     epoch, step = start
     epoch, step = int(epoch), int(step)
@@ -216,8 +232,9 @@ class Loader(_Base):
         jax.process_count().
       config: a path to a YAML config, or YAML text, sent to the server; config_name: one of the
         configs the server was started with. Neither: the server's default (first) config.
-      start: cursor (epoch, step) or "EPOCH:STEP" to begin at; default 0:0. load_state_dict()
-        replaces it.
+      start: cursor (epoch, step) or "EPOCH:STEP" to begin at (steps of the config's global
+        batch size), or "EPOCH@POSITION" (a sample position in the epoch's order, at any batch
+        size); default 0:0. load_state_dict() replaces it.
       max_batches: stop each iteration after this many batches (0: until the server's
         max_epochs, or forever).
       prefetch: batches the C++ client keeps received ahead of the trainer (its own thread; no
@@ -284,24 +301,31 @@ class Loader(_Base):
         self.auth_token = auth_token or ""
         self.reconnect_timeout_s = float(reconnect_timeout_s)
         self.client_options = client_options
-        self._cursor = _parse_cursor(start)
+        self._cursor, self._position = _parse_start(start)
+        self._global_batch_size = 0  # the server's, from the first batch (or a loaded state)
         self._schedule_version = 0 if schedule_version is None else int(schedule_version)
         if self._schedule_version not in _SCHEDULE_VERSIONS:
             raise ValueError(f"schedule_version {schedule_version!r}: expected 1 to 3")
         self._iterator = None   # the running iteration's generator, closed by the next one
         self._client = None     # its client, for stats()
         self._last_stats = {}
+        self._coverage = []     # the ledgers of iterations that ended
 
     # --- iteration -------------------------------------------------------------------------
 
     def _make_client(self):
         return Client(servers=self.servers, job=self.job, consumer=self.rank,
-                      consumers=self.world_size, start=self._cursor, config_yaml=self.config_yaml,
+                      consumers=self.world_size, start=self._start(), config_yaml=self.config_yaml,
                       config_name=self.config_name, max_batches=self.max_batches,
                       prefetch_batches=self.prefetch, prefetch_bytes=self.prefetch_bytes,
                       auth_token=self.auth_token, reconnect_timeout_s=self.reconnect_timeout_s,
                       schedule_version=self._schedule_version, device=self._device_index,
                       **self.client_options)
+
+    def _start(self):
+        if self._position is None:
+            return self._cursor
+        return f"{self._cursor[0]}@{self._position}"
 
     def __iter__(self):
         if _HAVE_TORCH:
@@ -318,6 +342,7 @@ class Loader(_Base):
 
     def _generate(self, client):
         self._client = client
+        first = True
         try:
             while True:
                 try:
@@ -328,8 +353,12 @@ class Loader(_Base):
                 # a state_dict() taken while it holds this batch resumes after it. The schedule
                 # version is pinned from the first batch on, so later iterations keep the order.
                 self._cursor = batch["_next"]
+                self._position = batch["_next_position"]
                 if not self._schedule_version:
                     self._schedule_version = client.schedule_version()
+                if first:  # the batch size this stream's steps count (maybe not a loaded state's)
+                    first = False
+                    self._global_batch_size = client.global_batch_size()
                 if self._device_index >= 0:
                     batch = {k: (v if k in METADATA_KEYS else _torch_from_device(v))
                              for k, v in batch.items()}
@@ -338,6 +367,7 @@ class Loader(_Base):
         finally:
             if not client.closed:
                 self._last_stats = client.stats()
+                self._coverage += client.coverage()
             client.close()
 
     def close(self):
@@ -345,6 +375,7 @@ class Loader(_Base):
         next() waiting in another thread raises ConveyorError (code CANCELLED) at once."""
         client = self._client
         if client is not None and not client.closed:
+            self._coverage += client.coverage()
             client.close()
         it, self._iterator = self._iterator, None
         if it is not None:
@@ -361,6 +392,16 @@ class Loader(_Base):
             return dict(self._last_stats)
         return self._client.stats()
 
+    def coverage(self):
+        """The coverage ledger of every batch this loader yielded, per epoch and consumer slice
+        (one entry per slice and iteration; `conveyor audit` adds them up): write it as
+        {"coverage": loader.coverage()} to a JSON file, and `conveyor audit DATASET --config F
+        --epoch E --trainer-json FILE ...` checks the ranks' files against the order
+        (docs/pipeline.md "Coverage ledger")."""
+        client = self._client
+        current = client.coverage() if client is not None and not client.closed else []
+        return list(self._coverage) + current
+
     # --- state -------------------------------------------------------------------------------
 
     @property
@@ -369,40 +410,67 @@ class Loader(_Base):
         return self._cursor
 
     @property
+    def position(self):
+        """The sample position in its epoch of the next batch (None when not known: before the
+        first batch from an (epoch, step) start, or from a server that predates positions)."""
+        return self._position
+
+    @property
     def schedule_version(self):
         """The order's GOP schedule version (0 until the first batch, unless given)."""
         return self._schedule_version
 
     def state_dict(self, after=None):
-        """{"version", "cursor": [epoch, step], "schedule_version", "job", "rank", "world_size"};
-        plain JSON types.
+        """{"version", "cursor": [epoch, step], "position", "global_batch_size",
+        "schedule_version", "job", "rank", "world_size"}; plain JSON types.
 
-        The cursor is global (a step of the global batch), the same on every rank; a job may
-        resume it with another world_size when the global batch size stays a multiple of it.
-        schedule_version is the order's (0 when no batch was received yet and none was given).
+        The cursor is global, the same on every rank: "position" is the next batch's sample
+        position in the epoch's order, so a job may resume it with another world_size and another
+        global batch size (a multiple of the world size) and continue the same global sample
+        sequence (docs/python.md "State"). "cursor" is (epoch, step) at "global_batch_size", the
+        batch size it was recorded at (what "position" is None without: a server that predates
+        positions). schedule_version is the order's (0 when no batch was received yet and none
+        was given).
 
         after: a batch (any dict with its "_next" key) to resume right after, instead of after
         the last batch yielded: for a trainer that holds batches ahead of its step
         (conveyor.jax.prefetch_to_device), the state of the last batch it trained on.
         """
-        cursor = self._cursor if after is None else _parse_cursor(after["_next"])
+        if after is None:
+            cursor, position = self._cursor, self._position
+        else:
+            cursor, position = _parse_cursor(after["_next"]), after.get("_next_position")
         return {"version": STATE_VERSION, "cursor": [int(cursor[0]), int(cursor[1])],
+                "position": None if position is None else int(position),
+                "global_batch_size": int(self._global_batch_size),
                 "schedule_version": int(self._schedule_version),
                 "job": self.job, "rank": self.rank, "world_size": self.world_size}
 
     def load_state_dict(self, state_dict):
         """Resume: the next iteration starts at the saved cursor, in the saved order's schedule
         version (a version-1 state, saved before schedule versions existed, resumes under
-        schedule version 1)."""
+        schedule version 1). A state with a position resumes there at any global batch size
+        and world size; one without (versions 1 and 2, or from an older server) resumes its
+        (epoch, step) at its "global_batch_size" when it has one, else at the config's."""
         version = state_dict.get("version")
-        if version not in (1, STATE_VERSION):
+        if version not in (1, 2, STATE_VERSION):
             raise ValueError(f"conveyor.Loader state version {version!r}, this release reads "
-                             f"1 and {STATE_VERSION}")
+                             f"1 to {STATE_VERSION}")
         if state_dict.get("job", self.job) != self.job:
             warnings.warn(f"conveyor.Loader: state of job {state_dict['job']!r} loaded into job "
                           f"{self.job!r}", stacklevel=2)
         self.close()
-        self._cursor = _parse_cursor(state_dict["cursor"])
+        cursor = _parse_cursor(state_dict["cursor"])
+        position = state_dict.get("position")
+        batch_size = int(state_dict.get("global_batch_size") or 0)
+        if position is not None:
+            position = int(position)
+            if position < 0:
+                raise ValueError(f"conveyor.Loader state: position {position!r} must be >= 0")
+        elif batch_size > 0:
+            position = cursor[1] * batch_size  # the step at the batch size it was recorded at
+        self._cursor, self._position = cursor, position
+        self._global_batch_size = batch_size
         schedule = 1 if version == 1 else int(state_dict.get("schedule_version", 0))
         if schedule not in _SCHEDULE_VERSIONS:
             raise ValueError(f"conveyor.Loader state: schedule_version {schedule!r}, expected 1 to 3")
@@ -416,7 +484,7 @@ class Loader(_Base):
 
     def __repr__(self):
         return (f"conveyor.Loader(servers={self.servers!r}, job={self.job!r}, rank={self.rank}, "
-                f"world_size={self.world_size}, cursor={self._cursor[0]}:{self._cursor[1]}, "
+                f"world_size={self.world_size}, cursor={self._start()!r}, "
                 f"device={self.device!r})")
 
     def __del__(self):

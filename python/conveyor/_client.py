@@ -33,8 +33,8 @@ from ._lib import ConveyorError, lib
 
 __version__ = _lib.VERSION
 
-METADATA_KEYS = ("_cursor", "_next", "_consumer", "_consumers", "_ids", "_dataset", "_server",
-                 "_packed_sequences", "_fill_ratio")
+METADATA_KEYS = ("_cursor", "_next", "_position", "_next_position", "_consumer", "_consumers",
+                 "_ids", "_dataset", "_server", "_packed_sequences", "_fill_ratio")
 
 _NUMPY = {0: np.dtype(np.uint8), 1: np.dtype(np.bool_), 2: np.dtype(np.float32),
           3: np.dtype(np.int32)}
@@ -84,7 +84,8 @@ class _Batch:
 
     def __init__(self, handle):
         self.handle = handle
-        info = _lib.BatchInfo(size=ctypes.sizeof(_lib.BatchInfo))
+        info = _lib.BatchInfo(size=ctypes.sizeof(_lib.BatchInfo), position=_lib.NO_POSITION,
+                              next_position=_lib.NO_POSITION)
         _lib.check(lib.conveyor_batch_info_get(handle, ctypes.byref(info)))
         self.info = info
         self.__array_interface__ = {"version": 3, "shape": (info.payload_bytes,),
@@ -160,6 +161,10 @@ def _metadata(batch, out):
     _lib.check(lib.conveyor_batch_ids(batch.handle, ids.ctypes.data, dataset.ctypes.data))
     out["_cursor"] = (info.epoch, info.step)
     out["_next"] = (info.next_epoch, info.next_step)
+    # Sample positions in the epoch of "_cursor" and "_next" (None from a server that predates
+    # them): "_next" with "_next_position" resumes at any global batch size.
+    out["_position"] = None if info.position == _lib.NO_POSITION else info.position
+    out["_next_position"] = None if info.next_position == _lib.NO_POSITION else info.next_position
     out["_consumer"] = info.consumer
     out["_consumers"] = info.consumers
     out["_ids"] = ids
@@ -266,8 +271,11 @@ class Tensor:
 def _options(servers, start, device, **kwargs):
     options = dict(kwargs)
     options["servers"] = [str(s) for s in servers] if not isinstance(servers, str) else servers
-    epoch, step = start
-    options["start"] = [int(epoch), int(step)]
+    if isinstance(start, str):  # "EPOCH:STEP" or "EPOCH@POSITION", parsed by the C++ client
+        options["start"] = start
+    else:
+        epoch, step = start
+        options["start"] = [int(epoch), int(step)]
     options["device"] = int(device)
     return options
 
@@ -327,7 +335,7 @@ class Client:
 
     def next(self):
         """The next batch: {tensor name: numpy view, ..., '_cursor': (epoch, step), '_next':
-        (epoch, step), '_consumer', '_consumers', '_ids': int64 [n, 3] (index, episode, step),
+        (epoch, step), '_position', '_next_position' (their sample positions), '_consumer', '_consumers', '_ids': int64 [n, 3] (index, episode, step),
         '_dataset', '_server', '_packed_sequences', '_fill_ratio'}. Waits with the GIL released,
         in slices of 0.1 s so that Ctrl-C (KeyboardInterrupt) gets through."""
         out = ctypes.c_void_p()
@@ -376,6 +384,15 @@ class Client:
         finally:
             self._end()
 
+    def global_batch_size(self):
+        """The job's global batch size from the server (0 before the first batch): what an
+        (epoch, step) cursor counts steps of."""
+        handle = self._begin()
+        try:
+            return lib.conveyor_client_global_batch_size(handle)
+        finally:
+            self._end()
+
     def stats(self):
         out = ctypes.c_void_p()
         handle = self._begin()
@@ -384,6 +401,18 @@ class Client:
         finally:
             self._end()
         return json.loads(_lib.take_string(out))
+
+    def coverage(self):
+        """The coverage ledger of what next() returned: a list of {"epoch", "consumer",
+        "consumers", "global_batch_size", "samples", "digest", "first_position", "end_position",
+        "batches"} per epoch and consumer slice (docs/pipeline.md "Coverage ledger")."""
+        out = ctypes.c_void_p()
+        handle = self._begin()
+        try:
+            _lib.check(lib.conveyor_client_coverage(handle, ctypes.byref(out)))
+        finally:
+            self._end()
+        return json.loads(_lib.take_string(out))["coverage"]
 
     def close(self):
         """Cancels the stream and joins the client's thread; arrays already returned stay

@@ -71,7 +71,11 @@ class BatchInfo(ctypes.Structure):  # conveyor_batch_info
                 ("samples", ctypes.c_uint64), ("tensors", ctypes.c_uint32),
                 ("packed_sequences", ctypes.c_uint32), ("fill_ratio", ctypes.c_double),
                 ("server", ctypes.c_char_p), ("device", ctypes.c_int32),
-                ("payload", ctypes.c_void_p), ("payload_bytes", ctypes.c_uint64)]
+                ("payload", ctypes.c_void_p), ("payload_bytes", ctypes.c_uint64),
+                ("position", ctypes.c_uint64), ("next_position", ctypes.c_uint64)]
+
+
+NO_POSITION = (1 << 64) - 1  # CONVEYOR_NO_POSITION: a server that predates position cursors
 
 
 def _candidates():
@@ -130,6 +134,8 @@ _FUNCTIONS = {
     "conveyor_client_cancel": (None, [_c.c_void_p]),
     "conveyor_client_cursor": (None, [_c.c_void_p, _P(_c.c_uint64), _P(_c.c_uint64)]),
     "conveyor_client_schedule_version": (_c.c_uint32, [_c.c_void_p]),
+    "conveyor_client_global_batch_size": (_c.c_uint64, [_c.c_void_p]),
+    "conveyor_client_coverage": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
     "conveyor_client_stats": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
     "conveyor_client_destroy": (None, [_c.c_void_p]),
     "conveyor_client_abandon": (None, [_c.c_void_p]),

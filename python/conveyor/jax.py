@@ -17,7 +17,9 @@ jax (and orbax) are imported when a helper is called, so `import conveyor` never
 
 import collections
 
-_CURSOR_KEYS = ("_cursor", "_next")
+# Which batch a global batch is, and where the next starts (its sample position: a restored job
+# may resume at another global batch size and process count).
+_CURSOR_KEYS = ("_cursor", "_next", "_position", "_next_position")
 
 __all__ = ["loader", "make_global_batch", "prefetch_to_device", "orbax_save_args",
            "orbax_restore_args", "restore_loader"]
@@ -82,9 +84,10 @@ def prefetch_to_device(batches, mesh, pspec, size=2):
     """Global batches `size` steps ahead of the consumer: each batch's copies to the devices are
     started (make_global_batch, asynchronous) while the step before runs, so host-to-device time
     overlaps compute, as flax's prefetch_to_device does. `batches` is any iterable of Loader
-    dicts (a conveyor.Loader); yields what make_global_batch returns plus the batch's "_cursor"
-    and "_next" (pop them before a jitted step): the loader's cursor is `size` batches ahead of
-    the one being trained, so save loader.state_dict(after=g) for the last trained batch g."""
+    dicts (a conveyor.Loader); yields what make_global_batch returns plus the batch's "_cursor",
+    "_next", "_position" and "_next_position" (pop them before a jitted step): the loader's
+    cursor is `size` batches ahead of the one being trained, so save loader.state_dict(after=g)
+    for the last trained batch g."""
     queue = collections.deque()
     it = iter(batches)
     for batch in it:

@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -309,6 +310,7 @@ class StateTest(unittest.TestCase):
         self.assertEqual(first, ENV["ref"][:3])
         state = l.state_dict()
         self.assertEqual(state, {"version": conveyor.STATE_VERSION, "cursor": [0, 3],
+                                 "position": 96, "global_batch_size": 32,
                                  "schedule_version": 3, "job": "default", "rank": 0,
                                  "world_size": 1})
         l.close()
@@ -320,6 +322,80 @@ class StateTest(unittest.TestCase):
         self.assertEqual(resumed.state_dict()["cursor"], [0, 4])
         with self.assertRaises(ValueError):
             resumed.load_state_dict({"version": 99, "cursor": [0, 0]})
+
+    def test_resume_at_another_global_batch_size_and_world_size(self):
+        """Issue 30 item 1: a job at B=32 on 2 ranks saves its state after 2 global batches
+        (sample position 64); loaded by 3 ranks at B=48, the next global batch holds positions
+        64..111 of the epoch's order: the same global sample sequence, nothing lost or repeated.
+        The reference is one rank at B=16 (positions 0..111 in 7 batches)."""
+        text = support.PIPELINE_YAML.read_text()
+        self.assertIn("global_batch_size: 32", text)
+
+        def config(batch):
+            return text.replace("global_batch_size: 32", f"global_batch_size: {batch}")
+
+        def ids(batches):
+            return [int(i) for b in batches for i in b["_ids"][:, 0]]
+
+        order = ids(loader(config=config(16), max_batches=7))
+        self.assertEqual(len(order), 112)
+        states, before = [], []
+        for rank in range(2):
+            l = loader(config=config(32), rank=rank, world_size=2, max_batches=2)
+            before.append(list(l))
+            states.append(json.loads(json.dumps(l.state_dict())))
+        self.assertEqual(states[0]["position"], 64)
+        self.assertEqual(states[0]["global_batch_size"], 32)
+        self.assertEqual(states[0]["cursor"], [0, 2])
+        seen = ids([before[r][s] for s in range(2) for r in range(2)])
+        after = []
+        for rank in range(3):
+            l = loader(config=config(48), rank=rank, world_size=3, max_batches=1)
+            l.load_state_dict(states[0])
+            self.assertEqual(l.position, 64)
+            b = next(iter(l))
+            self.assertEqual((b["_cursor"], b["_position"]), ((0, 1), 64))  # step floor(64/48)
+            self.assertEqual((b["_next"], b["_next_position"]), ((0, 2), 112))
+            after.append(b)
+            self.assertEqual(l.state_dict()["global_batch_size"], 48)
+        self.assertEqual(seen + ids(after), order)
+        # A state saved before positions (version 2) keeps counting steps of the config's batch
+        # size, as it always did; given the batch size it was saved at, it resumes at any other.
+        l = loader(config=config(48), max_batches=1)
+        l.load_state_dict({"version": 2, "cursor": [0, 2], "schedule_version": 3})
+        self.assertEqual(ids(l), order[96:112] + ids(loader(config=config(16), start=(0, 7),
+                                                            max_batches=2)))
+        l.load_state_dict({"version": 2, "cursor": [0, 2], "schedule_version": 3,
+                           "global_batch_size": 32})
+        self.assertEqual(ids(l), order[64:112])
+        self.assertEqual(ids(loader(config=config(48), start="0@64", max_batches=1)),
+                         order[64:112])
+
+    def test_coverage_ledgers_audit_exact_and_catch_two_ranks_with_the_same_rank(self):
+        """Issue 30 item 2 from Python: each rank writes {"coverage": loader.coverage()}; conveyor
+        audit says EXACT for ranks 0 and 1 of 2, and names the missing slice when both ran as 0."""
+        def audit(ranks, name):
+            files = []
+            for i, rank in enumerate(ranks):
+                l = loader(rank=rank, world_size=2, max_batches=2, job=name)
+                self.assertEqual(len(list(l)), 2)
+                self.assertEqual([c["samples"] for c in l.coverage()], [32])
+                path = ENV["dir"] / f"{name}-{i}.json"
+                path.write_text(json.dumps({"coverage": l.coverage()}))
+                files.append(str(path))
+            return subprocess.run([str(support.CLI), "audit", str(ENV["dataset"]), "--config",
+                                   str(support.PIPELINE_YAML), "--epoch", "0", "--trainer-json",
+                                   *files], capture_output=True, text=True, timeout=120)
+
+        r = audit([0, 1], "cov-right")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("EXACT, 64 samples delivered, 64 expected", r.stdout)
+        r = audit([0, 0], "cov-same-rank")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("slice 0/2 at global batch 32, positions 0..63: duplicated: delivered 2 times",
+                      r.stdout)
+        self.assertIn("slice 1/2 at global batch 32, positions 0..63: missing: 0 of 32 samples",
+                      r.stdout)
 
     def test_a_state_saved_before_schedule_versions_resumes_that_order(self):
         """A version-1 state (no schedule_version: saved under GOP schedule 1) resumes schedule 1:
@@ -657,6 +733,40 @@ class JaxTest(unittest.TestCase):
             g = make_global_batch(batch, "mesh", {"cam0": ("pspec", "data")})
             self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data")),
                                                      ("named", "mesh", ("pspec",))])
+
+    def test_prefetch_carries_the_position_and_a_restore_takes_another_batch_size(self):
+        """prefetch_to_device (a stand-in jax) keeps each global batch's cursor and positions;
+        the state after the first trained batch, through the Orbax helpers' JSON, resumes a
+        loader at another global batch size at that batch's next position."""
+        import sys
+        import types
+
+        fake = types.ModuleType("jax")
+        fake.make_array_from_process_local_data = lambda sharding, a: a
+        sharding_mod = types.ModuleType("jax.sharding")
+        sharding_mod.NamedSharding = lambda mesh, spec: ("named", mesh, spec)
+        sharding_mod.PartitionSpec = lambda *axes: ("pspec",) + axes
+        fake.sharding = sharding_mod
+        text = support.PIPELINE_YAML.read_text()
+        with mock.patch.dict(sys.modules, {"jax": fake, "jax.sharding": sharding_mod}):
+            from conveyor.jax import prefetch_to_device, restore_loader
+
+            l = loader(max_batches=4)
+            it = prefetch_to_device(l, "mesh", ("pspec", "data"), size=2)
+            g = next(it)
+            self.assertEqual((g["_cursor"], g["_position"]), ((0, 0), 0))
+            self.assertEqual((g["_next"], g["_next_position"]), ((0, 1), 32))
+            self.assertEqual(l.position, 96)  # the loader is two batches ahead of the trainer
+            state = json.dumps(l.state_dict(after=g))
+            it.close()
+            l.close()
+            resumed = loader(config=text.replace("global_batch_size: 32", "global_batch_size: 48"),
+                             max_batches=1)
+            restore_loader(resumed, state)
+            b = next(iter(resumed))
+            self.assertEqual((b["_cursor"], b["_position"]), ((0, 0), 32))
+            want = [int(i) for r in loader(start="0@32", max_batches=2) for i in r["_ids"][:, 0]]
+            self.assertEqual([int(i) for i in b["_ids"][:, 0]], want[:48])
 
     def test_loader_takes_the_jax_process_slice(self):
         """conveyor.jax.loader(): consumer jax.process_index() of jax.process_count() (a stand-in

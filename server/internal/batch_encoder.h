@@ -33,6 +33,9 @@ using MessageWriter = std::function<bool(const grpc::ByteBuffer&)>;
 // A whole message serialized by protobuf (the stream's first message; small ones).
 grpc::ByteBuffer SerializeMessage(const v1::StreamBatchesResponse& message);
 
+// A cursor on the wire: its position too when it has one.
+void CursorToProto(const Cursor& c, v1::Cursor* out);
+
 // Each tensor's wire role is its TensorView::role; `write` sends one message (EncodeBatch stops
 // and returns CANCELLED when it returns false). With `place`, a payload it places goes as one message: the
 // header, in_shared_memory, shm_position and last.

@@ -115,7 +115,13 @@ typedef struct {
   int32_t device;                 /* CUDA ordinal of device_data, -1 without device delivery */
   const void* payload;            /* the host block holding every tensor's bytes */
   uint64_t payload_bytes;
+  /* Sample positions in their epochs of this batch's cursor and of the one right after it
+   * (EPOCH@POSITION: resumes at any global batch size); CONVEYOR_NO_POSITION from a server that
+   * predates positions. */
+  uint64_t position, next_position;
 } conveyor_batch_info;
+
+#define CONVEYOR_NO_POSITION UINT64_MAX
 
 /* --- the library -------------------------------------------------------------------------- */
 CONVEYOR_C_EXPORT uint32_t conveyor_abi_version(void);
@@ -141,7 +147,8 @@ CONVEYOR_C_EXPORT int conveyor_get_info(const char* options_json, char** result_
 
 /* --- clients ------------------------------------------------------------------------------ */
 /* Starts streaming in the background (client/client.h's ClientOptions as JSON, same names:
- * {"servers": [...], "job", "consumer", "consumers", "start": [epoch, step], "config_yaml",
+ * {"servers": [...], "job", "consumer", "consumers", "start": [epoch, step] or the cursor's text
+ * "EPOCH:STEP" or "EPOCH@POSITION" (a sample position: any global batch size), "config_yaml",
  * "config_name", "max_batches", "prefetch_batches", "prefetch_bytes", "max_message_bytes",
  * "schedule_version", "max_batch_bytes", "auth_token", "tls", "tls_ca_pem", "tls_cert_pem",
  * "tls_key_pem", "tls_server_name", "reconnect_timeout_s", "device": -1|N, "device_buffers",
@@ -159,6 +166,14 @@ CONVEYOR_C_EXPORT void conveyor_client_cancel(conveyor_client* c);
 CONVEYOR_C_EXPORT void conveyor_client_cursor(const conveyor_client* c, uint64_t* epoch,
                                               uint64_t* step);
 CONVEYOR_C_EXPORT uint32_t conveyor_client_schedule_version(const conveyor_client* c);
+/* The job's global batch size from the server (0 before the first batch): save it with an
+ * EPOCH:STEP cursor, which means step x this batch size. */
+CONVEYOR_C_EXPORT uint64_t conveyor_client_global_batch_size(const conveyor_client* c);
+/* The coverage ledger of what the client returned (client/client.h Client::coverage):
+ * {"coverage": [{"epoch", "consumer", "consumers", "global_batch_size", "samples", "digest" (16
+ * hex digits), "first_position", "end_position", "batches"}, ...]}, what `conveyor audit
+ * --trainer-json` reads. */
+CONVEYOR_C_EXPORT int conveyor_client_coverage(const conveyor_client* c, char** result_json);
 /* {"batches", "bytes", "messages", "reconnects", "wait_seconds", "reports", "server",
  * "transport", "shared_memory_refused", "shared_memory_batches"}. */
 CONVEYOR_C_EXPORT int conveyor_client_stats(const conveyor_client* c, char** result_json);
