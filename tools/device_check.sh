@@ -12,7 +12,7 @@
 #
 # Knobs: CONVEYOR_DEVICE_PYTHON (default /opt/torch/.venv/bin/python, else python3),
 # CONVEYOR_CHECK_STEPS (training steps per example, default 300), CONVEYOR_CHECK_EPISODES (of the
-# synthetic dataset, default 12 of 10 s, 3 cameras 224x224 H.264), CONVEYOR_CHECK_ONLY (a
+# synthetic dataset, default 48 of 10 s, so 300 steps of batch 64 stay in one epoch, 3 cameras 224x224 H.264), CONVEYOR_CHECK_ONLY (a
 # space-separated list of check names), CONVEYOR_CHECK_CPU=1 (runs the examples on the CPU with a
 # tiny model: a rehearsal of the script where there is no GPU).
 set -uo pipefail
@@ -128,7 +128,7 @@ check upload_bench 120 "$B/run" upload_bench --json="$OUT/upload_bench.json"
 # A dataset and a server for the trainers: 2 cameras 224x224 H.264 (the examples' policy.yaml)
 # and pipeline.yaml's 3 cameras for `conveyor train`.
 DS="$WORK/ds"
-check synth 240 "$B/conveyor" synth --out "$DS" --episodes "${CONVEYOR_CHECK_EPISODES:-12}" \
+check synth 240 "$B/conveyor" synth --out "$DS" --episodes "${CONVEYOR_CHECK_EPISODES:-48}" \
   --cameras 3 --episode-seconds 10 --quiet
 "$B/conveyor" serve "$DS" --config "$ROOT/python/examples/policy.yaml" \
   --config "$ROOT/examples/pipeline.yaml" --listen 127.0.0.1:0 --ready-file "$WORK/ready" \
@@ -152,9 +152,9 @@ check conveyor_train 120 "$B/conveyor" train --servers "$ADDR" --config-name pip
   --world-size 1 --rendezvous "$WORK/rdv" --steps 100 "${TRAIN_DEVICE[@]}" --json "$OUT/train.json"
 # The model step: CONVEYOR_CHECK_TORCH_MODELS / CONVEYOR_CHECK_JAX_MODELS, space-separated
 # WIDTH:BLOCKS pairs (the encoder's --width and --blocks; width a multiple of 32 for GroupNorm),
-# one run each, named torch_policy_w96_b3333 when there are several; default 64:2,2,2,2.
-read -r -a TORCH_MODELS <<< "${CONVEYOR_CHECK_TORCH_MODELS:-64:2,2,2,2}"
-read -r -a JAX_MODELS <<< "${CONVEYOR_CHECK_JAX_MODELS:-64:2,2,2,2}"
+# one run each, named torch_policy_w96_b3333 when there are several; defaults: torch 64:3,3,3,3, jax 96:3,3,3,3 (the H200 runs of 2026-11-27, bench/RESULTS.md).
+read -r -a TORCH_MODELS <<< "${CONVEYOR_CHECK_TORCH_MODELS:-64:3,3,3,3}"
+read -r -a JAX_MODELS <<< "${CONVEYOR_CHECK_JAX_MODELS:-96:3,3,3,3}"
 model_args() {  # model_args WIDTH:BLOCKS -> the examples' flags (none on the CPU rehearsal)
   [[ "$CPU" == 1 ]] && return 0
   echo "--width ${1%%:*} --blocks ${1#*:}"
