@@ -130,10 +130,10 @@ check upload_bench 120 "$B/run" upload_bench --json="$OUT/upload_bench.json"
 DS="$WORK/ds"
 check synth 240 "$B/conveyor" synth --out "$DS" --episodes "${CONVEYOR_CHECK_EPISODES:-48}" \
   --cameras 3 --episode-seconds 10 --quiet
-# The server's worker threads: CONVEYOR_CHECK_SERVER_THREADS, default all cores but 4, which the
-# trainer's own process needs (its Python thread launches the GPU's work: on the H200 with every
-# core serving, the torch step stayed at 28-31 ms whatever the model). 12 threads still decode
-# several times the frames the examples take.
+# The server's decode workers per stream: CONVEYOR_CHECK_SERVER_THREADS, default all cores but 4,
+# which the trainer's own process keeps. `conveyor serve`'s own default is 2, which is what the
+# H200 runs of 2026-11-27 had: one stream then decodes on two cores, about the examples' demand,
+# and the trainer waited at every shuffle window (bench/RESULTS.md "The GPU check on an H200").
 SERVER_THREADS="${CONVEYOR_CHECK_SERVER_THREADS:-$(( $(nproc) > 6 ? $(nproc) - 4 : 2 ))}"
 "$B/conveyor" serve "$DS" --config "$ROOT/python/examples/policy.yaml" \
   --config "$ROOT/examples/pipeline.yaml" --listen 127.0.0.1:0 --ready-file "$WORK/ready" \
