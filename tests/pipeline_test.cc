@@ -622,6 +622,41 @@ TEST_F(PipelineTest, CancelAndDestroyMidEpochDoNotHang) {
   q->reset();
 }
 
+// No epoch-boundary gap (issue 30 item 3, docs/pipeline.md "Epoch boundaries"): each epoch's
+// order (O(blocks) to build) is built ahead by a worker, never by the walker under the pipeline's
+// lock when it reaches the epoch, and the next epoch's first batch is planned and assembled
+// before the consumer takes the epoch's last batch. Counters, not clocks: the test waits (with
+// no time asserted) for the workers to get ahead, then reads what the pipeline saw.
+TEST_F(PipelineTest, TheNextEpochIsPlannedAndDecodedBeforeItsBoundary) {
+  for (int threads : {1, 2}) {
+    PipelineOptions o = Options(threads, true);
+    o.order = OrderOptions::AutoGop();  // version 3: GOP blocks from a BlockTable
+    o.max_epochs = 3;
+    auto p = Pipeline::Create(*dataset_, *spec_, o, {0, 0});
+    ASSERT_TRUE(p.ok()) << p.status();
+    const uint64_t steps = (*p)->steps_per_epoch();
+    const uint64_t local = o.global_batch_size;
+    ASSERT_GE(steps, 2u);
+    for (uint64_t i = 0; i < 3 * steps; ++i) {
+      if (i % steps == steps - 1 && i + 1 < 3 * steps) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+        while ((*p)->stats().samples_ready < 2 * local && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        ASSERT_GE((*p)->stats().samples_ready, 2 * local) << "the workers never got past the boundary";
+      }
+      auto b = (*p)->Next();
+      ASSERT_TRUE(b.ok() && b->has_value()) << i;
+    }
+    const PipelineStats s = (*p)->stats();
+    EXPECT_EQ(s.epoch_orders_planned_ahead, 2u) << threads << " threads";
+    EXPECT_EQ(s.epoch_orders_built_late, 0u) << "an order built at the boundary, under the lock";
+    EXPECT_EQ(s.epoch_boundaries, 2u);
+    EXPECT_EQ(s.boundaries_planned_ahead, 2u);
+    EXPECT_EQ(s.next_epoch_samples_ready, 2 * local) << "the next epoch's first batch was not assembled";
+  }
+}
+
 TEST_F(PipelineTest, MaxEpochsEndsTheStream) {
   PipelineOptions o = Options(2, false);
   o.max_epochs = 1;
