@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -188,7 +189,6 @@ struct Pipeline::Impl {
   };
   struct Task {
     bool prefetch = false;
-    bool plan = false;       // build member `member`'s order of epoch `member_epoch` (PlanAhead)
     uint64_t seq = 0;        // sample tasks: output order
     uint32_t member = 0;
     uint64_t member_epoch = 0;
@@ -259,6 +259,7 @@ struct Pipeline::Impl {
   absl::CondVar work_cv;    // workers: a task or budget became available
   absl::CondVar result_cv;  // Next(): a result arrived
   absl::CondVar window_cv;  // sample tasks: a window's frames are ready
+  absl::CondVar plan_cv;    // the planner: an epoch order to build
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   absl::Status fatal ABSL_GUARDED_BY(mu);  // a worker failed outside any one sample: the pipeline is over
   Walker gen ABSL_GUARDED_BY(mu);          // the next global batch to turn into tasks
@@ -276,6 +277,8 @@ struct Pipeline::Impl {
   std::vector<AssemblerStats> worker_stats ABSL_GUARDED_BY(mu);
   // The workers (base/worker_pool.h): its flag is the cancellation of their blocking reads.
   std::unique_ptr<WorkerPool> pool;
+  // One thread that builds epoch orders ahead (PlanAhead); null when no member has GOP blocks.
+  std::unique_ptr<WorkerPool> planner;
 
   Impl(const Source& src, SampleSpec s, PipelineOptions o)
       : source(src), spec(std::move(s)), opt(std::move(o)) {}
@@ -288,6 +291,7 @@ struct Pipeline::Impl {
     work_cv.SignalAll();
     result_cv.SignalAll();
     window_cv.SignalAll();
+    plan_cv.SignalAll();
   }
 
   void Stop() {
@@ -296,6 +300,7 @@ struct Pipeline::Impl {
       CancelLocked();
     }
     pool.reset();  // joins
+    planner.reset();
   }
 
   static uint64_t FrameKey(uint64_t episode, int stream, int64_t frame) {
@@ -324,8 +329,10 @@ struct Pipeline::Impl {
   }
 
   // No epoch-boundary gap (issue 30 item 3): when the walker enters a member's epoch, the order
-  // of its next epoch is queued for a worker to build without the lock, long before the walker
-  // needs it; the walker waits for a plan in flight rather than building it again (Generate).
+  // of its next epoch is queued for the planner thread to build without the lock, long before the
+  // walker needs it; the walker waits for a plan in flight rather than building it again
+  // (Generate). A thread of its own rather than a worker's task: at one worker thread, a worker
+  // building a large order would stop decoding for as long (0.25 s per million blocks here).
   void PlanAhead(uint32_t k, uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     Member& m = *members[k];
     // Without a BlockTable (naive, schedule version 1) an order is a KeyedPermutation: O(1).
@@ -334,20 +341,32 @@ struct Pipeline::Impl {
     if (m.orders.count(epoch) || planning.count({k, epoch})) return;
     planning.insert({k, epoch});
     plans.emplace_back(k, epoch);
-    work_cv.Signal();
+    plan_cv.Signal();
   }
 
-  // Builds a planned order (no lock held while it is built) and hands it to the walker.
-  void BuildPlannedOrder(const Task& task) {
-    Member& m = *members[task.member];
-    auto order = std::make_unique<EpochOrder>(m.index.size(), m.key, task.member_epoch, m.order);
-    absl::MutexLock lock(&mu);
-    planning.erase({task.member, task.member_epoch});
-    if (!m.orders.count(task.member_epoch)) {
-      KeepOrder(m, task.member_epoch, std::move(order));
-      ++stats.epoch_orders_planned_ahead;
+  // The planner thread: builds each queued order (no lock held while it is built) and hands it
+  // to the walker.
+  void Planner() {
+    while (true) {
+      uint32_t k = 0;
+      uint64_t epoch = 0;
+      {
+        absl::MutexLock lock(&mu);
+        while (!cancelled && plans.empty()) plan_cv.Wait(&mu);
+        if (cancelled) return;
+        std::tie(k, epoch) = plans.front();
+        plans.pop_front();
+      }
+      Member& m = *members[k];
+      auto order = std::make_unique<EpochOrder>(m.index.size(), m.key, epoch, m.order);
+      absl::MutexLock lock(&mu);
+      planning.erase({k, epoch});
+      if (!m.orders.count(epoch)) {
+        KeepOrder(m, epoch, std::move(order));
+        ++stats.epoch_orders_planned_ahead;
+      }
+      work_cv.SignalAll();
     }
-    work_cv.SignalAll();
   }
 
   Walker WalkerAt(Cursor c) const {
@@ -483,12 +502,6 @@ struct Pipeline::Impl {
   bool TakeTask(Task* out, double* idle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     while (true) {
       if (cancelled) return false;
-      if (!plans.empty()) {  // first: the walker may soon wait for it
-        out->plan = true;
-        std::tie(out->member, out->member_epoch) = plans.front();
-        plans.pop_front();
-        return true;
-      }
       if (pending.empty() && !Generate()) {  // waits for an order in the making
         const auto t0 = Clock::now();
         work_cv.Wait(&mu);
@@ -639,10 +652,6 @@ struct Pipeline::Impl {
       {
         absl::MutexLock lock(&mu);
         if (!TakeTask(&task, &idle)) break;
-      }
-      if (task.plan) {
-        BuildPlannedOrder(task);
-        continue;
       }
       SampleAssembler& assembler = assembler_for(task.member);
       if (task.prefetch) {
@@ -943,6 +952,9 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
   }
   m.pool = std::make_unique<WorkerPool>("conveyor-work", threads,
                                         [&m](int t) { m.Worker(static_cast<size_t>(t)); });
+  bool blocks = false;
+  for (const auto& mem : m.members) blocks = blocks || mem->order.blocks != nullptr;
+  if (blocks) m.planner = std::make_unique<WorkerPool>("conveyor-plan", 1, [&m](int) { m.Planner(); });
   return std::unique_ptr<Pipeline>(new Pipeline(std::move(impl)));
 }
 
