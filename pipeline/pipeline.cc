@@ -601,6 +601,7 @@ struct Pipeline::Impl {
         continue;
       }
       out.all_cached = false;
+      if (opt.frame_cache) LendPrefaultedBuffers(task.member, r, images);
       if (!assembler.DecodeFrames(r, images).ok()) continue;  // the sample task reports it
       for (size_t i = 0; i < r.frames.size(); ++i) {
         auto img = std::make_shared<const RgbImage>(std::move((*images)[i]));
@@ -612,6 +613,23 @@ struct Pipeline::Impl {
       }
     }
     return out;
+  }
+
+  // Decodes the frames the cache will keep into its pre-faulted buffers when it has them
+  // (DecodedFrameCache::Prefault), so that keeping them costs this worker no page faults.
+  void LendPrefaultedBuffers(uint32_t member, const FrameRequest& r, std::vector<RgbImage>* images) const {
+    const Member& m = *members[member];
+    const StreamSpec& s = m.bound.spec.streams[r.spec_stream];
+    const uint64_t bytes = DecodedFrameBytes(s, m.dataset->manifest().streams[s.stream]);
+    if (bytes == 0) return;
+    if (images->size() < r.frames.size()) images->resize(r.frames.size());
+    for (size_t i = 0; i < r.frames.size(); ++i) {
+      std::vector<uint8_t>& px = (*images)[i].pixels;
+      if (px.size() == bytes) continue;
+      std::vector<uint8_t> b = opt.frame_cache->TakeBuffer(bytes);
+      if (b.empty()) return;  // the pool is spent
+      px = std::move(b);
+    }
   }
 
   // Puts a decoded block's frames into its window's prefetch, counts them, and wakes the window's

@@ -468,6 +468,31 @@ TEST(DecodedFrameCacheTest, PoliciesKeepTheBound) {
   EXPECT_LE(lru.stats().bytes, 1000u);
 }
 
+// Pre-faulted buffers (--frame-cache-prefault, issue 29 item 5) count toward the bound until they
+// are lent; a frame decoded into one is kept like any other, and a frame from elsewhere takes the
+// pool's room back rather than pushing the cache over its bound.
+TEST(DecodedFrameCacheTest, PrefaultedBuffersStayWithinTheBound) {
+  auto key = [](int64_t i) { return FrameCacheKey{"ds", 0, 0, i, 1}; };
+  DecodedFrameCache c(CacheOptions(1000, DecodedFrameCache::Policy::kPinWhatFits));
+  EXPECT_EQ(c.Prefault(300, 5, 2), 900u) << "three fit";
+  EXPECT_EQ(c.stats().pool_bytes, 900u);
+  EXPECT_TRUE(c.TakeBuffer(200).empty()) << "no buffer of that size";
+  std::vector<uint8_t> b = c.TakeBuffer(300);
+  ASSERT_EQ(b.size(), 300u);
+  EXPECT_EQ(c.stats().buffers_lent, 1u);
+  EXPECT_EQ(c.stats().pool_bytes, 600u);
+  auto f = std::make_shared<RgbImage>();
+  f->pixels = std::move(b);
+  c.Insert(key(0), f);
+  EXPECT_EQ(c.stats().bytes, 300u);
+  auto g = std::make_shared<RgbImage>();
+  g->pixels.assign(350, 1);
+  c.Insert(key(1), g);  // 300 held + 600 pooled + 350 > 1000: a pooled buffer goes
+  EXPECT_EQ(c.stats().frames, 2u);
+  EXPECT_LE(c.stats().bytes + c.stats().pool_bytes, 1000u);
+  EXPECT_EQ(c.Prefault(300, 5, 1), 0u) << "no room left";
+}
+
 // The decoded-frame cache changes where frames come from, never the batches: two epochs with a
 // cache that holds everything, one that holds a third (pin), one that evicts (lru), and a second
 // pipeline sharing the first's cache all give the uncached run's batches bit for bit; with
@@ -515,6 +540,22 @@ TEST_F(PipelineTest, DecodedFrameCacheKeepsBatchesBitIdentical) {
   PipelineStats again;
   EXPECT_EQ(run_with(big, &again), want) << "a second pipeline on the warm cache";
   EXPECT_EQ(again.frames_decoded, 0u) << "a warm cache holding every frame, and still decoding";
+
+  // Pre-faulted before the job (--frame-cache-prefault): the frames are decoded into the pool's
+  // buffers (every decode for the cache borrows one while the pool lasts), and nothing changes.
+  auto pre = std::make_shared<DecodedFrameCache>(CacheOptions(1ull << 30));
+  const uint64_t made = PrefaultFrameCache(*Source::Of(*dataset_), *spec_, *pre, 2);
+  const uint64_t frame_bytes = 64 * 48 * 3;
+  EXPECT_GT(made, 0u);
+  EXPECT_EQ(made % frame_bytes, 0u);
+  PipelineStats ps;
+  EXPECT_EQ(run_with(pre, &ps), want) << "a pre-faulted cache";
+  const FrameCacheStats pf = pre->stats();
+  EXPECT_EQ(pf.frames, full.frames);
+  EXPECT_EQ(pf.prefaulted_bytes, made);
+  EXPECT_EQ(pf.buffers_lent, std::min<uint64_t>(ps.frame_cache_misses, made / frame_bytes));
+  EXPECT_EQ(pf.pool_bytes, made - pf.buffers_lent * frame_bytes);
+  EXPECT_GE(pf.buffers_lent, pf.frames) << "kept frames decoded outside the pool";
 
   for (auto policy : {DecodedFrameCache::Policy::kPinWhatFits, DecodedFrameCache::Policy::kLru}) {
     auto small = std::make_shared<DecodedFrameCache>(CacheOptions(full.bytes / 3, policy));
