@@ -105,6 +105,9 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 }
 
 absl::Status RunWarm(const CacheOptions& o) {
+  if (o.frame_cache.prefault) {
+    return absl::InvalidArgumentError("--frame-cache-prefault is for the memory tier; warming fills the node's store");
+  }
   if (o.frame_cache.dir.empty()) {
     return absl::InvalidArgumentError("--frame-cache-dir (or CONVEYOR_FRAME_CACHE_DIR) is required: warming fills the node's store");
   }

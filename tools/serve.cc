@@ -24,6 +24,9 @@ absl::Status RunServe(const ServeOptions& o) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  if (o.frame_cache.prefault) {
+    return absl::InvalidArgumentError("--frame-cache-prefault: conveyor batches and bench only so far (docs/pipeline.md)");
+  }
   // Logs go to stderr, so stdout stays free for whoever runs the server.
   spdlog::set_default_logger(spdlog::stderr_logger_mt("conveyor-serve"));
   ServerOptions so;
