@@ -307,9 +307,9 @@ struct Pipeline::Impl {
     return (episode << 24) ^ (static_cast<uint64_t>(stream) << 56) ^ static_cast<uint64_t>(frame);
   }
 
-  // Member m's order of `epoch`, built here when no worker planned it (mu held: every worker and
-  // the consumer wait meanwhile, so only a pipeline's first epoch should come this way; later ones
-  // are planned ahead, PlanAhead). An order costs O(blocks) to build: about 0.2 s for 300,000 GOP
+  // Member m's order of `epoch`, built here when the planner did not build it first (mu held:
+  // every worker and the consumer wait meanwhile, so only a pipeline's first epoch should come
+  // this way; later ones are planned ahead, PlanAhead). An order costs O(blocks) to build: about 0.2 s for 300,000 GOP
   // blocks, 1 s for 3 million (a large LeRobot dataset with GOP 2).
   const EpochOrder& OrderFor(Member& m, uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto it = m.orders.find(epoch);
@@ -320,7 +320,8 @@ struct Pipeline::Impl {
     return *it->second;
   }
 
-  // Keeps the three latest epochs' orders of a member: the walker never needs an older one.
+  // Keeps the three latest epochs' orders of a member: the walker never needs an older one (its
+  // member counters only grow, and the planner is never more than one epoch past them).
   std::map<uint64_t, std::unique_ptr<EpochOrder>>::iterator KeepOrder(
       Member& m, uint64_t epoch, std::unique_ptr<EpochOrder> order) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     m.orders.emplace(epoch, std::move(order));
@@ -430,8 +431,8 @@ struct Pipeline::Impl {
   // Turns this consumer's slice of the next global batch into tasks (mu held), each member's
   // samples in the order of its own sequence, so that its windows come in order; a window's
   // prefetch goes before its first sample.
-  // False when the step needs an epoch order that a worker is still building (nothing generated:
-  // wait for it).
+  // False when the step needs an epoch order that the planner is still building (nothing
+  // generated: wait for it).
   bool Generate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (gen_done) return true;
     if (opt.max_epochs > 0 && gen.epoch >= opt.max_epochs) {
