@@ -24,9 +24,6 @@ absl::Status RunServe(const ServeOptions& o) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  if (o.frame_cache.prefault) {
-    return absl::InvalidArgumentError("--frame-cache-prefault: conveyor batches and bench only so far (docs/pipeline.md)");
-  }
   // Logs go to stderr, so stdout stays free for whoever runs the server.
   spdlog::set_default_logger(spdlog::stderr_logger_mt("conveyor-serve"));
   ServerOptions so;
@@ -46,6 +43,7 @@ absl::Status RunServe(const ServeOptions& o) {
   so.frame_cache_dir_bytes = o.frame_cache.dir_bytes;
   so.frame_cache_compression = o.frame_cache.compression;
   so.frame_cache_warm_threads = o.frame_cache_warm_threads;
+  so.frame_cache_prefault = o.frame_cache.prefault;
   so.max_message_bytes = o.max_message_bytes;
   so.shared_memory = o.shared_memory;
   so.max_streams = o.max_streams;
