@@ -32,12 +32,13 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
+#include <thread>  // hardware_concurrency
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "base/worker_pool.h"
 #include "base/strings.h"
 #include "bench/machine_info.h"
 #include "conveyor/format/v1/shard.pb.h"
@@ -131,12 +132,11 @@ template <typename Step>
 absl::StatusOr<double> RunFor(int threads, double seconds, Step step) {
   std::atomic<uint64_t> frames{0};
   std::vector<absl::Status> errors(static_cast<size_t>(threads));
-  std::vector<std::thread> pool;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
+  {
+    WorkerPool pool("nvdec-bench", threads, [&](int t) {
       for (uint64_t i = 0; Clock::now() < deadline; ++i) {
         absl::StatusOr<int64_t> n = step(t, i);
         if (!n.ok()) {
@@ -146,8 +146,8 @@ absl::StatusOr<double> RunFor(int threads, double seconds, Step step) {
         frames += static_cast<uint64_t>(*n);
       }
     });
+    pool.Join();
   }
-  for (auto& th : pool) th.join();
   const double secs = Since(start);
   for (const auto& e : errors) RETURN_IF_ERROR(e);
   return static_cast<double>(frames.load()) / secs;
@@ -371,16 +371,16 @@ absl::Status Run(const Flags& f) {
     std::atomic<double> nv{0}, cpu{0};
     absl::Status nv_status, cpu_status;
     const GpuFrameOutput full;
-    std::thread a([&] {
-      auto r = NvdecRate(d, windows, best_sessions, f.seconds, full, f.device, f.window);
-      if (r.ok()) nv = *r; else nv_status = r.status();
+    WorkerPool both("nvdec-both", 2, [&](int which) {
+      if (which == 0) {
+        auto r = NvdecRate(d, windows, best_sessions, f.seconds, full, f.device, f.window);
+        if (r.ok()) nv = *r; else nv_status = r.status();
+      } else {
+        auto r = CpuRate(d, windows, cpu_threads, f.seconds);
+        if (r.ok()) cpu = *r; else cpu_status = r.status();
+      }
     });
-    std::thread b([&] {
-      auto r = CpuRate(d, windows, cpu_threads, f.seconds);
-      if (r.ok()) cpu = *r; else cpu_status = r.status();
-    });
-    a.join();
-    b.join();
+    both.Join();
     RETURN_IF_ERROR(nv_status);
     RETURN_IF_ERROR(cpu_status);
     j["both"] = {{"sessions", best_sessions}, {"cpu_threads", cpu_threads},

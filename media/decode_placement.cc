@@ -1,9 +1,9 @@
 #include "media/decode_placement.h"
 
-#include <mutex>
 #include <set>
 #include <string>
 
+#include "absl/synchronization/mutex.h"
 #include "base/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -52,11 +52,11 @@ Placement PlaceVideoStream(const VideoStreamInfo& s, DecodeBackend asked, const 
 }
 
 const NvdecHost& ProbeNvdecHost(int device) {
-  static std::mutex mu;
-  static std::map<int, NvdecHost> hosts;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = hosts.find(device);
-  if (it != hosts.end()) return it->second;
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* hosts = new std::map<int, NvdecHost>;
+  absl::MutexLock lock(&mu);
+  auto it = hosts->find(device);
+  if (it != hosts->end()) return it->second;
   NvdecHost host;
   host.unavailable = NvdecUnavailable(device);
   if (host.unavailable.empty()) {
@@ -65,17 +65,17 @@ const NvdecHost& ProbeNvdecHost(int device) {
       if (c.ok()) host.caps[codec] = *c;
     }
   }
-  return hosts.emplace(device, std::move(host)).first->second;
+  return hosts->emplace(device, std::move(host)).first->second;
 }
 
 void LogPlacementOnce(std::string_view stream_name, const VideoStreamInfo& s, const Placement& p) {
-  static std::mutex mu;
-  static std::set<std::string> seen;
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* seen = new std::set<std::string>;
   const std::string key = StrCat(s.codec, "|", s.pix_fmt, "|", s.width, "x", s.height, "|",
                                  DecodeBackendName(p.where), "|", p.reason);
   {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!seen.insert(key).second) return;
+    absl::MutexLock lock(&mu);
+    if (!seen->insert(key).second) return;
   }
   spdlog::info("decode: {} ({} {} {}x{}) decodes on the {}: {}", stream_name, s.codec, s.pix_fmt,
                s.width, s.height, p.where == DecodeBackend::kGpu ? "GPU (NVDEC)" : "CPU", p.reason);

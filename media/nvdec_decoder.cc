@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
@@ -190,17 +190,17 @@ constexpr unsigned kDisplayDelay = 4;  // pictures decoded ahead of the one show
 }  // namespace
 
 const std::string& NvdecUnavailable(int device) {
-  static std::mutex mu;
-  static std::unordered_map<int, std::string> reasons;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = reasons.find(device);
-  if (it != reasons.end()) return it->second;
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* reasons = new std::unordered_map<int, std::string>;
+  absl::MutexLock lock(&mu);
+  auto it = reasons->find(device);
+  if (it != reasons->end()) return it->second;
   const Driver& d = LoadDriver();
   std::string reason = d.error;
   if (reason.empty() && (device < 0 || device >= d.devices)) {
     reason = StrCat("no CUDA device ", device, " (", d.devices, " here)");
   }
-  return reasons.emplace(device, std::move(reason)).first->second;
+  return reasons->emplace(device, std::move(reason)).first->second;
 }
 
 absl::StatusOr<NvdecCaps> QueryNvdecCaps(const std::string& codec, int device) {

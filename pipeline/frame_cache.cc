@@ -3,12 +3,19 @@
 #include <sys/statvfs.h>
 
 #include <filesystem>
+#include <algorithm>
 #include <functional>
+#include <map>
 
 #include "base/mix.h"
+#include "base/worker_pool.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "conveyor/format/v1/shard.pb.h"
+#include "datasets/dataset.h"
 #include "format/manifest.h"
+#include "pipeline/source.h"
+#include "sample/sample_spec.h"
 #include "xxhash.h"
 
 namespace conveyor {
@@ -74,6 +81,10 @@ void DecodedFrameCache::InsertInMemory(const FrameCacheKey& key, std::shared_ptr
     ++stats_.rejected;
     return;
   }
+  if (stats_.bytes + stats_.pool_bytes + bytes > options_.max_bytes && stats_.pool_bytes > 0) {
+    // The pool's room goes to frames decoded into its buffers: give some back for this one.
+    FreePoolBytes(stats_.bytes + stats_.pool_bytes + bytes - options_.max_bytes);
+  }
   if (stats_.bytes + bytes > options_.max_bytes) {
     if (options_.policy == Policy::kPinWhatFits) {
       ++stats_.rejected;
@@ -96,6 +107,51 @@ void DecodedFrameCache::InsertInMemory(const FrameCacheKey& key, std::shared_ptr
   ++stats_.frames;
 }
 
+uint64_t DecodedFrameCache::Prefault(uint64_t frame_bytes, uint64_t count, int threads) {
+  if (frame_bytes == 0 || count == 0 || options_.max_bytes == 0) return 0;
+  {
+    absl::MutexLock l(&mu_);
+    const uint64_t used = stats_.bytes + stats_.pool_bytes;
+    const uint64_t room = used < options_.max_bytes ? options_.max_bytes - used : 0;
+    count = std::min(count, room / frame_bytes);
+    stats_.pool_bytes += count * frame_bytes;  // reserved now, so that two callers share the room
+  }
+  if (count == 0) return 0;
+  // Each buffer is value-initialized: every page written once, so the kernel maps it here.
+  std::vector<std::vector<uint8_t>> made(count);
+  const int n = std::max(1, threads);
+  (void)ParallelFor("conveyor-prefault", n, static_cast<size_t>(n), [&](size_t t) {
+    for (uint64_t i = t; i < count; i += static_cast<uint64_t>(n)) made[i].assign(frame_bytes, 0);
+    return absl::OkStatus();
+  });
+  absl::MutexLock l(&mu_);
+  auto& list = pool_[frame_bytes];
+  for (auto& b : made) list.push_back(std::move(b));
+  stats_.prefaulted_bytes += count * frame_bytes;
+  return count * frame_bytes;
+}
+
+void DecodedFrameCache::FreePoolBytes(uint64_t bytes) const {
+  for (auto& [size, list] : pool_) {
+    while (!list.empty() && bytes > 0) {
+      list.pop_back();
+      stats_.pool_bytes -= size;
+      bytes = bytes > size ? bytes - size : 0;
+    }
+  }
+}
+
+std::vector<uint8_t> DecodedFrameCache::TakeBuffer(uint64_t frame_bytes) {
+  absl::MutexLock l(&mu_);
+  auto it = pool_.find(frame_bytes);
+  if (it == pool_.end() || it->second.empty()) return {};
+  std::vector<uint8_t> b = std::move(it->second.back());
+  it->second.pop_back();
+  stats_.pool_bytes -= frame_bytes;
+  ++stats_.buffers_lent;
+  return b;
+}
+
 void DecodedFrameCache::Clear() {
   absl::MutexLock l(&mu_);
   map_.clear();
@@ -115,6 +171,37 @@ FrameCacheStats DecodedFrameCache::stats() const {
     s.store = options_.store->stats();
   }
   return s;
+}
+
+uint64_t DecodedFrameBytes(const StreamSpec& s, const StreamInfo& info) {
+  int64_t w = s.augment.crop.has_value() ? 0 : s.width;
+  int64_t h = s.augment.crop.has_value() ? 0 : s.height;
+  if (w <= 0 || h <= 0) {
+    if (info.shape.size() < 2) return 0;
+    h = info.shape[0];  // a quarter rotation swaps them: the same bytes
+    w = info.shape[1];
+  }
+  return static_cast<uint64_t>(w * h * 3);
+}
+
+uint64_t PrefaultFrameCache(const Source& source, const SampleSpec& spec, DecodedFrameCache& cache,
+                            int threads) {
+  if (cache.options().max_bytes == 0 || source.is_mixture()) return 0;  // a mixture: not sized yet
+  const Dataset& ds = source.dataset(0);
+  const Manifest& m = ds.manifest();
+  // Frames of each output size one epoch decodes: every frame of the spec's video streams.
+  std::map<uint64_t, uint64_t> frames_by_size;
+  for (const StreamSpec& s : spec.streams) {
+    if (s.kind != format::v1::VIDEO) continue;
+    const uint64_t bytes = DecodedFrameBytes(s, m.streams[s.stream]);
+    if (bytes == 0) continue;
+    uint64_t frames = 0;
+    for (size_t e = 0; e < ds.num_episodes(); ++e) frames += ds.episodes().record(e).lengths[s.stream];
+    frames_by_size[bytes] += frames;
+  }
+  uint64_t made = 0;
+  for (const auto& [bytes, frames] : frames_by_size) made += cache.Prefault(bytes, frames, threads);
+  return made;
 }
 
 bool ParseFrameCachePolicy(const std::string& name, DecodedFrameCache::Policy* out) {

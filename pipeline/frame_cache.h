@@ -53,6 +53,10 @@ struct FrameCacheStats {
   uint64_t evicted_bytes = 0;         // kLru: dropped to admit others
   uint64_t rejected = 0;              // kPinWhatFits: frames not admitted (the cache was full)
   uint64_t max_bytes = 0;
+  // Pre-faulted pixel buffers (Prefault): made, lent to decoders, and still in the pool (bytes).
+  uint64_t prefaulted_bytes = 0;
+  uint64_t buffers_lent = 0;
+  uint64_t pool_bytes = 0;
   // The node-wide tier (FrameCacheOptions::store), when there is one.
   bool has_store = false;
   FrameStoreStats store;
@@ -81,6 +85,17 @@ class DecodedFrameCache {
   bool Contains(const FrameCacheKey& key) const;
   void Clear();
   FrameCacheStats stats() const;
+
+  // Epoch 1 without page faults on the workers (issue 29 item 5): every frame a cache keeps is
+  // memory the process touches for the first time, which the kernel charges 0.36-0.5 CPU s per GB
+  // (bench/fresh_memory_bench), about a tenth of a decode-bound first epoch. Prefault makes
+  // `count` pixel buffers of `frame_bytes` ahead of the job (at most what the in-memory bound
+  // leaves beside the frames held), touching every page on up to `threads` threads; returns the
+  // bytes made. TakeBuffer lends one to a decoder (an empty vector when none of that size is
+  // left): decode into it, then Insert the frame, and the frame kept costs no fault. The pool
+  // counts toward the bound until its buffers are lent.
+  uint64_t Prefault(uint64_t frame_bytes, uint64_t count, int threads);
+  std::vector<uint8_t> TakeBuffer(uint64_t frame_bytes);
   const Options& options() const { return options_; }
 
  private:
@@ -95,10 +110,29 @@ class DecodedFrameCache {
   const Options options_;
   mutable absl::Mutex mu_;
   void InsertInMemory(const FrameCacheKey& key, std::shared_ptr<const RgbImage> frame) const;
+  // Drops pooled buffers until `bytes` are freed or the pool is empty.
+  void FreePoolBytes(uint64_t bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   mutable std::unordered_map<FrameCacheKey, Entry, KeyHash> map_ ABSL_GUARDED_BY(mu_);
   mutable Lru lru_ ABSL_GUARDED_BY(mu_);
   mutable FrameCacheStats stats_ ABSL_GUARDED_BY(mu_);
+  mutable std::unordered_map<uint64_t, std::vector<std::vector<uint8_t>>> pool_ ABSL_GUARDED_BY(mu_);  // by size
 };
+
+struct SampleSpec;
+struct StreamSpec;
+struct StreamInfo;
+class Source;
+
+// The bytes of one decoded RGB frame of a video stream as the decoder delivers it for `s` (its
+// output size, or the stream's own without one or with a crop); 0 when unknown.
+uint64_t DecodedFrameBytes(const StreamSpec& s, const StreamInfo& info);
+
+// Pre-faults `cache` for the frames one epoch of `spec` keeps from `source` (every frame of the
+// spec's video streams at their output size, at most the in-memory bound): what `conveyor
+// batches`, `serve` and `bench` do before their first pipeline when given --frame-cache-bytes.
+// Returns the bytes pre-faulted; 0 without an in-memory tier.
+uint64_t PrefaultFrameCache(const Source& source, const SampleSpec& spec, DecodedFrameCache& cache,
+                            int threads);
 
 // "pin" -> kPinWhatFits, "lru" -> kLru; false for anything else.
 bool ParseFrameCachePolicy(const std::string& name, DecodedFrameCache::Policy* out);

@@ -80,6 +80,18 @@ struct PipelineStats {
   uint64_t frame_cache_hits = 0;
   uint64_t frame_cache_misses = 0;
   uint64_t blocks_from_frame_cache = 0;  // blocks not decoded at all
+  // Epoch orders (shuffle/order.h, O(blocks) to build) after each member's first: built ahead by
+  // a worker while the epoch before was still running, or built late by the walker under the
+  // pipeline's lock when it reached the epoch (every worker and the consumer waited meanwhile:
+  // the epoch-boundary gap this planning removes; docs/pipeline.md "Epoch boundaries").
+  uint64_t epoch_orders_planned_ahead = 0;
+  uint64_t epoch_orders_built_late = 0;
+  // Taking each epoch's last batch: the next epoch's first batch was already planned (its
+  // orders built) in how many boundaries, and how many of its samples were already assembled.
+  uint64_t epoch_boundaries = 0;
+  uint64_t boundaries_planned_ahead = 0;
+  uint64_t next_epoch_samples_ready = 0;
+  uint64_t samples_ready = 0;      // now: the samples Next() can hand out in order without waiting
   uint64_t queue_bytes = 0;        // reorder buffer + window prefetch, now
   uint64_t queue_bytes_peak = 0;   // reorder buffer + window prefetch, at most
   uint64_t prefetch_bytes_peak = 0;  // the window prefetch, at most

@@ -17,6 +17,7 @@
 #include <new>
 #include <optional>
 #include <chrono>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1079,6 +1080,13 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   fcc.compression = o.frame_cache_compression;
   ASSIGN_OR_RETURN(m.frame_cache, MakeFrameCache(fcc));
   if (m.frame_cache) m.metrics->ExposeFrameCache([cache = m.frame_cache] { return cache->stats(); });
+  if (m.frame_cache && o.frame_cache_prefault && !m.configs.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+    const uint64_t made = PrefaultFrameCache(*m.source, m.configs.front()->spec, *m.frame_cache, threads);
+    spdlog::info("frame cache: {} bytes pre-faulted for config '{}' in {:.2f} s", made, m.configs.front()->name,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
   if (tls) {

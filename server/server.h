@@ -75,6 +75,10 @@ struct ServerOptions {
   // (pipeline/cache_warm.h): every frame each config's samples need, episode by episode, ahead of
   // the order, which never changes. For the spare cores of a node; 0: no warm-up.
   int frame_cache_warm_threads = 0;
+  // Map the memory tier's pages for one epoch of the first config before serving
+  // (PrefaultFrameCache, docs/pipeline.md "The decoded-frame cache"): start-up pays the page
+  // faults its first epoch would, on `threads` threads. Needs frame_cache_bytes.
+  bool frame_cache_prefault = false;
   uint64_t max_message_bytes = 4ull << 20;
   // Accept same-host clients' shared-memory regions (docs/serving.md "Same-host transport"):
   // payloads are written there and only headers travel over gRPC.

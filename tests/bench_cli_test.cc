@@ -39,6 +39,19 @@ TEST(BenchCliTest, EveryModalityHasItsFiguresAndLimits) {
     EXPECT_TRUE(seen.count(key)) << key << " missing:\n" << testing::ReadFile(dir.Join("out.txt"));
   }
   EXPECT_EQ(seen["video/assemble"], 3);  // in order, shuffled naive, shuffled gop
+  // The epoch boundary row (issue 30 item 3): the wait near a boundary beside the mid-epoch
+  // steps', and the pipeline's counters: the next epoch's order was planned ahead, none built late.
+  EXPECT_EQ(seen["video/epoch boundary"], 1);
+  for (const json& r : doc["rows"]) {
+    if (r["stage"] != "epoch boundary") continue;
+    const json& st = r["stages"];
+    for (const char* key : {"step0_wait_ms", "mid_p50_ms", "mid_p99_ms", "mid_max_ms", "pace_ms"}) {
+      EXPECT_TRUE(st.contains(key)) << key;
+    }
+    EXPECT_GT(st["mid_steps"].get<uint64_t>(), 0u);
+    EXPECT_GE(st["epoch_orders_planned_ahead"].get<uint64_t>(), 1u);
+    EXPECT_EQ(st["epoch_orders_built_late"].get<uint64_t>(), 0u);
+  }
   // Start-up is a row of its own, beside the offline pipeline's, not part of the served rate.
   bool first_batch = false;
   for (const json& r : doc["rows"]) {

@@ -583,6 +583,31 @@ TEST(DecodedFrameCacheTest, PoliciesKeepTheBound) {
   EXPECT_LE(lru.stats().bytes, 1000u);
 }
 
+// Pre-faulted buffers (--frame-cache-prefault, issue 29 item 5) count toward the bound until they
+// are lent; a frame decoded into one is kept like any other, and a frame from elsewhere takes the
+// pool's room back rather than pushing the cache over its bound.
+TEST(DecodedFrameCacheTest, PrefaultedBuffersStayWithinTheBound) {
+  auto key = [](int64_t i) { return FrameCacheKey{"ds", 0, 0, i, 1}; };
+  DecodedFrameCache c(CacheOptions(1000, DecodedFrameCache::Policy::kPinWhatFits));
+  EXPECT_EQ(c.Prefault(300, 5, 2), 900u) << "three fit";
+  EXPECT_EQ(c.stats().pool_bytes, 900u);
+  EXPECT_TRUE(c.TakeBuffer(200).empty()) << "no buffer of that size";
+  std::vector<uint8_t> b = c.TakeBuffer(300);
+  ASSERT_EQ(b.size(), 300u);
+  EXPECT_EQ(c.stats().buffers_lent, 1u);
+  EXPECT_EQ(c.stats().pool_bytes, 600u);
+  auto f = std::make_shared<RgbImage>();
+  f->pixels = std::move(b);
+  c.Insert(key(0), f);
+  EXPECT_EQ(c.stats().bytes, 300u);
+  auto g = std::make_shared<RgbImage>();
+  g->pixels.assign(350, 1);
+  c.Insert(key(1), g);  // 300 held + 600 pooled + 350 > 1000: a pooled buffer goes
+  EXPECT_EQ(c.stats().frames, 2u);
+  EXPECT_LE(c.stats().bytes + c.stats().pool_bytes, 1000u);
+  EXPECT_EQ(c.Prefault(300, 5, 1), 0u) << "no room left";
+}
+
 // The decoded-frame cache changes where frames come from, never the batches: two epochs with a
 // cache that holds everything, one that holds a third (pin), one that evicts (lru), and a second
 // pipeline sharing the first's cache all give the uncached run's batches bit for bit; with
@@ -630,6 +655,22 @@ TEST_F(PipelineTest, DecodedFrameCacheKeepsBatchesBitIdentical) {
   PipelineStats again;
   EXPECT_EQ(run_with(big, &again), want) << "a second pipeline on the warm cache";
   EXPECT_EQ(again.frames_decoded, 0u) << "a warm cache holding every frame, and still decoding";
+
+  // Pre-faulted before the job (--frame-cache-prefault): the frames are decoded into the pool's
+  // buffers (every decode for the cache borrows one while the pool lasts), and nothing changes.
+  auto pre = std::make_shared<DecodedFrameCache>(CacheOptions(1ull << 30));
+  const uint64_t made = PrefaultFrameCache(*Source::Of(*dataset_), *spec_, *pre, 2);
+  const uint64_t frame_bytes = 64 * 48 * 3;
+  EXPECT_GT(made, 0u);
+  EXPECT_EQ(made % frame_bytes, 0u);
+  PipelineStats ps;
+  EXPECT_EQ(run_with(pre, &ps), want) << "a pre-faulted cache";
+  const FrameCacheStats pf = pre->stats();
+  EXPECT_EQ(pf.frames, full.frames);
+  EXPECT_EQ(pf.prefaulted_bytes, made);
+  EXPECT_EQ(pf.buffers_lent, std::min<uint64_t>(ps.frame_cache_misses, made / frame_bytes));
+  EXPECT_EQ(pf.pool_bytes, made - pf.buffers_lent * frame_bytes);
+  EXPECT_GE(pf.buffers_lent, pf.frames) << "kept frames decoded outside the pool";
 
   for (auto policy : {DecodedFrameCache::Policy::kPinWhatFits, DecodedFrameCache::Policy::kLru}) {
     auto small = std::make_shared<DecodedFrameCache>(CacheOptions(full.bytes / 3, policy));
@@ -735,6 +776,41 @@ TEST_F(PipelineTest, CancelAndDestroyMidEpochDoNotHang) {
   ASSERT_TRUE(q.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   q->reset();
+}
+
+// No epoch-boundary gap (issue 30 item 3, docs/pipeline.md "Epoch boundaries"): each epoch's
+// order (O(blocks) to build) is built ahead by a worker, never by the walker under the pipeline's
+// lock when it reaches the epoch, and the next epoch's first batch is planned and assembled
+// before the consumer takes the epoch's last batch. Counters, not clocks: the test waits (with
+// no time asserted) for the workers to get ahead, then reads what the pipeline saw.
+TEST_F(PipelineTest, TheNextEpochIsPlannedAndDecodedBeforeItsBoundary) {
+  for (int threads : {1, 2}) {
+    PipelineOptions o = Options(threads, true);
+    o.order = OrderOptions::AutoGop();  // version 3: GOP blocks from a BlockTable
+    o.max_epochs = 3;
+    auto p = Pipeline::Create(*dataset_, *spec_, o, {0, 0});
+    ASSERT_TRUE(p.ok()) << p.status();
+    const uint64_t steps = (*p)->steps_per_epoch();
+    const uint64_t local = o.global_batch_size;
+    ASSERT_GE(steps, 2u);
+    for (uint64_t i = 0; i < 3 * steps; ++i) {
+      if (i % steps == steps - 1 && i + 1 < 3 * steps) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+        while ((*p)->stats().samples_ready < 2 * local && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        ASSERT_GE((*p)->stats().samples_ready, 2 * local) << "the workers never got past the boundary";
+      }
+      auto b = (*p)->Next();
+      ASSERT_TRUE(b.ok() && b->has_value()) << i;
+    }
+    const PipelineStats s = (*p)->stats();
+    EXPECT_EQ(s.epoch_orders_planned_ahead, 2u) << threads << " threads";
+    EXPECT_EQ(s.epoch_orders_built_late, 0u) << "an order built at the boundary, under the lock";
+    EXPECT_EQ(s.epoch_boundaries, 2u);
+    EXPECT_EQ(s.boundaries_planned_ahead, 2u);
+    EXPECT_EQ(s.next_epoch_samples_ready, 2 * local) << "the next epoch's first batch was not assembled";
+  }
 }
 
 TEST_F(PipelineTest, MaxEpochsEndsTheStream) {

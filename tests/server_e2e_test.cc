@@ -831,6 +831,19 @@ TEST_F(ServerE2ETest, AFrameCacheSharedByStreamsKeepsTheirBatches) {
   EXPECT_NE(top.find("hit rate "), std::string::npos) << top;
 }
 
+// --frame-cache-prefault: the server maps its memory tier's pages for one epoch of its first
+// config before serving, says so in its log, and serves exactly the offline batches.
+TEST_F(ServerE2ETest, APrefaultedFrameCacheKeepsTheBatches) {
+  auto server = Serve({"--frame-cache-bytes", "1GB", "--frame-cache-prefault"});
+  ASSERT_TRUE(server->ok());
+  client::ClientOptions o = Options({server->address()});
+  o.max_batches = 6;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(ReadAll(**c), Offline(small(), 6));
+  EXPECT_NE(server->log().find("bytes pre-faulted for config 'small'"), std::string::npos) << server->log();
+}
+
 // --frame-cache-dir: server processes on one node, and `conveyor cache warm`, share decoded frames
 // through a directory. A warm-up fills it, half of it is deleted; the first of two concurrent
 // servers decodes what its job needs of the missing half and shares it (a second warm-up decodes

@@ -2,6 +2,7 @@
 // ids or their hash, SHA-256 of the tensors), so anyone can check from outside what rank I of N
 // sees at any step, and that it is the same at any thread count and from any resume cursor.
 #include <cstdio>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -70,6 +71,10 @@ absl::Status RunBatches(const BatchesOptions& o) {
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
   // Resolved here as Create would, so that --stats measures the order the batches follow.
   RETURN_IF_ERROR(ResolveSchedule(*source, spec, &po));
+  if (po.frame_cache && o.frame_cache.prefault) {
+    const int threads = po.threads > 0 ? po.threads : static_cast<int>(std::thread::hardware_concurrency());
+    PrefaultFrameCache(*source, spec, *po.frame_cache, threads);
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline, Pipeline::Create(*source, spec, po, cursor));
   for (int64_t i = 0; i < o.steps; ++i) {
     absl::StatusOr<std::optional<Batch>> next = pipeline->Next();

@@ -24,6 +24,7 @@ struct FrameCacheFlags {
   std::string dir;                   // --frame-cache-dir (CONVEYOR_FRAME_CACHE_DIR): node-wide
   uint64_t dir_bytes = 0;            // --frame-cache-dir-bytes (CONVEYOR_FRAME_CACHE_DIR_BYTES)
   std::string compression = "none";  // --frame-cache-compression
+  bool prefault = false;             // --frame-cache-prefault: the memory tier's pages, before the job
 };
 // Registers them on a subcommand.
 void AddFrameCacheFlags(CLI::App* c, FrameCacheFlags* f);

@@ -43,6 +43,7 @@ absl::Status RunServe(const ServeOptions& o) {
   so.frame_cache_dir_bytes = o.frame_cache.dir_bytes;
   so.frame_cache_compression = o.frame_cache.compression;
   so.frame_cache_warm_threads = o.frame_cache_warm_threads;
+  so.frame_cache_prefault = o.frame_cache.prefault;
   so.max_message_bytes = o.max_message_bytes;
   so.shared_memory = o.shared_memory;
   so.max_streams = o.max_streams;
