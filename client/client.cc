@@ -407,7 +407,10 @@ struct Client::Impl {
     req.set_consumers(o.consumers);
     req.mutable_start()->set_epoch(p.expected.epoch);
     req.mutable_start()->set_step(p.expected.step);
-    if (p.expected.position) req.mutable_start()->set_position(*p.expected.position);
+    if (p.expected.position) {
+      req.mutable_start()->set_position(*p.expected.position);
+      req.mutable_start()->set_has_position(true);
+    }
     if (!o.config_yaml.empty()) req.set_config_yaml(o.config_yaml);
     if (!o.config_name.empty()) req.set_config_name(o.config_name);
     if (o.max_batches) req.set_max_batches(o.max_batches - p.received);

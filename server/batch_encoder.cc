@@ -63,7 +63,10 @@ pb::TensorRole ToProto(TensorRole r) {
 void CursorToProto(const Cursor& c, pb::Cursor* out) {
   out->set_epoch(c.epoch);
   out->set_step(c.step);
-  if (c.position) out->set_position(*c.position);
+  if (c.position) {
+    out->set_position(*c.position);
+    out->set_has_position(true);
+  }
 }
 
 grpc::ByteBuffer SerializeMessage(const pb::StreamBatchesResponse& message) {
