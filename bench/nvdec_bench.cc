@@ -163,8 +163,27 @@ struct DeviceBuffer {
   }
 };
 
-// S NVDEC sessions, each decoding windows (thread t starts at window t * stride so sessions work
-// on different episodes), output as given. frames/s.
+// `threads` workers decoding `windows` for `seconds`, each window one call of
+// decode(worker, episode, its frames, its packet reader); thread t starts at window t * stride so
+// the workers decode different episodes. frames/s.
+template <typename DecodeWindow>
+absl::StatusOr<double> RunWindows(const Data& d, const std::vector<Window>& windows, int threads,
+                                  double seconds, DecodeWindow decode) {
+  const size_t stride = std::max<size_t>(1, windows.size() / static_cast<size_t>(threads));
+  return RunFor(threads, seconds, [&](int t, uint64_t i) -> absl::StatusOr<int64_t> {
+    const Window& w = windows[(static_cast<size_t>(t) * stride + i) % windows.size()];
+    const Episode& ep = d.episodes[w.episode];
+    std::vector<int64_t> frames(static_cast<size_t>(w.count));
+    for (int64_t k = 0; k < w.count; ++k) frames[static_cast<size_t>(k)] = w.first + k;
+    auto read = [&](size_t packet, std::string* bytes) {
+      return d.ds->ReadPacket(*ep.index, ep.stream, packet, bytes);
+    };
+    RETURN_IF_ERROR(decode(static_cast<size_t>(t), w.episode, ep, frames, read));
+    return w.count;
+  });
+}
+
+// S NVDEC sessions, output as given. frames/s.
 absl::StatusOr<double> NvdecRate(const Data& d, const std::vector<Window>& windows, int sessions,
                                  double seconds, const GpuFrameOutput& out, int device,
                                  int max_window) {
@@ -177,44 +196,31 @@ absl::StatusOr<double> NvdecRate(const Data& d, const std::vector<Window>& windo
     buffers.push_back(std::make_unique<DeviceBuffer>(frame * static_cast<size_t>(max_window)));
     if (buffers.back()->p == nullptr) return absl::ResourceExhaustedError("cudaMalloc");
   }
-  const size_t stride = std::max<size_t>(1, windows.size() / static_cast<size_t>(sessions));
   const DecodeLimits limits;
-  return RunFor(sessions, seconds, [&](int t, uint64_t i) -> absl::StatusOr<int64_t> {
-    const Window& w = windows[(static_cast<size_t>(t) * stride + i) % windows.size()];
-    const Episode& ep = d.episodes[w.episode];
-    std::vector<int64_t> frames(static_cast<size_t>(w.count));
-    for (int64_t k = 0; k < w.count; ++k) frames[static_cast<size_t>(k)] = w.first + k;
-    auto read = [&](size_t packet, std::string* bytes) {
-      return d.ds->ReadPacket(*ep.index, ep.stream, packet, bytes);
-    };
-    RETURN_IF_ERROR(decoders[static_cast<size_t>(t)]->Decode(
-        w.episode + 1, ep.index->streams(ep.stream), ep.table, read, frames, out, limits,
-        buffers[static_cast<size_t>(t)]->p, frame));
-    return w.count;
-  });
+  return RunWindows(d, windows, sessions, seconds,
+                    [&](size_t t, size_t episode, const Episode& ep,
+                        const std::vector<int64_t>& frames, PacketReader read) {
+                      return decoders[t]->Decode(episode + 1, ep.index->streams(ep.stream),
+                                                 ep.table, read, frames, out, limits,
+                                                 buffers[t]->p, frame);
+                    });
 }
 
+// `threads` libavcodec decoders (VideoDecoder), RGB24 at full size. frames/s.
 absl::StatusOr<double> CpuRate(const Data& d, const std::vector<Window>& windows, int threads,
                                double seconds) {
   std::vector<std::unique_ptr<VideoDecoder>> decoders;
   std::vector<std::vector<RgbImage>> images(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) decoders.push_back(std::make_unique<VideoDecoder>());
-  const size_t stride = std::max<size_t>(1, windows.size() / static_cast<size_t>(threads));
   const DecodeLimits limits;
   const VideoOutput output;  // full size RGB24
-  return RunFor(threads, seconds, [&](int t, uint64_t i) -> absl::StatusOr<int64_t> {
-    const Window& w = windows[(static_cast<size_t>(t) * stride + i) % windows.size()];
-    const Episode& ep = d.episodes[w.episode];
-    std::vector<int64_t> frames(static_cast<size_t>(w.count));
-    for (int64_t k = 0; k < w.count; ++k) frames[static_cast<size_t>(k)] = w.first + k;
-    auto read = [&](size_t packet, std::string* bytes) {
-      return d.ds->ReadPacket(*ep.index, ep.stream, packet, bytes);
-    };
-    RETURN_IF_ERROR(decoders[static_cast<size_t>(t)]->Decode(
-        w.episode + 1, ep.index->streams(ep.stream), ep.table, read, frames, output, limits,
-        &images[static_cast<size_t>(t)]));
-    return w.count;
-  });
+  return RunWindows(d, windows, threads, seconds,
+                    [&](size_t t, size_t episode, const Episode& ep,
+                        const std::vector<int64_t>& frames, PacketReader read) {
+                      return decoders[t]->Decode(episode + 1, ep.index->streams(ep.stream),
+                                                 ep.table, read, frames, output, limits,
+                                                 &images[t]);
+                    });
 }
 
 // Frames `frames` of episode 0 from both decoders at full size; the differences.
