@@ -34,7 +34,8 @@
 #include "nlohmann/json.hpp"
 #include "datasets/dataset.h"
 #include "server/internal/batch_encoder.h"
-#include "server/shm_writer.h"
+#include "server/internal/payload_sink.h"
+#include "server/internal/shm_sink.h"
 #include "pipeline/pipeline.h"
 
 namespace conveyor {
@@ -108,26 +109,37 @@ class RepeatService final : public RawStreamBatchesService {
     pb::StreamBatchesResponse start;
     start.mutable_start()->set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
     start.mutable_start()->set_steps_per_epoch(1u << 30);
-    std::unique_ptr<ShmWriter> shm;
-    PayloadPlacer place;
+    // The same-host region: the batch is copied into a buffer of the ring, as a pipeline would
+    // have built it there (server/internal/shm_sink.h), and only its header is sent.
+    std::unique_ptr<SharedMemorySink> shm;
     if (req->has_shared_memory()) {
-      auto opened = ShmWriter::Open(req->shared_memory().name(), req->shared_memory().nonce(),
-                                    req->shared_memory().capacity(), UINT64_MAX,
-                                    req->shared_memory().batches_ahead());
-      if (opened.ok()) {
-        shm = std::move(*opened);
+      auto created = SharedMemorySink::Create(req->shared_memory().capacity(), req->shared_memory().batches_ahead(),
+                                              max_message_);
+      if (created.ok()) {
+        shm = std::move(*created);
         start.mutable_start()->set_shared_memory(true);
         start.mutable_start()->set_shared_memory_ring(shm->ring());
-        place = [&](const uint8_t* data, uint64_t n) { return shm->Place(data, n, [] { return false; }); };
+        start.mutable_start()->set_shared_memory_socket(shm->socket_path());
+        start.mutable_start()->set_shared_memory_token(shm->token());
       }
     }
     if (!w->Write(SerializeMessage(start))) return grpc::Status::CANCELLED;
+    const StopFn never = [] { return false; };
+    if (shm && !shm->Handoff(absl::Seconds(5), never).ok()) shm.reset();
+    std::unique_ptr<PayloadSink> grpc_sink = MakeGrpcSink(max_message_);
+    PayloadSink& sink = shm ? static_cast<PayloadSink&>(*shm) : *grpc_sink;
+    const BatchBuffers buffers = sink.buffers(never);
     Batch b = *batch_;
     for (uint64_t i = 0; i < req->max_batches(); ++i) {
       b.cursor = Cursor{req->start().epoch(), req->start().step() + i};
-      const bool ok = EncodeBatch(
-          b, Cursor{b.cursor.epoch, b.cursor.step + 1}, max_message_,
-          [&](const grpc::ByteBuffer& m) { return w->Write(m); }, place).ok();
+      if (buffers) {
+        absl::StatusOr<std::shared_ptr<HostBuffer>> buf = buffers(batch_->buffer->size());
+        if (!buf.ok()) return grpc::Status::CANCELLED;
+        std::memcpy((*buf)->data(), batch_->buffer->data(), batch_->buffer->size());
+        b.buffer = std::move(*buf);
+      }
+      const bool ok = sink.Send(b, Cursor{b.cursor.epoch, b.cursor.step + 1},
+                                [&](const grpc::ByteBuffer& m) { return w->Write(m); }).ok();
       if (!ok) return grpc::Status::CANCELLED;
     }
     return grpc::Status::OK;
@@ -390,8 +402,8 @@ int main(int argc, char** argv) {
   out["iperf3_gb_per_s"] = iperf;
   out["transport"] = transport;
 
-  // 1b. The same-host transport: payloads through the client's /dev/shm ring, beside memcpy.
-  std::printf("\nsame-host transport (payload written into the client's /dev/shm ring, header over gRPC)\n");
+  // 1b. The same-host transport: payloads copied into the server's region the client maps, beside memcpy.
+  std::printf("\nsame-host transport (payload copied into the stream's sealed memfd region, header over gRPC)\n");
   std::printf("%-34s %10s %10s %12s %12s %12s\n", "workload", "MB/batch", "GB/s", "batches/s",
               "memcpy GB/s", "of memcpy");
   json same_host = json::array();

@@ -21,6 +21,7 @@
 #include "base/block_pool.h"
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
+#include "base/shm_layout.h"
 #include "client/internal/shm_region.h"
 #include "client/internal/wire.h"
 #include "device/gpu.h"
@@ -158,19 +159,25 @@ BlockPool::Block TakeBlock(BlockPool& pool, size_t bytes, int pinned_for_device)
   return b;
 }
 
+// This host as the same-host transport sees it (base/shm_layout.h), read once.
+const std::string& HostId() {
+  static const std::string* id = new std::string(shm::HostId());
+  return *id;
+}
+
 // What a Batch's views point into: its payload block (back to the pool when released), or its
-// place in the stream's shared-memory region (released there).
+// place in the stream's payload source, the same-host region (released there).
 struct BatchStorage {
   std::shared_ptr<BlockPool> pool;
   BlockPool::Block block;
-  std::shared_ptr<ShmRegion> region;
-  uint64_t shm_position = 0;
-  const uint8_t* shm_data = nullptr;
+  std::shared_ptr<PayloadSource> source;
+  uint64_t source_position = 0;
+  const uint8_t* source_data = nullptr;
   std::unique_ptr<DeviceBatch> device;  // device delivery: the batch's copy on the GPU
-  const uint8_t* data() const { return region ? shm_data : block.data; }
+  const uint8_t* data() const { return source ? source_data : block.data; }
   ~BatchStorage() {
     device.reset();  // waits for the copy out of the block, then frees the device buffer
-    if (region) region->Release(shm_position);
+    if (source) source->Release(source_position);
     if (block.data != nullptr) pool->Give(block);
   }
 };
@@ -251,8 +258,8 @@ struct Client::Impl {
   bool done ABSL_GUARDED_BY(mu) = false;
   bool stop ABSL_GUARDED_BY(mu) = false;
   grpc::ClientContext* active ABSL_GUARDED_BY(mu) = nullptr;  // to cancel from the destructor
-  // The current stream's shared-memory region, so that Next() can tell the server it is starved.
-  std::shared_ptr<ShmRegion> live_region ABSL_GUARDED_BY(mu);
+  // The current stream's payload source, so that Next() can tell the server it is starved.
+  std::shared_ptr<PayloadSource> live_source ABSL_GUARDED_BY(mu);
   // Device delivery: the receiving thread waits for a device buffer that only the trainer can
   // give back (it holds them all), so a Next() with nothing queued would wait forever.
   bool device_starved ABSL_GUARDED_BY(mu) = false;
@@ -352,7 +359,8 @@ struct Client::Impl {
   // One batch being reassembled from its header and payload messages.
   struct Reassembly {
     bool started = false;  // the stream start arrived
-    std::shared_ptr<ShmRegion> region;  // the stream's same-host region, once the server took it
+    bool offered = false;               // the request offers to take a same-host region
+    std::shared_ptr<PayloadSource> source;  // where payloads outside the messages lie, if any
     pb::BatchHeader header;
     std::shared_ptr<BatchStorage> storage;
     uint64_t filled = 0;
@@ -398,7 +406,7 @@ struct Client::Impl {
     }
   }
 
-  pb::StreamBatchesRequest Request(const Progress& p, const ShmRegion* region) const {
+  pb::StreamBatchesRequest Request(const Progress& p, bool offer_shared_memory) const {
     pb::StreamBatchesRequest req;
     req.set_protocol_version(ProtocolVersion());
     req.set_job(o.job);
@@ -417,10 +425,10 @@ struct Client::Impl {
     req.set_max_message_bytes(o.max_message_bytes);
     // After the first start, every server is asked for the order that stream began with.
     req.set_schedule_version(p.first ? p.first->schedule_version() : o.schedule_version);
-    if (region) {
-      req.mutable_shared_memory()->set_name(region->name());
-      req.mutable_shared_memory()->set_nonce(region->nonce());
-      req.mutable_shared_memory()->set_capacity(region->capacity());
+    if (offer_shared_memory) {
+      req.mutable_shared_memory()->set_server_region(true);
+      req.mutable_shared_memory()->set_host(HostId());
+      req.mutable_shared_memory()->set_capacity(o.shared_memory_bytes);
       // What this client holds unreleased in steady state: its prefetch and the trainer's batch.
       req.mutable_shared_memory()->set_batches_ahead(static_cast<uint32_t>(o.prefetch_batches + 1));
     }
@@ -444,15 +452,14 @@ struct Client::Impl {
       if (!p->first_stream) ++stats.reconnects;
     }
     p->first_stream = false;
-    // A new region per stream: a server that went away can never write into the next stream's.
+    // A new region per stream (the server creates it): a server that went away can never write
+    // into the next stream's.
     Reassembly r;
     if (o.shared_memory) {
-      absl::StatusOr<std::shared_ptr<ShmRegion>> region = ShmRegion::Create(o.shared_memory_bytes);
-      if (region.ok()) {
-        r.region = std::move(*region);
-      } else {
+      r.offered = !HostId().empty();
+      if (!r.offered) {
         absl::MutexLock lock(&mu);
-        stats.shared_memory_refused = std::string(region.status().message());
+        stats.shared_memory_refused = "this host has no /dev/shm";
       }
     }
     // The generic API hands us the raw messages (ByteBuffers), so the payload is parsed
@@ -469,7 +476,7 @@ struct Client::Impl {
     call->StartCall(nullptr);
     bool open = wait();
     if (open) {
-      const std::string bytes = Request(*p, r.region.get()).SerializeAsString();
+      const std::string bytes = Request(*p, r.offered).SerializeAsString();
       grpc::Slice slice(bytes);
       grpc::ByteBuffer request(&slice, 1);
       call->Write(request, nullptr);
@@ -500,7 +507,7 @@ struct Client::Impl {
     }
     absl::MutexLock lock(&mu);
     active = nullptr;
-    live_region.reset();
+    live_source.reset();
     if (stop) end.stopped = true;
     return end;
   }
@@ -511,18 +518,23 @@ struct Client::Impl {
     if (m.start) {
       RETURN_IF_ERROR(CheckStart(target, *m.start, p));
       r->started = true;
-      // The server has opened the region or refused it: its name can go.
-      if (r->region) r->region->Unlink();
-      if (!m.start->shared_memory()) r->region.reset();
-      if (r->region && m.start->shared_memory_ring() != 0) {
-        if (absl::Status s = r->region->SetRing(m.start->shared_memory_ring()); !s.ok()) {
-          return absl::DataLossError(absl::StrCat("server ", target, ": ", s.message()));
+      // The server made a region for this stream: take it now, before its first batch (the
+      // server waits for the answer; without the region its payloads come in messages).
+      std::string refused = m.start->shared_memory_refused();
+      if (r->offered && m.start->shared_memory()) {
+        absl::StatusOr<std::shared_ptr<ShmRegion>> region =
+            ShmRegion::Receive(m.start->shared_memory_socket(), m.start->shared_memory_token(),
+                               m.start->shared_memory_ring(), o.shared_memory_bytes);
+        if (region.ok()) {
+          r->source = std::move(*region);
+        } else {
+          refused = std::string(region.status().message());
         }
       }
       absl::MutexLock lock(&mu);
-      live_region = r->region;
-      stats.transport = r->region ? "shared_memory" : "grpc";
-      if (!m.start->shared_memory_refused().empty()) stats.shared_memory_refused = m.start->shared_memory_refused();
+      live_source = r->source;
+      stats.transport = r->source ? std::string(r->source->transport()) : "grpc";
+      if (!refused.empty()) stats.shared_memory_refused = refused;
       return absl::OkStatus();
     }
     if (!r->started) {
@@ -542,7 +554,7 @@ struct Client::Impl {
             "server ", target, ": payload bytes [", m.offset, ", ", m.offset + m.data_size,
             ") where offset ", r->filled, " of ", r->header.payload_bytes(), " was due"));
       }
-      if (r->storage->region || (m.data_size > 0 && !m.data_at->Copy(r->storage->block.data + r->filled, m.data_size))) {
+      if (r->storage->source || (m.data_size > 0 && !m.data_at->Copy(r->storage->block.data + r->filled, m.data_size))) {
         return absl::DataLossError(absl::StrCat("server ", target, " sent a truncated message"));
       }
       r->filled += m.data_size;
@@ -554,7 +566,7 @@ struct Client::Impl {
                                               r->header.payload_bytes()));
     }
     Batch cur;
-    const bool in_shared_memory = r->storage->region != nullptr;
+    const bool in_shared_memory = r->storage->source != nullptr;
     absl::Status st = Assemble(target, r->header, r->storage, &cur);
     r->storage.reset();
     RETURN_IF_ERROR(st);
@@ -625,16 +637,16 @@ struct Client::Impl {
     r->header = std::move(header);
     r->storage = std::make_shared<BatchStorage>();
     if (m.in_shared_memory) {
-      // The whole payload is in the region: nothing to allocate or copy.
-      if (!r->region || !m.last || m.data_at) {
+      // The whole payload is in the stream's source: nothing to allocate or copy.
+      if (!r->source || !m.last || m.data_at) {
         return absl::DataLossError(absl::StrCat("server ", target, " sent a shared-memory batch ",
-                                                r->region ? "with payload messages" : "on a stream without a region"));
+                                                r->source ? "with payload messages" : "on a stream without a region"));
       }
-      absl::StatusOr<const uint8_t*> at = r->region->Accept(m.shm_position, r->header.payload_bytes());
+      absl::StatusOr<const uint8_t*> at = r->source->Accept(m.shm_position, r->header.payload_bytes());
       if (!at.ok()) return absl::DataLossError(absl::StrCat("server ", target, ": ", at.status().message()));
-      r->storage->region = r->region;
-      r->storage->shm_position = m.shm_position;
-      r->storage->shm_data = *at;
+      r->storage->source = r->source;
+      r->storage->source_position = m.shm_position;
+      r->storage->source_data = *at;
       r->filled = r->header.payload_bytes();
       return absl::OkStatus();
     }
@@ -706,7 +718,7 @@ struct Client::Impl {
     host.label = absl::StrCat("batch ", b->cursor.ToString(), " from server ", target);
     host.data = storage->data();
     host.size = h.payload_bytes();
-    host.pinned = storage->region == nullptr && storage->block.kind == kPinnedBlock;
+    host.pinned = storage->source == nullptr && storage->block.kind == kPinnedBlock;
     host.tensors.reserve(b->tensors.size());
     for (const Tensor& t : b->tensors) {
       host.tensors.push_back(HostTensor{.name = t.name,
@@ -809,8 +821,8 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   bool timed_out = false;
   // Waiting with nothing received: a trainer that keeps the batches it got may hold the whole
   // shared-memory ring, so the server is told to send the next ones in messages.
-  const bool starved = impl_->queue.empty() && !impl_->done && impl_->live_region != nullptr;
-  if (starved) impl_->live_region->SetStarved(true);
+  const bool starved = impl_->queue.empty() && !impl_->done && impl_->live_source != nullptr;
+  if (starved) impl_->live_source->SetStarved(true);
   // The receiving thread waits for a device buffer and every one is still held: only the trainer
   // can end that. device_starved alone is not enough: a batch dropped just before this call has
   // freed a buffer the receiving thread has not taken yet.
@@ -820,7 +832,7 @@ absl::StatusOr<std::optional<Batch>> Client::Next(double timeout_s) {
   while (impl_->queue.empty() && !impl_->done && !timed_out && !holds_all()) {
     timed_out = impl_->cv.WaitWithDeadline(&impl_->mu, deadline);
   }
-  if (starved && impl_->live_region) impl_->live_region->SetStarved(false);
+  if (starved && impl_->live_source) impl_->live_source->SetStarved(false);
   if (impl_->queue.empty() && !impl_->done && holds_all()) {
     // Not final: once the trainer drops a batch, the receiving thread goes on.
     return absl::ResourceExhaustedError(absl::StrCat(

@@ -2,99 +2,123 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "base/fd_passing.h"
 #include "base/shm_layout.h"
 
 namespace conveyor::client {
 
-absl::StatusOr<std::shared_ptr<ShmRegion>> ShmRegion::Create(uint64_t capacity) {
-  capacity = (std::max<uint64_t>(capacity, 4096) + 4095) / 4096 * 4096;
+namespace {
+
+absl::Status Failed(const std::string& socket, const std::string& step) {
+  return absl::UnavailableError(absl::StrCat("shared memory from ", socket, ": ", step,
+                                             errno ? absl::StrCat(" (", std::strerror(errno), ")") : ""));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<ShmRegion>> ShmRegion::Receive(const std::string& socket_path, const std::string& token,
+                                                              uint64_t ring, uint64_t max_ring) {
+  errno = 0;
+  const std::string dir = std::string(shm::kSocketDir) + "/" + shm::kNamePrefix;
+  if (socket_path.compare(0, dir.size(), dir) != 0 || socket_path.find("..") != std::string::npos ||
+      socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return Failed(socket_path.substr(0, 128), "not a socket Conveyor makes");
+  }
+  if (token.size() != shm::kTokenBytes || ring == 0 || ring % shm::kAlign != 0 || ring > max_ring) {
+    return Failed(socket_path, absl::StrCat("a token of ", token.size(), " bytes and a ring of ", ring,
+                                            " bytes (this client accepts ", max_ring, ")"));
+  }
+  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) return Failed(socket_path, "socket");
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  } sock_closer{sock}, fd_closer{-1};
+  timeval tv{5, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return Failed(socket_path, "connect");
+  if (send(sock, token.data(), token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(token.size())) {
+    return Failed(socket_path, "sending the token");
+  }
+  const int fd = ReceiveFd(sock);
+  if (fd < 0) return Failed(socket_path, "no descriptor came back");
+  fd_closer.fd = fd;
+  auto refuse = [&](const std::string& why) {
+    const char no = 0;
+    send(sock, &no, 1, MSG_NOSIGNAL);
+    return Failed(socket_path, why);
+  };
+  // What is mapped must stay: a region the server could still shrink would turn this process's
+  // reads into SIGBUS.
+  struct stat st {};
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_SEAL)) {
+    return refuse("the region is not sealed against shrinking");
+  }
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != shm::kHeaderBytes + ring) {
+    return refuse(absl::StrCat("the region is not ", shm::kHeaderBytes + ring, " bytes"));
+  }
   std::shared_ptr<ShmRegion> r(new ShmRegion());
-  std::random_device rd;
-  static const char kHex[] = "0123456789abcdef";
-  std::string id;
-  for (int i = 0; i < 16; ++i) {
-    const unsigned v = rd() & 0xff;
-    id += kHex[v >> 4];
-    id += kHex[v & 15];
-    r->nonce_ += static_cast<char>(rd() & 0xff);
+  void* h = mmap(nullptr, shm::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (h == MAP_FAILED) return refuse("mapping its header");
+  r->header_ = static_cast<uint8_t*>(h);
+  // Writable: a trainer may change its batch in place, as it may a batch that came in messages.
+  // Only its own batch's bytes change: the server writes the ring and never reads it back.
+  void* d = mmap(nullptr, ring, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(shm::kHeaderBytes));
+  if (d == MAP_FAILED) return refuse("mapping its ring");
+  r->data_ = static_cast<uint8_t*>(d);
+  r->data_mapped_ = ring;
+  r->ring_ = ring;
+  uint64_t header_ring = 0;
+  std::memcpy(&header_ring, r->header_ + shm::kRingOffset, 8);
+  if (std::memcmp(r->header_ + shm::kMagicOffset, shm::kMagic, 8) != 0 || header_ring != ring) {
+    return refuse("its header is not a Conveyor region of that ring");
   }
-  r->name_ = std::string(shm::kNamePrefix) + id;
-  r->capacity_ = capacity;
-  {
-    absl::MutexLock lock(&r->mu_);
-    r->ring_ = capacity;
-  }
-  const std::string path = "/" + r->name_;
-  const int fd = shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("shm_open ", path, ": ", std::strerror(errno)));
-  r->linked_ = true;
-  r->mapped_ = shm::kHeaderBytes + capacity;
-  if (ftruncate(fd, static_cast<off_t>(r->mapped_)) != 0) {
-    const int e = errno;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("sizing ", path, " to ", r->mapped_, " bytes: ", std::strerror(e)));
-  }
-  void* p = mmap(nullptr, r->mapped_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return absl::UnavailableError(absl::StrCat("mmap ", path, ": ", std::strerror(errno)));
-  r->base_ = static_cast<uint8_t*>(p);
-  std::memcpy(r->base_ + shm::kMagicOffset, shm::kMagic, 8);
-  std::memcpy(r->base_ + shm::kCapacityOffset, &capacity, 8);
-  std::memcpy(r->base_ + shm::kNonceOffset, r->nonce_.data(), shm::kNonceBytes);
+  const char yes = 1;
+  if (send(sock, &yes, 1, MSG_NOSIGNAL) != 1) return Failed(socket_path, "confirming");
   return r;
 }
 
 ShmRegion::~ShmRegion() {
-  Unlink();
-  if (base_ != nullptr) munmap(base_, mapped_);
-}
-
-void ShmRegion::Unlink() {
-  if (!linked_) return;
-  linked_ = false;
-  shm_unlink(("/" + name_).c_str());
-}
-
-absl::Status ShmRegion::SetRing(uint64_t ring) {
-  absl::MutexLock lock(&mu_);
-  if (ring == 0 || ring > capacity_ || head_ != 0) {
-    return absl::DataLossError(absl::StrCat("a shared memory ring of ", ring, " bytes in a region of ",
-                                            capacity_));
-  }
-  ring_ = ring;
-  return absl::OkStatus();
-}
-
-uint64_t ShmRegion::ring() const {
-  absl::MutexLock lock(&mu_);
-  return ring_;
+  if (header_ != nullptr) munmap(header_, shm::kHeaderBytes);
+  if (data_ != nullptr) munmap(data_, data_mapped_);
 }
 
 void ShmRegion::SetStarved(bool starved) {
-  reinterpret_cast<std::atomic<uint64_t>*>(base_ + shm::kStarvedOffset)->store(starved ? 1 : 0,
+  reinterpret_cast<std::atomic<uint64_t>*>(header_ + shm::kStarvedOffset)->store(starved ? 1 : 0,
                                                                                 std::memory_order_release);
 }
 
 absl::StatusOr<const uint8_t*> ShmRegion::Accept(uint64_t pos, uint64_t n) {
   absl::MutexLock lock(&mu_);
-  if (n == 0 || n > ring_ || pos < head_ || pos % ring_ + n > ring_ ||
-      pos + n > released_ + ring_ || pos != shm::PlaceAfter(head_, n, ring_)) {
+  // Payloads start on pages: what lies between a released payload's end and the next page was
+  // never used, so the ring is free up to that page.
+  const uint64_t free_to = (released_ + shm::kAlign - 1) / shm::kAlign * shm::kAlign + ring_;
+  if (n == 0 || n > ring_ || pos % shm::kAlign != 0 || pos < shm::PlaceAfter(head_, n, ring_) ||
+      pos % ring_ + n > ring_ || pos > UINT64_MAX - ring_ || pos + n > free_to) {
     return absl::DataLossError(absl::StrCat("a payload of ", n, " bytes at shared memory position ", pos,
                                             " where the next may start at ", head_, " (", released_,
                                             " released of a ", ring_, "-byte ring)"));
   }
   in_use_.push_back(InUse{pos, pos + n, false});
   head_ = pos + n;
-  return base_ + shm::kHeaderBytes + pos % ring_;
+  return data_ + pos % ring_;
 }
 
 void ShmRegion::Release(uint64_t pos) {
@@ -112,10 +136,10 @@ void ShmRegion::Release(uint64_t pos) {
   }
   if (released != released_) {
     released_ = released;
-    // Read by the server with pread: an aligned 8-byte store, published after the reads of the
+    // Read by the server from its mapping: an aligned 8-byte store, published after the reads of the
     // released payloads (the release fence orders them before it).
     std::atomic_thread_fence(std::memory_order_release);
-    reinterpret_cast<std::atomic<uint64_t>*>(base_ + shm::kReleasedOffset)->store(released, std::memory_order_release);
+    reinterpret_cast<std::atomic<uint64_t>*>(header_ + shm::kReleasedOffset)->store(released, std::memory_order_release);
   }
 }
 

@@ -91,7 +91,17 @@ std::shared_ptr<HostBuffer> HostBuffer::Allocate(size_t bytes, bool pinned) {
   return buffer;
 }
 
+std::shared_ptr<HostBuffer> HostBuffer::Borrow(uint8_t* data, size_t bytes, std::shared_ptr<const void> owner) {
+  std::shared_ptr<HostBuffer> buffer(new HostBuffer());
+  buffer->data_ = data;
+  buffer->size_ = bytes;
+  buffer->capacity_ = bytes;
+  buffer->owner_ = std::move(owner);
+  return buffer;
+}
+
 HostBuffer::~HostBuffer() {
+  if (owner_ != nullptr) return;  // borrowed memory: its owner frees it
   if (data_ != nullptr) Pool().Give(BlockPool::Block{data_, capacity_, pinned_ ? 1 : 0});
 }
 

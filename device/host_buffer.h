@@ -17,6 +17,9 @@ class HostBuffer {
  public:
   // Pinned when `pinned` is asked for and possible; aligned host memory otherwise.
   static std::shared_ptr<HostBuffer> Allocate(size_t bytes, bool pinned);
+  // `bytes` at `data` in memory someone else owns (a server's shared region, server/internal/shm_sink.h):
+  // `owner` is kept alive as long as the buffer, and nothing goes back to the pool.
+  static std::shared_ptr<HostBuffer> Borrow(uint8_t* data, size_t bytes, std::shared_ptr<const void> owner);
   // Caps the process-wide pool of released blocks (default 2 GiB); frees what is over it. A
   // server sets it so that idle memory is part of its budget (server/server.h).
   static void SetPoolLimit(size_t bytes);
@@ -34,6 +37,7 @@ class HostBuffer {
   size_t size_ = 0;
   size_t capacity_ = 0;  // bytes allocated (>= size_): recycled buffers may be larger
   bool pinned_ = false;
+  std::shared_ptr<const void> owner_;  // Borrow: the memory's owner; nothing to free here
 };
 
 }  // namespace conveyor

@@ -5,11 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "base/types.h"
 #include "device/host_buffer.h"
 
@@ -39,5 +41,10 @@ struct Batch {
   const uint8_t* data(const TensorView& t) const { return buffer->data() + t.offset; }
   size_t bytes() const;  // sum of tensor bytes
 };
+
+// Where batches are built: a buffer of at least `bytes` bytes (a server's same-host region,
+// server/internal/shm_sink.h). Unset, the pipeline allocates HostBuffers of its own. An error ends the
+// batch (CANCELLED when its stream is over).
+using BatchBuffers = std::function<absl::StatusOr<std::shared_ptr<HostBuffer>>(size_t bytes)>;
 
 }  // namespace conveyor

@@ -116,8 +116,10 @@ PackPlan PackFirstFit(std::span<const int64_t> tokens, int64_t max_tokens, size_
 // tensor names do not depend on its contents. Batch.ids come from the samples, in order; the
 // caller sets cursor and consumer. INVALID_ARGUMENT for no samples, or when samples differ in
 // tensor names, dtypes, or dimensions other than the first (naming the tensor and sample).
+// With `buffers`, the batch is built in the buffer it gives (pipeline/batch.h); a large batch
+// is filled on up to `threads` threads (the same bytes at any count).
 absl::StatusOr<Batch> StackSamples(std::vector<Sample> samples, const SampleSpec& spec,
-                                   bool pinned);
+                                   bool pinned, const BatchBuffers& buffers = nullptr, int threads = 1);
 
 // Packs the samples as `plan` says: the sample tensors as StackSamples makes them, stacked in
 // packed order (sequence 0's samples, then sequence 1's, ...; Batch.ids in the same order), plus,
@@ -132,6 +134,7 @@ absl::StatusOr<Batch> StackSamples(std::vector<Sample> samples, const SampleSpec
 // disagrees with the samples.
 absl::StatusOr<Batch> PackSamples(std::vector<Sample> samples, const SampleSpec& spec,
                                   const PackingSpec& packing, std::span<const int64_t> tokens,
-                                  const PackPlan& plan, bool pinned);
+                                  const PackPlan& plan, bool pinned,
+                                  const BatchBuffers& buffers = nullptr, int threads = 1);
 
 }  // namespace conveyor

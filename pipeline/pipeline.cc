@@ -246,6 +246,7 @@ struct Pipeline::Impl {
   const Source& source;
   SampleSpec spec;
   PipelineOptions opt;
+  BatchBuffers batch_buffers;  // Next() only: where batches are built (null: HostBuffers)
   std::vector<SharedStream> layout;
   std::vector<std::unique_ptr<Member>> members;
   std::optional<MixtureSchedule> schedule;
@@ -1151,9 +1152,10 @@ absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
     const PackPlan plan = PackBestFitDecreasing(tokens, m.opt.packing->max_tokens,
                                                 m.opt.packing->window);
     fill = plan.fill_ratio();
-    batch = PackSamples(std::move(samples), m.spec, *m.opt.packing, tokens, plan, m.opt.pinned);
+    batch = PackSamples(std::move(samples), m.spec, *m.opt.packing, tokens, plan, m.opt.pinned,
+                        m.batch_buffers, m.opt.threads);
   } else {
-    batch = StackSamples(std::move(samples), m.spec, m.opt.pinned);
+    batch = StackSamples(std::move(samples), m.spec, m.opt.pinned, m.batch_buffers, m.opt.threads);
   }
   if (!batch.ok()) return Annotate(batch.status(), StrCat("batch ", cursor.epoch, ":", cursor.step));
   batch->cursor = cursor;
@@ -1171,6 +1173,8 @@ absl::StatusOr<std::optional<Batch>> Pipeline::Next() {
   m.stats.fill_ratio_sum += fill;
   return std::optional<Batch>(std::move(*batch));
 }
+
+void Pipeline::SetBatchBuffers(BatchBuffers buffers) { impl_->batch_buffers = std::move(buffers); }
 
 PipelineStats Pipeline::stats() const {
   Impl& m = *impl_;

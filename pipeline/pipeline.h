@@ -145,6 +145,9 @@ class Pipeline {
   // (on_error: fail) as it happened, naming the sample. Any error status is final.
   absl::StatusOr<std::optional<Batch>> Next();
   void Cancel();
+  // Builds the batches of later Next() calls in these buffers (pipeline/batch.h; a server's
+  // same-host region). Called from the thread that calls Next().
+  void SetBatchBuffers(BatchBuffers buffers);
 
   uint64_t num_samples() const;
   uint64_t steps_per_epoch() const;

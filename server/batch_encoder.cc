@@ -1,5 +1,7 @@
 #include "server/internal/batch_encoder.h"
 
+#include "server/internal/payload_sink.h"
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -76,7 +78,7 @@ grpc::ByteBuffer SerializeMessage(const pb::StreamBatchesResponse& message) {
 }
 
 absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
-                         const MessageWriter& write, const PayloadPlacer& place) {
+                         const MessageWriter& write, std::optional<uint64_t> region_position) {
   std::vector<const TensorView*> order;
   for (const TensorView& t : b.tensors) order.push_back(&t);
   std::sort(order.begin(), order.end(),
@@ -122,15 +124,11 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
   }
   const uint8_t* data = b.buffer ? b.buffer->data() + base : nullptr;
   const absl::Status gone = absl::CancelledError("the client went away");
-  if (place && payload > 0) {
-    absl::StatusOr<std::optional<uint64_t>> at = place(data, payload);
-    if (!at.ok()) return at.status();
-    if (at->has_value()) {
-      msg.set_in_shared_memory(true);
-      msg.set_shm_position(**at);
-      msg.set_last(true);
-      return write(SerializeMessage(msg)) ? absl::OkStatus() : gone;
-    }
+  if (region_position && payload > 0) {
+    msg.set_in_shared_memory(true);
+    msg.set_shm_position(*region_position);
+    msg.set_last(true);
+    return write(SerializeMessage(msg)) ? absl::OkStatus() : gone;
   }
   uint64_t begin = 0;
   do {
@@ -152,6 +150,26 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
     begin = end;
   } while (begin < payload);
   return absl::OkStatus();
+}
+
+namespace {
+
+class GrpcSink final : public PayloadSink {
+ public:
+  explicit GrpcSink(uint64_t max_message) : max_message_(max_message) {}
+  std::string_view transport() const override { return "grpc"; }
+  absl::Status Send(const Batch& batch, const Cursor& next, const MessageWriter& write) override {
+    return EncodeBatch(batch, next, max_message_, write);
+  }
+
+ private:
+  uint64_t max_message_;
+};
+
+}  // namespace
+
+std::unique_ptr<PayloadSink> MakeGrpcSink(uint64_t max_message) {
+  return std::make_unique<GrpcSink>(max_message);
 }
 
 RawStreamBatchesService::RawStreamBatchesService() {

@@ -40,7 +40,8 @@
 #include "server/internal/batch_encoder.h"
 #include "server/job_waits.h"
 #include "server/metrics.h"
-#include "server/shm_writer.h"
+#include "base/shm_layout.h"
+#include "server/internal/shm_sink.h"
 #include "base/cancel.h"
 #include "pipeline/cache_warm.h"
 #include "pipeline/pipeline.h"
@@ -218,7 +219,6 @@ struct DataServer::Impl : public RawStreamBatchesService {
 
   // Aggregates for the amplification gauge.
   std::atomic<uint64_t> total_decoded{0}, total_delivered{0};
-  std::atomic<bool> shm_warned_{false};  // one warning per server for a full /dev/shm
 
   // Per job (by metrics label, so at most 257 of them): totals for Info and `conveyor top`, and
   // when its wait gauges were last recomputed (at most once a second per job).
@@ -727,6 +727,28 @@ struct DataServer::Impl : public RawStreamBatchesService {
     return Serve(ctx, writer, req, job, *config, spec, po, start, max_message, entry, outcome);
   }
 
+  // The stream's same-host region, or why not (StreamStart.shared_memory_refused). Its ring is
+  // bounded by the stream's byte budget: what the pipeline builds there, and the pages it
+  // touches, count like the batches it queues.
+  absl::StatusOr<std::unique_ptr<SharedMemorySink>> SharedMemoryFor(const pb::SharedMemoryOffer& offer,
+                                                                    const PipelineOptions& po, uint64_t max_message) {
+    if (!o.shared_memory) return absl::FailedPreconditionError("the server runs with --shared-memory=false");
+    if (!offer.server_region()) {
+      return absl::FailedPreconditionError(
+          "the client offers a region of its own, which this server no longer writes into: upgrade the client");
+    }
+    static const std::string host = shm::HostId();
+    if (host.empty() || offer.host() != host) {
+      return absl::FailedPreconditionError(StrCat("the client runs on another host or with another /dev/shm (client ",
+                                                  offer.host().substr(0, 128), ", server ", host, ")"));
+    }
+    if (offer.capacity() < shm::kAlign) {
+      return absl::FailedPreconditionError(StrCat("the client accepts a ring of ", offer.capacity(), " bytes"));
+    }
+    return SharedMemorySink::Create(std::min<uint64_t>(offer.capacity(), po.queue_bytes), offer.batches_ahead(),
+                                    max_message);
+  }
+
   grpc::Status Serve(grpc::ServerContext* ctx, Writer* writer, const pb::StreamBatchesRequest& req,
                      const std::string& job, const Config& config, const SampleSpec& spec,
                      const PipelineOptions& po, Cursor start, uint64_t max_message,
@@ -766,26 +788,20 @@ struct DataServer::Impl : public RawStreamBatchesService {
     st->set_max_epochs(po.max_epochs);
     st->set_schedule_version(po.order.version);
     CursorToProto(pipeline->start(), st->mutable_start());
-    // The same-host transport: the client's region, when this server can open it.
-    std::unique_ptr<ShmWriter> shm;
+    // The transport (server/internal/payload_sink.h): the same-host region when the client offers to take
+    // one and runs where this server does, payloads in messages otherwise.
+    std::unique_ptr<SharedMemorySink> region;
     if (req.has_shared_memory()) {
-      const pb::SharedMemoryOffer& offer = req.shared_memory();
-      // The ring is bounded by the stream's byte budget: what the server writes there, and the
-      // pages it touches, count like the batches it queues.
-      absl::StatusOr<std::unique_ptr<ShmWriter>> w =
-          o.shared_memory ? ShmWriter::Open(offer.name(), offer.nonce(), offer.capacity(), po.queue_bytes,
-                                            offer.batches_ahead())
-                          : absl::FailedPreconditionError("the server runs with --shared-memory=false");
-      if (w.ok()) {
-        shm = std::move(*w);
+      absl::StatusOr<std::unique_ptr<SharedMemorySink>> r = SharedMemoryFor(req.shared_memory(), po, max_message);
+      if (r.ok()) {
+        region = std::move(*r);
         st->set_shared_memory(true);
-        st->set_shared_memory_ring(shm->ring());
+        st->set_shared_memory_ring(region->ring());
+        st->set_shared_memory_socket(region->socket_path());
+        st->set_shared_memory_token(region->token());
       } else {
-        st->set_shared_memory_refused(std::string(w.status().message()));
+        st->set_shared_memory_refused(std::string(r.status().message()));
       }
-      metrics->StreamTransport(shm ? "shared_memory" : "grpc");
-    } else {
-      metrics->StreamTransport("grpc");
     }
     PipelineStats last{};
     // This job's series, created at 0 so that increase() and alerts see the first skip.
@@ -808,6 +824,25 @@ struct DataServer::Impl : public RawStreamBatchesService {
       return s;
     };
     if (!writer->Write(SerializeMessage(first))) return finish(grpc::Status::CANCELLED, "cancelled");
+    auto stop = [this, ctx] {
+      absl::MutexLock lock(&mu);
+      return shutting_down || ctx->IsCancelled();
+    };
+    std::unique_ptr<PayloadSink> sink;
+    if (region) {
+      // The client connects as soon as it reads the stream start; meanwhile the workers decode.
+      if (absl::Status h = region->Handoff(absl::Seconds(5), stop); !h.ok()) {
+        if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
+        spdlog::warn("job={} consumer={}/{}: the client did not take its shared region ({}); payloads go in messages",
+                     job, req.consumer(), req.consumers(), std::string(h.message()));
+        region.reset();
+      } else {
+        pipeline->SetBatchBuffers(region->buffers(stop));
+        sink = std::move(region);
+      }
+    }
+    if (!sink) sink = MakeGrpcSink(max_message);
+    metrics->StreamTransport(std::string(sink->transport()));
 
     uint64_t sent = 0;
     Cursor cursor = pipeline->start();
@@ -841,7 +876,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
       if (!b->has_value()) return finish(grpc::Status::OK, "ok");  // the real end: max_epochs
       const Batch& batch = **b;
       const auto t1 = Clock::now();
-      const absl::Status delivered = SendBatch(ctx, writer, batch, max_message, label, shm.get());
+      const absl::Status delivered = SendBatch(writer, batch, *sink, label);
       if (absl::IsCancelled(delivered)) return finish(grpc::Status::CANCELLED, "cancelled");
       if (!delivered.ok()) {
         spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
@@ -899,28 +934,12 @@ struct DataServer::Impl : public RawStreamBatchesService {
     metrics->queue_bytes.Increment(static_cast<double>(b.queue_bytes) - static_cast<double>(a.queue_bytes));
   }
 
-  // One write outstanding: Write() returns when gRPC took the message (flow control).
-  // With `shm`, the payload goes into the client's region (waiting while it is full) and only the
-  // header is written. CANCELLED when the client went away or the server drains.
-  absl::Status SendBatch(grpc::ServerContext* ctx, Writer* writer, const Batch& b,
-                         uint64_t max_message, const std::string& job_label, ShmWriter* shm) {
-    PayloadPlacer place;
-    if (shm) {
-      place = [&](const uint8_t* data, uint64_t n) {
-        return shm->Place(data, n, [&] {
-          absl::MutexLock lock(&mu);
-          return shutting_down || ctx->IsCancelled();
-        });
-      };
-    }
-    const double shm_wait = shm ? shm->wait_seconds() : 0;
-    RETURN_IF_ERROR(EncodeBatch(b, b.next, max_message,
-                                [&](const grpc::ByteBuffer& m) { return writer->Write(m); }, place));
-    if (shm && shm->wait_seconds() > shm_wait) metrics->SharedMemoryWait(shm->wait_seconds() - shm_wait);
-    if (shm && !shm->unusable_reason().empty() && !shm_warned_) {
-      shm_warned_ = true;
-      spdlog::warn("job={}: shared memory unusable, payloads go in messages: {}", job_label, shm->unusable_reason());
-    }
+  // One write outstanding: Write() returns when gRPC took the message (flow control). CANCELLED
+  // when the client went away.
+  absl::Status SendBatch(Writer* writer, const Batch& b, PayloadSink& sink, const std::string& job_label) {
+    const double waited = sink.wait_seconds();
+    RETURN_IF_ERROR(sink.Send(b, b.next, [&](const grpc::ByteBuffer& m) { return writer->Write(m); }));
+    if (sink.wait_seconds() > waited) metrics->SharedMemoryWait(sink.wait_seconds() - waited);
     std::map<std::string, uint64_t> modality_bytes;
     for (const TensorView& t : b.tensors) modality_bytes[Modality(t)] += t.bytes;
     metrics->Batch(job_label, b.ids.size());

@@ -1,10 +1,13 @@
-// The same-host transport (docs/serving.md "Same-host transport"): the ring's protocol between
-// the client's region (client/internal/shm_region.h) and the server's writer
-// (server/shm_writer.h), hostile offers, and a real `conveyor serve` delivering exactly the
-// batches of the gRPC path through shared memory.
+// The same-host transport (docs/serving.md "Same-host transport"): the region's handoff and ring
+// protocol between the server's sink (server/internal/shm_sink.h) and the client's region
+// (client/internal/shm_region.h), hostile peers on both sides, and a real `conveyor serve`
+// delivering exactly the batches of the gRPC path through shared memory.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,18 +15,23 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "base/fd_passing.h"
+#include "base/shm_layout.h"
+#include "base/worker_pool.h"
 #include "client/client.h"
 #include "client/internal/shm_region.h"
-#include "server/shm_writer.h"
+#include "server/internal/shm_sink.h"
 #include "tests/support/server_process.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {
 namespace {
 
+namespace pb = ::conveyor::v1;
 using client::ShmRegion;
 using testing::ServerProcess;
 using testing::TempDir;
@@ -42,7 +50,7 @@ pipeline:
   global_batch_size: 16
   seed: 5
 )";
-auto Never = [] { return false; };
+const StopFn Never = [] { return false; };
 
 std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
@@ -50,135 +58,243 @@ std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
   return v;
 }
 
-TEST(ShmRingTest, PayloadsArriveInPlaceWrapAndWaitForReleases) {
-  auto region = ShmRegion::Create(3 * 4096);
-  ASSERT_TRUE(region.ok()) << region.status();
-  auto writer = ShmWriter::Open((*region)->name(), (*region)->nonce(), (*region)->capacity(), UINT64_MAX, 8);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  // The server unlinks the name once it holds a descriptor: nothing is left in /dev/shm if
-  // either process dies from here on.
-  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + (*region)->name()));
+// A sink and the client's region for it, handed over as a stream does.
+struct Pair {
+  std::unique_ptr<SharedMemorySink> sink;
+  std::shared_ptr<ShmRegion> region;
+};
 
+Pair Connect(uint64_t ring, uint32_t batches_ahead, uint64_t client_max = UINT64_MAX) {
+  Pair p;
+  auto sink = SharedMemorySink::Create(ring, batches_ahead, 1 << 20);
+  EXPECT_TRUE(sink.ok()) << sink.status();
+  if (!sink.ok()) return p;
+  p.sink = std::move(*sink);
+  absl::Status handed;
+  {
+    WorkerPool server("handoff", 1, [&](int) { handed = p.sink->Handoff(absl::Seconds(5), Never); });
+    auto region = ShmRegion::Receive(p.sink->socket_path(), p.sink->token(), p.sink->ring(), client_max);
+    EXPECT_TRUE(region.ok()) << region.status();
+    if (region.ok()) p.region = std::move(*region);
+  }
+  EXPECT_TRUE(handed.ok()) << handed;
+  return p;
+}
+
+// A batch of one `n`-byte tensor built where the sink's buffers put it, sent: its position in the
+// region, or nullopt when it went in messages. `sent` keeps its bytes by position.
+std::optional<uint64_t> Place(SharedMemorySink& sink, size_t n, uint8_t seed, const StopFn& stop,
+                              std::map<uint64_t, std::vector<uint8_t>>* sent, absl::Status* status = nullptr) {
+  absl::StatusOr<std::shared_ptr<HostBuffer>> buf = sink.buffers(stop)((n + 63) / 64 * 64);
+  if (status) *status = buf.status();
+  if (!buf.ok()) return std::nullopt;
+  const std::vector<uint8_t> data = Bytes(n, seed);
+  std::memcpy((*buf)->data(), data.data(), n);
+  Batch b;
+  b.tensors.push_back(TensorView{"x", DType::kUint8, {static_cast<int64_t>(n)}, 0, n, TensorRole::kData});
+  b.buffer = std::move(*buf);
+  std::optional<uint64_t> pos;
+  const absl::Status st = sink.Send(b, Cursor{}, [&](const grpc::ByteBuffer& m) {
+    std::vector<grpc::Slice> slices;
+    EXPECT_TRUE(m.Dump(&slices).ok());
+    std::string bytes;
+    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    pb::StreamBatchesResponse msg;
+    EXPECT_TRUE(msg.ParseFromString(bytes));
+    if (msg.in_shared_memory()) pos = msg.shm_position();
+    return true;
+  });
+  EXPECT_TRUE(st.ok()) << st;
+  if (pos && sent) (*sent)[*pos] = data;
+  return pos;
+}
+
+TEST(ShmRingTest, BatchesAreBuiltInPlaceWrapAndWaitForReleases) {
+  Pair p = Connect(3 * 4096, 8);
+  ASSERT_TRUE(p.region);
+  // The handoff socket is gone once the region is handed over: nothing is left in /dev/shm.
+  EXPECT_FALSE(std::filesystem::exists(p.sink->socket_path()));
   std::map<uint64_t, std::vector<uint8_t>> sent;
-  auto place = [&](size_t n, uint8_t seed, const std::function<bool()>& stop = Never) -> std::optional<uint64_t> {
-    std::vector<uint8_t> data = Bytes(n, seed);
-    absl::StatusOr<std::optional<uint64_t>> pos = (*writer)->Place(data.data(), n, stop);
-    EXPECT_TRUE(pos.ok()) << pos.status();
-    if (pos.ok() && pos->has_value()) sent[**pos] = data;
-    return pos.ok() ? *pos : std::nullopt;
-  };
   auto accept = [&](uint64_t pos) {
     const std::vector<uint8_t>& want = sent.at(pos);
-    absl::StatusOr<const uint8_t*> at = (*region)->Accept(pos, want.size());
+    absl::StatusOr<const uint8_t*> at = p.region->Accept(pos, want.size());
     ASSERT_TRUE(at.ok()) << at.status();
     EXPECT_EQ(std::memcmp(*at, want.data(), want.size()), 0);
   };
-  const std::optional<uint64_t> a = place(5000, 1), b = place(5000, 2);
+  const std::optional<uint64_t> a = Place(*p.sink, 5000, 1, Never, &sent);
   ASSERT_EQ(a, 0u);
-  ASSERT_EQ(b, 5000u);
   accept(*a);
-  accept(*b);
-  // 5000 more would wrap past 12288: it goes to the next lap, where `a` still is. A client that
-  // is merely slow makes the writer wait (here until `stop` says the stream is over)...
-  std::vector<uint8_t> data = Bytes(5000, 3);
+  // Every batch starts on a page: 5000 bytes take two, and two more would wrap past 12288, so the
+  // next goes to the second lap, where `a` still is. A client that is merely slow makes the
+  // server wait (here until `stop` says the stream is over)...
   const auto t0 = std::chrono::steady_clock::now();
   auto after_50ms = [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(50); };
-  EXPECT_EQ((*writer)->Place(data.data(), data.size(), after_50ms).status().code(), absl::StatusCode::kCancelled);
-  EXPECT_GT((*writer)->wait_seconds(), 0.0);
-  // ...and one that says it is starved (it keeps both batches and waits for more) gets this one in
+  absl::Status st;
+  EXPECT_EQ(Place(*p.sink, 5000, 3, after_50ms, &sent, &st), std::nullopt);
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled);
+  EXPECT_GT(p.sink->wait_seconds(), 0.0);
+  // ...and one that says it is starved (it keeps the batch and waits for more) gets this one in
   // messages instead.
-  (*region)->SetStarved(true);
-  EXPECT_EQ(place(5000, 3), std::nullopt);
-  EXPECT_EQ((*writer)->full_batches(), 1u);
-  (*region)->SetStarved(false);
-  // Releasing `b` first frees nothing (in order); then `a` frees both.
-  (*region)->Release(*b);
-  EXPECT_EQ((*region)->released(), 0u);
-  (*region)->Release(*a);
-  EXPECT_EQ((*region)->released(), 10000u);
-  const std::optional<uint64_t> c = place(5000, 4);
+  p.region->SetStarved(true);
+  EXPECT_EQ(Place(*p.sink, 5000, 3, Never, &sent), std::nullopt);
+  EXPECT_EQ(p.sink->full_batches(), 1u);
+  p.region->SetStarved(false);
+  // A small one fits in the third page; releasing it first frees nothing (in order), then `a`
+  // frees both.
+  const std::optional<uint64_t> b = Place(*p.sink, 100, 2, Never, &sent);
+  ASSERT_EQ(b, 8192u);
+  accept(*b);
+  p.region->Release(*b);
+  EXPECT_EQ(p.region->released(), 0u);
+  p.region->Release(*a);
+  EXPECT_EQ(p.region->released(), 8292u);
+  const std::optional<uint64_t> c = Place(*p.sink, 5000, 4, Never, &sent);
   ASSERT_EQ(c, 12288u);  // the start of the second lap
   accept(*c);
   // Larger than the ring: always messages.
-  EXPECT_EQ(place(20000, 5), std::nullopt);
+  EXPECT_EQ(Place(*p.sink, 20000, 5, Never, &sent), std::nullopt);
+  EXPECT_EQ(p.sink->region_batches(), 3u);
 }
 
-TEST(ShmRingTest, TheServerRunsAtMostBatchesAheadAndWithinItsBudget) {
-  auto region = ShmRegion::Create(16 * 4096);
-  ASSERT_TRUE(region.ok());
-  // The server's budget is 5 pages, and the client holds at most 2 unreleased batches.
-  auto writer = ShmWriter::Open((*region)->name(), (*region)->nonce(), (*region)->capacity(), 5 * 4096 + 100, 2);
-  ASSERT_TRUE(writer.ok());
-  EXPECT_EQ((*writer)->ring(), 5u * 4096);
-  ASSERT_TRUE((*region)->SetRing((*writer)->ring()).ok());
-  std::vector<uint8_t> data = Bytes(1000, 1);
-  auto place = [&](const std::function<bool()>& stop) { return (*writer)->Place(data.data(), data.size(), stop); };
-  auto a = place(Never), b = place(Never);
-  ASSERT_TRUE(a.ok() && b.ok() && a->has_value() && b->has_value());
-  ASSERT_TRUE((*region)->Accept(**a, 1000).ok());
-  ASSERT_TRUE((*region)->Accept(**b, 1000).ok());
+TEST(ShmRingTest, TheServerRunsAtMostBatchesAheadAndWithinTheRingItWasGiven) {
+  // The server's ring is 5 pages (its budget, not the client's 16), and the client holds at most
+  // 2 unreleased batches.
+  Pair p = Connect(5 * 4096 + 100, 2, 16 * 4096);
+  ASSERT_TRUE(p.region);
+  EXPECT_EQ(p.sink->ring(), 5u * 4096);
+  EXPECT_EQ(p.region->ring(), 5u * 4096);
+  std::map<uint64_t, std::vector<uint8_t>> sent;
+  auto a = Place(*p.sink, 1000, 1, Never, &sent), b = Place(*p.sink, 1000, 2, Never, &sent);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(p.region->Accept(*a, 1000).ok());
+  ASSERT_TRUE(p.region->Accept(*b, 1000).ok());
   // A third waits, though the ring has room: two are unreleased.
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(place([&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(30); })
-                .status()
-                .code(),
-            absl::StatusCode::kCancelled);
-  (*region)->Release(**a);
-  auto c = place(Never);
-  ASSERT_TRUE(c.ok() && c->has_value());
-  EXPECT_EQ(**c, 2000u);
+  absl::Status st;
+  Place(*p.sink, 1000, 3, [&] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(30); },
+        &sent, &st);
+  EXPECT_EQ(st.code(), absl::StatusCode::kCancelled);
+  p.region->Release(*a);
+  auto c = Place(*p.sink, 1000, 4, Never, &sent);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(*c, 2u * 4096);
   // Positions wrap at the server's ring, and the client checks them against it.
-  EXPECT_EQ((*region)->Accept(**c, 1000).status().code(), absl::StatusCode::kOk);
-  EXPECT_EQ((*region)->Accept(5 * 4096 - 10, 1000).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(p.region->Accept(*c, 1000).status().code(), absl::StatusCode::kOk);
+  EXPECT_EQ(p.region->Accept(5 * 4096 - 4096, 8000).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(ShmRingTest, ACorruptPositionFromTheServerIsDataLossNotAWildRead) {
-  auto region = ShmRegion::Create(4096);
-  ASSERT_TRUE(region.ok());
-  EXPECT_EQ((*region)->Accept(100, 4096).status().code(), absl::StatusCode::kDataLoss);  // wraps
-  EXPECT_EQ((*region)->Accept(0, 8192).status().code(), absl::StatusCode::kDataLoss);    // too big
-  EXPECT_EQ((*region)->Accept(1u << 30, 10).status().code(), absl::StatusCode::kDataLoss);  // ahead
-  ASSERT_TRUE((*region)->Accept(0, 100).ok());
-  EXPECT_EQ((*region)->Accept(0, 100).status().code(), absl::StatusCode::kDataLoss);  // reused
+  Pair p = Connect(4096, 4);
+  ASSERT_TRUE(p.region);
+  ShmRegion& r = *p.region;
+  EXPECT_EQ(r.Accept(100, 100).status().code(), absl::StatusCode::kDataLoss);        // not on a page
+  EXPECT_EQ(r.Accept(0, 8192).status().code(), absl::StatusCode::kDataLoss);        // too big
+  EXPECT_EQ(r.Accept(1u << 30, 10).status().code(), absl::StatusCode::kDataLoss);    // ahead
+  EXPECT_EQ(r.Accept(UINT64_MAX - 4095, 10).status().code(), absl::StatusCode::kDataLoss);  // overflow
+  ASSERT_TRUE(r.Accept(0, 100).ok());
+  EXPECT_EQ(r.Accept(0, 100).status().code(), absl::StatusCode::kDataLoss);  // reused
 }
 
-TEST(ShmRingTest, HostileOffersAreRefusedWithAReason) {
-  auto region = ShmRegion::Create(4096);
-  ASSERT_TRUE(region.ok());
-  const std::string name = (*region)->name(), nonce = (*region)->nonce();
-  struct Offer {
-    std::string name, nonce;
-    uint64_t capacity;
+TEST(ShmRingTest, TheRegionIsSealedAgainstAClientThatWouldShrinkIt) {
+  auto sink = SharedMemorySink::Create(4 * 4096, 4, 1 << 20);
+  ASSERT_TRUE(sink.ok()) << sink.status();
+  absl::Status handed;
+  WorkerPool server("handoff", 1, [&](int) { handed = (*sink)->Handoff(absl::Seconds(5), Never); });
+  // A client of its own: connects, presents the token, takes the descriptor.
+  const int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, (*sink)->socket_path().c_str());
+  ASSERT_EQ(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(send(sock, (*sink)->token().data(), 16, 0), 16);
+  const int fd = ReceiveFd(sock);
+  ASSERT_GE(fd, 0);
+  // The kernel refuses to shrink or grow it, or to lift the seals: the server's writes can never
+  // fault.
+  EXPECT_NE(ftruncate(fd, 10), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(ftruncate(fd, 1 << 30), 0);
+  EXPECT_NE(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+  struct stat st {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), shm::kHeaderBytes + 4 * 4096);
+  const char yes = 1;
+  ASSERT_EQ(send(sock, &yes, 1, 0), 1);
+  close(fd);
+  close(sock);
+  server.Join();
+  EXPECT_TRUE(handed.ok()) << handed;
+  EXPECT_TRUE((*sink)->handed_over());
+}
+
+TEST(ShmRingTest, HostilePeersAreTurnedAwayWithAReason) {
+  auto sink = SharedMemorySink::Create(4096, 4, 1 << 20);
+  ASSERT_TRUE(sink.ok());
+  {
+    absl::Status handed;
+    WorkerPool server("handoff", 1, [&](int) { handed = (*sink)->Handoff(absl::Milliseconds(600), Never); });
+    // The wrong token gets nothing, and the server keeps waiting for the right one until its
+    // deadline.
+    auto wrong = ShmRegion::Receive((*sink)->socket_path(), std::string(16, 'x'), 4096, UINT64_MAX);
+    ASSERT_FALSE(wrong.ok());
+    EXPECT_NE(wrong.status().message().find("no descriptor"), std::string::npos) << wrong.status();
+    server.Join();
+    EXPECT_EQ(handed.code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_NE(handed.message().find("1 peers turned away"), std::string::npos) << handed;
+  }
+  // A socket path the server did not make, a bad token or ring, and a ring beyond what the client
+  // offered are refused before connecting.
+  struct Case {
+    std::string socket, token;
+    uint64_t ring, max;
     std::string message;
   };
-  const std::vector<Offer> offers = {
-      {"../../etc/passwd", nonce, 4096, "not one Conveyor makes"},
-      {"conveyor-0123456789abcdef0123456789abcdef", nonce, 4096, "cannot open"},
-      {name, std::string(16, 'x'), 4096, "does not hold the offered region"},
-      {name, nonce, 8192, "is not a region of 8192 bytes"},
-      {name, "short", 4096, "bad nonce"},
+  const std::vector<Case> cases = {
+      {"/etc/passwd", std::string(16, 't'), 4096, UINT64_MAX, "not a socket Conveyor makes"},
+      {"/dev/shm/conveyor-../../etc/x.sock", std::string(16, 't'), 4096, UINT64_MAX, "not a socket"},
+      {"/dev/shm/conveyor-00.sock", "short", 4096, UINT64_MAX, "a token of 5 bytes"},
+      {"/dev/shm/conveyor-00.sock", std::string(16, 't'), 100, UINT64_MAX, "a ring of 100"},
+      {"/dev/shm/conveyor-00.sock", std::string(16, 't'), 1 << 20, 4096, "accepts 4096"},
+      {"/dev/shm/conveyor-0123456789abcdef0123456789abcdef.sock", std::string(16, 't'), 4096, UINT64_MAX, "connect"},
   };
-  for (const Offer& o : offers) {
-    auto w = ShmWriter::Open(o.name, o.nonce, o.capacity, UINT64_MAX, 4);
-    ASSERT_FALSE(w.ok()) << o.name;
-    EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_NE(w.status().message().find(o.message), std::string::npos) << w.status();
+  for (const Case& c : cases) {
+    auto r = ShmRegion::Receive(c.socket, c.token, c.ring, c.max);
+    ASSERT_FALSE(r.ok()) << c.socket;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status();
   }
 }
 
-TEST(ShmRingTest, AClientThatTruncatesItsRegionFailsItsOwnStreamOnly) {
-  auto region = ShmRegion::Create(4 * 4096);
-  ASSERT_TRUE(region.ok());
-  const int fd = shm_open(("/" + (*region)->name()).c_str(), O_RDWR, 0);  // the client's own
-  ASSERT_GE(fd, 0);
-  auto writer = ShmWriter::Open((*region)->name(), (*region)->nonce(), (*region)->capacity(), UINT64_MAX, 4);
-  ASSERT_TRUE(writer.ok());
-  ASSERT_EQ(ftruncate(fd, 10), 0);  // the header's release counter is gone
-  close(fd);
-  std::vector<uint8_t> data = Bytes(1000, 9);
-  absl::StatusOr<std::optional<uint64_t>> pos = (*writer)->Place(data.data(), data.size(), Never);
-  ASSERT_FALSE(pos.ok());  // the server process is still here: it read, it did not map
-  EXPECT_EQ(pos.status().code(), absl::StatusCode::kDataLoss);
+TEST(ShmRingTest, AClientRefusesARegionTheServerCouldStillShrink) {
+  // A server of its own that hands over an unsealed memfd.
+  const std::string path = "/dev/shm/conveyor-" + std::string(32, 'e') + ".sock";
+  unlink(path.c_str());
+  const int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, path.c_str());
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(lfd, 1), 0);
+  const int mfd = memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_EQ(ftruncate(mfd, 2 * 4096), 0);
+  char answer = 'x';
+  {
+    WorkerPool server("fake", 1, [&](int) {
+      const int c = accept(lfd, nullptr, nullptr);
+      char token[16];
+      if (recv(c, token, 16, MSG_WAITALL) != 16) return;
+      SendFd(c, mfd);
+      recv(c, &answer, 1, 0);
+      close(c);
+    });
+    auto r = ShmRegion::Receive(path, std::string(16, 't'), 4096, UINT64_MAX);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("not sealed"), std::string::npos) << r.status();
+  }
+  EXPECT_EQ(answer, 0);  // the client told the server it did not take it
+  close(mfd);
+  close(lfd);
+  unlink(path.c_str());
 }
 
 class ShmServeTest : public ::testing::Test {

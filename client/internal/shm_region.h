@@ -1,7 +1,7 @@
-// The client's side of the same-host transport (base/shm_layout.h): a region under /dev/shm that
-// this client creates for one stream and offers to the server, which writes batch payloads into
-// it. Batches view their tensors in place; releasing a batch (in any order) frees its bytes, and
-// the region publishes how far, in order, everything is released.
+// The client's side of the same-host transport (base/shm_layout.h): the region the server created
+// for one stream, received over the stream's handoff socket and mapped (writable: a trainer may
+// change its batch in place, and the server never reads the ring back). Batches view their tensors in place; releasing a batch (in
+// any order) frees its bytes, and the region publishes how far, in order, everything is released.
 #pragma once
 
 #include <cstdint>
@@ -12,48 +12,44 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/internal/payload_source.h"
 
 namespace conveyor::client {
 
-class ShmRegion : public std::enable_shared_from_this<ShmRegion> {
+class ShmRegion final : public PayloadSource {
  public:
-  // A new region with a data ring of `capacity` bytes (rounded up to 4096), mode 0600. Pages are
-  // not touched: memory is used as the server fills it.
-  static absl::StatusOr<std::shared_ptr<ShmRegion>> Create(uint64_t capacity);
-  ~ShmRegion();  // unmaps; unlinks the name if still there
+  // Connects to the server's handoff `socket` (StreamStart.shared_memory_socket), proves itself
+  // with `token`, receives the region's descriptor and maps it: a sealed memfd (it can neither
+  // shrink nor grow under this process) holding a ring of `ring` bytes, at most `max_ring` (what
+  // this client offered). Tells the server whether it took it. UNAVAILABLE naming the step that
+  // failed otherwise: the stream's payloads then come in messages.
+  static absl::StatusOr<std::shared_ptr<ShmRegion>> Receive(const std::string& socket, const std::string& token,
+                                                           uint64_t ring, uint64_t max_ring);
+  ~ShmRegion() override;  // unmaps
   ShmRegion(const ShmRegion&) = delete;
   ShmRegion& operator=(const ShmRegion&) = delete;
 
-  const std::string& name() const { return name_; }
-  const std::string& nonce() const { return nonce_; }
-  uint64_t capacity() const { return capacity_; }
-  // Removes the name once the server has opened the region (or refused it): nothing is left in
-  // /dev/shm when either process dies.
-  void Unlink();
-
-  // The ring the server uses (StreamStart.shared_memory_ring): at most the capacity. Before the
-  // first Accept. DATA_LOSS when it does not fit.
-  absl::Status SetRing(uint64_t ring);
-  uint64_t ring() const;
+  uint64_t ring() const { return ring_; }
   // Tells the server that Next() waits with nothing received (the trainer keeps every batch it
   // got): a full ring then sends batches in messages instead of waiting for releases.
-  void SetStarved(bool starved);
+  void SetStarved(bool starved) override;
+  std::string_view transport() const override { return "shared_memory"; }
 
-  // A payload of `n` bytes the server placed at `pos`: checked to be where the next payload may
-  // be (after the last one, within one lap of what is released, not wrapping) and registered as
-  // in use. DATA_LOSS naming what is wrong otherwise. Called by the receiving thread, in order.
-  absl::StatusOr<const uint8_t*> Accept(uint64_t pos, uint64_t n);
+  // A payload of `n` bytes the server placed at `pos`: checked to be where a next payload may be
+  // (a page at or after the last one's end, within one lap of what is released, not wrapping)
+  // and registered as in use. DATA_LOSS naming what is wrong otherwise. Called by the receiving
+  // thread, in order.
+  absl::StatusOr<const uint8_t*> Accept(uint64_t pos, uint64_t n) override;
   // The payload accepted at `pos` is no longer viewed (any thread, any order).
-  void Release(uint64_t pos);
+  void Release(uint64_t pos) override;
   uint64_t released() const;
 
  private:
   ShmRegion() = default;
-  std::string name_, nonce_;
-  uint64_t capacity_ = 0;
-  uint8_t* base_ = nullptr;  // the whole mapping: header, then the ring
-  size_t mapped_ = 0;
-  bool linked_ = false;
+  uint64_t ring_ = 0;
+  uint8_t* header_ = nullptr;     // the header page, read-write
+  uint8_t* data_ = nullptr;       // the ring
+  size_t data_mapped_ = 0;
 
   mutable absl::Mutex mu_;
   struct InUse {
@@ -61,7 +57,6 @@ class ShmRegion : public std::enable_shared_from_this<ShmRegion> {
     bool released;
   };
   std::deque<InUse> in_use_ ABSL_GUARDED_BY(mu_);  // accepted payloads, in placement order
-  uint64_t ring_ ABSL_GUARDED_BY(mu_) = 0;      // = capacity_ unless the server uses less
   uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;      // end of the last accepted payload
   uint64_t released_ ABSL_GUARDED_BY(mu_) = 0;  // what the header says
 };

@@ -22,11 +22,6 @@
 
 namespace conveyor {
 
-// Puts a batch's whole payload somewhere else than the messages (the same-host transport,
-// server/shm_writer.h): its position there, nullopt to send it in messages after all, or an
-// error that ends the stream.
-using PayloadPlacer = std::function<absl::StatusOr<std::optional<uint64_t>>(const uint8_t* data, uint64_t n)>;
-
 // Sends one message; false when the stream is gone.
 using MessageWriter = std::function<bool(const grpc::ByteBuffer&)>;
 
@@ -37,10 +32,11 @@ grpc::ByteBuffer SerializeMessage(const v1::StreamBatchesResponse& message);
 void CursorToProto(const Cursor& c, v1::Cursor* out);
 
 // Each tensor's wire role is its TensorView::role; `write` sends one message (EncodeBatch stops
-// and returns CANCELLED when it returns false). With `place`, a payload it places goes as one message: the
-// header, in_shared_memory, shm_position and last.
+// and returns CANCELLED when it returns false). With `region_position`, the payload lies in the
+// stream's same-host region there (server/internal/shm_sink.h) and the batch is one message: the header,
+// in_shared_memory, shm_position and last.
 absl::Status EncodeBatch(const Batch& batch, Cursor next, uint64_t max_message,
-                         const MessageWriter& write, const PayloadPlacer& place = nullptr);
+                         const MessageWriter& write, std::optional<uint64_t> region_position = {});
 
 // The server side of StreamBatches with raw messages, on gRPC's synchronous API: a service
 // deriving from this gets each call on a handler thread, reads nothing itself (the request is
