@@ -530,8 +530,9 @@ struct DataServer::Impl : public RawStreamBatchesService {
   // Admits a stream's estimate against the server-wide budget, or refuses it, naming the budget,
   // what the running streams hold and what to do.
   grpc::Status ReserveMemory(uint64_t bytes, std::optional<MemoryReservation>* out) {
+    if (TryReserveMemory(bytes, out)) return grpc::Status::OK;
     absl::MutexLock lock(&mu);
-    if (bytes > memory_budget || memory_reserved > memory_budget - bytes) {
+    {
       return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
                     StrCat("this stream would hold about ", bytes, " bytes; the ", memory_holders,
                            " streams running hold ", memory_reserved, " of this server's memory "
@@ -540,17 +541,24 @@ struct DataServer::Impl : public RawStreamBatchesService {
                            "timeout), use another server, or lower pipeline.queue_bytes or the "
                            "batch size"));
     }
+  }
+
+  // The same admission, without refusing: false when `bytes` do not fit now.
+  bool TryReserveMemory(uint64_t bytes, std::optional<MemoryReservation>* out) {
+    absl::MutexLock lock(&mu);
+    if (bytes > memory_budget || memory_reserved > memory_budget - bytes) return false;
     memory_reserved += bytes;
     memory_holders += 1;
     metrics->memory_reserved_bytes.Set(static_cast<double>(memory_reserved));
     out->emplace(this, bytes);
-    return grpc::Status::OK;
+    return true;
   }
 
   // The ceilings of ServerLimits, applied to a resolved config and this request's options.
   // Lowers the config's decode limits to the server's; refuses what cannot fit. *stream_bytes:
   // the stream's memory estimate, for the server-wide budget.
-  grpc::Status CheckCeilings(SampleSpec* spec, const PipelineOptions& po, uint64_t* stream_bytes) {
+  grpc::Status CheckCeilings(SampleSpec* spec, const PipelineOptions& po, uint64_t* stream_bytes,
+                             uint64_t* batch_bytes) {
     const ServerLimits& l = o.limits;
     spec->limits.max_pixels = std::min(spec->limits.max_pixels, l.max_pixels);
     spec->limits.max_frames_per_sample = std::min(spec->limits.max_frames_per_sample, l.max_frames_per_sample);
@@ -601,6 +609,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
                            "window_blocks or the batch size"));
     }
     *stream_bytes = e.total;
+    *batch_bytes = e.batch_bytes;
     return grpc::Status::OK;
   }
 
@@ -717,21 +726,32 @@ struct DataServer::Impl : public RawStreamBatchesService {
     po.queue_bytes = std::min(po.queue_bytes, o.queue_bytes);
     po.pinned = false;
     SampleSpec spec = config->spec;  // with the server's ceilings applied
-    uint64_t stream_bytes = 0;
-    if (grpc::Status s = CheckCeilings(&spec, po, &stream_bytes); !s.ok()) return s;
+    uint64_t stream_bytes = 0, batch_bytes = 0;
+    if (grpc::Status s = CheckCeilings(&spec, po, &stream_bytes, &batch_bytes); !s.ok()) return s;
+    // The same-host ring, when the client offers to take one: its pages are the stream's too, so
+    // it is admitted with the stream, or the stream goes without it.
+    absl::StatusOr<uint64_t> ring = absl::FailedPreconditionError("");
+    if (req.has_shared_memory()) ring = SharedMemoryRing(req.shared_memory(), po, batch_bytes);
     std::optional<MemoryReservation> reservation;  // held until the stream ends
-    if (grpc::Status s = ReserveMemory(stream_bytes, &reservation); !s.ok()) return s;
+    if (ring.ok() && !TryReserveMemory(stream_bytes + *ring, &reservation)) {
+      ring = absl::ResourceExhaustedError(StrCat("this server's memory budget has no room for a shared ring of ",
+                                                 *ring, " bytes beside the stream's ", stream_bytes));
+    }
+    if (!reservation) {
+      if (grpc::Status s = ReserveMemory(stream_bytes, &reservation); !s.ok()) return s;
+    }
     Cursor start{req.start().epoch(), req.start().step()};
     if (req.start().has_position()) start.position = req.start().position();
     *outcome = "ok";
-    return Serve(ctx, writer, req, job, *config, spec, po, start, max_message, entry, outcome);
+    return Serve(ctx, writer, req, job, *config, spec, po, start, max_message, ring, entry, outcome);
   }
 
-  // The stream's same-host region, or why not (StreamStart.shared_memory_refused). Its ring is
-  // bounded by the stream's byte budget: what the pipeline builds there, and the pages it
-  // touches, count like the batches it queues.
-  absl::StatusOr<std::unique_ptr<SharedMemorySink>> SharedMemoryFor(const pb::SharedMemoryOffer& offer,
-                                                                    const PipelineOptions& po, uint64_t max_message) {
+  // The ring of the stream's same-host region, or why it gets none
+  // (StreamStart.shared_memory_refused). Room for the batches the client may hold unreleased,
+  // the one being built and one skipped at the ring's end, from the config's estimate of a
+  // batch; at most what the client accepts and the stream's byte budget.
+  absl::StatusOr<uint64_t> SharedMemoryRing(const pb::SharedMemoryOffer& offer, const PipelineOptions& po,
+                                            uint64_t batch_bytes) {
     if (!o.shared_memory) return absl::FailedPreconditionError("the server runs with --shared-memory=false");
     if (!offer.server_region()) {
       return absl::FailedPreconditionError(
@@ -745,14 +765,16 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (offer.capacity() < shm::kAlign) {
       return absl::FailedPreconditionError(StrCat("the client accepts a ring of ", offer.capacity(), " bytes"));
     }
-    return SharedMemorySink::Create(std::min<uint64_t>(offer.capacity(), po.queue_bytes), offer.batches_ahead(),
-                                    max_message);
+    const uint64_t batch = (batch_bytes + batch_bytes / 8 + shm::kAlign) / shm::kAlign * shm::kAlign;
+    const uint64_t batches = std::clamp<uint64_t>(offer.batches_ahead(), 1, 64) + 2;
+    const uint64_t wanted = batch > UINT64_MAX / batches ? UINT64_MAX : batch * batches;
+    return std::max<uint64_t>(shm::kAlign, std::min({offer.capacity(), po.queue_bytes, wanted}) / shm::kAlign * shm::kAlign);
   }
 
   grpc::Status Serve(grpc::ServerContext* ctx, Writer* writer, const pb::StreamBatchesRequest& req,
                      const std::string& job, const Config& config, const SampleSpec& spec,
                      const PipelineOptions& po, Cursor start, uint64_t max_message,
-                     ActiveStream* entry, std::string* outcome) {
+                     const absl::StatusOr<uint64_t>& ring, ActiveStream* entry, std::string* outcome) {
     absl::StatusOr<std::unique_ptr<Pipeline>> created = Pipeline::Create(*source, spec, po, start);
     if (!created.ok()) {
       *outcome = "rejected";
@@ -792,7 +814,9 @@ struct DataServer::Impl : public RawStreamBatchesService {
     // one and runs where this server does, payloads in messages otherwise.
     std::unique_ptr<SharedMemorySink> region;
     if (req.has_shared_memory()) {
-      absl::StatusOr<std::unique_ptr<SharedMemorySink>> r = SharedMemoryFor(req.shared_memory(), po, max_message);
+      absl::StatusOr<std::unique_ptr<SharedMemorySink>> r =
+          ring.ok() ? SharedMemorySink::Create(*ring, req.shared_memory().batches_ahead(), max_message)
+                    : absl::StatusOr<std::unique_ptr<SharedMemorySink>>(ring.status());
       if (r.ok()) {
         region = std::move(*r);
         st->set_shared_memory(true);

@@ -118,7 +118,8 @@ TEST_F(MemoryBudgetTest, StreamsAreAdmittedWithinTheBudgetAndExact) {
     }
   });
 
-  // Two consumers hold their streams (each stalls after its first batch).
+  // Two consumers hold their streams (each stalls after its first batch). In messages: a
+  // same-host ring would be reserved with its stream (ASharedRingIsAdmittedWithItsStream).
   std::vector<std::string> held[2];
   std::string held_out[2];
   std::vector<std::thread> holders;
@@ -126,7 +127,7 @@ TEST_F(MemoryBudgetTest, StreamsAreAdmittedWithinTheBudgetAndExact) {
     holders.emplace_back([&, i] {
       const testing::CommandResult r = testing::RunCommand(ShellCommand(
           {kCli, "fetch", "--servers", server.address(), "--job", "holder" + std::to_string(i),
-           "--steps", "6", "--digest", "--prefetch", "1", "--stall-after", "1",
+           "--steps", "6", "--digest", "--prefetch", "1", "--shared-memory", "false", "--stall-after", "1",
            "--stall-seconds", "8"}));
       held_out[i] = r.output;
       held[i] = Lines(r.output);
@@ -142,7 +143,7 @@ TEST_F(MemoryBudgetTest, StreamsAreAdmittedWithinTheBudgetAndExact) {
   EXPECT_EQ(Metric(server, "conveyor_memory_reserved_bytes"), 2.0 * stream_bytes);
 
   // A third is refused while they run, naming the budget and what the others hold.
-  Fetch(server, {"--steps", "1", "--reconnect-timeout", "1"}, &rc);
+  Fetch(server, {"--steps", "1", "--reconnect-timeout", "1", "--shared-memory", "false"}, &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(last_output_.find("RESOURCE_EXHAUSTED"), std::string::npos) << last_output_;
   EXPECT_NE(last_output_.find("the 2 streams running hold " + std::to_string(2 * stream_bytes) +
@@ -152,7 +153,7 @@ TEST_F(MemoryBudgetTest, StreamsAreAdmittedWithinTheBudgetAndExact) {
 
   // One that waits (a longer reconnect timeout) is admitted once a holder ends, and is exact.
   const std::vector<std::string> waited =
-      Fetch(server, {"--steps", "6", "--reconnect-timeout", "30"}, &rc);
+      Fetch(server, {"--steps", "6", "--reconnect-timeout", "30", "--shared-memory", "false"}, &rc);
   EXPECT_EQ(rc, 0) << last_output_;
   EXPECT_EQ(waited, want) << last_output_;
   for (std::thread& t : holders) t.join();
@@ -168,6 +169,46 @@ TEST_F(MemoryBudgetTest, StreamsAreAdmittedWithinTheBudgetAndExact) {
   std::fprintf(stderr, "memory budget %.1f MB (stream estimate %.1f MB): peak RSS %.1f MB over a "
                "baseline of %.1f MB\n", budget / 1e6, stream_bytes / 1e6,
                (rss_peak.load() - rss_base) / 1e6, rss_base / 1e6);
+}
+
+TEST_F(MemoryBudgetTest, ASharedRingIsAdmittedWithItsStreamOrTheStreamGoesWithout) {
+  int rc = 0;
+  const std::vector<std::string> want = Lines(Capture(
+      ShellCommand({kCli, "batches", dir_->Join("ds"), "--config", kConfig, "--steps", "3", "--digest"}), &rc));
+  ASSERT_EQ(rc, 0);
+  uint64_t stream_bytes = 0;
+  {
+    ServerProcess tiny(kCli, {dir_->Join("ds"), "--config", kConfig, "--server-memory-bytes", "1MB"},
+                       dir_->path());
+    ASSERT_TRUE(tiny.ok()) << tiny.log();
+    Fetch(tiny, {"--steps", "1", "--reconnect-timeout", "1"}, &rc);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(last_output_, m, std::regex("would hold about ([0-9]+) bytes")))
+        << last_output_;
+    stream_bytes = std::stoull(m[1]);
+  }
+  // Room for the stream's estimate but not for its ring beside it: served, in messages, exact,
+  // and the client is told why.
+  {
+    ServerProcess server(kCli, {dir_->Join("ds"), "--config", kConfig, "--server-memory-bytes",
+                                std::to_string(stream_bytes + stream_bytes / 100)},
+                         dir_->path());
+    ASSERT_TRUE(server.ok()) << server.log();
+    EXPECT_EQ(Fetch(server, {"--steps", "3", "--stats"}, &rc), want) << last_output_;
+    EXPECT_EQ(rc, 0) << last_output_;
+    EXPECT_NE(last_output_.find("transport grpc"), std::string::npos) << last_output_;
+    EXPECT_NE(last_output_.find("memory budget has no room for a shared ring"), std::string::npos) << last_output_;
+  }
+  // Room for both: the ring, and every batch through it.
+  {
+    ServerProcess server(kCli, {dir_->Join("ds"), "--config", kConfig, "--server-memory-bytes",
+                                std::to_string(3 * stream_bytes)},
+                         dir_->path());
+    ASSERT_TRUE(server.ok()) << server.log();
+    EXPECT_EQ(Fetch(server, {"--steps", "3", "--stats"}, &rc), want) << last_output_;
+    EXPECT_NE(last_output_.find("transport shared_memory (3 batches through shared memory)"), std::string::npos)
+        << last_output_;
+  }
 }
 
 TEST_F(MemoryBudgetTest, DefaultBudgetComesFromTheMachine) {
