@@ -23,6 +23,7 @@
 #include "base/worker_pool.h"
 #include "base/shm_layout.h"
 #include "client/internal/shm_region.h"
+#include "client/internal/stripes.h"
 #include "client/internal/wire.h"
 #include "device/gpu.h"
 #include "device/upload.h"
@@ -94,8 +95,14 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const ClientOptions& o) {
   return grpc::SslCredentials(ssl);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& o, const std::string& target) {
+// `stripe` >= 0: a channel for that stripe stream, on a connection of its own (its own subchannel
+// pool, and an argument no other channel has).
+std::shared_ptr<grpc::Channel> MakeChannel(const ClientOptions& o, const std::string& target, int stripe = -1) {
   grpc::ChannelArguments args;
+  if (stripe >= 0) {
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("conveyor.stripe", stripe);
+  }
   // The server splits batches into messages of at most 64 MiB (its cap); nothing larger is read.
   args.SetMaxReceiveMessageSize(65 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);  // notice a dead server within ~15 s
@@ -355,12 +362,15 @@ struct Client::Impl {
     absl::Status local;     // an error found by the client: final
     grpc::Status status;    // the server's status
     bool got_batch = false;
+    grpc::Status retry;  // not OK: a stripe stream failed; the stream ends with this, and reconnects
   };
   // One batch being reassembled from its header and payload messages.
   struct Reassembly {
     bool started = false;  // the stream start arrived
     bool offered = false;               // the request offers to take a same-host region
     std::shared_ptr<PayloadSource> source;  // where payloads outside the messages lie, if any
+    std::unique_ptr<StripeReceiver> stripes;  // striped payloads, when the server granted them
+    uint64_t batches = 0;                     // completed on this stream
     pb::BatchHeader header;
     std::shared_ptr<BatchStorage> storage;
     uint64_t filled = 0;
@@ -423,6 +433,7 @@ struct Client::Impl {
     if (!o.config_name.empty()) req.set_config_name(o.config_name);
     if (o.max_batches) req.set_max_batches(o.max_batches - p.received);
     req.set_max_message_bytes(o.max_message_bytes);
+    if (o.payload_streams > 1) req.set_payload_streams(o.payload_streams);
     // After the first start, every server is asked for the order that stream began with.
     req.set_schedule_version(p.first ? p.first->schedule_version() : o.schedule_version);
     if (offer_shared_memory) {
@@ -487,7 +498,7 @@ struct Client::Impl {
       open = wait();
     }
     std::vector<grpc::Slice> slices;
-    while (open && end.local.ok() && !end.stopped) {
+    while (open && end.local.ok() && end.retry.ok() && !end.stopped) {
       grpc::ByteBuffer bb;
       call->Read(&bb, nullptr);
       if (!wait()) break;
@@ -499,9 +510,11 @@ struct Client::Impl {
       }
       end.local = Receive(target, m, p, &r, &end);
     }
-    if (!end.local.ok()) ctx.TryCancel();
+    if (!end.local.ok() || !end.retry.ok()) ctx.TryCancel();
     call->Finish(&end.status, nullptr);
     wait();
+    if (!end.retry.ok()) end.status = end.retry;
+    r.stripes.reset();  // cancels and joins the stripe streams
     cq.Shutdown();
     for (void* tag; [&] { bool ok; return cq.Next(&tag, &ok); }();) {
     }
@@ -531,9 +544,22 @@ struct Client::Impl {
           refused = std::string(region.status().message());
         }
       }
+      if (!r->source && m.start->payload_streams() > 0) {
+        if (m.start->payload_streams() > o.payload_streams || m.start->stripe_token().empty()) {
+          return absl::DataLossError(absl::StrCat("server ", target, " grants ", m.start->payload_streams(),
+                                                  " stripe streams; this client asked for ", o.payload_streams));
+        }
+        pb::StreamBatchesRequest stripe;
+        stripe.set_protocol_version(ProtocolVersion());
+        stripe.set_stripe_token(m.start->stripe_token());
+        r->stripes = std::make_unique<StripeReceiver>(
+            m.start->payload_streams(), stripe.SerializeAsString(),
+            [&](uint32_t i) { return MakeChannel(o, target, static_cast<int>(i)); },
+            [&](grpc::ClientContext* c) { AddMetadata(o, c); });
+      }
       absl::MutexLock lock(&mu);
       live_source = r->source;
-      stats.transport = r->source ? std::string(r->source->transport()) : "grpc";
+      stats.transport = r->source ? std::string(r->source->transport()) : r->stripes ? "grpc_striped" : "grpc";
       if (!refused.empty()) stats.shared_memory_refused = refused;
       return absl::OkStatus();
     }
@@ -547,6 +573,28 @@ struct Client::Impl {
     if (m.header) RETURN_IF_ERROR(BeginBatch(target, std::move(*m.header), p->expected, m, r));
     if (!r->storage) {
       return absl::DataLossError(absl::StrCat("server ", target, " sent batch data without a header"));
+    }
+    if (m.payload_striped) {
+      // The payload comes on the stripe streams: wait here until every byte of it did.
+      if (!r->stripes || !m.header || !m.last || m.data_at || r->storage->source) {
+        return absl::DataLossError(absl::StrCat("server ", target, " sent a striped batch ",
+                                                r->stripes ? "with payload messages" : "on a stream without stripes"));
+      }
+      absl::Status filled = r->stripes->Fill(r->batches, r->storage->block.data, r->header.payload_bytes(), [this] {
+        absl::MutexLock lock(&mu);
+        return stop;
+      });
+      if (absl::IsUnavailable(filled)) {
+        end->retry = grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(filled.message()));
+        r->storage.reset();
+        return absl::OkStatus();
+      }
+      if (absl::IsCancelled(filled)) {
+        end->stopped = true;
+        return absl::OkStatus();
+      }
+      if (!filled.ok()) return absl::DataLossError(absl::StrCat("server ", target, ": ", filled.message()));
+      r->filled = r->header.payload_bytes();
     }
     if (m.data_size > 0 || m.data_at) {
       if (m.offset != r->filled || r->filled + m.data_size > r->header.payload_bytes()) {
@@ -572,6 +620,7 @@ struct Client::Impl {
     RETURN_IF_ERROR(st);
     p->expected = cur.next;
     ++p->received;
+    ++r->batches;
     end->got_batch = true;
     p->last_progress = Clock::now();
     p->failures_in_row = 0;

@@ -157,13 +157,18 @@ struct ClientOptions {
   // own thread, never in Next()'s way; a server that does not know the call ends the reports.
   // 0: never report.
   double report_interval_s = 1;
-  // The same-host transport (docs/serving.md "Same-host transport"): each stream offers the
-  // server a region of this many bytes under /dev/shm; a server on this host writes batch
-  // payloads there, and Batch tensors view them in place (no gRPC payload, no copy here). A
-  // server elsewhere refuses it and payloads travel in gRPC messages. Size it for
-  // prefetch_batches + 2 batches; a batch larger than the region travels in messages.
+  // The same-host transport (docs/serving.md "Same-host transport"): each stream offers to take
+  // a region of at most this many bytes from a server on this host, which builds batches there;
+  // Batch tensors view them in place (no gRPC payload, no copy here). A server elsewhere refuses
+  // and payloads travel in gRPC messages. Size it for prefetch_batches + 2 batches; a batch
+  // larger than the server's ring travels in messages.
   bool shared_memory = true;
   uint64_t shared_memory_bytes = 256ull << 20;
+  // Striped payloads (docs/serving.md "Striped payloads"): above 1, each stream's payload
+  // messages come over this many more streams (at most 8), each on a connection of its own, so
+  // that one client is not bound by one TCP connection. Only where payloads travel in messages
+  // (not through shared memory).
+  uint32_t payload_streams = 1;
 };
 
 struct ClientStats {

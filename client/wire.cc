@@ -92,6 +92,8 @@ bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m) {
       if (field == 5) m->last = v != 0;
       if (field == 6) m->in_shared_memory = v != 0;
       if (field == 7) m->shm_position = v;
+      if (field == 8) m->payload_striped = v != 0;
+      if (field == 9) m->stripe_batch = v;
     } else if (wire == 1) {
       if (!r.Skip(8)) return false;
     } else if (wire == 5) {

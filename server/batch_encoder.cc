@@ -1,5 +1,6 @@
 #include "server/internal/batch_encoder.h"
 
+#include "base/status_macros.h"
 #include "server/internal/payload_sink.h"
 
 #include <algorithm>
@@ -78,7 +79,8 @@ grpc::ByteBuffer SerializeMessage(const pb::StreamBatchesResponse& message) {
 }
 
 absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
-                         const MessageWriter& write, std::optional<uint64_t> region_position) {
+                         const MessageWriter& write, std::optional<uint64_t> region_position,
+                         const PayloadStripes* stripes) {
   std::vector<const TensorView*> order;
   for (const TensorView& t : b.tensors) order.push_back(&t);
   std::sort(order.begin(), order.end(),
@@ -130,7 +132,15 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
     msg.set_last(true);
     return write(SerializeMessage(msg)) ? absl::OkStatus() : gone;
   }
+  if (stripes && payload > 0) {
+    // The header alone here; the payload's messages go to the stripes, each naming its batch.
+    msg.set_payload_striped(true);
+    msg.set_last(true);
+    if (!write(SerializeMessage(msg))) return gone;
+    msg.Clear();
+  }
   uint64_t begin = 0;
+  uint64_t index = 0;
   do {
     uint64_t end = std::min(payload, begin + max_message);
     // End before the first tensor that starts inside this message and would cross its end.
@@ -145,7 +155,12 @@ absl::Status EncodeBatch(const Batch& b, Cursor next, uint64_t max_message,
     // batch buffer.
     msg.set_offset(begin);
     msg.set_last(end >= payload);
-    if (!write(WithPayload(msg, b.buffer, data + begin, end - begin))) return gone;
+    if (stripes && payload > 0) {
+      msg.set_stripe_batch(stripes->batch);
+      RETURN_IF_ERROR(stripes->write(index++, WithPayload(msg, b.buffer, data + begin, end - begin), end - begin));
+    } else if (!write(WithPayload(msg, b.buffer, data + begin, end - begin))) {
+      return gone;
+    }
     msg.Clear();
     begin = end;
   } while (begin < payload);

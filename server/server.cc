@@ -42,6 +42,7 @@
 #include "server/metrics.h"
 #include "base/shm_layout.h"
 #include "server/internal/shm_sink.h"
+#include "server/internal/stripes.h"
 #include "base/cancel.h"
 #include "pipeline/cache_warm.h"
 #include "pipeline/pipeline.h"
@@ -214,6 +215,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
   uint64_t memory_reserved ABSL_GUARDED_BY(mu) = 0;
   int memory_holders ABSL_GUARDED_BY(mu) = 0;
   std::unique_ptr<WorkerPool> reaper;  // Reap()
+  StripeRegistry stripes;  // striped payloads: the streams stripe streams may join
   std::unique_ptr<WorkerPool> warmer;  // WarmCache(); cancelled and joined first at destruction
   std::once_flag shutdown_once;
 
@@ -623,6 +625,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
                            req->protocol_version() == 0 ? " (not set: an old or hand-made client?)" : "",
                            ": use a client of the same release as the server"));
     }
+    if (!req->stripe_token().empty()) return ServeStripe(ctx, *req, writer);
     const std::string job = req->job().empty() ? "default" : req->job();
     if (absl::Status s = ValidateJobName(job); !s.ok()) {
       return Reject(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
@@ -659,6 +662,36 @@ struct DataServer::Impl : public RawStreamBatchesService {
     spdlog::info("stream job={} consumer={}/{} from {} ended: {} {}", job, req->consumer(),
                  req->consumers(), ctx->peer(), CodeName(result.error_code()), result.error_message());
     return result;
+  }
+
+  // A stripe stream (server/internal/stripes.h): the payload messages its stream hands it,
+  // until that stream ends. It holds no admission slot: it is part of a stream that does.
+  grpc::Status ServeStripe(grpc::ServerContext* ctx, const pb::StreamBatchesRequest& req, Writer* writer) {
+    std::shared_ptr<StripeSession> session = stripes.Find(req.stripe_token());
+    if (!session) {
+      return Reject(grpc::StatusCode::FAILED_PRECONDITION,
+                    "no stream of this server has that stripe token (it ended, or it was on another server)");
+    }
+    const uint32_t i = req.stripe_index();
+    if (!session->Join(i)) {
+      return Reject(grpc::StatusCode::INVALID_ARGUMENT,
+                    StrCat("stripe ", i, " of ", session->streams(), " is out of range or already joined"));
+    }
+    auto cancelled = [this, ctx] {
+      absl::MutexLock lock(&mu);
+      return shutting_down || ctx->IsCancelled();
+    };
+    while (std::optional<grpc::ByteBuffer> m = session->Pop(i, cancelled)) {
+      if (!writer->Write(*m)) {
+        session->Fail(i, "the client's stripe stream went away");
+        return grpc::Status::CANCELLED;
+      }
+    }
+    if (cancelled()) {
+      session->Fail(i, "the server is shutting down or the client cancelled");
+      return grpc::Status::CANCELLED;
+    }
+    return grpc::Status::OK;
   }
 
   // Resolves an admitted request into a pipeline and serves it.
@@ -827,6 +860,22 @@ struct DataServer::Impl : public RawStreamBatchesService {
         st->set_shared_memory_refused(std::string(r.status().message()));
       }
     }
+    // Striped payloads, when asked for and the payloads travel in messages.
+    std::shared_ptr<StripeSession> stripe_session;
+    std::string stripe_token;
+    if (!region && req.payload_streams() > 1) {
+      const uint32_t k = std::min(req.payload_streams(), kMaxPayloadStreams);
+      stripe_session = stripes.Create(k, 2 * max_message, &stripe_token);
+      st->set_payload_streams(k);
+      st->set_stripe_token(stripe_token);
+    }
+    struct Unstripe {
+      Impl* server;
+      const std::string& token;
+      ~Unstripe() {
+        if (!token.empty()) server->stripes.Remove(token);
+      }
+    } unstripe{this, stripe_token};
     PipelineStats last{};
     // This job's series, created at 0 so that increase() and alerts see the first skip.
     const std::string label = metrics->JobLabel(job);
@@ -864,6 +913,16 @@ struct DataServer::Impl : public RawStreamBatchesService {
         pipeline->SetBatchBuffers(region->buffers(stop));
         sink = std::move(region);
       }
+    }
+    if (stripe_session) {
+      if (absl::Status j = stripe_session->WaitJoined(absl::Seconds(5), stop); !j.ok()) {
+        if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
+        // The client was told to expect stripes: it cannot be served without them.
+        stripe_session->Close(/*drain=*/false);
+        return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, StrCat("striped payloads: ", j.message())),
+                      "error");
+      }
+      sink = MakeStripedSink(stripe_session, max_message, stop);
     }
     if (!sink) sink = MakeGrpcSink(max_message);
     metrics->StreamTransport(std::string(sink->transport()));

@@ -222,6 +222,55 @@ TEST_F(ServerE2ETest, AClientGetsTheScheduleVersionItAsksFor) {
       << next.status();
 }
 
+TEST_F(ServerE2ETest, StripedPayloadsAreTheOfflineBatchesAndFailOver) {
+  auto a = Serve();
+  auto b = Serve();
+  ASSERT_TRUE(a->ok() && b->ok());
+  client::ClientOptions o = Options({a->address(), b->address()});
+  o.prefetch_batches = 1;
+  o.shared_memory = false;
+  o.payload_streams = 4;
+  o.max_message_bytes = 16 << 10;  // many payload messages per batch, over all four stripes
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> got;
+  int from_b = 0;
+  while (from_b < 3) {
+    absl::StatusOr<std::optional<client::Batch>> batch = (*c)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status() << a->log() << b->log();
+    ASSERT_TRUE(batch->has_value());
+    got.push_back(Line(**batch));
+    from_b += (*batch)->server == b->address();
+    if (got.size() == 1) {
+      EXPECT_EQ((*c)->stats().transport, "grpc_striped");
+      ASSERT_EQ((*batch)->server, a->address());
+      EXPECT_EQ(a->Stop(SIGKILL), 128 + SIGKILL);
+    }
+    ASSERT_LT(got.size(), 1000u) << "never failed over to " << b->address();
+  }
+  EXPECT_EQ(got, Offline(small(), got.size()));
+  EXPECT_GE((*c)->stats().reconnects, 1u);
+  EXPECT_EQ((*c)->stats().transport, "grpc_striped");
+}
+
+TEST_F(ServerE2ETest, AStripeTokenOfNoStreamIsRefused) {
+  auto a = Serve();
+  ASSERT_TRUE(a->ok());
+  auto channel = grpc::CreateChannel(a->address(), grpc::InsecureChannelCredentials());
+  auto stub = pb::Conveyor::NewStub(channel);
+  grpc::ClientContext ctx;
+  pb::StreamBatchesRequest req;
+  req.set_protocol_version(pb::PROTOCOL_VERSION_CURRENT);
+  req.set_stripe_token(std::string(16, 'z'));
+  auto reader = stub->StreamBatches(&ctx, req);
+  pb::StreamBatchesResponse m;
+  EXPECT_FALSE(reader->Read(&m));
+  const grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(st.error_message().find("no stream of this server has that stripe token"), std::string::npos)
+      << st.error_message();
+}
+
 TEST_F(ServerE2ETest, SigkilledServerFailsOverWithoutLossOrRepeat) {
   auto a = Serve();
   auto b = Serve();

@@ -177,6 +177,7 @@ struct FetchOptions {
   uint64_t max_message_bytes = 0;
   bool shared_memory = true;  // offer the same-host transport (docs/serving.md)
   uint64_t shared_memory_bytes = 256ull << 20;
+  uint32_t payload_streams = 1;  // striped payloads (docs/serving.md)
   double reconnect_timeout = 60;
   int64_t stall_after = -1;   // tests: stop reading after this many batches (and wait)
   double stall_seconds = 0;

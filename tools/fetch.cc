@@ -63,6 +63,7 @@ absl::Status RunFetch(const FetchOptions& o) {
   c.max_message_bytes = o.max_message_bytes;
   c.shared_memory = o.shared_memory;
   c.shared_memory_bytes = o.shared_memory_bytes;
+  c.payload_streams = o.payload_streams;
   c.reconnect_timeout_s = o.reconnect_timeout;
 
   if (o.info) {
@@ -164,6 +165,10 @@ class FetchCommand final : public Command {
     c->add_option("--shared-memory-bytes", o_.shared_memory_bytes,
                   "Size of that region; a batch larger than it travels in messages")->transform(CLI::AsSizeValue(true))
         ->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--payload-streams", o_.payload_streams,
+                  "Above 1: payload messages over this many more streams, each on its own connection "
+                  "(at most 8; not with shared memory; docs/serving.md \"Striped payloads\")")
+        ->capture_default_str()->check(CLI::Range(1, 8));
     c->add_option("--reconnect-timeout", o_.reconnect_timeout, "Give up after this many seconds without a batch")->capture_default_str();
     c->add_option("--stall-after", o_.stall_after, "Testing: stop reading after this many batches...");
     c->add_option("--stall-seconds", o_.stall_seconds, "...for this long");

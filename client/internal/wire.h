@@ -41,6 +41,8 @@ struct Message {
   bool last = false;
   bool in_shared_memory = false;  // the payload lies in the client's region (base/shm_layout.h)
   uint64_t shm_position = 0;
+  bool payload_striped = false;  // a header whose payload comes on the stripe streams
+  uint64_t stripe_batch = 0;     // on a stripe stream: the batch `data` belongs to
 };
 
 // False on malformed input (truncated varints or fields, bad wire types, submessages that do not

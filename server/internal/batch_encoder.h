@@ -35,8 +35,18 @@ void CursorToProto(const Cursor& c, v1::Cursor* out);
 // and returns CANCELLED when it returns false). With `region_position`, the payload lies in the
 // stream's same-host region there (server/internal/shm_sink.h) and the batch is one message: the header,
 // in_shared_memory, shm_position and last.
+// Striped payloads (server/internal/stripes.h): the batch's number in its stream, and where
+// payload message `index` (of `bytes` payload bytes) goes.
+struct PayloadStripes {
+  uint64_t batch = 0;
+  std::function<absl::Status(uint64_t index, const grpc::ByteBuffer& message, uint64_t bytes)> write;
+};
+
+// With `stripes`, the header goes alone through `write` (payload_striped) and each payload
+// message, naming the batch, through stripes->write.
 absl::Status EncodeBatch(const Batch& batch, Cursor next, uint64_t max_message,
-                         const MessageWriter& write, std::optional<uint64_t> region_position = {});
+                         const MessageWriter& write, std::optional<uint64_t> region_position = {},
+                         const PayloadStripes* stripes = nullptr);
 
 // The server side of StreamBatches with raw messages, on gRPC's synchronous API: a service
 // deriving from this gets each call on a handler thread, reads nothing itself (the request is
