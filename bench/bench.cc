@@ -790,6 +790,42 @@ class Bench {
     return j;
   }
 
+  // What one transport delivered: the steady rate, the bytes after the first batch, the client's
+  // counters (summed over the consumers with --consumers N).
+  struct Served {
+    SteadyRate rate;
+    uint64_t bytes = 0;
+    client::ClientStats cs;
+  };
+
+  // One stream (or the job's --consumers at once) from `address`, starting at `start`, for
+  // --seconds after the first batch.
+  absl::StatusOr<Served> ServeStream(const std::string& address, bool shared_memory, Cursor start) {
+    client::ClientOptions co;
+    co.servers = {address};
+    co.job = "bench";
+    co.shared_memory = shared_memory;
+    co.start = start;
+    Served out;
+    if (o_.consumers <= 1) {
+      const auto t0 = Clock::now();
+      ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
+      bool first = true;
+      ASSIGN_OR_RETURN(out.rate, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
+        ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
+        if (!b) return 0;
+        if (!first) out.bytes += b->bytes();
+        first = false;
+        return b->ids.size();
+      }));
+      out.rate.first_batch_s = Since(t0) - out.rate.seconds;
+      out.cs = c->stats();
+    } else {
+      ASSIGN_OR_RETURN(out.rate, ServeConsumers(co, &out.bytes, &out.cs));
+    }
+    return out;
+  }
+
   absl::Status Serve(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text, int threads) {
     // Offline first: the limit.
     PipelineOptions off = po;
@@ -814,37 +850,8 @@ class Bench {
     ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
     // Each transport against the same server: payloads in gRPC messages, then through the
     // client's /dev/shm ring (docs/serving.md "Same-host transport").
-    struct Served {
-      SteadyRate rate;
-      uint64_t bytes = 0;
-      client::ClientStats cs;
-    };
-    auto stream = [&](bool shared_memory) -> absl::StatusOr<Served> {
-      client::ClientOptions co;
-      co.servers = {server->address()};
-      co.job = "bench";
-      co.shared_memory = shared_memory;
-      Served out;
-      if (o_.consumers <= 1) {
-        const auto start = Clock::now();
-        ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
-        bool first = true;
-        ASSIGN_OR_RETURN(out.rate, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
-          ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
-          if (!b) return 0;
-          if (!first) out.bytes += b->bytes();
-          first = false;
-          return b->ids.size();
-        }));
-        out.rate.first_batch_s = Since(start) - out.rate.seconds;
-        out.cs = c->stats();
-      } else {
-        ASSIGN_OR_RETURN(out.rate, ServeConsumers(co, &out.bytes, &out.cs));
-      }
-      return out;
-    };
-    ASSIGN_OR_RETURN(Served grpc, stream(false));
-    ASSIGN_OR_RETURN(Served shm, stream(true));
+    ASSIGN_OR_RETURN(Served grpc, ServeStream(server->address(), false, Cursor{}));
+    ASSIGN_OR_RETURN(Served shm, ServeStream(server->address(), true, Cursor{}));
     server->Shutdown(1);
     const SteadyRate& served = grpc.rate;
     const uint64_t bytes = grpc.bytes;
