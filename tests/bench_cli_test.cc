@@ -189,7 +189,8 @@ TEST(BenchCliTest, FrameCacheRowsShowTheWarmEpochServedFromTheCache) {
             dir.Join("plain.txt") + " 2>&1");
   std::ifstream g(dir.Join("plain.json"));
   ASSERT_TRUE(g.good()) << testing::ReadFile(dir.Join("plain.txt"));
-  for (const json& r : json::parse(g)["rows"]) {
+  const json plain = json::parse(g);  // named: a range-for over a temporary's member dangles
+  for (const json& r : plain["rows"]) {
     EXPECT_FALSE(r.contains("frame_cache")) << r.dump(2);
     EXPECT_EQ(r["order"].get<std::string>().find("frame cache"), std::string::npos) << r.dump(2);
   }
