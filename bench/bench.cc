@@ -7,7 +7,9 @@
 //   assemble  samples of a spec holding only this modality's streams, in index order and
 //             shuffled (naive and GOP-scheduled)                        vs the decode bound
 //   serve     the whole config through an in-process server to a client vs the offline pipeline,
-//             and its bytes/s                                            vs iperf3 over loopback
+//             and its bytes/s                                            vs iperf3 over loopback;
+//             with the frame cache flags, again with a warm cache        vs the offline pipeline
+//             in the server                                                 with a warm cache
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #include <thread>
 
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -34,6 +37,7 @@
 #include "base/worker_pool.h"
 #include "client/client.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "conveyor/v1/service.pb.h"
 #include "media/audio_decoder.h"
 #include "media/image_decoder.h"
 #include "sample/sample_assembler.h"
@@ -146,6 +150,20 @@ double Iperf3MBps(double seconds) {
   }
 }
 
+// The config with `pipeline.schedule.mode: gop`: the decoded-frame cache holds frames of GOP
+// blocks only, so a naive config would leave a cache nothing to do (block sizes stay auto).
+absl::StatusOr<std::string> WithGopSchedule(const std::string& config_text) {
+  try {
+    YAML::Node root = YAML::Load(config_text);
+    root["pipeline"]["schedule"]["mode"] = "gop";
+    YAML::Emitter out;
+    out << root;
+    return std::string(out.c_str());
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat("the config, with the GOP schedule: ", e.what()));
+  }
+}
+
 struct Row {
   std::string modality, stage, order;
   int threads = 1;
@@ -229,7 +247,10 @@ class Bench {
       }
     }
     if (o_.serve) {
-      for (int t : o_.threads) RETURN_IF_ERROR(Serve(spec, po, config_text, t));
+      for (int t : o_.threads) {
+        RETURN_IF_ERROR(Serve(spec, po, config_text, t));
+        if (frame_cache_on()) RETURN_IF_ERROR(ServeWarm(spec, po, config_text, t));
+      }
     }
     return absl::OkStatus();
   }
@@ -790,6 +811,42 @@ class Bench {
     return j;
   }
 
+  // What one transport delivered: the steady rate, the bytes after the first batch, the client's
+  // counters (summed over the consumers with --consumers N).
+  struct Served {
+    SteadyRate rate;
+    uint64_t bytes = 0;
+    client::ClientStats cs;
+  };
+
+  // One stream (or the job's --consumers at once) from `address`, starting at `start`, for
+  // --seconds after the first batch.
+  absl::StatusOr<Served> ServeStream(const std::string& address, bool shared_memory, Cursor start) {
+    client::ClientOptions co;
+    co.servers = {address};
+    co.job = "bench";
+    co.shared_memory = shared_memory;
+    co.start = start;
+    Served out;
+    if (o_.consumers <= 1) {
+      const auto t0 = Clock::now();
+      ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
+      bool first = true;
+      ASSIGN_OR_RETURN(out.rate, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
+        ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
+        if (!b) return 0;
+        if (!first) out.bytes += b->bytes();
+        first = false;
+        return b->ids.size();
+      }));
+      out.rate.first_batch_s = Since(t0) - out.rate.seconds;
+      out.cs = c->stats();
+    } else {
+      ASSIGN_OR_RETURN(out.rate, ServeConsumers(co, &out.bytes, &out.cs));
+    }
+    return out;
+  }
+
   absl::Status Serve(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text, int threads) {
     // Offline first: the limit.
     PipelineOptions off = po;
@@ -814,37 +871,8 @@ class Bench {
     ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
     // Each transport against the same server: payloads in gRPC messages, then through the
     // client's /dev/shm ring (docs/serving.md "Same-host transport").
-    struct Served {
-      SteadyRate rate;
-      uint64_t bytes = 0;
-      client::ClientStats cs;
-    };
-    auto stream = [&](bool shared_memory) -> absl::StatusOr<Served> {
-      client::ClientOptions co;
-      co.servers = {server->address()};
-      co.job = "bench";
-      co.shared_memory = shared_memory;
-      Served out;
-      if (o_.consumers <= 1) {
-        const auto start = Clock::now();
-        ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
-        bool first = true;
-        ASSIGN_OR_RETURN(out.rate, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
-          ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
-          if (!b) return 0;
-          if (!first) out.bytes += b->bytes();
-          first = false;
-          return b->ids.size();
-        }));
-        out.rate.first_batch_s = Since(start) - out.rate.seconds;
-        out.cs = c->stats();
-      } else {
-        ASSIGN_OR_RETURN(out.rate, ServeConsumers(co, &out.bytes, &out.cs));
-      }
-      return out;
-    };
-    ASSIGN_OR_RETURN(Served grpc, stream(false));
-    ASSIGN_OR_RETURN(Served shm, stream(true));
+    ASSIGN_OR_RETURN(Served grpc, ServeStream(server->address(), false, Cursor{}));
+    ASSIGN_OR_RETURN(Served shm, ServeStream(server->address(), true, Cursor{}));
     server->Shutdown(1);
     const SteadyRate& served = grpc.rate;
     const uint64_t bytes = grpc.bytes;
@@ -868,6 +896,150 @@ class Bench {
     if (iperf_ == 0 && o_.plan <= 0) iperf_ = Iperf3MBps(o_.seconds);
     Add(Row{"all", "serve", "bytes to the client", threads, s > 0 ? bytes / 1e6 / s : 0, "MB/s",
             iperf_ > 0 ? "iperf3 loopback" : "", iperf_, {}});
+    return absl::OkStatus();
+  }
+
+  // The serve rows again with a warm in-memory decoded-frame cache (issue 29: with one, the
+  // offline pipeline runs several times the decoder, so the transport is what bounds the served
+  // rate). The server gets the cache through ServerOptions, as `conveyor serve --frame-cache-bytes`
+  // does; its limit is the offline pipeline with a cache of its own and the same threads. Each
+  // cache is warmed by one epoch from the start (a pipeline, or one client stream: every stream
+  // of a server shares its cache), cut at the frame cache rows' cap; then the timed runs start at
+  // epoch 2, as the warm frame cache row does. The cache holds only frames of GOP blocks, so a
+  // config with the naive order is measured here with the GOP schedule, as the frame cache rows are.
+  absl::Status ServeWarm(const SampleSpec& spec, const PipelineOptions& po, const std::string& config_text,
+                         int threads) {
+    PipelineOptions off = po;
+    off.threads = threads;
+    std::string text = config_text;
+    const bool forced_gop = po.order.naive();
+    if (forced_gop) {
+      off.order = OrderOptions::AutoGop();
+      off.order.version = po.order.version;  // the schedule version the config names, if any
+      ASSIGN_OR_RETURN(text, WithGopSchedule(config_text));
+    }
+    const Cursor timed{po.max_epochs == 1 ? 0u : 1u, 0};  // a one-epoch config has no epoch 2
+    const double cap = std::max(60.0, 20 * o_.seconds);
+    const std::string tier = o_.frame_cache.dir.empty() ? "frame cache" : "frame cache + node store";
+    // Frame cache lookups (Find calls) that hit, over a phase: what says the cache was warm.
+    auto hit_rate = [](uint64_t hits, uint64_t misses) {
+      return hits + misses > 0 ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 0.0;
+    };
+
+    // The limit: the offline pipeline on its own cache, one epoch to warm it, then timed. The
+    // cache is dropped before the server makes its own, so that both never hold memory at once.
+    uint64_t steps = 0, offline_warm_samples = 0;
+    double offline_warm_s = 0, offline_hit_rate = 0;
+    SteadyRate offline;
+    {
+      ASSIGN_OR_RETURN(std::shared_ptr<DecodedFrameCache> cache, MakeFrameCache(ToConfig(o_.frame_cache)));
+      off.frame_cache = cache;
+      PipelineOptions first = off;
+      first.max_epochs = 1;
+      auto t0 = Clock::now();
+      ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(source_, spec, first, Cursor{}));
+      steps = p->steps_per_epoch();
+      while (Since(t0) < cap) {
+        ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
+        if (!b) break;
+        offline_warm_samples += b->ids.size();
+      }
+      offline_warm_s = Since(t0);
+      p.reset();
+      const FrameCacheStats before = cache->stats();
+      t0 = Clock::now();
+      ASSIGN_OR_RETURN(p, Pipeline::Create(source_, spec, off, timed));
+      ASSIGN_OR_RETURN(offline, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
+        ASSIGN_OR_RETURN(std::optional<Batch> b, p->Next());
+        return b ? b->ids.size() : 0;
+      }));
+      offline.first_batch_s = Since(t0) - offline.seconds;
+      p.reset();
+      const FrameCacheStats after = cache->stats();
+      offline_hit_rate = hit_rate(after.hits - before.hits, after.misses - before.misses);
+    }
+    const double offline_rate = offline.rate();
+
+    const std::string cfg = work_ + "/bench-config-warm.yaml";
+    std::ofstream(cfg) << text;
+    ServerOptions so;
+    so.dataset = ds_.uri();
+    so.config_paths = {cfg};
+    so.listen = "127.0.0.1:0";
+    so.threads = threads;
+    so.queue_bytes = po.queue_bytes;
+    so.frame_cache_bytes = o_.frame_cache.bytes;
+    so.frame_cache_policy = o_.frame_cache.policy;
+    so.frame_cache_dir = o_.frame_cache.dir;
+    so.frame_cache_dir_bytes = o_.frame_cache.dir_bytes;
+    so.frame_cache_compression = o_.frame_cache.compression;
+    ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
+    client::ClientOptions info_options;
+    info_options.servers = {server->address()};
+    auto cache_counts = [&]() -> absl::StatusOr<std::pair<uint64_t, uint64_t>> {
+      ASSIGN_OR_RETURN(const ::conveyor::v1::InfoResponse info, client::GetInfo(info_options));
+      return std::pair<uint64_t, uint64_t>{info.frame_cache().hits(), info.frame_cache().misses()};
+    };
+
+    // One client stream through epoch 1 fills the server's cache for every later stream.
+    uint64_t served_warm_samples = 0;
+    double served_warm_s = 0;
+    {
+      client::ClientOptions co = info_options;
+      co.job = "bench-warm-up";
+      co.max_batches = steps;
+      const auto t0 = Clock::now();
+      ASSIGN_OR_RETURN(std::unique_ptr<client::Client> c, client::Client::Create(co));
+      while (Since(t0) < cap) {
+        ASSIGN_OR_RETURN(std::optional<client::Batch> b, c->Next());
+        if (!b) break;
+        served_warm_samples += b->ids.size();
+      }
+      served_warm_s = Since(t0);
+    }
+    ASSIGN_OR_RETURN(const auto c0, cache_counts());
+    ASSIGN_OR_RETURN(Served grpc, ServeStream(server->address(), false, timed));
+    ASSIGN_OR_RETURN(const auto c1, cache_counts());
+    ASSIGN_OR_RETURN(Served shm, ServeStream(server->address(), true, timed));
+    ASSIGN_OR_RETURN(const auto c2, cache_counts());
+    server->Shutdown(1);
+
+    const uint64_t epoch_samples = steps * off.global_batch_size;
+    auto fraction = [&](uint64_t samples) {
+      return epoch_samples > 0 ? std::min(1.0, static_cast<double>(samples) / epoch_samples) : 0.0;
+    };
+    if (fraction(offline_warm_samples) < 1 || fraction(served_warm_samples) < 1) {
+      Progress(StrCat("serve, warm ", tier, ": the warm-up epoch was cut at ", static_cast<int64_t>(cap),
+                      " s (offline after ", static_cast<int64_t>(100 * fraction(offline_warm_samples)),
+                      "% of it, served after ", static_cast<int64_t>(100 * fraction(served_warm_samples)),
+                      "%); the hit rates say how warm the caches were"));
+    }
+    const std::string to = o_.consumers > 1 ? StrCat(o_.consumers, " consumers") : "a client";
+    const std::string limit_name = StrCat("offline pipeline, warm ", tier);
+    auto stages = [&](const Served& x, std::pair<uint64_t, uint64_t> before, std::pair<uint64_t, uint64_t> after) {
+      const double s = x.rate.seconds;
+      return json{{"mb_per_s", s > 0 ? x.bytes / 1e6 / s : 0}, {"client_wait_s", x.cs.wait_seconds}, {"seconds", s},
+                  {"first_batch_s", x.rate.first_batch_s},
+                  // The server's cache over this stream, beside the offline limit's over its run.
+                  {"frame_cache_hit_rate", hit_rate(after.first - before.first, after.second - before.second)},
+                  {"frame_cache_lookups", (after.first - before.first) + (after.second - before.second)},
+                  {"offline_frame_cache_hit_rate", offline_hit_rate},
+                  {"offline_first_batch_s", offline.first_batch_s},
+                  {"warm_up_samples", served_warm_samples}, {"warm_up_seconds", served_warm_s},
+                  {"offline_warm_up_samples", offline_warm_samples}, {"offline_warm_up_seconds", offline_warm_s},
+                  {"epoch_samples", epoch_samples}, {"timed_from_epoch", timed.epoch},
+                  {"schedule", forced_gop ? "gop (the config's order is naive)" : "the config's"}};
+    };
+    Row r{"all", "serve", StrCat("gRPC to ", to, ", warm ", tier), threads, grpc.rate.rate(), "samples/s",
+          limit_name, offline_rate, {}};
+    r.stages = stages(grpc, c0, c1);
+    Add(std::move(r));
+    Row same{"all", "serve", StrCat("same host (shared memory) to ", to, ", warm ", tier), threads,
+             shm.rate.rate(), "samples/s", limit_name, offline_rate, {}};
+    same.stages = stages(shm, c1, c2);
+    same.stages["shared_memory_batches"] = shm.cs.shared_memory_batches;
+    same.stages["batches"] = shm.cs.batches;
+    Add(std::move(same));
     return absl::OkStatus();
   }
 
@@ -1152,9 +1324,14 @@ json PrintRows(const std::vector<Row>& rows) {
   }
   for (const Row& r : rows) {
     if (r.stage != "serve" || !r.stages.is_object()) continue;
-    std::printf("  serve %d thread%s: %.1f MB/s to the client, which waited %.2f of %.2f s\n", r.threads,
-                r.threads > 1 ? "s" : "", r.stages["mb_per_s"].get<double>(),
-                r.stages["client_wait_s"].get<double>(), r.stages["seconds"].get<double>());
+    std::printf("  serve %d thread%s, %s: %.1f MB/s to the client, which waited %.2f of %.2f s%s\n", r.threads,
+                r.threads > 1 ? "s" : "", r.order.c_str(), r.stages["mb_per_s"].get<double>(),
+                r.stages["client_wait_s"].get<double>(), r.stages["seconds"].get<double>(),
+                r.stages.contains("frame_cache_hit_rate")
+                    ? absl::StrFormat("; frame cache hit rate %.3f served, %.3f offline",
+                                      r.stages["frame_cache_hit_rate"].get<double>(),
+                                      r.stages["offline_frame_cache_hit_rate"].get<double>()).c_str()
+                    : "");
   }
   return out;
 }
@@ -1195,6 +1372,16 @@ bool PrintCacheRowsAndLimits(const BenchOptions& o, const std::vector<Row>& rows
               "thread per process, one process per thread, on the same stream extracted to a file; "
               "decode bound = ffmpeg's rate / (amplification x frames per sample); serve is beside "
               "the offline pipeline with the same threads.\n");
+  for (const Row& r : rows) {
+    if (r.stage != "serve" || r.order.find(", warm frame cache") == std::string::npos) continue;
+    std::printf("serve, warm frame cache (%s): a server with the cache, warmed by one client stream through "
+                "epoch 1 (cut at max(60 s, 20 x --seconds)), then each transport from epoch 2, beside the "
+                "offline pipeline with a cache of its own warmed the same way; a naive config is measured with "
+                "the GOP schedule there (the cache holds GOP blocks' frames). The served and offline hit rates "
+                "are in the lines above.\n",
+                cache_flags.c_str());
+    break;
+  }
   if (cache_rows) {
     std::printf("frame cache rows (%s): the video gop pipeline with a fresh cache: epoch 1 (cold) from the "
                 "start to the end of the first epoch (cut at max(60 s, 20 x --seconds)), then epoch 2+ (warm) "

@@ -28,7 +28,8 @@ struct BenchOptions {
   int consumers = 1;           // served rows and --plan: consumers streaming at once (i of N)
   int server_cores = 32;       // cores of one server node, for the server count
   // A decoded-frame cache (--frame-cache-bytes, --frame-cache-dir, ...): adds rows for the video
-  // GOP pipeline with it, epoch 1 (cold) and epochs 2+ (warm); the other rows never use it.
+  // GOP pipeline with it, epoch 1 (cold) and epochs 2+ (warm), and the serve rows with a warm
+  // cache in the server beside a warm offline pipeline; the other rows never use it.
   FrameCacheFlags frame_cache;
 };
 

@@ -33,8 +33,8 @@ class BenchCommand final : public Command {
                   "more ranks costs the server more per sample")
         ->capture_default_str();
     c->add_option("--server-cores", o_.server_cores, "--plan: cores of one server node")->capture_default_str();
-    // With a frame cache: rows for the video gop pipeline with it, epoch 1 and epochs 2+ (the
-    // other rows never use it).
+    // With a frame cache: rows for the video gop pipeline with it, epoch 1 and epochs 2+, and
+    // the serve rows with a warm cache (the other rows never use it).
     AddFrameCacheFlags(c, &o_.frame_cache);
     return c;
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 
 #include "nlohmann/json.hpp"
 #include "tests/support/test_env.h"
@@ -30,6 +31,7 @@ TEST(BenchCliTest, EveryModalityHasItsFiguresAndLimits) {
     const std::string key = r["modality"].get<std::string>() + "/" + r["stage"].get<std::string>();
     ++seen[key];
     EXPECT_GT(r["value"].get<double>(), 0) << key;
+    EXPECT_EQ(r["order"].get<std::string>().find("warm frame cache"), std::string::npos) << "no cache asked for";
     if (key == "video/decode" || key == "audio/decode" || key == "video/read" || key == "all/serve") {
       EXPECT_GT(r["limit"].get<double>(), 0) << key << " has no limit";
     }
@@ -187,11 +189,67 @@ TEST(BenchCliTest, FrameCacheRowsShowTheWarmEpochServedFromTheCache) {
             dir.Join("plain.txt") + " 2>&1");
   std::ifstream g(dir.Join("plain.json"));
   ASSERT_TRUE(g.good()) << testing::ReadFile(dir.Join("plain.txt"));
-  for (const json& r : json::parse(g)["rows"]) {
+  const json plain = json::parse(g);  // named: a range-for over a temporary's member dangles
+  for (const json& r : plain["rows"]) {
     EXPECT_FALSE(r.contains("frame_cache")) << r.dump(2);
     EXPECT_EQ(r["order"].get<std::string>().find("frame cache"), std::string::npos) << r.dump(2);
   }
   EXPECT_EQ(testing::ReadFile(dir.Join("plain.txt")).find("frame cache"), std::string::npos);
+}
+
+// --frame-cache-bytes with the serve rows on: the two served rows again with a warm frame cache
+// in the server, each beside the offline pipeline with a warm cache of its own, and the server's
+// hit rate over the timed stream (the cache was warm). The uncached serve rows stay as they were.
+// Lowdim alone, so that the only video work is the serve rows'. Never a timing assertion.
+TEST(BenchCliTest, ServeRowsWithAWarmFrameCacheStandBesideAWarmOfflinePipeline) {
+  testing::TempDir dir;
+  const std::string cli = CONVEYOR_CLI;
+  ASSERT_SH(cli + " synth --out " + dir.Join("ds") +
+            " --episodes 2 --episode-seconds 2 --cameras 1 --size 64x64 --quiet");
+  // The naive order (no schedule): the warm rows run with the GOP schedule, the cache's.
+  {
+    std::ofstream config(dir.Join("config.yaml"));
+    config << "anchor: action\nstreams:\n  cam0: {delta_timestamps: [0.0]}\n  action: {delta_timestamps: [0.0]}\n"
+              "pipeline:\n  global_batch_size: 8\n";
+  }
+  ASSERT_SH(cli + " bench " + dir.Join("ds") + " --config " + dir.Join("config.yaml") +
+            " --modality lowdim --threads 1 --seconds 0.2 --frame-cache-bytes 67108864 --json " +
+            dir.Join("serve.json") + " > " + dir.Join("out.txt") + " 2>&1");
+  const std::string out = testing::ReadFile(dir.Join("out.txt"));
+  std::ifstream f(dir.Join("serve.json"));
+  ASSERT_TRUE(f.good()) << out;
+  const json doc = json::parse(f);
+  std::map<std::string, json> serve;
+  for (const json& r : doc["rows"]) {
+    if (r["stage"] == "serve") serve[r["order"].get<std::string>()] = r;
+  }
+  for (const char* uncached : {"gRPC to a client", "same host (shared memory) to a client"}) {
+    ASSERT_TRUE(serve.count(uncached)) << uncached << "\n" << out;
+    EXPECT_EQ(serve[uncached]["limit_name"], "offline pipeline");
+    EXPECT_FALSE(serve[uncached]["stages"].contains("frame_cache_hit_rate"));
+  }
+  for (const char* warm : {"gRPC to a client, warm frame cache", "same host (shared memory) to a client, warm frame cache"}) {
+    ASSERT_TRUE(serve.count(warm)) << warm << " missing:\n" << out;
+    const json& r = serve[warm];
+    EXPECT_EQ(r["modality"], "all");
+    EXPECT_EQ(r["unit"], "samples/s");
+    EXPECT_GT(r["value"].get<double>(), 0) << r.dump(2);
+    EXPECT_EQ(r["limit_name"], "offline pipeline, warm frame cache");
+    EXPECT_GT(r["limit"].get<double>(), 0) << r.dump(2);
+    const json& st = r["stages"];
+    // 200 samples in batches of 8: the warm-up epoch delivers every sample, so each cache holds
+    // every frame epoch 2 needs.
+    EXPECT_EQ(st["epoch_samples"].get<uint64_t>(), 200u) << st.dump(2);
+    EXPECT_EQ(st["warm_up_samples"].get<uint64_t>(), 200u) << st.dump(2);
+    EXPECT_EQ(st["offline_warm_up_samples"].get<uint64_t>(), 200u) << st.dump(2);
+    EXPECT_GT(st["frame_cache_lookups"].get<uint64_t>(), 0u) << st.dump(2);
+    EXPECT_DOUBLE_EQ(st["frame_cache_hit_rate"].get<double>(), 1.0) << st.dump(2);
+    EXPECT_DOUBLE_EQ(st["offline_frame_cache_hit_rate"].get<double>(), 1.0) << st.dump(2);
+    EXPECT_EQ(st["schedule"], "gop (the config's order is naive)");
+    EXPECT_GT(st["mb_per_s"].get<double>(), 0);
+  }
+  EXPECT_GT(serve["same host (shared memory) to a client, warm frame cache"]["stages"]["shared_memory_batches"].get<uint64_t>(), 0u);
+  EXPECT_NE(out.find("serve, warm frame cache ("), std::string::npos) << out;
 }
 
 }  // namespace
