@@ -819,6 +819,11 @@ class Bench {
     client::ClientStats cs;
   };
 
+  // The gRPC rows' name: with --payload-streams, how many stripes carry the payloads.
+  std::string GrpcName() const {
+    return o_.payload_streams > 1 ? StrCat("gRPC (", o_.payload_streams, " payload streams)") : "gRPC";
+  }
+
   // One stream (or the job's --consumers at once) from `address`, starting at `start`, for
   // --seconds after the first batch.
   absl::StatusOr<Served> ServeStream(const std::string& address, bool shared_memory, Cursor start) {
@@ -826,6 +831,7 @@ class Bench {
     co.servers = {address};
     co.job = "bench";
     co.shared_memory = shared_memory;
+    co.payload_streams = shared_memory ? 1 : o_.payload_streams;
     co.start = start;
     Served out;
     if (o_.consumers <= 1) {
@@ -879,7 +885,7 @@ class Bench {
     const double s = served.seconds;
     // Steady state (the first batch excluded from both rates), then the start-up on its own.
     const std::string to = o_.consumers > 1 ? StrCat(o_.consumers, " consumers") : "a client";
-    Row r{"all", "serve", StrCat("gRPC to ", to), threads, served.rate(), "samples/s",
+    Row r{"all", "serve", StrCat(GrpcName(), " to ", to), threads, served.rate(), "samples/s",
           "offline pipeline", offline_rate, {}};
     r.stages = {{"mb_per_s", s > 0 ? bytes / 1e6 / s : 0}, {"client_wait_s", grpc.cs.wait_seconds}, {"seconds", s},
                 {"first_batch_s", served.first_batch_s}};
@@ -1030,7 +1036,7 @@ class Bench {
                   {"epoch_samples", epoch_samples}, {"timed_from_epoch", timed.epoch},
                   {"schedule", forced_gop ? "gop (the config's order is naive)" : "the config's"}};
     };
-    Row r{"all", "serve", StrCat("gRPC to ", to, ", warm ", tier), threads, grpc.rate.rate(), "samples/s",
+    Row r{"all", "serve", StrCat(GrpcName(), " to ", to, ", warm ", tier), threads, grpc.rate.rate(), "samples/s",
           limit_name, offline_rate, {}};
     r.stages = stages(grpc, c0, c1);
     Add(std::move(r));

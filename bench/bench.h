@@ -25,6 +25,7 @@ struct BenchOptions {
   // client at each thread count, and prints the server cores the target needs, per GPU.
   double plan = 0;
   int gpus = 1;                // GPUs of the job the target is for
+  uint32_t payload_streams = 1;  // gRPC serve rows: striped payloads (docs/serving.md)
   int consumers = 1;           // served rows and --plan: consumers streaming at once (i of N)
   int server_cores = 32;       // cores of one server node, for the server count
   // A decoded-frame cache (--frame-cache-bytes, --frame-cache-dir, ...): adds rows for the video

@@ -32,6 +32,10 @@ class BenchCommand final : public Command {
                   "once, consumer i of N; each stream decodes what its samples need, so a job of "
                   "more ranks costs the server more per sample")
         ->capture_default_str();
+    c->add_option("--payload-streams", o_.payload_streams,
+                  "gRPC serve rows: each stream's payloads over this many more streams, each on its "
+                  "own connection (1 to 8; docs/serving.md \"Striped payloads\")")
+        ->capture_default_str()->check(CLI::Range(1, 8));
     c->add_option("--server-cores", o_.server_cores, "--plan: cores of one server node")->capture_default_str();
     // With a frame cache: rows for the video gop pipeline with it, epoch 1 and epochs 2+, and
     // the serve rows with a warm cache (the other rows never use it).

@@ -185,6 +185,25 @@ check jax_policy_resume 120 "$PY" "$ROOT/python/examples/train_jax_policy.py" --
   --config "$ROOT/python/examples/policy.yaml" --steps 20 --warmup 0 --checkpoint-dir "$WORK/jax_ckpt_jax_policy" \
   --restore "${JAX_ARGS[@]}"
 
+# Issue 29, one consumer at the pipeline's speed on this host's cores (bench/RESULTS.md "One
+# consumer at the pipeline's speed"): `conveyor bench`'s serve rows, gRPC and the same-host
+# region, uncached and with a warm frame cache, at CONVEYOR_CHECK_TRANSPORT_THREADS (default 4 and
+# every core), then striped over 4 connections, then 8 consumers of one server. Only when asked
+# (CONVEYOR_CHECK_ONLY=transport, or CONVEYOR_CHECK_TRANSPORT=1): about 4 minutes of device time.
+if [[ "${CONVEYOR_CHECK_TRANSPORT:-0}" == 1 || " ${CONVEYOR_CHECK_ONLY:-} " == *" transport"* ]]; then
+  [[ -n "${SERVER_PID:-}" ]] && { kill -TERM "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; SERVER_PID=; }
+  TDS="$WORK/transport_ds"
+  "$B/conveyor" synth --out "$TDS" --episodes "${CONVEYOR_CHECK_TRANSPORT_EPISODES:-24}" --cameras 3 \
+    --episode-seconds 10 --quiet
+  TT="${CONVEYOR_CHECK_TRANSPORT_THREADS:-4,$(nproc)}"
+  check transport_bench 240 "$B/conveyor" bench "$TDS" --modality video --threads "$TT" --seconds 3 \
+    --frame-cache-bytes 8GB --json "$OUT/transport_bench.json" --plot "$OUT/transport_bench.png"
+  check transport_bench_striped 120 "$B/conveyor" bench "$TDS" --modality lowdim --threads "$(nproc)" \
+    --seconds 3 --payload-streams 4 --json "$OUT/transport_bench_striped.json"
+  check transport_bench_8_consumers 120 "$B/conveyor" bench "$TDS" --modality lowdim --threads "$(nproc)" \
+    --seconds 3 --consumers 8 --json "$OUT/transport_bench_8_consumers.json"
+fi
+
 "$PY" - "$RESULTS" "$OUT/device_check.json" "$(($(date +%s) - T0))" <<'PY'
 import json, sys
 results = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
