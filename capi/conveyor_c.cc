@@ -152,6 +152,7 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
     else if (key == "report_interval_s") s = Get(v, key, &o->report_interval_s);
     else if (key == "shared_memory") s = Get(v, key, &o->shared_memory);
     else if (key == "shared_memory_bytes") s = Get(v, key, &o->shared_memory_bytes);
+    else if (key == "payload_streams") s = Get(v, key, &o->payload_streams);
     else if (key == "device_buffers") s = Get(v, key, &o->device_buffers);
     else if (key == "device") {
       int device = -1;

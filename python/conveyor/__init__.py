@@ -255,8 +255,9 @@ class Loader(_Base):
         refilled after the work already queued on that stream.
       **client_options: passed on to conveyor.Client (dataset, tls, tls_ca_pem, tls_cert_pem,
         tls_key_pem, tls_server_name, max_message_bytes, shared_memory, shared_memory_bytes:
-        a server on this host writes payloads into a /dev/shm ring the client offers, on by
-        default; docs/serving.md "Same-host transport"; device_buffers).
+        a server on this host builds batches in a region it hands the client, on by default;
+        docs/serving.md "Same-host transport"; payload_streams: above 1, payloads striped over
+        that many more connections, docs/serving.md "Striped payloads"; device_buffers).
 
     Iterating yields dicts (see the module's doc). Every iteration starts a stream at the cursor
     after the last batch yielded so far (or `start`), so iterating again continues where the last

@@ -81,6 +81,10 @@ class BatchesTest(unittest.TestCase):
         got = [support.summary(b) for b in conveyor.Loader(
             servers=f" {ENV['address']} ,", config=str(support.PIPELINE_YAML), max_batches=2)]
         self.assertEqual(got, want[:2])
+        # Payloads striped over two more connections (docs/serving.md "Striped payloads").
+        striped = loader(max_batches=3, shared_memory=False, payload_streams=2, max_message_bytes=1 << 20)
+        self.assertEqual([support.summary(b) for b in striped], want[:3])
+        self.assertEqual(striped.stats()["transport"], "grpc_striped")
 
     def test_batch_layout_and_metadata(self):
         b = next(iter(loader(max_batches=1)))

@@ -152,7 +152,7 @@ CONVEYOR_C_EXPORT int conveyor_get_info(const char* options_json, char** result_
  * "config_name", "max_batches", "prefetch_batches", "prefetch_bytes", "max_message_bytes",
  * "schedule_version", "max_batch_bytes", "auth_token", "tls", "tls_ca_pem", "tls_cert_pem",
  * "tls_key_pem", "tls_server_name", "reconnect_timeout_s", "device": -1|N, "device_buffers",
- * "report_interval_s", "shared_memory", "shared_memory_bytes", "dataset"}). */
+ * "report_interval_s", "shared_memory", "shared_memory_bytes", "payload_streams", "dataset"}). */
 CONVEYOR_C_EXPORT int conveyor_client_create(const char* options_json, conveyor_client** out);
 /* The next batch into *out. OK with *out == NULL: the end of the stream (not an error).
  * timeout_s < 0 waits as long as it takes; otherwise DEADLINE_EXCEEDED (not final: call again)
