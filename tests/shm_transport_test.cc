@@ -232,7 +232,7 @@ TEST(ShmRingTest, HostilePeersAreTurnedAwayWithAReason) {
   ASSERT_TRUE(sink.ok());
   {
     absl::Status handed;
-    WorkerPool server("handoff", 1, [&](int) { handed = (*sink)->Handoff(absl::Milliseconds(600), Never); });
+    WorkerPool server("handoff", 1, [&](int) { handed = (*sink)->Handoff(absl::Seconds(2), Never); });
     // The wrong token gets nothing, and the server keeps waiting for the right one until its
     // deadline.
     auto wrong = ShmRegion::Receive((*sink)->socket_path(), std::string(16, 'x'), 4096, UINT64_MAX);
