@@ -876,7 +876,7 @@ class Bench {
     so.queue_bytes = po.queue_bytes;
     ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
     // Each transport against the same server: payloads in gRPC messages, then through the
-    // client's /dev/shm ring (docs/serving.md "Same-host transport").
+    // region the server hands the client (docs/serving.md "Same-host transport").
     ASSIGN_OR_RETURN(Served grpc, ServeStream(server->address(), false, Cursor{}));
     ASSIGN_OR_RETURN(Served shm, ServeStream(server->address(), true, Cursor{}));
     server->Shutdown(1);

@@ -4,7 +4,7 @@
 //     gRPC server, the C++ client with its prefetch and reassembly) for a batch of the default
 //     robot spec (taken once from the pipeline, then resent) and for one large synthetic tensor,
 //     beside iperf3 over loopback in the same run (goal: at least 0.7 of iperf3); and the same
-//     through the same-host transport (payloads in the client's /dev/shm ring, headers over
+//     through the same-host transport (payloads in the server's region the client maps, headers over
 //     gRPC) beside memcpy of the same bytes on one core (goal: at least 0.5 of memcpy).
 //  2. End to end: samples/s from a `conveyor serve` process (1 and 2 worker threads) to a client,
 //     over gRPC payloads and over shared memory, beside the same pipeline run offline in-process
@@ -172,7 +172,7 @@ double MemcpyGBps(size_t bytes, double seconds) {
   return best;
 }
 
-// With `shm`, the client offers a ring of six batches and the service writes payloads there.
+// With `shm`, the client takes a region of six batches and the service copies payloads into it.
 Transport StreamRepeated(const Batch& batch, uint64_t max_message, double seconds, bool shm = false) {
   RepeatService service(&batch, max_message);
   grpc::ServerBuilder builder;

@@ -160,10 +160,10 @@ class FetchCommand final : public Command {
     c->add_option("--prefetch", o_.prefetch, "Batches received ahead")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-message-bytes", o_.max_message_bytes, "Ask for messages of at most this size (0: the server's)")->transform(CLI::AsSizeValue(true));
     c->add_option("--shared-memory", o_.shared_memory,
-                  "Offer a server on this host a /dev/shm region for the payloads (docs/serving.md)")
+                  "Take a shared region from a server on this host, in which it builds the batches (docs/serving.md)")
         ->capture_default_str();
     c->add_option("--shared-memory-bytes", o_.shared_memory_bytes,
-                  "Size of that region; a batch larger than it travels in messages")->transform(CLI::AsSizeValue(true))
+                  "The most bytes of that region's ring; a batch larger than the ring travels in messages")->transform(CLI::AsSizeValue(true))
         ->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--payload-streams", o_.payload_streams,
                   "Above 1: payload messages over this many more streams, each on its own connection "

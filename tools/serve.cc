@@ -103,7 +103,7 @@ class ServeCommand final : public Command {
         ->check(CLI::NonNegativeNumber);
     c->add_option("--max-message-bytes", o_.max_message_bytes, "Largest message; batches are split")->transform(CLI::AsSizeValue(true))->capture_default_str();
     c->add_option("--shared-memory", o_.shared_memory,
-                  "Write payloads into the /dev/shm regions that clients on this host offer (docs/serving.md)")
+                  "Build the batches of clients on this host in a shared region each takes from the server (docs/serving.md)")
         ->capture_default_str();
     c->add_option("--max-streams", o_.max_streams, "Concurrent streams")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--ready-file", o_.ready_file, "Write the bound address here once serving");

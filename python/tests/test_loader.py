@@ -144,7 +144,7 @@ class ZeroCopyTest(unittest.TestCase):
         copy in Python, the tensors where the payload puts them, whether the server sent the batch
         in one message, split into many, or wrote it into the client's shared-memory ring."""
         # One message per batch; the server's 4 MiB messages; the same-host ring (one header
-        # message, the payload viewed in the client's /dev/shm region).
+        # message, the payload viewed in the region the server handed the client).
         for max_message, shm in [(64 << 20, False), (0, False), (0, True)]:
             l = loader(max_batches=1, max_message_bytes=max_message, shared_memory=shm)
             batch = next(iter(l))
