@@ -22,6 +22,7 @@
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
 #include "base/shm_layout.h"
+#include "client/internal/raw_stream.h"
 #include "client/internal/shm_region.h"
 #include "client/internal/stripes.h"
 #include "client/internal/wire.h"
@@ -473,35 +474,12 @@ struct Client::Impl {
         stats.shared_memory_refused = "this host has no /dev/shm";
       }
     }
-    // The generic API hands us the raw messages (ByteBuffers), so the payload is parsed
-    // straight into the batch block: one copy after gRPC's receive.
-    grpc::CompletionQueue cq;
-    grpc::GenericStub stub(channels[server]);
-    auto wait = [&cq] {
-      void* tag = nullptr;
-      bool ok = false;
-      return cq.Next(&tag, &ok) && ok;
-    };
-    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-        stub.PrepareCall(&ctx, "/conveyor.v1.Conveyor/StreamBatches", &cq);
-    call->StartCall(nullptr);
-    bool open = wait();
-    if (open) {
-      const std::string bytes = Request(*p, r.offered).SerializeAsString();
-      grpc::Slice slice(bytes);
-      grpc::ByteBuffer request(&slice, 1);
-      call->Write(request, nullptr);
-      open = wait();
-    }
-    if (open) {
-      call->WritesDone(nullptr);
-      open = wait();
-    }
+    // Raw messages: the payload is parsed straight into the batch block (client/internal/raw_stream.h).
+    RawStream call(channels[server], &ctx, Request(*p, r.offered).SerializeAsString());
     std::vector<grpc::Slice> slices;
-    while (open && end.local.ok() && end.retry.ok() && !end.stopped) {
+    while (call.ok() && end.local.ok() && end.retry.ok() && !end.stopped) {
       grpc::ByteBuffer bb;
-      call->Read(&bb, nullptr);
-      if (!wait()) break;
+      if (!call.Read(&bb)) break;
       slices.clear();
       Message m;
       if (!bb.Dump(&slices).ok() || !ParseMessage(&slices, &m)) {
@@ -511,13 +489,9 @@ struct Client::Impl {
       end.local = Receive(target, m, p, &r, &end);
     }
     if (!end.local.ok() || !end.retry.ok()) ctx.TryCancel();
-    call->Finish(&end.status, nullptr);
-    wait();
+    end.status = call.Finish();
     if (!end.retry.ok()) end.status = end.retry;
     r.stripes.reset();  // cancels and joins the stripe streams
-    cq.Shutdown();
-    for (void* tag; [&] { bool ok; return cq.Next(&tag, &ok); }();) {
-    }
     absl::MutexLock lock(&mu);
     active = nullptr;
     live_source.reset();

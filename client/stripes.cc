@@ -1,10 +1,9 @@
 #include "client/internal/stripes.h"
 
-#include <grpcpp/generic/generic_stub.h>
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/internal/raw_stream.h"
 #include "client/internal/wire.h"
 #include "conveyor/v1/service.pb.h"
 
@@ -30,33 +29,12 @@ StripeReceiver::StripeReceiver(uint32_t streams, std::string request,
       [this, channels = std::move(channels), requests = std::move(requests)](int w) {
         const auto i = static_cast<uint32_t>(w);
         grpc::ClientContext& ctx = *contexts_[i];
-        grpc::CompletionQueue cq;
-        grpc::GenericStub stub(channels[i]);
-        auto wait = [&cq] {
-          void* tag = nullptr;
-          bool ok = false;
-          return cq.Next(&tag, &ok) && ok;
-        };
-        std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-            stub.PrepareCall(&ctx, "/conveyor.v1.Conveyor/StreamBatches", &cq);
-        call->StartCall(nullptr);
-        bool open = wait();
-        if (open) {
-          grpc::Slice slice(requests[i]);
-          grpc::ByteBuffer bb(&slice, 1);
-          call->Write(bb, nullptr);
-          open = wait();
-        }
-        if (open) {
-          call->WritesDone(nullptr);
-          open = wait();
-        }
+        RawStream call(channels[i], &ctx, requests[i]);
         absl::Status local;
         std::vector<grpc::Slice> slices;
-        while (open && local.ok()) {
+        while (call.ok() && local.ok()) {
           grpc::ByteBuffer bb;
-          call->Read(&bb, nullptr);
-          if (!wait()) break;
+          if (!call.Read(&bb)) break;
           slices.clear();
           wire::Message m;
           if (!bb.Dump(&slices).ok() || !wire::ParseMessage(&slices, &m) || m.start || m.header || !m.data_at) {
@@ -66,12 +44,7 @@ StripeReceiver::StripeReceiver(uint32_t streams, std::string request,
           local = Deliver(i, m.stripe_batch, m.offset, m.data_size, &*m.data_at);
         }
         if (!local.ok()) ctx.TryCancel();
-        grpc::Status status;
-        call->Finish(&status, nullptr);
-        wait();
-        cq.Shutdown();
-        for (void* tag; [&] { bool ok; return cq.Next(&tag, &ok); }();) {
-        }
+        const grpc::Status status = call.Finish();
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
         if (!local.ok() && !absl::IsCancelled(local)) {
