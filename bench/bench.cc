@@ -974,11 +974,7 @@ class Bench {
     so.listen = "127.0.0.1:0";
     so.threads = threads;
     so.queue_bytes = po.queue_bytes;
-    so.frame_cache_bytes = o_.frame_cache.bytes;
-    so.frame_cache_policy = o_.frame_cache.policy;
-    so.frame_cache_dir = o_.frame_cache.dir;
-    so.frame_cache_dir_bytes = o_.frame_cache.dir_bytes;
-    so.frame_cache_compression = o_.frame_cache.compression;
+    ApplyFrameCache(o_.frame_cache, &so);
     ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
     client::ClientOptions info_options;
     info_options.servers = {server->address()};

@@ -664,6 +664,14 @@ struct DataServer::Impl : public RawStreamBatchesService {
     return result;
   }
 
+  // True once the call is over for this server: the client cancelled, or the server drains.
+  StopFn StreamOver(grpc::ServerContext* ctx) {
+    return [this, ctx] {
+      absl::MutexLock lock(&mu);
+      return shutting_down || ctx->IsCancelled();
+    };
+  }
+
   // A stripe stream (server/internal/stripes.h): the payload messages its stream hands it,
   // until that stream ends. It holds no admission slot: it is part of a stream that does.
   grpc::Status ServeStripe(grpc::ServerContext* ctx, const pb::StreamBatchesRequest& req, Writer* writer) {
@@ -677,10 +685,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
       return Reject(grpc::StatusCode::INVALID_ARGUMENT,
                     StrCat("stripe ", i, " of ", session->streams(), " is out of range or already joined"));
     }
-    auto cancelled = [this, ctx] {
-      absl::MutexLock lock(&mu);
-      return shutting_down || ctx->IsCancelled();
-    };
+    const StopFn cancelled = StreamOver(ctx);
     while (std::optional<grpc::ByteBuffer> m = session->Pop(i, cancelled)) {
       if (!writer->Write(*m)) {
         session->Fail(i, "the client's stripe stream went away");
@@ -897,10 +902,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
       return s;
     };
     if (!writer->Write(SerializeMessage(first))) return finish(grpc::Status::CANCELLED, "cancelled");
-    auto stop = [this, ctx] {
-      absl::MutexLock lock(&mu);
-      return shutting_down || ctx->IsCancelled();
-    };
+    const StopFn stop = StreamOver(ctx);
     std::unique_ptr<PayloadSink> sink;
     if (region) {
       // The client connects as soon as it reads the stream start; meanwhile the workers decode.

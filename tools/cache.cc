@@ -57,6 +57,14 @@ FrameCacheConfig ToConfig(const FrameCacheFlags& f) {
   return c;
 }
 
+void ApplyFrameCache(const FrameCacheFlags& f, ServerOptions* so) {
+  so->frame_cache_bytes = f.bytes;
+  so->frame_cache_policy = f.policy;
+  so->frame_cache_dir = f.dir;
+  so->frame_cache_dir_bytes = f.dir_bytes;
+  so->frame_cache_compression = f.compression;
+}
+
 std::string FrameCacheSummary(const FrameCacheStats& fc, const std::string& policy) {
   std::string out;
   if (fc.max_bytes > 0) {

@@ -29,6 +29,8 @@ struct FrameCacheFlags {
 // Registers them on a subcommand.
 void AddFrameCacheFlags(CLI::App* c, FrameCacheFlags* f);
 FrameCacheConfig ToConfig(const FrameCacheFlags& f);
+// The same cache for a server: its frame_cache_* options (not the pre-fault, which is the caller's).
+void ApplyFrameCache(const FrameCacheFlags& f, ServerOptions* so);
 // One line of what the cache did (--stats).
 std::string FrameCacheSummary(const FrameCacheStats& stats, const std::string& policy);
 

@@ -37,11 +37,7 @@ absl::Status RunServe(const ServeOptions& o) {
   so.tls_client_ca_file = o.tls_client_ca;
   so.threads = o.threads;
   so.queue_bytes = o.queue_bytes;
-  so.frame_cache_bytes = o.frame_cache.bytes;
-  so.frame_cache_policy = o.frame_cache.policy;
-  so.frame_cache_dir = o.frame_cache.dir;
-  so.frame_cache_dir_bytes = o.frame_cache.dir_bytes;
-  so.frame_cache_compression = o.frame_cache.compression;
+  ApplyFrameCache(o.frame_cache, &so);
   so.frame_cache_warm_threads = o.frame_cache_warm_threads;
   so.frame_cache_prefault = o.frame_cache.prefault;
   so.max_message_bytes = o.max_message_bytes;

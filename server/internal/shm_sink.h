@@ -45,7 +45,7 @@ class SharedMemorySink final : public PayloadSink {
   absl::Status Handoff(absl::Duration timeout, const StopFn& stop);
   bool handed_over() const { return handed_; }
 
-  std::string_view transport() const override { return handed_ ? "shared_memory" : "grpc"; }
+  std::string_view transport() const override { return "shared_memory"; }
   // Buffers in the ring: each waits until the client released enough and fewer than
   // batches_ahead batches are unreleased (polling its counter, as gRPC flow control would make
   // the stream wait), until `stop` (CANCELLED). Ordinary memory, so that the batch goes in
