@@ -561,20 +561,27 @@ absl::Status SampleAssembler::NeededFrames(uint64_t sample, std::vector<FrameReq
     return absl::OutOfRangeError(StrCat("sample ", sample, " is past the end (", index_.size(), ")"));
   }
   const SampleIndex::Location loc = index_.Locate(sample);
-  ASSIGN_OR_RETURN(Episode * ep, GetEpisode(loc.episode));
-  ASSIGN_OR_RETURN(double t, AnchorTime(*ep, loc.step));
+  return NeededFramesAt(loc.episode, loc.step, out);
+}
+
+absl::Status SampleAssembler::NeededFramesAt(uint64_t episode, uint32_t step,
+                                             std::vector<FrameRequest>* out) {
+  out->clear();
+  ASSIGN_OR_RETURN(Episode * ep, GetEpisode(episode));
+  ASSIGN_OR_RETURN(double t, AnchorTime(*ep, step));
   for (size_t si = 0; si < spec_.streams.size(); ++si) {
     const StreamSpec& s = spec_.streams[si];
     if (s.kind != pb::VIDEO) continue;
     ASSIGN_OR_RETURN(const FrameTable* table, Table(*ep, s.stream));
     FrameRequest r;
-    r.episode = loc.episode;
+    r.episode = episode;
     r.spec_stream = si;
     r.stream = s.stream;
     for (double d : s.deltas) {
       auto p = PickTime(table->time_s, t + d, s);
       if (!p.ok()) return p.status();  // Assemble reports it with full context
       r.frames.push_back(p->k);
+      r.pads.push_back(p->pad ? 1 : 0);
     }
     out->push_back(std::move(r));
   }
@@ -595,6 +602,34 @@ absl::Status SampleAssembler::DecodeFrames(const FrameRequest& request, std::vec
                                                    static_cast<int64_t>(request.frames.size()));
   return video_[request.spec_stream]->Decode(key, stream, *table, read, request.frames,
                                              OutputFor(s), limits, out);
+}
+
+absl::Status SampleAssembler::DecodeFramesOnDevice(const FrameRequest& request,
+                                                   NvdecDecoder& decoder,
+                                                   const GpuFrameOutput& output, void* dst,
+                                                   size_t stride) {
+  ASSIGN_OR_RETURN(Episode * ep, GetEpisode(request.episode));
+  const StreamSpec& s = spec_.streams[request.spec_stream];
+  ASSIGN_OR_RETURN(const FrameTable* table, Table(*ep, s.stream));
+  const pb::StreamIndex& stream = ep->index->streams(s.stream);
+  // VideoDecoder applies a rotation that is a multiple of 90 degrees and ignores any other.
+  const double rotation = stream.codec().rotation_deg();
+  const double turn = std::fmod(std::fabs(rotation), 360.0);
+  if (s.autorotate && turn != 0.0 && std::fmod(turn, 90.0) == 0.0) {
+    return absl::FailedPreconditionError(
+        StrCat("stream '", s.name, "' of episode ", request.episode, " is shown rotated by ",
+               rotation, " degrees; NVDEC output is not rotated (decode it on the CPU, or set "
+               "autorotate: false)"));
+  }
+  auto read = [&](size_t packet, std::string* bytes) {
+    return dataset_.ReadPacket(*ep->index, s.stream, packet, bytes);
+  };
+  const uint64_t key = (request.episode << 16) ^ static_cast<uint64_t>(s.stream);
+  DecodeLimits limits = spec_.limits;
+  limits.max_frames_per_sample = std::max<int64_t>(limits.max_frames_per_sample,
+                                                   static_cast<int64_t>(request.frames.size()));
+  stats_.frames_delivered += request.frames.size();
+  return decoder.Decode(key, stream, *table, read, request.frames, output, limits, dst, stride);
 }
 
 }  // namespace conveyor

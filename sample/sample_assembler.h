@@ -18,6 +18,7 @@
 #include "media/audio_decoder.h"
 #include "media/image_decoder.h"
 #include "sample/sample_spec.h"
+#include "media/nvdec_decoder.h"
 #include "media/video_decoder.h"
 #include "datasets/dataset.h"
 #include "datasets/sample_index.h"
@@ -74,6 +75,7 @@ struct FrameRequest {
   size_t spec_stream = 0;      // index into SampleSpec::streams
   int stream = 0;              // index into the manifest's streams
   std::vector<int64_t> frames; // indices into the episode's FrameTable
+  std::vector<uint8_t> pads;   // per entry of `frames`: 1 where the time was padding (clamped)
 };
 
 struct AssemblerStats {
@@ -111,6 +113,15 @@ class SampleAssembler {
 
   // The video frames sample `sample` needs, one request per video stream of the spec.
   absl::Status NeededFrames(uint64_t sample, std::vector<FrameRequest>* out);
+  // The same for the sample at anchor step `step` of `episode` (a SampleId's episode and step).
+  absl::Status NeededFramesAt(uint64_t episode, uint32_t step, std::vector<FrameRequest>* out);
+
+  // Decodes the frames of `request` on NVDEC with `decoder`, as `output` says, into device memory:
+  // frame i at dst + i * stride (client/device_frames.h, decoding in the trainer's process). The
+  // frames are the ones DecodeFrames picks; the pixels are NVDEC's (docs/nvdec.md's tolerance).
+  // A stream with a display rotation is FAILED_PRECONDITION (the kernel does not rotate).
+  absl::Status DecodeFramesOnDevice(const FrameRequest& request, NvdecDecoder& decoder,
+                                    const GpuFrameOutput& output, void* dst, size_t stride);
 
   // Decodes the frames of `request` (any order) in one forward pass, at the size Assemble
   // decodes them, into `out` (one image per frame).

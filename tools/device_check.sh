@@ -122,7 +122,7 @@ check upload_test 120 "$B/run" upload_test
 check client_device_test 120 "$B/run" client_device_test
 check capi_test 120 "$B/run" capi_test
 check python_tests 240 "$PY" -m unittest discover -s "$B/python/tests" -p test_loader.py \
-  -k DeviceTest -k ZeroCopyTest -k BatchesTest -k JaxTest -k StateTest -v
+  -k DeviceTest -k DeviceFramesTest -k ZeroCopyTest -k BatchesTest -k JaxTest -k StateTest -v
 check upload_bench 120 "$B/run" upload_bench --json="$OUT/upload_bench.json"
 
 # A dataset and a server for the trainers: 2 cameras 224x224 H.264 (the examples' policy.yaml)

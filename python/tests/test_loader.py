@@ -305,6 +305,71 @@ class DeviceTest(unittest.TestCase):
         self.assertEqual(got, ENV["ref"][:4])
 
 
+class DeviceFramesTest(unittest.TestCase):
+    """conveyor.video.DeviceFrames: the served batches' video decoded on NVDEC in this process.
+    Everywhere: the config's refusals and, without NVDEC, why. On a GPU: the frames of served
+    batches, on the device, equal the served CPU frames within docs/nvdec.md's tolerance, with
+    the same padding flags."""
+
+    # examples/pipeline.yaml's cam0, which the module's server serves decoded on the CPU.
+    CONFIG = ("anchor: action\nstreams:\n  cam0:\n    delta_timestamps: [-0.1, 0.0]\n"
+              "    size: [224, 224]\n")
+
+    def config(self, name, text):
+        path = ENV["dir"] / name
+        path.write_text(text)
+        return path
+
+    def test_refusals_name_the_stream_and_why(self):
+        from conveyor import video
+        bad = self.config("frames_bad.yaml", self.CONFIG + "    augment:\n      hflip: 0.5\n")
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            video.DeviceFrames(ENV["dataset"], bad)
+        self.assertEqual(e.exception.code, "UNIMPLEMENTED")
+        self.assertIn("cam0", str(e.exception))
+        self.assertIn("augment", str(e.exception))
+        with self.assertRaises(ValueError):
+            video.DeviceFrames(ENV["dataset"], bad, device="cpu")
+        good = self.config("frames.yaml", self.CONFIG)
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            video.DeviceFrames(ENV["dataset"], good, streams=["cam9"])
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        try:
+            video.DeviceFrames(ENV["dataset"], good).close()
+        except conveyor.ConveyorError as e:
+            self.assertEqual(e.code, "FAILED_PRECONDITION")
+            self.assertIn("NVDEC cannot be used on device 0", str(e))
+
+    def test_served_batches_decoded_on_the_device(self):
+        from conveyor import video
+        if torch is None or not torch.cuda.is_available():
+            self.skipTest("torch without CUDA")
+        try:
+            frames = video.DeviceFrames(ENV["dataset"], self.config("frames.yaml", self.CONFIG),
+                                        device="cuda:0", sessions=4)
+        except conveyor.ConveyorError as e:
+            self.skipTest(f"no NVDEC here: {e}")
+        self.assertEqual(frames.tensors[0]["name"], "cam0")
+        worst, n = 99.0, 0
+        for b in loader(max_batches=3):
+            got = frames.decode(b)
+            cam = got["cam0"]
+            self.assertTrue(cam.is_cuda)
+            self.assertEqual(tuple(cam.shape), b["cam0"].shape)
+            self.assertEqual(cam.dtype, torch.uint8)
+            np.testing.assert_array_equal(got["cam0_is_pad"], b["cam0_is_pad"])
+            host = cam.cpu().numpy().astype(np.float64)
+            want = b["cam0"].astype(np.float64)
+            for i in range(host.shape[0]):
+                mse = np.mean((host[i] - want[i]) ** 2)
+                worst = min(worst, 99.0 if mse == 0 else 10 * np.log10(255 ** 2 / mse))
+                n += 1
+        print(f"DeviceFrames vs served CPU frames: {n} samples, worst PSNR {worst:.1f} dB, "
+              f"stats {frames.stats()}")
+        self.assertGreater(worst, 35.0)  # full size: docs/nvdec.md measures 45-49 dB
+        frames.close()
+
+
 class StateTest(unittest.TestCase):
     def test_state_dict_round_trip(self):
         """(d) Three batches, save, a new Loader loads the state: its first batch is batch 4."""

@@ -1,0 +1,311 @@
+#include "client/device_frames.h"
+
+#if CONVEYOR_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
+#include "base/worker_pool.h"
+#include "conveyor/format/v1/shard.pb.h"
+#include "datasets/sample_index.h"
+#include "media/nvdec_decoder.h"
+#include "pipeline/source.h"
+#include "sample/sample_assembler.h"
+#include "sample/sample_spec.h"
+
+namespace conveyor::client {
+
+using absl::StrCat;
+
+namespace {
+
+// The kernel's output for a stream of the config, or why it cannot make it.
+absl::StatusOr<GpuFrameOutput> OutputFor(const StreamSpec& s, const std::string& config) {
+  const std::string where = StrCat(config, ": stream '", s.name, "': ");
+  if (s.augment.enabled()) {
+    return absl::UnimplementedError(
+        StrCat(where, "augment is not applied on NVDEC in this release; decode this stream on "
+                      "the server (CPU), or leave augment out of the trainer's config"));
+  }
+  if (s.width <= 0 || s.height <= 0) {
+    return absl::InvalidArgumentError(
+        StrCat(where, "give it a size: on the device, a batch's shape cannot depend on the clip"));
+  }
+  if (s.resize != ResizeFilter::kBilinear) {
+    return absl::UnimplementedError(
+        StrCat(where, "the NVDEC kernel resizes bilinearly (antialiased); resize: bilinear"));
+  }
+  GpuFrameOutput out;
+  out.resize_width = s.width;
+  out.resize_height = s.height;
+  if (s.dtype == ImageDType::kUint8 && s.layout == ImageLayout::kHWC) {
+    out.layout = GpuFrameOutput::Layout::kHwcU8;
+  } else if (s.dtype == ImageDType::kFloat32 && s.layout == ImageLayout::kCHW) {
+    out.layout = GpuFrameOutput::Layout::kChwF32;
+    out.mean = s.mean;
+    out.std = s.std;
+  } else {
+    return absl::UnimplementedError(
+        StrCat(where, "the NVDEC kernel writes uint8 hwc or float32 chw; this stream asks for ",
+               s.dtype == ImageDType::kFloat32 ? "float32 " : "uint8 ",
+               s.layout == ImageLayout::kCHW ? "chw" : "hwc"));
+  }
+  return out;
+}
+
+}  // namespace
+
+struct DeviceFrames::Impl {
+  DeviceFramesOptions options;
+  std::unique_ptr<Source> source;
+  SampleSpec spec;
+  std::vector<BoundMember> bound;
+  std::vector<SampleIndex> indexes;  // per member (SampleAssembler keeps a reference)
+  std::vector<DeviceFramesTensor> tensors;
+  std::vector<size_t> tensor_stream;  // per tensor: its index in spec.streams
+  std::vector<GpuFrameOutput> outputs;
+
+  struct Session {
+    std::unique_ptr<NvdecDecoder> decoder;
+    std::vector<std::unique_ptr<SampleAssembler>> members;  // per mixture member
+    std::vector<FrameRequest> requests;                      // reused
+  };
+  std::vector<Session> sessions;
+
+  absl::Mutex mu;  // one Decode at a time
+  mutable absl::Mutex stats_mu;
+  DeviceFramesStats stats;
+
+  // Decodes one sample into its slot with `session`.
+  absl::Status DecodeOne(Session& session, size_t tensor, const SampleId& id, uint8_t* dst,
+                         uint8_t* pads, void* cuda_stream, std::atomic<bool>* zeroed);
+};
+
+DeviceFrames::DeviceFrames(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DeviceFrames::~DeviceFrames() = default;
+
+const std::vector<DeviceFramesTensor>& DeviceFrames::tensors() const { return impl_->tensors; }
+
+DeviceFramesStats DeviceFrames::stats() const {
+  absl::MutexLock lock(&impl_->stats_mu);
+  return impl_->stats;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFramesOptions& o) {
+  if (o.dataset.empty()) return absl::InvalidArgumentError("DeviceFrames: no dataset given");
+  if (o.config.empty()) return absl::InvalidArgumentError("DeviceFrames: no config given");
+  if (o.sessions < 1 || o.sessions > 64) {
+    return absl::InvalidArgumentError(
+        StrCat("DeviceFrames: sessions is ", o.sessions, "; expected 1 to 64"));
+  }
+  if (o.device < 0) {
+    return absl::InvalidArgumentError(StrCat("DeviceFrames: device is ", o.device));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = o;
+  ASSIGN_OR_RETURN(impl->source, Source::Open(o.dataset));
+  ASSIGN_OR_RETURN(impl->spec, SampleSpec::FromFile(o.config, impl->source->manifest()));
+  ASSIGN_OR_RETURN(impl->bound, impl->source->Bind(impl->spec));
+  for (size_t k = 0; k < impl->source->size(); ++k) {
+    ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(impl->source->dataset(k),
+                                                           impl->bound[k].spec.anchor_stream));
+    impl->indexes.push_back(std::move(index));
+  }
+
+  for (const std::string& name : o.streams) {
+    auto it = std::find_if(impl->spec.streams.begin(), impl->spec.streams.end(),
+                           [&](const StreamSpec& s) { return s.name == name; });
+    if (it == impl->spec.streams.end()) {
+      return absl::InvalidArgumentError(
+          StrCat("DeviceFrames: stream '", name, "' is not in ", o.config));
+    }
+    if (it->kind != format::v1::VIDEO) {
+      return absl::InvalidArgumentError(
+          StrCat("DeviceFrames: stream '", name, "' of ", o.config, " is not video"));
+    }
+  }
+  for (size_t si = 0; si < impl->spec.streams.size(); ++si) {
+    const StreamSpec& s = impl->spec.streams[si];
+    if (s.kind != format::v1::VIDEO) continue;
+    if (!o.streams.empty() && std::find(o.streams.begin(), o.streams.end(), s.name) == o.streams.end()) {
+      continue;
+    }
+    if (s.decode == DecodeBackend::kCpu) {
+      return absl::InvalidArgumentError(StrCat(o.config, ": stream '", s.name,
+                                               "' says decode: cpu; DeviceFrames decodes on NVDEC"));
+    }
+    ASSIGN_OR_RETURN(GpuFrameOutput out, OutputFor(s, o.config));
+    DeviceFramesTensor t;
+    t.name = s.name;
+    t.frames_per_sample = s.deltas.size();
+    const int64_t T = static_cast<int64_t>(s.deltas.size());
+    if (out.layout == GpuFrameOutput::Layout::kHwcU8) {
+      t.dtype = DType::kUint8;
+      t.sample_shape = {T, s.height, s.width, 3};
+    } else {
+      t.dtype = DType::kFloat32;
+      t.sample_shape = {T, 3, s.height, s.width};
+    }
+    t.sample_bytes = static_cast<size_t>(T) * NvdecDecoder::FrameBytes(out, s.width, s.height);
+    impl->tensors.push_back(std::move(t));
+    impl->tensor_stream.push_back(si);
+    impl->outputs.push_back(out);
+  }
+  if (impl->tensors.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat("DeviceFrames: ", o.config, " has no video stream to decode"));
+  }
+
+  // The config is checked first, so its mistakes are reported on any machine.
+  if (const std::string& why = NvdecUnavailable(o.device); !why.empty()) {
+    return absl::FailedPreconditionError(
+        StrCat("DeviceFrames: NVDEC cannot be used on device ", o.device, ": ", why));
+  }
+  impl->sessions.resize(static_cast<size_t>(o.sessions));
+  for (Impl::Session& session : impl->sessions) {
+    ASSIGN_OR_RETURN(session.decoder, NvdecDecoder::Create(o.device));
+    for (size_t k = 0; k < impl->source->size(); ++k) {
+      session.members.push_back(std::make_unique<SampleAssembler>(
+          impl->source->dataset(k), impl->bound[k].spec, impl->indexes[k]));
+    }
+  }
+  return std::unique_ptr<DeviceFrames>(new DeviceFrames(std::move(impl)));
+}
+
+absl::Status DeviceFrames::Impl::DecodeOne(Session& session, size_t tensor, const SampleId& id,
+                                           uint8_t* dst, uint8_t* pads, void* cuda_stream,
+                                           std::atomic<bool>* zeroed) {
+  const DeviceFramesTensor& t = tensors[tensor];
+  const size_t shared = tensor_stream[tensor];
+  if (id.dataset >= session.members.size()) {
+    return absl::InvalidArgumentError(StrCat("sample ", id.index, " comes from mixture member ",
+                                             id.dataset, "; ", source->uri(), " has ",
+                                             session.members.size()));
+  }
+  const BoundMember& member = bound[id.dataset];
+  const int member_stream = member.stream_of[shared];
+  const std::string ctx = StrCat("dataset ", source->dataset(id.dataset).uri(), ", episode ",
+                                 id.episode, ", step ", id.step, ", stream '", t.name, "'");
+  if (member_stream < 0) {  // the member lacks the stream: padding, as the CPU path delivers it
+#if CONVEYOR_HAVE_CUDA
+    const cudaError_t e = cudaMemsetAsync(dst, 0, t.sample_bytes, static_cast<cudaStream_t>(cuda_stream));
+    if (e != cudaSuccess) {
+      return absl::InternalError(StrCat(ctx, ": cudaMemsetAsync: ", cudaGetErrorString(e)));
+    }
+#endif
+    zeroed->store(true);
+    if (pads != nullptr) std::fill(pads, pads + t.frames_per_sample, uint8_t{1});
+    return absl::OkStatus();
+  }
+  SampleAssembler& assembler = *session.members[id.dataset];
+  absl::Status st = assembler.NeededFramesAt(id.episode, id.step, &session.requests);
+  const FrameRequest* request = nullptr;
+  if (st.ok()) {
+    for (const FrameRequest& r : session.requests) {
+      if (r.spec_stream == static_cast<size_t>(member_stream)) request = &r;
+    }
+    if (request == nullptr) st = absl::InternalError("no frame request for the stream");
+  }
+  if (st.ok()) {
+    if (pads != nullptr) std::copy(request->pads.begin(), request->pads.end(), pads);
+    st = assembler.DecodeFramesOnDevice(*request, *session.decoder, outputs[tensor], dst,
+                                        t.sample_bytes / t.frames_per_sample);
+  }
+  if (!st.ok()) return Annotate(st, ctx);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFrames::Decode(size_t tensor, std::span<const SampleId> ids, void* dst,
+                                  uint8_t* pads, void* cuda_stream) {
+  Impl& m = *impl_;
+  if (tensor >= m.tensors.size()) {
+    return absl::InvalidArgumentError(
+        StrCat("DeviceFrames: tensor ", tensor, "; there are ", m.tensors.size()));
+  }
+  if (ids.empty()) return absl::OkStatus();
+  if (dst == nullptr) return absl::InvalidArgumentError("DeviceFrames: no destination");
+  absl::MutexLock lock(&m.mu);
+  const auto start = std::chrono::steady_clock::now();
+  const DeviceFramesTensor& t = m.tensors[tensor];
+#if CONVEYOR_HAVE_CUDA
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  if (previous != m.options.device) {
+    if (cudaError_t e = cudaSetDevice(m.options.device); e != cudaSuccess) {
+      return absl::FailedPreconditionError(StrCat("DeviceFrames: cudaSetDevice(",
+                                                  m.options.device, "): ", cudaGetErrorString(e)));
+    }
+  }
+  struct Restore {
+    int device;
+    ~Restore() {
+      if (device >= 0) (void)cudaSetDevice(device);
+    }
+  } restore{previous != m.options.device ? previous : -1};
+  // The sessions' kernels write only after what the caller queued on its stream before this call.
+  cudaEvent_t queued = nullptr;
+  if (cudaError_t e = cudaEventCreateWithFlags(&queued, cudaEventDisableTiming); e != cudaSuccess) {
+    return absl::ResourceExhaustedError(StrCat("DeviceFrames: cudaEventCreate: ", cudaGetErrorString(e)));
+  }
+  struct EventOwner {
+    cudaEvent_t e;
+    ~EventOwner() { (void)cudaEventDestroy(e); }
+  } owner{queued};
+  cudaError_t e = cudaEventRecord(queued, static_cast<cudaStream_t>(cuda_stream));
+  for (Impl::Session& session : m.sessions) {
+    if (e != cudaSuccess) break;
+    e = cudaStreamWaitEvent(static_cast<cudaStream_t>(session.decoder->stream()), queued, 0);
+  }
+  if (e != cudaSuccess) {
+    return absl::InternalError(StrCat("DeviceFrames: ordering after the caller's stream: ",
+                                      cudaGetErrorString(e)));
+  }
+#else
+  (void)cuda_stream;
+  return absl::FailedPreconditionError("DeviceFrames: built without CUDA");
+#endif
+  const size_t k_sessions = std::min(m.sessions.size(), ids.size());
+  std::atomic<bool> zeroed{false};
+  uint8_t* base = static_cast<uint8_t*>(dst);
+  absl::Status st = ParallelFor("nvdec-frames", static_cast<int>(k_sessions), k_sessions,
+                                [&](size_t k) -> absl::Status {
+    Impl::Session& session = m.sessions[k];
+    for (size_t i = k; i < ids.size(); i += k_sessions) {
+      RETURN_IF_ERROR(m.DecodeOne(session, tensor, ids[i], base + i * t.sample_bytes,
+                                  pads != nullptr ? pads + i * t.frames_per_sample : nullptr,
+                                  cuda_stream, &zeroed));
+    }
+    return absl::OkStatus();
+  });
+#if CONVEYOR_HAVE_CUDA
+  // Zero-filled slots (members without the stream) were queued on the caller's stream.
+  if (st.ok() && zeroed.load()) {
+    if (cudaError_t se = cudaStreamSynchronize(static_cast<cudaStream_t>(cuda_stream)); se != cudaSuccess) {
+      st = absl::InternalError(StrCat("DeviceFrames: cudaStreamSynchronize: ", cudaGetErrorString(se)));
+    }
+  }
+#endif
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  absl::MutexLock stats_lock(&m.stats_mu);
+  m.stats.calls += 1;
+  m.stats.samples += ids.size();
+  m.stats.frames += ids.size() * t.frames_per_sample;
+  m.stats.seconds += seconds;
+  m.stats.frames_decoded = 0;
+  m.stats.seeks = 0;
+  for (const Impl::Session& session : m.sessions) {
+    m.stats.frames_decoded += session.decoder->stats().frames_decoded;
+    m.stats.seeks += session.decoder->stats().seeks;
+  }
+  return st;
+}
+
+}  // namespace conveyor::client
