@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "client/client.h"
-#include "client/device_frames.h"
+#include "pipeline/device_frames.h"
 #include "client/launch_env.h"
 #include "conveyor/v1/service.pb.h"
 #include "nlohmann/json.hpp"
@@ -34,7 +34,7 @@ struct conveyor_client {
 };
 
 struct conveyor_device_frames {
-  std::unique_ptr<cc::DeviceFrames> frames;
+  std::unique_ptr<conveyor::DeviceFrames> frames;
 };
 
 namespace {
@@ -487,7 +487,7 @@ void conveyor_batch_free(conveyor_batch* b) { delete b; }
 int conveyor_device_frames_create(const char* options_json, conveyor_device_frames** out) {
   if (out == nullptr) return Fail(absl::StatusCode::kInvalidArgument, "out is NULL");
   *out = nullptr;
-  cc::DeviceFramesOptions o;
+  conveyor::DeviceFramesOptions o;
   try {
     const json j = json::parse(options_json != nullptr ? options_json : "{}");
     if (!j.is_object()) return Fail(absl::StatusCode::kInvalidArgument, "options: not an object");
@@ -511,7 +511,7 @@ int conveyor_device_frames_create(const char* options_json, conveyor_device_fram
   } catch (const json::exception& e) {
     return Fail(absl::StatusCode::kInvalidArgument, std::string("options: ") + e.what());
   }
-  auto frames = cc::DeviceFrames::Open(o);
+  auto frames = conveyor::DeviceFrames::Open(o);
   if (!frames.ok()) return Fail(frames.status());
   *out = new conveyor_device_frames{std::move(*frames)};
   return CONVEYOR_OK;
@@ -522,7 +522,7 @@ int conveyor_device_frames_describe(const conveyor_device_frames* f, char** resu
     return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
   }
   json out = json::array();
-  for (const cc::DeviceFramesTensor& t : f->frames->tensors()) {
+  for (const conveyor::DeviceFramesTensor& t : f->frames->tensors()) {
     out.push_back({{"name", t.name},
                    {"dtype", t.dtype == conveyor::DType::kFloat32 ? "float32" : "uint8"},
                    {"sample_shape", t.sample_shape},
@@ -561,7 +561,7 @@ int conveyor_device_frames_stats(const conveyor_device_frames* f, char** result_
   if (f == nullptr || result_json == nullptr) {
     return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
   }
-  const cc::DeviceFramesStats s = f->frames->stats();
+  const conveyor::DeviceFramesStats s = f->frames->stats();
   const json out = {{"calls", s.calls},   {"samples", s.samples},
                     {"frames", s.frames}, {"frames_decoded", s.frames_decoded},
                     {"seeks", s.seeks},   {"seconds", s.seconds}};

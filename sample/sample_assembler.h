@@ -117,7 +117,7 @@ class SampleAssembler {
   absl::Status NeededFramesAt(uint64_t episode, uint32_t step, std::vector<FrameRequest>* out);
 
   // Decodes the frames of `request` on NVDEC with `decoder`, as `output` says, into device memory:
-  // frame i at dst + i * stride (client/device_frames.h, decoding in the trainer's process). The
+  // frame i at dst + i * stride (pipeline/device_frames.h, decoding in the trainer's process). The
   // frames are the ones DecodeFrames picks; the pixels are NVDEC's (docs/nvdec.md's tolerance).
   // A stream with a display rotation is FAILED_PRECONDITION (the kernel does not rotate).
   absl::Status DecodeFramesOnDevice(const FrameRequest& request, NvdecDecoder& decoder,

@@ -1,11 +1,11 @@
-// DeviceFrames (client/device_frames.h): video decoded on NVDEC in the trainer's process for the
+// DeviceFrames (pipeline/device_frames.h): video decoded on NVDEC in the trainer's process for the
 // samples a served batch names. Everywhere: what the kernel cannot do is refused when the config
 // is read, naming the stream, and a machine without NVDEC says why. On a GPU machine: every
 // sample's frames are the CPU path's (SampleAssembler::Assemble, what the server serves) within
 // docs/nvdec.md's tolerance, the padding flags are the CPU path's exactly, frame selection is the
 // same (each frame is nearer its CPU twin than the next frame), float32 chw is the uint8 hwc
 // normalised, and samples decode the same in any batch order and session count.
-#include "client/device_frames.h"
+#include "pipeline/device_frames.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -29,8 +29,6 @@
 namespace conveyor {
 namespace {
 
-using client::DeviceFrames;
-using client::DeviceFramesOptions;
 using testing::RunCommand;
 using testing::ShellQuote;
 using testing::TempDir;
@@ -192,7 +190,7 @@ class DeviceFramesGpuTest : public DeviceFramesTest {
   // Decodes `ids` on the device and copies the bytes and pads back.
   void Gpu(DeviceFrames& f, const std::vector<SampleId>& ids, std::vector<uint8_t>* bytes,
            std::vector<uint8_t>* pads) {
-    const client::DeviceFramesTensor& t = f.tensors()[0];
+    const DeviceFramesTensor& t = f.tensors()[0];
     void* dev = nullptr;
     ASSERT_EQ(cudaMalloc(&dev, ids.size() * t.sample_bytes), cudaSuccess);
     pads->assign(ids.size() * t.frames_per_sample, 7);
@@ -211,7 +209,7 @@ TEST_F(DeviceFramesGpuTest, SamplesAreTheCpuPathsWithinTolerance) {
   const std::string config = Config("clip.yaml", kClip);
   auto f = Open(config);
   ASSERT_TRUE(f.ok()) << f.status();
-  const client::DeviceFramesTensor& t = (*f)->tensors()[0];
+  const DeviceFramesTensor& t = (*f)->tensors()[0];
   EXPECT_EQ(t.sample_shape, (std::vector<int64_t>{5, 96, 128, 3}));
   const std::vector<SampleId> ids = AllIds(config);
   std::vector<uint8_t> gpu, pads;

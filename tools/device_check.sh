@@ -24,6 +24,9 @@ PY="${CONVEYOR_DEVICE_PYTHON:-/opt/torch/.venv/bin/python}"
 [[ -x "$PY" ]] || PY="$(command -v python3)"
 STEPS="${CONVEYOR_CHECK_STEPS:-300}"
 CPU="${CONVEYOR_CHECK_CPU:-0}"
+# Checks that would start later than this many seconds into the run are skipped (and listed as
+# such): the device's time is counted, so the order below is the order of importance.
+DEADLINE="${CONVEYOR_CHECK_DEADLINE:-100000}"
 T0=$(date +%s)
 WORK="$(mktemp -d)"
 cleanup() { [[ -n "${SERVER_PID:-}" ]] && kill -TERM "$SERVER_PID" 2>/dev/null; wait 2>/dev/null; }
@@ -53,6 +56,11 @@ wanted() {
 check() {
   local name="$1" limit="$2"; shift 2
   wanted "$name" || return 0
+  if (( $(date +%s) - T0 > DEADLINE )); then  # out of device time: say so, run nothing
+    echo "{\"check\": \"$name\", \"rc\": 0, \"passed\": true, \"skipped\": \"past CONVEYOR_CHECK_DEADLINE ($DEADLINE s)\", \"seconds\": 0}" >> "$RESULTS"
+    echo "== $name: skipped, past the deadline" >&2
+    return 0
+  fi
   local t=$(date +%s%N)
   echo "== $name ($(($(date +%s) - T0)) s in)" >&2
   timeout --kill-after=5 "$limit" "$@" > "$OUT/$name.log" 2>&1
@@ -95,16 +103,40 @@ except Exception as e: out["jax"] = repr(e)
 import conveyor, conveyor._lib as lib
 out.update(conveyor=conveyor.__version__, library=lib.path, device_supported=conveyor.device_supported())
 print(json.dumps(out))'
+# The server's decode workers per stream: CONVEYOR_CHECK_SERVER_THREADS, default all cores but 4,
+# which the trainer's own process keeps (see the robot server below).
+SERVER_THREADS="${CONVEYOR_CHECK_SERVER_THREADS:-$(( $(nproc) > 6 ? $(nproc) - 4 : 2 ))}"
+# Issue 32 item 4 and its video-model goal: python/examples/train_video_model.py on the 720p
+# H.264 clips, 49-frame clips at 256x256, batch 8. --frames nvdec: the server serves captions and
+# ids, the trainer decodes on NVDEC into its device batch (conveyor.video.DeviceFrames); --frames
+# served: the server decodes the same clips on its cores (all but 4) and the client uploads.
+# --model none: the path's ceiling (frames/s into the device batch, no model step).
+video_model_checks() {
+  local vds="$WORK/v720_h264" ready="$WORK/video_ready"
+  "$B/conveyor" serve "$vds" --config "$ROOT/examples/video_model_captions.yaml" \
+    --listen 127.0.0.1:0 --ready-file "$ready" --threads "$SERVER_THREADS" > "$OUT/video_serve.log" 2>&1 &
+  local vpid=$!
+  for _ in $(seq 300); do [[ -s "$ready" ]] && break; sleep 0.1; done
+  local vaddr="$(cut -d' ' -f1 "$ready" 2>/dev/null)"
+  local vm=("$PY" "$ROOT/python/examples/train_video_model.py" --servers "$vaddr" --dataset "$vds")
+  check video_model_nvdec_ceiling 120 "${vm[@]}" --model none --steps 40 --json "$OUT/video_model_nvdec_ceiling.json"
+  check video_model_nvdec 150 "${vm[@]}" --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --json "$OUT/video_model_nvdec.json"
+  check video_model_served_ceiling 120 "${vm[@]}" --frames served --model none --steps 30 --json "$OUT/video_model_served_ceiling.json"
+  check video_model_served 150 "${vm[@]}" --frames served --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --json "$OUT/video_model_served.json"
+  kill -TERM "$vpid" 2>/dev/null; wait "$vpid" 2>/dev/null
+}
 # NVDEC (media/nvdec_decoder.h, issue 32): its tests, then nvdec_bench on 720p clips of the
 # video-model preset, H.264 and HEVC: sessions 1..14 in one process, libavcodec on every core, both
 # at once, the pixel difference; then 7 processes of one session each at once (how FFmpeg's
 # probe ran), to see whether separate processes share the engines as threads of one do.
 check nvdec_test 180 "$B/run" nvdec_test
+check device_frames_test 120 "$B/run" device_frames_test
 for codec in h264 hevc; do
   check "nvdec_synth_720p_$codec" 180 "$B/conveyor" synth --preset video-model --out "$WORK/v720_$codec" \
     --episodes "${CONVEYOR_CHECK_CLIPS:-12}" --video-codec "$codec" --quiet
   check "nvdec_bench_$codec" 180 "$B/run" nvdec_bench --dataset "$WORK/v720_$codec" \
     --sessions 1,2,4,7,14 --seconds 3 --json "$OUT/nvdec_bench_$codec.json"
+  [[ "$codec" == h264 && "$CPU" != 1 ]] && video_model_checks
 done
 nvdec_processes() {
   local pids=() i
@@ -130,11 +162,9 @@ check upload_bench 120 "$B/run" upload_bench --json="$OUT/upload_bench.json"
 DS="$WORK/ds"
 check synth 240 "$B/conveyor" synth --out "$DS" --episodes "${CONVEYOR_CHECK_EPISODES:-48}" \
   --cameras 3 --episode-seconds 10 --quiet
-# The server's decode workers per stream: CONVEYOR_CHECK_SERVER_THREADS, default all cores but 4,
-# which the trainer's own process keeps. `conveyor serve`'s own default is 2, which is what the
-# H200 runs of 2026-11-27 had: one stream then decodes on two cores, about the examples' demand,
+# The server runs SERVER_THREADS decode workers per stream (set above). `conveyor serve`'s own
+# default is 2, which is what the H200 runs of 2026-11-27 had: one stream then decodes on two cores, about the examples' demand,
 # and the trainer waited at every shuffle window (bench/RESULTS.md "The GPU check on an H200").
-SERVER_THREADS="${CONVEYOR_CHECK_SERVER_THREADS:-$(( $(nproc) > 6 ? $(nproc) - 4 : 2 ))}"
 "$B/conveyor" serve "$DS" --config "$ROOT/python/examples/policy.yaml" \
   --config "$ROOT/examples/pipeline.yaml" --listen 127.0.0.1:0 --ready-file "$WORK/ready" \
   --threads "$SERVER_THREADS" > "$OUT/serve.log" 2>&1 &
@@ -192,9 +222,12 @@ check jax_policy_resume 120 "$PY" "$ROOT/python/examples/train_jax_policy.py" --
 # (CONVEYOR_CHECK_ONLY=transport, or CONVEYOR_CHECK_TRANSPORT=1): about 4 minutes of device time.
 if [[ "${CONVEYOR_CHECK_TRANSPORT:-0}" == 1 || " ${CONVEYOR_CHECK_ONLY:-} " == *" transport"* ]]; then
   [[ -n "${SERVER_PID:-}" ]] && { kill -TERM "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; SERVER_PID=; }
-  TDS="$WORK/transport_ds"
-  "$B/conveyor" synth --out "$TDS" --episodes "${CONVEYOR_CHECK_TRANSPORT_EPISODES:-24}" --cameras 3 \
-    --episode-seconds 10 --quiet
+  TDS="$DS"  # the robot dataset above, else one of its own
+  if [[ ! -s "$TDS/manifest.json" ]]; then
+    TDS="$WORK/transport_ds"
+    "$B/conveyor" synth --out "$TDS" --episodes "${CONVEYOR_CHECK_TRANSPORT_EPISODES:-24}" --cameras 3 \
+      --episode-seconds 10 --quiet
+  fi
   TT="${CONVEYOR_CHECK_TRANSPORT_THREADS:-4,$(nproc)}"
   check transport_bench 240 "$B/conveyor" bench "$TDS" --modality video --threads "$TT" --seconds 3 \
     --frame-cache-bytes 8GB --json "$OUT/transport_bench.json" --plot "$OUT/transport_bench.png"

@@ -211,7 +211,7 @@ CONVEYOR_C_EXPORT int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, i
 /* Releases the handle; the batch's memory goes back to its client once no export holds it. */
 CONVEYOR_C_EXPORT void conveyor_batch_free(conveyor_batch* b);
 
-/* --- video decoded on NVDEC in the trainer's process (client/device_frames.h) -------------- */
+/* --- video decoded on NVDEC in the trainer's process (pipeline/device_frames.h) -------------- */
 /* options_json: {"dataset": location, "config": YAML path, "streams": [names] (default: every
  * video stream of the config), "device": 0, "sessions": 7}. FAILED_PRECONDITION naming why where
  * NVDEC cannot be used (no GPU, no libnvcuvid, built without CUDA). */

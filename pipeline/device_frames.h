@@ -31,7 +31,7 @@
 #include "absl/status/statusor.h"
 #include "base/types.h"
 
-namespace conveyor::client {
+namespace conveyor {
 
 struct DeviceFramesOptions {
   std::string dataset;               // as `conveyor serve` takes it: a path, URL, or mixture file
@@ -89,4 +89,4 @@ class DeviceFrames {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace conveyor::client
+}  // namespace conveyor

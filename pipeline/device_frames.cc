@@ -1,4 +1,4 @@
-#include "client/device_frames.h"
+#include "pipeline/device_frames.h"
 
 #if CONVEYOR_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -9,7 +9,7 @@
 #include <chrono>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
+#include "base/strings.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
@@ -20,9 +20,9 @@
 #include "sample/sample_assembler.h"
 #include "sample/sample_spec.h"
 
-namespace conveyor::client {
+namespace conveyor {
 
-using absl::StrCat;
+
 
 namespace {
 
@@ -308,4 +308,4 @@ absl::Status DeviceFrames::Decode(size_t tensor, std::span<const SampleId> ids, 
   return st;
 }
 
-}  // namespace conveyor::client
+}  // namespace conveyor
