@@ -12,8 +12,11 @@
 #
 # Knobs: CONVEYOR_DEVICE_PYTHON (default /opt/torch/.venv/bin/python, else python3),
 # CONVEYOR_CHECK_STEPS (training steps per example, default 300), CONVEYOR_CHECK_EPISODES (of the
-# synthetic dataset, default 48 of 10 s, so 300 steps of batch 64 stay in one epoch, 3 cameras 224x224 H.264), CONVEYOR_CHECK_ONLY (a
-# space-separated list of check names), CONVEYOR_CHECK_CPU=1 (runs the examples on the CPU with a
+# synthetic dataset, default 48 of 10 s, so 300 steps of batch 64 stay in one epoch, 3 cameras
+# 224x224 H.264), CONVEYOR_CHECK_ONLY (a space-separated list of check names), CONVEYOR_CHECK_SKIP
+# (check names to leave out), CONVEYOR_CHECK_DEADLINE (seconds into the run after which checks are
+# skipped and listed as such), CONVEYOR_CHECK_NVDEC_SESSIONS (nvdec_bench's --sessions),
+# CONVEYOR_CHECK_VIDEO_STEPS (train_video_model.py's steps), CONVEYOR_CHECK_CPU=1 (runs the examples on the CPU with a
 # tiny model: a rehearsal of the script where there is no GPU).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -46,8 +49,9 @@ RESULTS="$OUT/results.jsonl"
 # A check runs when CONVEYOR_CHECK_ONLY is empty or one of its words is its name or the start of
 # it (torch_policy selects torch_policy_w96).
 wanted() {
-  [[ -z "${CONVEYOR_CHECK_ONLY:-}" ]] && return 0
   local w
+  for w in ${CONVEYOR_CHECK_SKIP:-}; do [[ "$1" == "$w" ]] && return 1; done
+  [[ -z "${CONVEYOR_CHECK_ONLY:-}" ]] && return 0
   for w in $CONVEYOR_CHECK_ONLY; do [[ "$1" == "$w"* ]] && return 0; done
   return 1
 }
@@ -135,7 +139,7 @@ for codec in h264 hevc; do
   check "nvdec_synth_720p_$codec" 180 "$B/conveyor" synth --preset video-model --out "$WORK/v720_$codec" \
     --episodes "${CONVEYOR_CHECK_CLIPS:-12}" --video-codec "$codec" --quiet
   check "nvdec_bench_$codec" 180 "$B/run" nvdec_bench --dataset "$WORK/v720_$codec" \
-    --sessions 1,2,4,7,14 --seconds 3 --json "$OUT/nvdec_bench_$codec.json"
+    --sessions "${CONVEYOR_CHECK_NVDEC_SESSIONS:-1,2,4,7,14}" --seconds 3 --json "$OUT/nvdec_bench_$codec.json"
   [[ "$codec" == h264 && "$CPU" != 1 ]] && video_model_checks
 done
 nvdec_processes() {
@@ -162,6 +166,25 @@ check upload_bench 120 "$B/run" upload_bench --json="$OUT/upload_bench.json"
 DS="$WORK/ds"
 check synth 240 "$B/conveyor" synth --out "$DS" --episodes "${CONVEYOR_CHECK_EPISODES:-48}" \
   --cameras 3 --episode-seconds 10 --quiet
+# Issue 29, one consumer at the pipeline's speed on this host's cores (bench/RESULTS.md "One
+# consumer at the pipeline's speed"): `conveyor bench`'s serve rows, gRPC and the same-host
+# region, uncached and with a warm frame cache, at CONVEYOR_CHECK_TRANSPORT_THREADS (default 4 and
+# every core), on the dataset above, before its server starts; at the end, striped over 4
+# connections and 8 consumers of one server. Only when asked (CONVEYOR_CHECK_ONLY=transport, or
+# CONVEYOR_CHECK_TRANSPORT=1): about 3 minutes of device time.
+TRANSPORT=0
+if [[ "${CONVEYOR_CHECK_TRANSPORT:-0}" == 1 || " ${CONVEYOR_CHECK_ONLY:-} " == *" transport"* ]]; then
+  TRANSPORT=1
+  TDS="$DS"  # the robot dataset, else one of its own (CONVEYOR_CHECK_ONLY=transport skips synth)
+  if [[ ! -s "$TDS/manifest.json" ]]; then
+    TDS="$WORK/transport_ds"
+    "$B/conveyor" synth --out "$TDS" --episodes "${CONVEYOR_CHECK_TRANSPORT_EPISODES:-24}" --cameras 3 \
+      --episode-seconds 10 --quiet
+  fi
+  TT="${CONVEYOR_CHECK_TRANSPORT_THREADS:-4,$(nproc)}"
+  check transport_bench 240 "$B/conveyor" bench "$TDS" --modality video --threads "$TT" --seconds 3 \
+    --frame-cache-bytes 8GB --json "$OUT/transport_bench.json" --plot "$OUT/transport_bench.png"
+fi
 # The server runs SERVER_THREADS decode workers per stream (set above). `conveyor serve`'s own
 # default is 2, which is what the H200 runs of 2026-11-27 had: one stream then decodes on two cores, about the examples' demand,
 # and the trainer waited at every shuffle window (bench/RESULTS.md "The GPU check on an H200").
@@ -215,22 +238,9 @@ check jax_policy_resume 120 "$PY" "$ROOT/python/examples/train_jax_policy.py" --
   --config "$ROOT/python/examples/policy.yaml" --steps 20 --warmup 0 --checkpoint-dir "$WORK/jax_ckpt_jax_policy" \
   --restore "${JAX_ARGS[@]}"
 
-# Issue 29, one consumer at the pipeline's speed on this host's cores (bench/RESULTS.md "One
-# consumer at the pipeline's speed"): `conveyor bench`'s serve rows, gRPC and the same-host
-# region, uncached and with a warm frame cache, at CONVEYOR_CHECK_TRANSPORT_THREADS (default 4 and
-# every core), then striped over 4 connections, then 8 consumers of one server. Only when asked
-# (CONVEYOR_CHECK_ONLY=transport, or CONVEYOR_CHECK_TRANSPORT=1): about 4 minutes of device time.
-if [[ "${CONVEYOR_CHECK_TRANSPORT:-0}" == 1 || " ${CONVEYOR_CHECK_ONLY:-} " == *" transport"* ]]; then
+# Issue 29's striped and many-consumer rows (the first row ran before the trainers, above).
+if [[ "$TRANSPORT" == 1 ]]; then
   [[ -n "${SERVER_PID:-}" ]] && { kill -TERM "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; SERVER_PID=; }
-  TDS="$DS"  # the robot dataset above, else one of its own
-  if [[ ! -s "$TDS/manifest.json" ]]; then
-    TDS="$WORK/transport_ds"
-    "$B/conveyor" synth --out "$TDS" --episodes "${CONVEYOR_CHECK_TRANSPORT_EPISODES:-24}" --cameras 3 \
-      --episode-seconds 10 --quiet
-  fi
-  TT="${CONVEYOR_CHECK_TRANSPORT_THREADS:-4,$(nproc)}"
-  check transport_bench 240 "$B/conveyor" bench "$TDS" --modality video --threads "$TT" --seconds 3 \
-    --frame-cache-bytes 8GB --json "$OUT/transport_bench.json" --plot "$OUT/transport_bench.png"
   check transport_bench_striped 120 "$B/conveyor" bench "$TDS" --modality lowdim --threads "$(nproc)" \
     --seconds 3 --payload-streams 4 --json "$OUT/transport_bench_striped.json"
   check transport_bench_8_consumers 120 "$B/conveyor" bench "$TDS" --modality lowdim --threads "$(nproc)" \
