@@ -123,9 +123,9 @@ video_model_checks() {
   for _ in $(seq 300); do [[ -s "$ready" ]] && break; sleep 0.1; done
   local vaddr="$(cut -d' ' -f1 "$ready" 2>/dev/null)"
   local vm=("$PY" "$ROOT/python/examples/train_video_model.py" --servers "$vaddr" --dataset "$vds")
-  check video_model_nvdec_ceiling 120 "${vm[@]}" --model none --steps 40 --json "$OUT/video_model_nvdec_ceiling.json"
+  check video_model_nvdec_ceiling 120 "${vm[@]}" --model none --steps 25 --json "$OUT/video_model_nvdec_ceiling.json"
   check video_model_nvdec 150 "${vm[@]}" --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --json "$OUT/video_model_nvdec.json"
-  check video_model_served_ceiling 120 "${vm[@]}" --frames served --model none --steps 30 --json "$OUT/video_model_served_ceiling.json"
+  check video_model_served_ceiling 120 "${vm[@]}" --frames served --model none --steps 25 --json "$OUT/video_model_served_ceiling.json"
   check video_model_served 150 "${vm[@]}" --frames served --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --json "$OUT/video_model_served.json"
   kill -TERM "$vpid" 2>/dev/null; wait "$vpid" 2>/dev/null
 }
