@@ -502,10 +502,12 @@ int conveyor_device_frames_create(const char* options_json, conveyor_device_fram
         o.device = value.get<int>();
       } else if (key == "sessions") {
         o.sessions = value.get<int>();
+      } else if (key == "cache_bytes") {
+        o.cache_bytes = value.get<int64_t>();
       } else {
         return Fail(absl::StatusCode::kInvalidArgument,
                     "options: unknown key '" + key +
-                        "'; expected dataset, config, streams, device, sessions");
+                        "'; expected dataset, config, streams, device, sessions, cache_bytes");
       }
     }
   } catch (const json::exception& e) {
@@ -562,9 +564,14 @@ int conveyor_device_frames_stats(const conveyor_device_frames* f, char** result_
     return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
   }
   const conveyor::DeviceFramesStats s = f->frames->stats();
-  const json out = {{"calls", s.calls},   {"samples", s.samples},
-                    {"frames", s.frames}, {"frames_decoded", s.frames_decoded},
-                    {"seeks", s.seeks},   {"seconds", s.seconds}};
+  const json out = {{"calls", s.calls},
+                    {"samples", s.samples},
+                    {"frames", s.frames},
+                    {"frames_decoded", s.frames_decoded},
+                    {"seeks", s.seeks},
+                    {"cache_hits", s.cache_hits},
+                    {"frames_cached", s.frames_cached},
+                    {"seconds", s.seconds}};
   *result_json = Dup(out.dump());
   return CONVEYOR_OK;
 }

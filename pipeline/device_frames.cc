@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <optional>
+#include <tuple>
 #include <chrono>
 #include <utility>
 
@@ -79,14 +82,44 @@ struct DeviceFrames::Impl {
   };
   std::vector<Session> sessions;
 
+  // Decoded frames kept on the device, per tensor: a ring of frame slots in one allocation,
+  // filled in order and overwritten oldest first. A frame is keyed by (member, episode, frame).
+  using FrameKey = std::tuple<uint32_t, uint64_t, int64_t>;
+  struct Cache {
+    uint8_t* arena = nullptr;
+    size_t slots = 0, frame_bytes = 0, next = 0;
+    std::vector<std::optional<FrameKey>> owner;  // per slot
+    std::map<FrameKey, size_t> where;            // cached frame -> slot
+  };
+  std::vector<Cache> caches;    // per tensor; slots == 0 without a cache
+  void* copy_stream = nullptr;  // cudaStream_t of the cache-to-batch copies
+
   absl::Mutex mu;  // one Decode at a time
   mutable absl::Mutex stats_mu;
   DeviceFramesStats stats;
 
+  ~Impl();
+
   // Decodes one sample into its slot with `session`.
   absl::Status DecodeOne(Session& session, size_t tensor, const SampleId& id, uint8_t* dst,
                          uint8_t* pads, void* cuda_stream, std::atomic<bool>* zeroed);
+  // Through the cache: the batch's frames found there are copied, the rest decoded once into it
+  // (every frame of their span, cut at keyframes into units spread over the sessions) and
+  // copied. *done is false when the batch's new frames would not fit (the caller decodes it
+  // directly).
+  absl::Status DecodeCached(size_t tensor, std::span<const SampleId> ids, uint8_t* base,
+                            uint8_t* pads, void* cuda_stream, void* queued,
+                            std::atomic<bool>* zeroed, bool* done);
 };
+
+DeviceFrames::Impl::~Impl() {
+#if CONVEYOR_HAVE_CUDA
+  for (Cache& c : caches) {
+    if (c.arena != nullptr) (void)cudaFree(c.arena);
+  }
+  if (copy_stream != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream));
+#endif
+}
 
 DeviceFrames::DeviceFrames(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DeviceFrames::~DeviceFrames() = default;
@@ -104,6 +137,9 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
   if (o.sessions < 1 || o.sessions > 64) {
     return absl::InvalidArgumentError(
         StrCat("DeviceFrames: sessions is ", o.sessions, "; expected 1 to 64"));
+  }
+  if (o.cache_bytes < 0) {
+    return absl::InvalidArgumentError(StrCat("DeviceFrames: cache_bytes is ", o.cache_bytes));
   }
   if (o.device < 0) {
     return absl::InvalidArgumentError(StrCat("DeviceFrames: device is ", o.device));
@@ -176,6 +212,41 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
           impl->source->dataset(k), impl->bound[k].spec, impl->indexes[k]));
     }
   }
+  impl->caches.resize(impl->tensors.size());
+#if CONVEYOR_HAVE_CUDA
+  if (o.cache_bytes > 0) {
+    int previous = -1;
+    (void)cudaGetDevice(&previous);
+    (void)cudaSetDevice(o.device);
+    absl::Status st;
+    cudaStream_t copy = nullptr;
+    if (cudaError_t e = cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking); e != cudaSuccess) {
+      st = absl::ResourceExhaustedError(StrCat("DeviceFrames: cudaStreamCreate: ", cudaGetErrorString(e)));
+    }
+    impl->copy_stream = copy;
+    for (size_t i = 0; i < impl->tensors.size() && st.ok(); ++i) {
+      Impl::Cache& c = impl->caches[i];
+      c.frame_bytes = impl->tensors[i].sample_bytes / impl->tensors[i].frames_per_sample;
+      c.slots = static_cast<size_t>(o.cache_bytes) / impl->tensors.size() / c.frame_bytes;
+      if (c.slots < 2 * impl->tensors[i].frames_per_sample) {
+        c.slots = 0;  // too small to hold a sample's frames twice: no cache for this stream
+        continue;
+      }
+      void* arena = nullptr;
+      if (cudaError_t e = cudaMalloc(&arena, c.slots * c.frame_bytes); e != cudaSuccess) {
+        st = absl::ResourceExhaustedError(StrCat("DeviceFrames: the frame cache of ", o.cache_bytes,
+                                                 " bytes (cache_bytes): cudaMalloc: ",
+                                                 cudaGetErrorString(e)));
+        c.slots = 0;
+        break;
+      }
+      c.arena = static_cast<uint8_t*>(arena);
+      c.owner.assign(c.slots, std::nullopt);
+    }
+    if (previous >= 0) (void)cudaSetDevice(previous);
+    if (!st.ok()) return st;
+  }
+#endif
   return std::unique_ptr<DeviceFrames>(new DeviceFrames(std::move(impl)));
 }
 
@@ -220,6 +291,193 @@ absl::Status DeviceFrames::Impl::DecodeOne(Session& session, size_t tensor, cons
   }
   if (!st.ok()) return Annotate(st, ctx);
   return absl::OkStatus();
+}
+
+absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const SampleId> ids,
+                                              uint8_t* base, uint8_t* pads, void* cuda_stream,
+                                              void* queued, std::atomic<bool>* zeroed,
+                                              bool* done) {
+#if CONVEYOR_HAVE_CUDA
+  *done = false;
+  const DeviceFramesTensor& t = tensors[tensor];
+  Cache& c = caches[tensor];
+  const size_t fb = c.frame_bytes;
+  const size_t shared = tensor_stream[tensor];
+  const cudaStream_t copy = static_cast<cudaStream_t>(copy_stream);
+  Session& s0 = sessions[0];
+  struct Want {
+    size_t slot_in_batch;  // sample * T + entry
+    FrameKey key;
+  };
+  std::vector<Want> wants;
+  std::vector<int> member_stream_of(source->size(), -1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const SampleId& id = ids[i];
+    if (id.dataset >= s0.members.size()) {
+      return absl::InvalidArgumentError(StrCat("sample ", id.index, " comes from mixture member ",
+                                               id.dataset, "; ", source->uri(), " has ",
+                                               s0.members.size()));
+    }
+    const int member_stream = bound[id.dataset].stream_of[shared];
+    uint8_t* sample_pads = pads != nullptr ? pads + i * t.frames_per_sample : nullptr;
+    if (member_stream < 0) {  // padding, as the CPU path delivers it
+      absl::Status z = DecodeOne(s0, tensor, id, base + i * t.sample_bytes, sample_pads,
+                                 cuda_stream, zeroed);
+      if (!z.ok()) return z;
+      continue;
+    }
+    member_stream_of[id.dataset] = member_stream;
+    absl::Status st = s0.members[id.dataset]->NeededFramesAt(id.episode, id.step, &s0.requests);
+    const FrameRequest* request = nullptr;
+    for (const FrameRequest& r : s0.requests) {
+      if (st.ok() && r.spec_stream == static_cast<size_t>(member_stream)) request = &r;
+    }
+    if (st.ok() && request == nullptr) st = absl::InternalError("no frame request for the stream");
+    if (!st.ok()) {
+      return Annotate(st, StrCat("dataset ", source->dataset(id.dataset).uri(), ", episode ",
+                                 id.episode, ", step ", id.step, ", stream '", t.name, "'"));
+    }
+    if (sample_pads != nullptr) std::copy(request->pads.begin(), request->pads.end(), sample_pads);
+    for (size_t k = 0; k < request->frames.size(); ++k) {
+      wants.push_back(Want{i * t.frames_per_sample + k,
+                           FrameKey{id.dataset, id.episode, request->frames[k]}});
+    }
+  }
+  auto fail = [](cudaError_t e, const char* what) {
+    return absl::InternalError(StrCat("DeviceFrames: ", what, ": ", cudaGetErrorString(e)));
+  };
+  // Frames in the cache go to the batch first, before new frames may overwrite their slots.
+  if (cudaError_t e = cudaStreamWaitEvent(copy, static_cast<cudaEvent_t>(queued), 0); e != cudaSuccess) {
+    return fail(e, "cudaStreamWaitEvent");
+  }
+  std::map<FrameKey, std::vector<size_t>> missing;  // frame -> its places in the batch
+  uint64_t hits = 0;
+  for (const Want& w : wants) {
+    auto it = c.where.find(w.key);
+    if (it == c.where.end()) {
+      missing[w.key].push_back(w.slot_in_batch);
+      continue;
+    }
+    ++hits;
+    if (cudaError_t e = cudaMemcpyAsync(base + w.slot_in_batch * fb, c.arena + it->second * fb, fb,
+                                        cudaMemcpyDeviceToDevice, copy);
+        e != cudaSuccess) {
+      return fail(e, "cudaMemcpyAsync");
+    }
+  }
+  if (cudaError_t e = cudaStreamSynchronize(copy); e != cudaSuccess) {
+    return fail(e, "cudaStreamSynchronize");
+  }
+  // The missing frames, per (member, episode): every frame of their span (later samples of the
+  // same clips want the frames between), unless the span is sparse; cut where the keyframe
+  // changes, so each unit decodes from its own keyframe on any session.
+  struct Unit {
+    uint32_t member = 0;
+    FrameRequest request;
+    size_t first_slot = 0;
+  };
+  std::vector<Unit> units;
+  size_t total = 0;
+  for (auto it = missing.begin(); it != missing.end();) {
+    const auto [member, episode, first] = it->first;
+    std::vector<int64_t> frames;
+    auto end = it;
+    for (; end != missing.end() && std::get<0>(end->first) == member &&
+           std::get<1>(end->first) == episode;
+         ++end) {
+      frames.push_back(std::get<2>(end->first));
+    }
+    it = end;
+    const int member_stream = member_stream_of[member];
+    auto table = s0.members[member]->FrameTableOf(episode, static_cast<size_t>(member_stream));
+    if (!table.ok()) return table.status();
+    const int64_t lo = frames.front(), hi = frames.back();
+    if (hi - lo + 1 <= 4 * static_cast<int64_t>(frames.size()) + 48) {
+      frames.clear();
+      for (int64_t f = lo; f <= hi; ++f) {
+        if (!c.where.contains(FrameKey{member, episode, f})) frames.push_back(f);
+      }
+    }
+    for (size_t j = 0; j < frames.size(); ++j) {
+      const uint32_t keyframe = (*table)->start_packet[static_cast<size_t>(frames[j])];
+      if (j == 0 || keyframe != (*table)->start_packet[static_cast<size_t>(frames[j - 1])]) {
+        Unit u;
+        u.member = member;
+        u.request.episode = episode;
+        u.request.spec_stream = static_cast<size_t>(member_stream);
+        u.request.stream = bound[member].spec.streams[static_cast<size_t>(member_stream)].stream;
+        units.push_back(std::move(u));
+      }
+      units.back().request.frames.push_back(frames[j]);
+    }
+    total += frames.size();
+  }
+  if (total > c.slots / 2) return absl::OkStatus();  // does not fit: the caller decodes directly
+  for (Unit& u : units) {
+    const size_t n = u.request.frames.size();
+    if (c.next + n > c.slots) c.next = 0;
+    for (size_t j = 0; j < n; ++j) {
+      const size_t slot = c.next + j;
+      if (c.owner[slot].has_value()) c.where.erase(*c.owner[slot]);
+      const FrameKey key{u.member, u.request.episode, u.request.frames[j]};
+      if (auto old = c.where.find(key); old != c.where.end()) c.owner[old->second].reset();
+      c.owner[slot] = key;
+      c.where[key] = slot;
+    }
+    u.first_slot = c.next;
+    c.next += n;
+  }
+  const size_t k_sessions = std::min(sessions.size(), units.size());
+  absl::Status st = ParallelFor("nvdec-frames", static_cast<int>(k_sessions), k_sessions,
+                                [&](size_t k) -> absl::Status {
+    Session& session = sessions[k];
+    const size_t from = k * units.size() / k_sessions, to = (k + 1) * units.size() / k_sessions;
+    for (size_t u = from; u < to; ++u) {
+      const Unit& unit = units[u];
+      absl::Status s = session.members[unit.member]->DecodeFramesOnDevice(
+          unit.request, *session.decoder, outputs[tensor], c.arena + unit.first_slot * fb, fb);
+      if (!s.ok()) {
+        return Annotate(s, StrCat("dataset ", source->dataset(unit.member).uri(), ", episode ",
+                                  unit.request.episode, ", stream '", t.name, "', frames ",
+                                  unit.request.frames.front(), "..", unit.request.frames.back()));
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!st.ok()) {  // the slots of this call hold nothing usable
+    for (const Unit& u : units) {
+      for (size_t j = 0; j < u.request.frames.size(); ++j) {
+        c.owner[u.first_slot + j].reset();
+        c.where.erase(FrameKey{u.member, u.request.episode, u.request.frames[j]});
+      }
+    }
+    return st;
+  }
+  for (const auto& [key, places] : missing) {
+    const size_t slot = c.where.at(key);
+    for (size_t place : places) {
+      if (cudaError_t e = cudaMemcpyAsync(base + place * fb, c.arena + slot * fb, fb,
+                                          cudaMemcpyDeviceToDevice, copy);
+          e != cudaSuccess) {
+        return fail(e, "cudaMemcpyAsync");
+      }
+    }
+  }
+  if (cudaError_t e = cudaStreamSynchronize(copy); e != cudaSuccess) {
+    return fail(e, "cudaStreamSynchronize");
+  }
+  {
+    absl::MutexLock lock(&stats_mu);
+    stats.cache_hits += hits;
+    stats.frames_cached += total;
+  }
+  *done = true;
+  return absl::OkStatus();
+#else
+  (void)tensor, (void)ids, (void)base, (void)pads, (void)cuda_stream, (void)queued, (void)zeroed;
+  *done = false;
+  return absl::FailedPreconditionError("DeviceFrames: built without CUDA");
+#endif
 }
 
 absl::Status DeviceFrames::Decode(size_t tensor, std::span<const SampleId> ids, void* dst,
@@ -269,21 +527,29 @@ absl::Status DeviceFrames::Decode(size_t tensor, std::span<const SampleId> ids, 
   }
 #else
   (void)cuda_stream;
+  void* queued = nullptr;
   return absl::FailedPreconditionError("DeviceFrames: built without CUDA");
 #endif
   const size_t k_sessions = std::min(m.sessions.size(), ids.size());
   std::atomic<bool> zeroed{false};
   uint8_t* base = static_cast<uint8_t*>(dst);
-  absl::Status st = ParallelFor("nvdec-frames", static_cast<int>(k_sessions), k_sessions,
-                                [&](size_t k) -> absl::Status {
-    Impl::Session& session = m.sessions[k];
-    for (size_t i = k; i < ids.size(); i += k_sessions) {
-      RETURN_IF_ERROR(m.DecodeOne(session, tensor, ids[i], base + i * t.sample_bytes,
-                                  pads != nullptr ? pads + i * t.frames_per_sample : nullptr,
-                                  cuda_stream, &zeroed));
-    }
-    return absl::OkStatus();
-  });
+  absl::Status st;
+  bool done = false;
+  if (m.caches[tensor].slots > 0) {
+    st = m.DecodeCached(tensor, ids, base, pads, cuda_stream, queued, &zeroed, &done);
+  }
+  if (st.ok() && !done) {
+    st = ParallelFor("nvdec-frames", static_cast<int>(k_sessions), k_sessions,
+                     [&](size_t k) -> absl::Status {
+      Impl::Session& session = m.sessions[k];
+      for (size_t i = k; i < ids.size(); i += k_sessions) {
+        RETURN_IF_ERROR(m.DecodeOne(session, tensor, ids[i], base + i * t.sample_bytes,
+                                    pads != nullptr ? pads + i * t.frames_per_sample : nullptr,
+                                    cuda_stream, &zeroed));
+      }
+      return absl::OkStatus();
+    });
+  }
 #if CONVEYOR_HAVE_CUDA
   // Zero-filled slots (members without the stream) were queued on the caller's stream.
   if (st.ok() && zeroed.load()) {

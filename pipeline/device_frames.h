@@ -39,6 +39,10 @@ struct DeviceFramesOptions {
   std::vector<std::string> streams;  // the video streams to decode; empty: every one of the config
   int device = 0;                    // CUDA device
   int sessions = 7;                  // NVDEC sessions (one thread each), spread over the engines
+  // Device memory for decoded frames kept across batches (a ring, oldest overwritten first):
+  // samples of one GOP window share most of their frames (clips overlap), so each frame is
+  // decoded once while it stays. 0: no cache, every sample decodes its own frames.
+  int64_t cache_bytes = int64_t{1} << 30;
 };
 
 // One decoded stream of a batch: [batch, T, H, W, 3] uint8 or [batch, T, 3, H, W] float32.
@@ -56,6 +60,8 @@ struct DeviceFramesStats {
   uint64_t frames = 0;
   uint64_t frames_decoded = 0;  // pictures NVDEC decoded (references and skipped-over ones too)
   uint64_t seeks = 0;
+  uint64_t cache_hits = 0;      // frames copied from the cache into a batch
+  uint64_t frames_cached = 0;   // frames decoded into the cache
   double seconds = 0;           // inside Decode
 };
 

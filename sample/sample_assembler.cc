@@ -632,4 +632,13 @@ absl::Status SampleAssembler::DecodeFramesOnDevice(const FrameRequest& request,
   return decoder.Decode(key, stream, *table, read, request.frames, output, limits, dst, stride);
 }
 
+absl::StatusOr<const FrameTable*> SampleAssembler::FrameTableOf(uint64_t episode,
+                                                                size_t spec_stream) {
+  if (spec_stream >= spec_.streams.size()) {
+    return absl::InvalidArgumentError(StrCat("spec stream ", spec_stream, " of ", spec_.streams.size()));
+  }
+  ASSIGN_OR_RETURN(Episode * ep, GetEpisode(episode));
+  return Table(*ep, spec_.streams[spec_stream].stream);
+}
+
 }  // namespace conveyor

@@ -123,6 +123,10 @@ class SampleAssembler {
   absl::Status DecodeFramesOnDevice(const FrameRequest& request, NvdecDecoder& decoder,
                                     const GpuFrameOutput& output, void* dst, size_t stride);
 
+  // The frame table of spec stream `spec_stream` in `episode` (valid until the episode leaves
+  // this assembler's small cache: the next call that loads another episode).
+  absl::StatusOr<const FrameTable*> FrameTableOf(uint64_t episode, size_t spec_stream);
+
   // Decodes the frames of `request` (any order) in one forward pass, at the size Assemble
   // decodes them, into `out` (one image per frame).
   absl::Status DecodeFrames(const FrameRequest& request, std::vector<RgbImage>* out);

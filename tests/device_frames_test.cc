@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -57,8 +58,10 @@ class DeviceFramesTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::unique_ptr<DeviceFrames>> Open(const std::string& config, int sessions = 3,
-                                                     std::vector<std::string> streams = {}) {
+                                                     std::vector<std::string> streams = {},
+                                                     int64_t cache_bytes = int64_t{1} << 30) {
     DeviceFramesOptions o;
+    o.cache_bytes = cache_bytes;
     o.dataset = dir_->Join("ds");
     o.config = config;
     o.sessions = sessions;
@@ -123,6 +126,27 @@ TEST_F(DeviceFramesTest, RefusesWhatTheKernelCannotDoNamingTheStream) {
   EXPECT_EQ(lowdim.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(lowdim.status().message()).find("is not video"), std::string::npos);
   EXPECT_EQ(Open(Config("clip.yaml", kClip), 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// examples/video_model_captions.yaml (served, no frames) and video_model_served.yaml (served
+// with the frames the CPU decodes) order the same samples: the NVDEC path and its baseline train
+// on the same clips in the same order.
+TEST_F(DeviceFramesTest, TheVideoModelExamplesOrderTheSameSamples) {
+  const std::string clips = dir_->Join("clips");
+  auto r = RunCommand(kCli + " synth --quiet --preset video-model --size 320x180 --episodes 3 --out " +
+                      ShellQuote(clips));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The repository: $CONVEYOR_SOURCE_DIR where the tests run from a bundle on another machine.
+  const char* root = std::getenv("CONVEYOR_SOURCE_DIR");
+  const std::string examples = std::string(root != nullptr ? root : CONVEYOR_SOURCE_DIR) + "/examples/";
+  auto captions = RunCommand(kCli + " batches " + ShellQuote(clips) + " --steps 6 --config " +
+                             ShellQuote(examples + "video_model_captions.yaml"));
+  auto served = RunCommand(kCli + " batches " + ShellQuote(clips) + " --steps 6 --config " +
+                           ShellQuote(examples + "video_model_served.yaml"));
+  ASSERT_EQ(captions.exit_code, 0) << captions.output;
+  ASSERT_EQ(served.exit_code, 0) << served.output;
+  EXPECT_NE(captions.output.find("ids "), std::string::npos) << captions.output;
+  EXPECT_EQ(captions.output, served.output);
 }
 
 TEST_F(DeviceFramesTest, WithoutNvdecSaysWhy) {
@@ -252,22 +276,36 @@ TEST_F(DeviceFramesGpuTest, SamplesAreTheCpuPathsWithinTolerance) {
   EXPECT_GT(padded, 0u) << "the clip reaches past the episodes' ends";
 }
 
-TEST_F(DeviceFramesGpuTest, SameBitsInAnyOrderAndSessionCount) {
+TEST_F(DeviceFramesGpuTest, SameBitsInAnyOrderSessionCountAndCache) {
   const std::string config = Config("clip.yaml", kClip);
-  auto one = Open(config, 1);
+  // No cache and one session; the default cache and seven; a cache too small for the batch's
+  // new frames (it falls back to decoding each sample); the same object again (all hits).
+  auto one = Open(config, 1, {}, 0);
   auto seven = Open(config, 7);
-  ASSERT_TRUE(one.ok() && seven.ok());
+  const int64_t frame = 96 * 128 * 3;
+  auto tiny = Open(config, 2, {}, 12 * frame);
+  ASSERT_TRUE(one.ok() && seven.ok() && tiny.ok());
   std::vector<SampleId> ids = AllIds(config);
-  std::vector<uint8_t> a, b, pa, pb;
+  std::vector<uint8_t> a, b, c, d, pa, pb, pc, pd;
   Gpu(**one, ids, &a, &pa);
   std::vector<SampleId> reversed(ids.rbegin(), ids.rend());
   Gpu(**seven, reversed, &b, &pb);
+  Gpu(**tiny, ids, &c, &pc);
+  Gpu(**seven, ids, &d, &pd);
+  const DeviceFramesStats stats = (*seven)->stats();
+  EXPECT_GE(stats.cache_hits, ids.size() * 5) << "the second pass comes from the cache";
+  EXPECT_GT(stats.frames_cached, 0u);
+  EXPECT_EQ((*one)->stats().cache_hits, 0u);
   const size_t bytes = (*one)->tensors()[0].sample_bytes;
   for (size_t i = 0; i < ids.size(); ++i) {
     const size_t j = ids.size() - 1 - i;
     EXPECT_EQ(0, std::memcmp(a.data() + i * bytes, b.data() + j * bytes, bytes))
         << "sample " << ids[i].index;
   }
+  EXPECT_EQ(a, c);
+  EXPECT_EQ(a, d);
+  EXPECT_EQ(pa, pc);
+  EXPECT_EQ(pa, pd);
 }
 
 TEST_F(DeviceFramesGpuTest, FloatChwIsTheBytesNormalised) {

@@ -123,10 +123,20 @@ video_model_checks() {
   for _ in $(seq 300); do [[ -s "$ready" ]] && break; sleep 0.1; done
   local vaddr="$(cut -d' ' -f1 "$ready" 2>/dev/null)"
   local vm=("$PY" "$ROOT/python/examples/train_video_model.py" --servers "$vaddr" --dataset "$vds")
-  check video_model_nvdec_ceiling 120 "${vm[@]}" --model none --steps 25 --json "$OUT/video_model_nvdec_ceiling.json"
-  check video_model_nvdec 150 "${vm[@]}" --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --json "$OUT/video_model_nvdec.json"
-  check video_model_served_ceiling 120 "${vm[@]}" --frames served --model none --steps 25 --json "$OUT/video_model_served_ceiling.json"
-  check video_model_served 150 "${vm[@]}" --frames served --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --json "$OUT/video_model_served.json"
+  check video_model_nvdec_ceiling 120 "${vm[@]}" --model none --steps 60 --warmup 10 --json "$OUT/video_model_nvdec_ceiling.json"
+  check video_model_served_ceiling 120 "${vm[@]}" --frames served --model none --steps 60 --warmup 10 --json "$OUT/video_model_served_ceiling.json"
+  # The model step: CONVEYOR_CHECK_VIDEO_MODELS, space-separated WIDTH:DEPTH pairs, each trained
+  # from both sources (named video_model_nvdec_w512_d12 when there are several).
+  local m name vargs
+  read -r -a VIDEO_MODELS <<< "${CONVEYOR_CHECK_VIDEO_MODELS:-384:8}"
+  for m in "${VIDEO_MODELS[@]}"; do
+    vargs=(--width "${m%%:*}" --depth "${m#*:}" --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --warmup 10)
+    for src in nvdec served; do
+      name="video_model_$src"
+      (( ${#VIDEO_MODELS[@]} > 1 )) && name="${name}_w${m%%:*}_d${m#*:}"
+      check "$name" 150 "${vm[@]}" --frames "$src" "${vargs[@]}" --json "$OUT/$name.json"
+    done
+  done
   kill -TERM "$vpid" 2>/dev/null; wait "$vpid" 2>/dev/null
 }
 # NVDEC (media/nvdec_decoder.h, issue 32): its tests, then nvdec_bench on 720p clips of the

@@ -63,16 +63,19 @@ class DeviceFrames:
       device: "cuda:N".
       sessions: NVDEC sessions, one thread each; the driver spreads them over the engines
         (an H100 or H200 has 7).
+      cache_bytes: device memory keeping decoded frames across batches (clips of one GOP window
+        overlap, so each frame is decoded once while it stays); 0 for none.
     """
 
-    def __init__(self, dataset, config, streams=None, device="cuda:0", sessions=7):
+    def __init__(self, dataset, config, streams=None, device="cuda:0", sessions=7,
+                 cache_bytes=1 << 30):
         if getattr(lib, "conveyor_device_frames_create", None) is None:
             raise ConveyorError(f"{_lib.path} predates DeviceFrames: install matching versions",
                                 "FAILED_PRECONDITION")
         self.device_index = _device_index(device)
         self.device = f"cuda:{self.device_index}"
         options = {"dataset": str(dataset), "config": str(config), "device": self.device_index,
-                   "sessions": int(sessions)}
+                   "sessions": int(sessions), "cache_bytes": int(cache_bytes)}
         if streams is not None:
             options["streams"] = [streams] if isinstance(streams, str) else list(streams)
         handle = ctypes.c_void_p()
@@ -141,7 +144,8 @@ class DeviceFrames:
         return result
 
     def stats(self):
-        """{calls, samples, frames, frames_decoded, seeks, seconds} since creation."""
+        """{calls, samples, frames, frames_decoded, seeks, cache_hits, frames_cached, seconds}
+        since creation."""
         out = ctypes.c_void_p()
         _lib.check(lib.conveyor_device_frames_stats(self._handle, ctypes.byref(out)))
         return json.loads(_lib.take_string(out))

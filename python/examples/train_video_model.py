@@ -25,6 +25,7 @@ waiting for the next batch) as a fraction of the run, the step time (CUDA events
 """
 
 import argparse
+import hashlib
 import json
 import queue
 import sys
@@ -57,7 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--model", choices=["transformer", "none"], default="transformer")
     p.add_argument("--width", type=int, default=384)
     p.add_argument("--depth", type=int, default=8)
-    p.add_argument("--heads", type=int, default=6)
+    p.add_argument("--heads", type=int, default=0, help="attention heads (default: width / 64)")
     p.add_argument("--json", default=None)
     return p.parse_args(argv)
 
@@ -131,7 +132,7 @@ def main(argv=None):
     device = torch.device("cuda:0")
     model = None
     if args.model == "transformer":
-        model = VideoTransformer(args.width, args.depth, args.heads).to(device)
+        model = VideoTransformer(args.width, args.depth, args.heads or max(1, args.width // 64)).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     stop = threading.Event()
     if args.frames == "nvdec":
@@ -157,6 +158,7 @@ def main(argv=None):
             return batch["cam0"], batch["cam0_is_pad"], batch
 
     steps, pending = [], None
+    ids_digest = hashlib.sha256()  # the samples in order: equal for both --frames sources
     t_run = None
     nvdec_stats = None
     for step in range(args.steps):
@@ -166,6 +168,7 @@ def main(argv=None):
         if item is None:
             break
         clips, pads, batch = item
+        ids_digest.update(np.ascontiguousarray(batch["_ids"], np.int64).tobytes())
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -217,6 +220,7 @@ def main(argv=None):
         "data_wait_fraction": round(wait / seconds, 4),
         "step_ms_p50": round(step_ms[len(step_ms) // 2], 2) if step_ms else None,
         "clip_shape": list(clips_shape(steps)), "gpu": torch.cuda.get_device_name(0),
+        "ids_sha256": ids_digest.hexdigest()[:16],
         "nvdec": nvdec_stats,
     }
     if args.json:

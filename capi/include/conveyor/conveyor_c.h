@@ -213,7 +213,8 @@ CONVEYOR_C_EXPORT void conveyor_batch_free(conveyor_batch* b);
 
 /* --- video decoded on NVDEC in the trainer's process (pipeline/device_frames.h) -------------- */
 /* options_json: {"dataset": location, "config": YAML path, "streams": [names] (default: every
- * video stream of the config), "device": 0, "sessions": 7}. FAILED_PRECONDITION naming why where
+ * video stream of the config), "device": 0, "sessions": 7, "cache_bytes": 1 GiB (device memory
+ * keeping decoded frames across batches; 0: none)}. FAILED_PRECONDITION naming why where
  * NVDEC cannot be used (no GPU, no libnvcuvid, built without CUDA). */
 CONVEYOR_C_EXPORT int conveyor_device_frames_create(const char* options_json,
                                                     conveyor_device_frames** out);
@@ -230,7 +231,8 @@ CONVEYOR_C_EXPORT int conveyor_device_frames_decode(conveyor_device_frames* f, u
                                                     const int64_t* ids, const int32_t* datasets,
                                                     uint64_t n, void* dst, uint8_t* pads,
                                                     void* cuda_stream);
-/* {"calls", "samples", "frames", "frames_decoded", "seeks", "seconds"} since creation. */
+/* {"calls", "samples", "frames", "frames_decoded", "seeks", "cache_hits", "frames_cached",
+ * "seconds"} since creation. */
 CONVEYOR_C_EXPORT int conveyor_device_frames_stats(const conveyor_device_frames* f,
                                                    char** result_json);
 CONVEYOR_C_EXPORT void conveyor_device_frames_destroy(conveyor_device_frames* f);
