@@ -120,7 +120,7 @@ video_model_checks() {
   "$B/conveyor" serve "$vds" --config "$ROOT/examples/video_model_captions.yaml" \
     --listen 127.0.0.1:0 --ready-file "$ready" --threads "$SERVER_THREADS" > "$OUT/video_serve.log" 2>&1 &
   local vpid=$!
-  for _ in $(seq 300); do [[ -s "$ready" ]] && break; sleep 0.1; done
+  for _ in $(seq 300); do [[ -s "$ready" ]] && break; kill -0 "$vpid" 2>/dev/null || break; sleep 0.1; done
   local vaddr="$(cut -d' ' -f1 "$ready" 2>/dev/null)"
   local vm=("$PY" "$ROOT/python/examples/train_video_model.py" --servers "$vaddr" --dataset "$vds")
   check video_model_nvdec_ceiling 120 "${vm[@]}" --model none --steps 60 --warmup 10 --json "$OUT/video_model_nvdec_ceiling.json"
@@ -202,7 +202,7 @@ fi
   --config "$ROOT/examples/pipeline.yaml" --listen 127.0.0.1:0 --ready-file "$WORK/ready" \
   --threads "$SERVER_THREADS" > "$OUT/serve.log" 2>&1 &
 SERVER_PID=$!
-for _ in $(seq 300); do [[ -s "$WORK/ready" ]] && break; sleep 0.1; done
+for _ in $(seq 300); do [[ -s "$WORK/ready" ]] && break; kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
 ADDR="$(cut -d' ' -f1 "$WORK/ready" 2>/dev/null)"
 echo "server: ${ADDR:-none} (pid $SERVER_PID)" >&2
 [[ -n "$ADDR" ]] || { echo "device_check: the data server did not start:" >&2; tail -5 "$OUT/serve.log" >&2; }
