@@ -149,6 +149,20 @@ VideoOutput SampleAssembler::OutputFor(const StreamSpec& s) const {
 
 namespace {
 
+// Which decode position a decoder keeps for (episode, manifest stream): a request with the same
+// key may continue where the last one stopped.
+uint64_t DecoderKey(uint64_t episode, int stream) {
+  return (episode << 16) ^ static_cast<uint64_t>(stream);
+}
+
+// The spec's decode limits, with room for a request of `frames` frames (a FrameRequest may span
+// several samples).
+DecodeLimits LimitsFor(DecodeLimits limits, size_t frames) {
+  limits.max_frames_per_sample =
+      std::max<int64_t>(limits.max_frames_per_sample, static_cast<int64_t>(frames));
+  return limits;
+}
+
 constexpr double kEdgeEps = 1e-9;  // float slack when comparing requested times to the edges
 
 struct Pick {
@@ -421,7 +435,7 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
   auto read = [&](size_t packet, std::string* bytes) {
     return dataset_.ReadPacket(index, s.stream, packet, bytes);
   };
-  const uint64_t key = (sample.episode << 16) ^ static_cast<uint64_t>(s.stream);
+  const uint64_t key = DecoderKey(sample.episode, s.stream);
   VideoOutput vo = OutputFor(s);
   // Consecutive samples ask for frames the decoder has just passed when a sample takes several
   // frames, or when samples come faster than frames (anchored at 50 Hz actions over 30 fps
@@ -596,10 +610,8 @@ absl::Status SampleAssembler::DecodeFrames(const FrameRequest& request, std::vec
   auto read = [&](size_t packet, std::string* bytes) {
     return dataset_.ReadPacket(*ep->index, s.stream, packet, bytes);
   };
-  const uint64_t key = (request.episode << 16) ^ static_cast<uint64_t>(s.stream);
-  DecodeLimits limits = spec_.limits;
-  limits.max_frames_per_sample = std::max<int64_t>(limits.max_frames_per_sample,
-                                                   static_cast<int64_t>(request.frames.size()));
+  const uint64_t key = DecoderKey(request.episode, s.stream);
+  const DecodeLimits limits = LimitsFor(spec_.limits, request.frames.size());
   return video_[request.spec_stream]->Decode(key, stream, *table, read, request.frames,
                                              OutputFor(s), limits, out);
 }
@@ -624,10 +636,8 @@ absl::Status SampleAssembler::DecodeFramesOnDevice(const FrameRequest& request,
   auto read = [&](size_t packet, std::string* bytes) {
     return dataset_.ReadPacket(*ep->index, s.stream, packet, bytes);
   };
-  const uint64_t key = (request.episode << 16) ^ static_cast<uint64_t>(s.stream);
-  DecodeLimits limits = spec_.limits;
-  limits.max_frames_per_sample = std::max<int64_t>(limits.max_frames_per_sample,
-                                                   static_cast<int64_t>(request.frames.size()));
+  const uint64_t key = DecoderKey(request.episode, s.stream);
+  const DecodeLimits limits = LimitsFor(spec_.limits, request.frames.size());
   stats_.frames_delivered += request.frames.size();
   return decoder.Decode(key, stream, *table, read, request.frames, output, limits, dst, stride);
 }
