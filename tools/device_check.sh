@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one run on the GPU machine, from the carried bundle
 # (tools/device_bundle.sh), with the machine's own Python (CUDA torch, jax, flax, optax, orbax):
-#   the C++ GPU tests (upload_test, client_device_test, capi_test), the Python package's tests
+#   the C++ GPU tests (upload_test, client_device_test, capi_test, nvdec_test, device_frames_test),
+#   nvdec_bench, the video-model example (train_video_model.py, NVDEC and served), the Python package's tests
 #   (Loader(device="cuda:0"), DLPack into torch and jax, make_global_batch on real devices),
 #   upload_bench beside cudaMemcpy, `conveyor train --comm nccl --device`, and both training
 #   examples (python/examples/train_torch_policy.py, train_jax_policy.py) against a data server on
@@ -192,8 +193,12 @@ if [[ "${CONVEYOR_CHECK_TRANSPORT:-0}" == 1 || " ${CONVEYOR_CHECK_ONLY:-} " == *
       --episode-seconds 10 --quiet
   fi
   TT="${CONVEYOR_CHECK_TRANSPORT_THREADS:-4,$(nproc)}"
+  # The plot needs /usr/bin/python3 with matplotlib, which the GPU image lacks: plot the JSON
+  # afterwards elsewhere (bench/RESULTS.md says how).
+  PLOT=()
+  /usr/bin/python3 -c 'import matplotlib' 2>/dev/null && PLOT=(--plot "$OUT/transport_bench.png")
   check transport_bench 240 "$B/conveyor" bench "$TDS" --modality video --threads "$TT" --seconds 3 \
-    --frame-cache-bytes 8GB --json "$OUT/transport_bench.json" --plot "$OUT/transport_bench.png"
+    --frame-cache-bytes 8GB --json "$OUT/transport_bench.json" "${PLOT[@]}"
 fi
 # The server runs SERVER_THREADS decode workers per stream (set above). `conveyor serve`'s own
 # default is 2, which is what the H200 runs of 2026-11-27 had: one stream then decodes on two cores, about the examples' demand,
@@ -276,3 +281,6 @@ print(json.dumps({k: v for k, v in summary.items() if k != "checks"}, indent=1))
 for r in results:
     print(f"{r['check']:22s} {'ok' if r['passed'] else 'FAILED rc=%d' % r['rc']:>12s} {r['seconds']:7.1f} s")
 PY
+# Everything in one archive as well: the device tool brings back only a few files per call.
+tar -czf "$OUT/device_check_files.tgz" -C "$OUT" --exclude=device_check_files.tgz . 2>/dev/null
+echo "device_check: $OUT/device_check_files.tgz holds every log and JSON of this run" >&2
