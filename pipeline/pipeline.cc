@@ -1182,7 +1182,13 @@ PipelineStats Pipeline::stats() const {
   PipelineStats s = m.stats;
   s.seconds = Seconds(m.created, Clock::now());
   s.queue_bytes = m.prefetch_bytes + m.results_bytes;
-  for (auto it = m.results.find(m.next_seq); it != m.results.end() && it->first == m.next_seq + s.samples_ready;
+  // Counted up to 4 batches (at least 64 samples): a server reads stats() after every batch under
+  // the lock the workers take to hand in their samples, and a reorder buffer of small samples can
+  // hold hundreds of thousands of them (walking them all made a served stream of 16 workers
+  // deliver 0.1-0.25 of the pipeline; bench/RESULTS.md).
+  const uint64_t limit = std::max<uint64_t>(4 * m.local, 64);
+  for (auto it = m.results.find(m.next_seq);
+       it != m.results.end() && it->first == m.next_seq + s.samples_ready && s.samples_ready < limit;
        ++it) {
     ++s.samples_ready;
   }

@@ -91,7 +91,8 @@ struct PipelineStats {
   uint64_t epoch_boundaries = 0;
   uint64_t boundaries_planned_ahead = 0;
   uint64_t next_epoch_samples_ready = 0;
-  uint64_t samples_ready = 0;      // now: the samples Next() can hand out in order without waiting
+  uint64_t samples_ready = 0;      // now: the samples Next() can hand out in order without waiting,
+                                   // counted up to 4 batches (at least 64)
   uint64_t queue_bytes = 0;        // reorder buffer + window prefetch, now
   uint64_t queue_bytes_peak = 0;   // reorder buffer + window prefetch, at most
   uint64_t prefetch_bytes_peak = 0;  // the window prefetch, at most
