@@ -100,6 +100,18 @@ struct DeviceFrames::Impl {
 
   ~Impl();
 
+  // What sample `id` needs of tensor `tensor`, from `session`'s assembler: *request (valid until
+  // the session's next request) with the padding flags copied to `pads`, or null when its member
+  // lacks the stream (then `dst` is zeroed on `cuda_stream` and the flags are all 1). Errors name
+  // the dataset, episode, step and stream.
+  absl::Status Prepare(Session& session, size_t tensor, const SampleId& id, uint8_t* dst,
+                       uint8_t* pads, void* cuda_stream, std::atomic<bool>* zeroed,
+                       const FrameRequest** request);
+  // "dataset D, episode E, step S, stream 'N'": where a sample's error happened.
+  std::string Where(const SampleId& id, size_t tensor) const {
+    return StrCat("dataset ", source->dataset(id.dataset).uri(), ", episode ", id.episode,
+                  ", step ", id.step, ", stream '", tensors[tensor].name, "'");
+  }
   // Decodes one sample into its slot with `session`.
   absl::Status DecodeOne(Session& session, size_t tensor, const SampleId& id, uint8_t* dst,
                          uint8_t* pads, void* cuda_stream, std::atomic<bool>* zeroed);
@@ -250,20 +262,18 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
   return std::unique_ptr<DeviceFrames>(new DeviceFrames(std::move(impl)));
 }
 
-absl::Status DeviceFrames::Impl::DecodeOne(Session& session, size_t tensor, const SampleId& id,
-                                           uint8_t* dst, uint8_t* pads, void* cuda_stream,
-                                           std::atomic<bool>* zeroed) {
+absl::Status DeviceFrames::Impl::Prepare(Session& session, size_t tensor, const SampleId& id,
+                                         uint8_t* dst, uint8_t* pads, void* cuda_stream,
+                                         std::atomic<bool>* zeroed, const FrameRequest** request) {
+  *request = nullptr;
   const DeviceFramesTensor& t = tensors[tensor];
-  const size_t shared = tensor_stream[tensor];
   if (id.dataset >= session.members.size()) {
     return absl::InvalidArgumentError(StrCat("sample ", id.index, " comes from mixture member ",
                                              id.dataset, "; ", source->uri(), " has ",
                                              session.members.size()));
   }
-  const BoundMember& member = bound[id.dataset];
-  const int member_stream = member.stream_of[shared];
-  const std::string ctx = StrCat("dataset ", source->dataset(id.dataset).uri(), ", episode ",
-                                 id.episode, ", step ", id.step, ", stream '", t.name, "'");
+  const int member_stream = bound[id.dataset].stream_of[tensor_stream[tensor]];
+  const std::string ctx = Where(id, tensor);
   if (member_stream < 0) {  // the member lacks the stream: padding, as the CPU path delivers it
 #if CONVEYOR_HAVE_CUDA
     const cudaError_t e = cudaMemsetAsync(dst, 0, t.sample_bytes, static_cast<cudaStream_t>(cuda_stream));
@@ -275,21 +285,29 @@ absl::Status DeviceFrames::Impl::DecodeOne(Session& session, size_t tensor, cons
     if (pads != nullptr) std::fill(pads, pads + t.frames_per_sample, uint8_t{1});
     return absl::OkStatus();
   }
-  SampleAssembler& assembler = *session.members[id.dataset];
-  absl::Status st = assembler.NeededFramesAt(id.episode, id.step, &session.requests);
-  const FrameRequest* request = nullptr;
-  if (st.ok()) {
-    for (const FrameRequest& r : session.requests) {
-      if (r.spec_stream == static_cast<size_t>(member_stream)) request = &r;
-    }
-    if (request == nullptr) st = absl::InternalError("no frame request for the stream");
-  }
-  if (st.ok()) {
-    if (pads != nullptr) std::copy(request->pads.begin(), request->pads.end(), pads);
-    st = assembler.DecodeFramesOnDevice(*request, *session.decoder, outputs[tensor], dst,
-                                        t.sample_bytes / t.frames_per_sample);
-  }
+  absl::Status st =
+      session.members[id.dataset]->NeededFramesAt(id.episode, id.step, &session.requests);
   if (!st.ok()) return Annotate(st, ctx);
+  for (const FrameRequest& r : session.requests) {
+    if (r.spec_stream == static_cast<size_t>(member_stream)) *request = &r;
+  }
+  if (*request == nullptr) return absl::InternalError(StrCat(ctx, ": no frame request for the stream"));
+  if (pads != nullptr) std::copy((*request)->pads.begin(), (*request)->pads.end(), pads);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFrames::Impl::DecodeOne(Session& session, size_t tensor, const SampleId& id,
+                                           uint8_t* dst, uint8_t* pads, void* cuda_stream,
+                                           std::atomic<bool>* zeroed) {
+  const FrameRequest* request = nullptr;
+  RETURN_IF_ERROR(Prepare(session, tensor, id, dst, pads, cuda_stream, zeroed, &request));
+  if (request == nullptr) return absl::OkStatus();  // padding, already written
+  const DeviceFramesTensor& t = tensors[tensor];
+  absl::Status st = session.members[id.dataset]->DecodeFramesOnDevice(
+      *request, *session.decoder, outputs[tensor], dst, t.sample_bytes / t.frames_per_sample);
+  if (!st.ok()) {
+    return Annotate(st, Where(id, tensor));
+  }
   return absl::OkStatus();
 }
 
@@ -302,7 +320,6 @@ absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const Sam
   const DeviceFramesTensor& t = tensors[tensor];
   Cache& c = caches[tensor];
   const size_t fb = c.frame_bytes;
-  const size_t shared = tensor_stream[tensor];
   const cudaStream_t copy = static_cast<cudaStream_t>(copy_stream);
   Session& s0 = sessions[0];
   struct Want {
@@ -313,31 +330,12 @@ absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const Sam
   std::vector<int> member_stream_of(source->size(), -1);
   for (size_t i = 0; i < ids.size(); ++i) {
     const SampleId& id = ids[i];
-    if (id.dataset >= s0.members.size()) {
-      return absl::InvalidArgumentError(StrCat("sample ", id.index, " comes from mixture member ",
-                                               id.dataset, "; ", source->uri(), " has ",
-                                               s0.members.size()));
-    }
-    const int member_stream = bound[id.dataset].stream_of[shared];
-    uint8_t* sample_pads = pads != nullptr ? pads + i * t.frames_per_sample : nullptr;
-    if (member_stream < 0) {  // padding, as the CPU path delivers it
-      absl::Status z = DecodeOne(s0, tensor, id, base + i * t.sample_bytes, sample_pads,
-                                 cuda_stream, zeroed);
-      if (!z.ok()) return z;
-      continue;
-    }
-    member_stream_of[id.dataset] = member_stream;
-    absl::Status st = s0.members[id.dataset]->NeededFramesAt(id.episode, id.step, &s0.requests);
     const FrameRequest* request = nullptr;
-    for (const FrameRequest& r : s0.requests) {
-      if (st.ok() && r.spec_stream == static_cast<size_t>(member_stream)) request = &r;
-    }
-    if (st.ok() && request == nullptr) st = absl::InternalError("no frame request for the stream");
-    if (!st.ok()) {
-      return Annotate(st, StrCat("dataset ", source->dataset(id.dataset).uri(), ", episode ",
-                                 id.episode, ", step ", id.step, ", stream '", t.name, "'"));
-    }
-    if (sample_pads != nullptr) std::copy(request->pads.begin(), request->pads.end(), sample_pads);
+    RETURN_IF_ERROR(Prepare(s0, tensor, id, base + i * t.sample_bytes,
+                            pads != nullptr ? pads + i * t.frames_per_sample : nullptr,
+                            cuda_stream, zeroed, &request));
+    if (request == nullptr) continue;  // padding, already written
+    member_stream_of[id.dataset] = static_cast<int>(request->spec_stream);
     for (size_t k = 0; k < request->frames.size(); ++k) {
       wants.push_back(Want{i * t.frames_per_sample + k,
                            FrameKey{id.dataset, id.episode, request->frames[k]}});
