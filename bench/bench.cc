@@ -32,6 +32,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_format.h"
+#include "base/cpu_slots.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/worker_pool.h"
@@ -873,6 +874,7 @@ class Bench {
     so.config_paths = {cfg};
     so.listen = "127.0.0.1:0";
     so.threads = threads;
+    so.cpu_slots = o_.cpu_slots;
     so.queue_bytes = po.queue_bytes;
     ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
     // Each transport against the same server: payloads in gRPC messages, then through the
@@ -973,6 +975,7 @@ class Bench {
     so.config_paths = {cfg};
     so.listen = "127.0.0.1:0";
     so.threads = threads;
+    so.cpu_slots = o_.cpu_slots;
     so.queue_bytes = po.queue_bytes;
     ApplyFrameCache(o_.frame_cache, &so);
     ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
@@ -1518,7 +1521,8 @@ absl::Status RunBench(const BenchOptions& o) {
   const std::string cache_flags = FrameCacheFlagsText(o.frame_cache);
   const bool cache_rows = PrintCacheRowsAndLimits(o, bench.rows(), cache_flags);
   const json doc = {{"dataset", o.dataset}, {"config", o.config}, {"cat_bytes_per_s", bench.cat_bytes_per_s()},
-                    {"nproc", std::thread::hardware_concurrency()}, {"rows", rows}};
+                    {"nproc", std::thread::hardware_concurrency()}, {"consumers", o.consumers},
+                    {"cpu_slots", o.cpu_slots < 0 ? AvailableCpus() + 1 : o.cpu_slots}, {"rows", rows}};
   std::string json_path = o.json;
   if (json_path.empty() && !o.plot.empty()) json_path = work + "/bench.json";
   if (!json_path.empty()) {

@@ -27,6 +27,7 @@ struct BenchOptions {
   int gpus = 1;                // GPUs of the job the target is for
   uint32_t payload_streams = 1;  // gRPC serve rows: striped payloads (docs/serving.md)
   int consumers = 1;           // served rows and --plan: consumers streaming at once (i of N)
+  int cpu_slots = -1;          // the server's (ServerOptions::cpu_slots)
   int server_cores = 32;       // cores of one server node, for the server count
   // A decoded-frame cache (--frame-cache-bytes, --frame-cache-dir, ...): adds rows for the video
   // GOP pipeline with it, epoch 1 (cold) and epochs 2+ (warm), and the serve rows with a warm

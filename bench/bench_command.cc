@@ -36,6 +36,10 @@ class BenchCommand final : public Command {
                   "gRPC serve rows: each stream's payloads over this many more streams, each on its "
                   "own connection (1 to 8; docs/serving.md \"Striped payloads\")")
         ->capture_default_str()->check(CLI::Range(1, 8));
+    c->add_option("--cpu-slots", o_.cpu_slots,
+                  "Serve rows: the server's bound on decode workers computing at once over all streams "
+                  "(as `conveyor serve --cpu-slots`; default: one more than the CPUs this process may use; 0: none)")
+        ->check(CLI::Range(0, 1024));
     c->add_option("--server-cores", o_.server_cores, "--plan: cores of one server node")->capture_default_str();
     // With a frame cache: rows for the video gop pipeline with it, epoch 1 and epochs 2+, and
     // the serve rows with a warm cache (the other rows never use it).

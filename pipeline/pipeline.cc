@@ -692,7 +692,7 @@ struct Pipeline::Impl {
       }
       return *assemblers[k];
     };
-    double idle = 0, decode = 0, assemble = 0;
+    double idle = 0, decode = 0, assemble = 0, slot_wait = 0;
     std::vector<FrameRequest> needed;
     std::vector<RgbImage> images;
     while (true) {
@@ -704,11 +704,15 @@ struct Pipeline::Impl {
       SampleAssembler& assembler = assembler_for(task.member);
       if (task.prefetch) {
         const auto t0 = Clock::now();
+        std::optional<CpuSlotHold> slot(std::in_place, opt.cpu_slots.get());
+        const auto t1 = Clock::now();
         DecodedBlock block = DecodeBlock(assembler, task, &needed, &images);
-        decode += Seconds(t0, Clock::now());
+        slot.reset();
+        slot_wait += Seconds(t0, t1);
+        decode += Seconds(t1, Clock::now());
         absl::MutexLock lock(&mu);
         AddToWindow(task, &block);
-        Publish(id, assemblers, &idle, &decode, &assemble);
+        Publish(id, assemblers, &idle, &decode, &assemble, &slot_wait);
         continue;
       }
       const bool scheduled = members[task.member]->scheduled;
@@ -720,8 +724,12 @@ struct Pipeline::Impl {
         if (cancelled) break;
       }
       const auto t0 = Clock::now();
+      std::optional<CpuSlotHold> slot(std::in_place, opt.cpu_slots.get());
+      const auto t1 = Clock::now();
       Result r{AssembleNoThrow(assembler, task), 0};
-      assemble += Seconds(t0, Clock::now());
+      slot.reset();
+      slot_wait += Seconds(t0, t1);
+      assemble += Seconds(t1, Clock::now());
       if (r.sample.ok()) r.bytes = r.sample->bytes();
       absl::MutexLock lock(&mu);
       if (scheduled) {
@@ -736,10 +744,10 @@ struct Pipeline::Impl {
       stats.queue_bytes_peak = std::max(stats.queue_bytes_peak, prefetch_bytes + results_bytes);
       results.emplace(task.seq, std::move(r));
       result_cv.SignalAll();
-      Publish(id, assemblers, &idle, &decode, &assemble);
+      Publish(id, assemblers, &idle, &decode, &assemble, &slot_wait);
     }
     absl::MutexLock lock(&mu);
-    Publish(id, assemblers, &idle, &decode, &assemble);
+    Publish(id, assemblers, &idle, &decode, &assemble, &slot_wait);
   }
 
   FrameCacheKey CacheKey(uint32_t member, const SampleAssembler& assembler, const FrameRequest& r,
@@ -783,7 +791,8 @@ struct Pipeline::Impl {
 
   // Hands a worker's counters to stats().
   void Publish(size_t id, const std::vector<std::unique_ptr<SampleAssembler>>& assemblers,
-               double* idle, double* decode, double* assemble) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+               double* idle, double* decode, double* assemble, double* slot_wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     AssemblerStats sum;
     for (const auto& a : assemblers) {
       if (!a) continue;
@@ -797,7 +806,8 @@ struct Pipeline::Impl {
     stats.worker_idle_seconds += *idle;
     stats.decode_seconds += *decode;
     stats.assemble_seconds += *assemble;
-    *idle = *decode = *assemble = 0;
+    stats.cpu_slot_wait_seconds += *slot_wait;
+    *idle = *decode = *assemble = *slot_wait = 0;
   }
 };
 

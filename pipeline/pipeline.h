@@ -28,6 +28,7 @@
 #include "pipeline/batch.h"
 #include "pipeline/frame_cache.h"
 #include "shuffle/order.h"
+#include "base/cpu_slots.h"
 #include "pipeline/packing.h"
 #include "pipeline/source.h"
 
@@ -56,6 +57,11 @@ struct PipelineOptions {
   // (pipeline/frame_cache.h); null: none. GOP mode: a block whose frames are all cached is not
   // decoded. Changes where pixels come from, never what they are, nor the order.
   std::shared_ptr<DecodedFrameCache> frame_cache;
+  // A bound on the workers computing at once, shared by every pipeline given the same slots
+  // (base/cpu_slots.h): a server gives all its streams one, sized to its cores. Each worker holds
+  // a slot while it decodes a block or assembles a sample. Changes when work runs, never a byte.
+  // Null: none (the workers are bounded by `threads` alone).
+  std::shared_ptr<CpuSlots> cpu_slots;
 
   // Reads the `pipeline:` (and `packing:`) sections of a config file; keys not given keep the
   // values already in *this. Unknown keys are errors naming file:line:col.
@@ -102,6 +108,7 @@ struct PipelineStats {
   double batch_seconds = 0;        // Next() building batches
   double wait_seconds = 0;         // Next() waiting for samples (the consumer starved)
   double worker_idle_seconds = 0;  // workers waiting for budget or tasks (backpressure)
+  double cpu_slot_wait_seconds = 0;  // workers with a task waiting for a CPU slot (summed)
   double fill_ratio_sum = 0;       // packing: sum of per-batch fill ratios
   std::vector<uint64_t> member_samples;  // samples handed out per dataset (mixture member)
   double amplification() const {

@@ -59,7 +59,7 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                 "Samples sent, by dataset (a mixture's member, docs/mixtures.md)")),
       stage_(Counters(*registry_, "conveyor_stage_seconds_total",
                       "Seconds spent per pipeline stage, summed over workers (decode, assemble, "
-                      "batch, idle, send)")),
+                      "batch, idle, cpu_slot_wait, send)")),
       errors_(Counters(*registry_, "conveyor_errors_total", "Streams ended by an error, by job and reason")),
       skipped_(Counters(*registry_, "conveyor_samples_skipped_total",
                         "Samples skipped under on_error: skip, by job (each is logged with its reason)")),

@@ -199,6 +199,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
   std::string token;  // empty: no token required
   std::unique_ptr<ServerMetrics> metrics;
   std::shared_ptr<DecodedFrameCache> frame_cache;  // shared by every stream; null: none
+  std::shared_ptr<CpuSlots> cpu_slots;             // shared by every stream; null: no bound
   std::unique_ptr<grpc::Server> server;
   std::string address;
 
@@ -758,6 +759,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
             : std::clamp<uint64_t>(req.max_message_bytes(), kMinMessageBytes, kMaxMessageCap);
     PipelineOptions po = config->options;
     po.frame_cache = frame_cache;
+    po.cpu_slots = cpu_slots;
     po.consumer = req.consumer();
     po.consumers = req.consumers();
     po.threads = o.threads;
@@ -1000,6 +1002,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     metrics->Stage("assemble", b.assemble_seconds - a.assemble_seconds);
     metrics->Stage("batch", b.batch_seconds - a.batch_seconds);
     metrics->Stage("idle", b.worker_idle_seconds - a.worker_idle_seconds);
+    metrics->Stage("cpu_slot_wait", b.cpu_slot_wait_seconds - a.cpu_slot_wait_seconds);
     if (b.skipped > a.skipped) metrics->Skipped(label, b.skipped - a.skipped);
     const uint64_t decoded = b.frames_decoded > a.frames_decoded ? b.frames_decoded - a.frames_decoded : 0;
     const uint64_t delivered =
@@ -1087,6 +1090,10 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   Impl& m = *impl;
   if (o.config_paths.empty()) return absl::InvalidArgumentError("--config is required");
   if (o.threads < 1) return absl::InvalidArgumentError("--threads must be at least 1");
+  if (o.cpu_slots < -1 || o.cpu_slots > static_cast<int>(kMaxThreads)) {
+    return absl::InvalidArgumentError(StrCat("--cpu-slots must be in [0, ", kMaxThreads,
+                                             "] (0: no bound), not ", o.cpu_slots));
+  }
   if (o.max_streams < 1) return absl::InvalidArgumentError("--max-streams must be at least 1");
   if (o.max_message_bytes < kMinMessageBytes || o.max_message_bytes > kMaxMessageCap) {
     return absl::InvalidArgumentError(StrCat("--max-message-bytes must be in [", kMinMessageBytes,
@@ -1176,6 +1183,20 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   spdlog::info("memory budget for all streams: {} bytes ({})", m.memory_budget,
                m.memory_budget_source);
   m.metrics->ExposeStorage([source = m.source.get()] { return source->storage_stats(); });
+  if (o.cpu_slots != 0) {
+    // Default: one more than the CPUs, so that a worker stalled on a page fault or a local read
+    // leaves no core idle (measured: bench/RESULTS.md "8 consumers at 16 threads per stream").
+    std::string why = "--cpu-slots";
+    int slots = o.cpu_slots;
+    if (slots < 0) {
+      std::string cpus_from;
+      slots = AvailableCpus(&cpus_from) + 1;
+      why = StrCat("one more than the CPUs, from ", cpus_from);
+    }
+    m.cpu_slots = std::make_shared<CpuSlots>(slots);
+    spdlog::info("decode workers: {} per stream, at most {} computing at once over all streams ({})",
+                 o.threads, slots, why);
+  }
   FrameCacheConfig fcc;
   fcc.bytes = o.frame_cache_bytes;
   fcc.policy = o.frame_cache_policy;

@@ -61,6 +61,11 @@ struct ServerOptions {
   std::string tls_cert_file, tls_key_file;
   std::string tls_client_ca_file;         // require and verify client certificates
   int threads = 2;                        // decode workers per stream
+  // How many of all streams' decode workers compute at once (base/cpu_slots.h): N streams of
+  // `threads` workers share this many CPU slots, so that many streams do not bury the threads
+  // that send their batches. -1: one more than the CPUs this process may use (its affinity mask
+  // and cgroup quota); 0: no bound (each stream's `threads` only).
+  int cpu_slots = -1;
   uint64_t queue_bytes = 256ull << 20;    // per stream
   // One decoded-frame cache of this many bytes shared by every stream (pipeline/frame_cache.h):
   // a dataset's frames are decoded once per server, not once per epoch and stream. 0: none.

@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "base/cancel.h"
+#include "base/cpu_slots.h"
 #include "base/strings.h"
 
 namespace conveyor::http_internal {
@@ -267,6 +268,8 @@ absl::Status HttpEngine::GetRange(const Request& request, uint64_t file_size, ui
 // Runs `attempt` until it succeeds, fails permanently, or max_attempts are spent.
 template <typename Attempt>
 absl::Status HttpEngine::WithRetries(const std::string& request, Attempt attempt) const {
+  // A pipeline worker waiting on the network lends its CPU slot (base/cpu_slots.h) meanwhile.
+  ScopedSlotRelease lend;
   const int max_attempts = std::max(1, options_.max_attempts);
   absl::Status last;
   for (int k = 1; k <= max_attempts; ++k) {

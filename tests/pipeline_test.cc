@@ -273,6 +273,39 @@ TEST_F(PipelineTest, SameBatchesAtOneAndTwoThreads) {
   }
 }
 
+// A server's streams share CPU slots (base/cpu_slots.h): two pipelines of three workers each
+// on one slot, read in turn, give the batches each gives alone, naive and GOP-scheduled.
+TEST_F(PipelineTest, SharedCpuSlotsKeepBatchesBitIdentical) {
+  for (bool gop : {false, true}) {
+    const auto want = Run(Options(1, gop), {0, 0}, 4);
+    ASSERT_EQ(want.size(), 4u);
+    auto slots = std::make_shared<CpuSlots>(1);
+    PipelineOptions o = Options(3, gop);
+    o.cpu_slots = slots;
+    PipelineOptions other = o;
+    other.seed = 12;  // another job's stream on the same server
+    auto a = Pipeline::Create(*dataset_, *spec_, o, {0, 0});
+    auto b = Pipeline::Create(*dataset_, *spec_, other, {0, 0});
+    ASSERT_TRUE(a.ok() && b.ok());
+    std::vector<Line> got;
+    for (int i = 0; i < 4; ++i) {
+      for (Pipeline* p : {a->get(), b->get()}) {
+        auto next = p->Next();
+        ASSERT_TRUE(next.ok() && next->has_value()) << next.status();
+        if (p != a->get()) continue;
+        Line l{(*next)->cursor, (*next)->ids, {}};
+        for (const TensorView& t : (*next)->tensors) l.tensors[t.name].assign((*next)->data(t), (*next)->data(t) + t.bytes);
+        got.push_back(std::move(l));
+      }
+    }
+    EXPECT_TRUE(got == want) << (gop ? "gop" : "naive");
+    const CpuSlots::Stats s = slots->stats();
+    EXPECT_EQ(s.in_use_peak, 1);
+    EXPECT_GE(s.acquires, 2u * 4u * 20u) << "every sample of both streams is assembled under a slot";
+    EXPECT_GE((*a)->stats().cpu_slot_wait_seconds, 0.0);
+  }
+}
+
 // The pipeline version decides how audio is decoded (docs/pipeline.md "Schedule versions"):
 // versions 1 and 2 per window, 3 (the default) in chunks, so a job resumed under the version it
 // recorded gets the audio bits it started with. Each batch row's audio equals the assembler's with

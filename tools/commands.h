@@ -142,6 +142,7 @@ struct ServeOptions {
   std::string auth_token_file;
   std::string tls_cert, tls_key, tls_client_ca;
   int threads = 2;
+  int cpu_slots = -1;  // ServerOptions::cpu_slots
   uint64_t queue_bytes = 256ull << 20;
   FrameCacheFlags frame_cache;  // shared by every stream (and, with a directory, the node)
   int frame_cache_warm_threads = 0;

@@ -36,6 +36,7 @@ absl::Status RunServe(const ServeOptions& o) {
   so.tls_key_file = o.tls_key;
   so.tls_client_ca_file = o.tls_client_ca;
   so.threads = o.threads;
+  so.cpu_slots = o.cpu_slots;
   so.queue_bytes = o.queue_bytes;
   ApplyFrameCache(o.frame_cache, &so);
   so.frame_cache_warm_threads = o.frame_cache_warm_threads;
@@ -90,6 +91,10 @@ class ServeCommand final : public Command {
     c->add_option("--tls-key", o_.tls_key, "TLS private key (PEM)");
     c->add_option("--tls-client-ca", o_.tls_client_ca, "Require client certificates signed by this CA (PEM)");
     c->add_option("--threads", o_.threads, "Decode workers per stream")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--cpu-slots", o_.cpu_slots,
+                  "How many decode workers of all streams compute at once (default: one more than the CPUs this process "
+                  "may use, from its affinity and cgroup quota; 0: no bound beyond --threads per stream)")
+        ->check(CLI::Range(0, 1024));
     c->add_option("--queue-bytes", o_.queue_bytes, "Byte budget of samples in flight per stream")->transform(CLI::AsSizeValue(true))->capture_default_str()->check(CLI::PositiveNumber);
     AddFrameCacheFlags(c, &o_.frame_cache);
     c->add_option("--frame-cache-warm-threads", o_.frame_cache_warm_threads,
