@@ -1118,7 +1118,12 @@ class Bench {
       }
     }
     r.seconds = end > start ? std::chrono::duration<double>(end - start).count() : 0;
-    for (const client::ClientStats& st : stats) cs->wait_seconds += st.wait_seconds;
+    for (const client::ClientStats& st : stats) {
+      cs->wait_seconds += st.wait_seconds;
+      cs->batches += st.batches;
+      cs->shared_memory_batches += st.shared_memory_batches;
+      if (!st.shared_memory_refused.empty()) cs->shared_memory_refused = st.shared_memory_refused;
+    }
     return r;
   }
 
