@@ -17,7 +17,7 @@
 # 224x224 H.264), CONVEYOR_CHECK_ONLY (a space-separated list of check names), CONVEYOR_CHECK_SKIP
 # (check names to leave out), CONVEYOR_CHECK_DEADLINE (seconds into the run after which checks are
 # skipped and listed as such), CONVEYOR_CHECK_NVDEC_SESSIONS (nvdec_bench's --sessions),
-# CONVEYOR_CHECK_VIDEO_STEPS (train_video_model.py's steps), CONVEYOR_CHECK_CPU=1 (runs the examples on the CPU with a
+# CONVEYOR_CHECK_VIDEO_STEPS and _PREFETCH (train_video_model.py's --steps and --prefetch), CONVEYOR_CHECK_CPU=1 (runs the examples on the CPU with a
 # tiny model: a rehearsal of the script where there is no GPU).
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -131,7 +131,8 @@ video_model_checks() {
   local m name vargs
   read -r -a VIDEO_MODELS <<< "${CONVEYOR_CHECK_VIDEO_MODELS:-384:8}"
   for m in "${VIDEO_MODELS[@]}"; do
-    vargs=(--width "${m%%:*}" --depth "${m#*:}" --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --warmup 10)
+    vargs=(--width "${m%%:*}" --depth "${m#*:}" --steps "${CONVEYOR_CHECK_VIDEO_STEPS:-60}" --warmup 10
+           --prefetch "${CONVEYOR_CHECK_VIDEO_PREFETCH:-3}")
     for src in nvdec served; do
       name="video_model_$src"
       (( ${#VIDEO_MODELS[@]} > 1 )) && name="${name}_w${m%%:*}_d${m#*:}"
@@ -256,10 +257,14 @@ check jax_policy_resume 120 "$PY" "$ROOT/python/examples/train_jax_policy.py" --
 # Issue 29's striped and many-consumer rows (the first row ran before the trainers, above).
 if [[ "$TRANSPORT" == 1 ]]; then
   [[ -n "${SERVER_PID:-}" ]] && { kill -TERM "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; SERVER_PID=; }
-  check transport_bench_striped 120 "$B/conveyor" bench "$TDS" --modality lowdim --threads "$(nproc)" \
-    --seconds 3 --payload-streams 4 --json "$OUT/transport_bench_striped.json"
+  # Striped gRPC with a warm frame cache (the row where one loopback connection delivered 0.19).
+  check transport_bench_striped 180 "$B/conveyor" bench "$TDS" --modality video --threads "$(nproc)" \
+    --seconds 3 --payload-streams 4 --frame-cache-bytes 8GB --json "$OUT/transport_bench_striped.json"
+  # 8 consumers at all cores per stream: the server's default CPU slots, then none (how it was).
   check transport_bench_8_consumers 120 "$B/conveyor" bench "$TDS" --modality lowdim --threads "$(nproc)" \
     --seconds 3 --consumers 8 --json "$OUT/transport_bench_8_consumers.json"
+  check transport_bench_8_consumers_no_slots 120 "$B/conveyor" bench "$TDS" --modality lowdim \
+    --threads "$(nproc)" --seconds 3 --consumers 8 --cpu-slots 0 --json "$OUT/transport_bench_8_consumers_no_slots.json"
 fi
 
 "$PY" - "$RESULTS" "$OUT/device_check.json" "$(($(date +%s) - T0))" <<'PY'

@@ -108,12 +108,25 @@ def batches_nvdec(args, out, stop):
                              config=args.config or _example("video_model_captions.yaml"),
                              job="video_model_nvdec", max_batches=args.steps)
     try:
-        for batch in loader:
-            if stop.is_set():
+        batches = iter(loader)
+        decoded_before = 0
+        while not stop.is_set():
+            # Where the producer's time goes, per batch (in the --json steps): waiting for the
+            # server's batch, decoding its clips, and the pictures NVDEC decoded for them (the
+            # rest came from the frame cache). A data wait with a slow producer says which.
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            t1 = time.perf_counter()
+            if batch is None:
                 break
             clips = frames.decode(batch)
+            t2 = time.perf_counter()
+            decoded = frames.stats()["frames_decoded"]
             name = frames.tensors[0]["name"]
-            out.put((clips[name], clips[name + "_is_pad"], batch))
+            timing = {"loader_s": t1 - t0, "decode_s": t2 - t1,
+                      "pictures_decoded": decoded - decoded_before}
+            decoded_before = decoded
+            out.put((clips[name], clips[name + "_is_pad"], batch, timing))
         out.put(None)
     except BaseException as e:  # the trainer sees it
         out.put(e)
@@ -155,7 +168,7 @@ def main(argv=None):
             batch = next(served, None)
             if batch is None:
                 return None
-            return batch["cam0"], batch["cam0_is_pad"], batch
+            return batch["cam0"], batch["cam0_is_pad"], batch, {}
 
     steps, pending = [], None
     ids_digest = hashlib.sha256()  # the samples in order: equal for both --frames sources
@@ -167,7 +180,8 @@ def main(argv=None):
         wait = time.perf_counter() - t0
         if item is None:
             break
-        clips, pads, batch = item
+        clips, pads, batch, timing = item
+        queued = q.qsize() if args.frames == "nvdec" else None  # decoded batches still ahead
         ids_digest.update(np.ascontiguousarray(batch["_ids"], np.int64).tobytes())
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
@@ -191,7 +205,8 @@ def main(argv=None):
         steps.append({"step": step, "wait_s": wait, "clips": int(clips.shape[0]),
                       "frames": int(clips.shape[0] * clips.shape[1]),
                       # the host's flags (nvdec); served flags are on the device: no sync for them
-                      "padded": int(pads.sum()) if isinstance(pads, np.ndarray) else None})
+                      "padded": int(pads.sum()) if isinstance(pads, np.ndarray) else None,
+                      "queued": queued, **timing})
         pending = (step, start, end, loss.detach() if loss is not None else None)
     torch.cuda.synchronize()
     t_end = time.perf_counter()
@@ -213,12 +228,18 @@ def main(argv=None):
     clips = sum(s["clips"] for s in measured[1:])
     frames = sum(s["frames"] for s in measured[1:])
     step_ms = sorted(s["step_ms"] for s in measured if "step_ms" in s)
+
+    def p50_max(key):  # the producer's per-batch seconds, in ms (nvdec)
+        v = sorted(s[key] for s in measured if key in s)
+        return [round(1000 * v[len(v) // 2], 2), round(1000 * v[-1], 2)] if v else None
     summary = {
         "frames_source": args.frames, "model": args.model, "width": args.width,
         "depth": args.depth, "steps": len(measured), "seconds": round(seconds, 3),
         "clips_per_s": round(clips / seconds, 2), "frames_per_s": round(frames / seconds, 1),
         "data_wait_fraction": round(wait / seconds, 4),
         "step_ms_p50": round(step_ms[len(step_ms) // 2], 2) if step_ms else None,
+        "producer_loader_ms_p50_max": p50_max("loader_s"),
+        "producer_decode_ms_p50_max": p50_max("decode_s"),
         "clip_shape": list(clips_shape(steps)), "gpu": torch.cuda.get_device_name(0),
         "ids_sha256": ids_digest.hexdigest()[:16],
         "nvdec": nvdec_stats,
