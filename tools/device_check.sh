@@ -257,9 +257,11 @@ check jax_policy_resume 120 "$PY" "$ROOT/python/examples/train_jax_policy.py" --
 # Issue 29's striped and many-consumer rows (the first row ran before the trainers, above).
 if [[ "$TRANSPORT" == 1 ]]; then
   [[ -n "${SERVER_PID:-}" ]] && { kill -TERM "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; SERVER_PID=; }
-  # Striped gRPC with a warm frame cache (the row where one loopback connection delivered 0.19).
+  # Striped gRPC with a warm frame cache (the row where one loopback connection delivered 0.19),
+  # and epoch 1 with a pre-faulted cache on a fresh VM (issue 29 item 5).
   check transport_bench_striped 180 "$B/conveyor" bench "$TDS" --modality video --threads "$(nproc)" \
-    --seconds 3 --payload-streams 4 --frame-cache-bytes 8GB --json "$OUT/transport_bench_striped.json"
+    --seconds 3 --payload-streams 4 --frame-cache-bytes 8GB --frame-cache-prefault \
+    --json "$OUT/transport_bench_striped.json"
   # 8 consumers at all cores per stream: the server's default CPU slots, then none (how it was).
   check transport_bench_8_consumers 120 "$B/conveyor" bench "$TDS" --modality lowdim --threads "$(nproc)" \
     --seconds 3 --consumers 8 --json "$OUT/transport_bench_8_consumers.json"
