@@ -79,6 +79,12 @@ absl::Status NvdecDecoder::Decode(uint64_t, const pb::StreamIndex&, const FrameT
                                   const DecodeLimits&, void*, size_t) {
   return absl::FailedPreconditionError(StrCat("NVDEC: ", NvdecUnavailable(0)));
 }
+absl::Status NvdecDecoder::DecodeToHost(uint64_t, const pb::StreamIndex&, const FrameTable&,
+                                        PacketReader, std::span<const int64_t>,
+                                        const GpuFrameOutput&, const DecodeLimits&,
+                                        std::vector<RgbImage>*) {
+  return absl::FailedPreconditionError(StrCat("NVDEC: ", NvdecUnavailable(0)));
+}
 void* NvdecDecoder::stream() const { return nullptr; }
 int NvdecDecoder::device() const { return -1; }
 const NvdecStats& NvdecDecoder::stats() const { return impl_->stats; }
@@ -261,10 +267,15 @@ struct NvdecDecoder::Impl {
   int64_t max_pixels = 0;
   absl::Status error;  // the first failure inside a parser callback
 
+  // DecodeToHost's device buffer, grown to the largest request.
+  CUdeviceptr staging = 0;
+  size_t staging_bytes = 0;
+
   ~Impl() {
     if (d == nullptr) return;
     {
       ScopedContext scoped(*d, ctx);
+      if (staging != 0) d->cu->cuMemFree(staging);
       if (parser != nullptr) d->cv->cuvidDestroyVideoParser(parser);
       if (decoder != nullptr) d->cv->cuvidDestroyDecoder(decoder);
       if (stream != nullptr) d->cu->cuStreamDestroy(stream);
@@ -651,6 +662,57 @@ absl::Status NvdecDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
                                       frames.size(), " frames asked for (the first at pts ",
                                       m.wanted.begin()->first, "), packets ", start, " to ",
                                       packets));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NvdecDecoder::DecodeToHost(uint64_t stream_key, const pb::StreamIndex& stream,
+                                        const FrameTable& table, PacketReader read,
+                                        std::span<const int64_t> frames,
+                                        const GpuFrameOutput& output, const DecodeLimits& limits,
+                                        std::vector<RgbImage>* out) {
+  Impl& m = *impl_;
+  if (output.layout != GpuFrameOutput::Layout::kHwcU8) {
+    return absl::InvalidArgumentError("DecodeToHost writes uint8 hwc frames");
+  }
+  const int width = stream.codec().width(), height = stream.codec().height();
+  const int rw = output.resize_width > 0 ? output.resize_width : width;
+  const int rh = output.resize_height > 0 ? output.resize_height : height;
+  const int ow = output.width > 0 ? output.width : rw;
+  const int oh = output.height > 0 ? output.height : rh;
+  const size_t frame_bytes = FrameBytes(output, width, height);
+  out->resize(frames.size());
+  if (frames.empty()) return absl::OkStatus();
+  if (frame_bytes == 0 || frames.size() > std::numeric_limits<size_t>::max() / frame_bytes) {
+    return absl::InvalidArgumentError(StrCat("a ", width, "x", height, " stream's frames: bad size"));
+  }
+  const size_t need = frame_bytes * frames.size();
+  {
+    ScopedContext scoped(*m.d, m.ctx);
+    if (m.staging_bytes < need) {
+      if (m.staging != 0) m.d->cu->cuMemFree(m.staging);
+      m.staging = 0;
+      m.staging_bytes = 0;
+      if (CUresult r = m.d->cu->cuMemAlloc(&m.staging, need); r != CUDA_SUCCESS) {
+        m.staging = 0;
+        return absl::ResourceExhaustedError(CuError(*m.d, r, StrCat("cuMemAlloc of ", need, " bytes")));
+      }
+      m.staging_bytes = need;
+    }
+  }
+  RETURN_IF_ERROR(Decode(stream_key, stream, table, read, frames, output, limits,
+                         reinterpret_cast<void*>(static_cast<uintptr_t>(m.staging)), frame_bytes));
+  // Decode returned with every frame written (its stream synchronised): copy them out.
+  ScopedContext scoped(*m.d, m.ctx);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    RgbImage& img = (*out)[i];
+    img.width = ow;
+    img.height = oh;
+    img.pixels.resize(frame_bytes);
+    if (CUresult r = m.d->cu->cuMemcpyDtoH(img.pixels.data(), m.staging + i * frame_bytes, frame_bytes);
+        r != CUDA_SUCCESS) {
+      return absl::InternalError(CuError(*m.d, r, "cuMemcpyDtoH"));
+    }
   }
   return absl::OkStatus();
 }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "format/format_fwd.h"
@@ -96,6 +97,13 @@ class NvdecDecoder {
                       const GpuFrameOutput& output, const DecodeLimits& limits, void* dst,
                       size_t dst_stride);
 
+  // Decode's frames copied to host memory, for the served path (`decode: gpu`): entry i of
+  // `out` is frame frames[i], uint8 RGB HWC as `output` (which must be kHwcU8) sizes it, the
+  // same layout VideoDecoder returns. The decoder keeps a device buffer of the largest request.
+  absl::Status DecodeToHost(uint64_t stream_key, const format::v1::StreamIndex& stream,
+                            const FrameTable& table, PacketReader read,
+                            std::span<const int64_t> frames, const GpuFrameOutput& output,
+                            const DecodeLimits& limits, std::vector<RgbImage>* out);
   // Bytes of one frame as `output` lays it out for a stream of width x height.
   static size_t FrameBytes(const GpuFrameOutput& output, int width, int height);
 

@@ -133,7 +133,10 @@ uint64_t SampleAssembler::DecodeSettingsKey(size_t spec_stream) const {
   uint64_t h = Mix64(0x6465636f6465ull ^ static_cast<uint64_t>(static_cast<uint32_t>(vo.width)));
   h = Mix64(h ^ static_cast<uint64_t>(static_cast<uint32_t>(vo.height)));
   h = Mix64(h ^ static_cast<uint64_t>(vo.filter));
-  return Mix64(h ^ (vo.autorotate ? 1u : 0u));
+  h = Mix64(h ^ (vo.autorotate ? 1u : 0u));
+  // NVDEC's pixels are not the CPU's: a cache never hands one's frames to the other.
+  if (spec_.streams[spec_stream].decode == DecodeBackend::kGpu) h = Mix64(h ^ 0x6e76646563ull);
+  return h;
 }
 
 VideoOutput SampleAssembler::OutputFor(const StreamSpec& s) const {
@@ -447,8 +450,8 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
           ? streams[spec_.anchor_stream].rate
           : 0;
   vo.keep_recent = s.deltas.size() > 1 || anchor_rate > streams[s.stream].rate;
-  absl::Status st = video_[si]->Decode(key, index.streams(s.stream), table, read, frames, vo,
-                                       spec_.limits, images);
+  absl::Status st = DecodeVideo(si, key, index.streams(s.stream), table, read, frames, vo,
+                                spec_.limits, images);
   if (!st.ok()) {
     return StreamError(ctx, st,
                        StrCat("frames at t=", sample.time_s, " s + ", s.deltas.front(), "..",
@@ -564,6 +567,10 @@ AssemblerStats SampleAssembler::stats() const {
     s.frames_decoded += v->stats().frames_decoded;
     s.video_seeks += v->stats().seeks;
   }
+  if (nvdec_ != nullptr) {
+    s.frames_decoded += nvdec_->stats().frames_decoded;
+    s.video_seeks += nvdec_->stats().seeks;
+  }
   // Delivered = frames that went into samples, decoded for them or found in the window prefetch.
   s.frames_delivered = stats_.frames_delivered;
   return s;
@@ -612,8 +619,38 @@ absl::Status SampleAssembler::DecodeFrames(const FrameRequest& request, std::vec
   };
   const uint64_t key = DecoderKey(request.episode, s.stream);
   const DecodeLimits limits = LimitsFor(spec_.limits, request.frames.size());
-  return video_[request.spec_stream]->Decode(key, stream, *table, read, request.frames,
-                                             OutputFor(s), limits, out);
+  return DecodeVideo(request.spec_stream, key, stream, *table, read, request.frames, OutputFor(s),
+                     limits, out);
+}
+
+absl::Status SampleAssembler::DecodeVideo(size_t si, uint64_t key, const pb::StreamIndex& stream,
+                                          const FrameTable& table, PacketReader read,
+                                          const std::vector<int64_t>& frames, const VideoOutput& vo,
+                                          const DecodeLimits& limits, std::vector<RgbImage>* out) {
+  const StreamSpec& s = spec_.streams[si];
+  if (s.decode != DecodeBackend::kGpu) {
+    return video_[si]->Decode(key, stream, table, read, frames, vo, limits, out);
+  }
+  // decode: gpu (checked against this host when the spec was read: sample_spec.cc): NVDEC's
+  // frames at the size the CPU path would decode, copied back for the rest of the sample.
+  const double turn = std::fmod(std::fabs(stream.codec().rotation_deg()), 360.0);
+  if (vo.autorotate && turn != 0.0 && std::fmod(turn, 90.0) == 0.0) {
+    return absl::FailedPreconditionError(
+        StrCat("stream '", s.name, "' is shown rotated by ", stream.codec().rotation_deg(),
+               " degrees; NVDEC output is not rotated (decode: cpu, or autorotate: false)"));
+  }
+  if (vo.width > 0 && vo.filter != ResizeFilter::kBilinear) {
+    return absl::FailedPreconditionError(
+        StrCat("stream '", s.name, "': the NVDEC kernel resizes bilinearly; resize: bilinear"));
+  }
+  if (nvdec_ == nullptr) {
+    ASSIGN_OR_RETURN(nvdec_, NvdecDecoder::Create(0));
+  }
+  GpuFrameOutput go;
+  go.resize_width = vo.width;
+  go.resize_height = vo.height;
+  go.layout = GpuFrameOutput::Layout::kHwcU8;
+  return nvdec_->DecodeToHost(key, stream, table, read, frames, go, limits, out);
 }
 
 absl::Status SampleAssembler::DecodeFramesOnDevice(const FrameRequest& request,

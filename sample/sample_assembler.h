@@ -174,6 +174,14 @@ class SampleAssembler {
   const SampleSpec& spec_;
   const SampleIndex& index_;
   std::vector<std::unique_ptr<VideoDecoder>> video_;  // per spec stream (null when not video)
+  // Streams with `decode: gpu` decode on this NVDEC session (made on first use) and are copied
+  // back to host memory (NvdecDecoder::DecodeToHost): the served path's GPU placement.
+  std::unique_ptr<NvdecDecoder> nvdec_;
+  // Decodes `frames` of spec stream `si` on the backend its spec names, as `vo` says.
+  absl::Status DecodeVideo(size_t si, uint64_t key, const format::v1::StreamIndex& stream,
+                           const FrameTable& table, PacketReader read,
+                           const std::vector<int64_t>& frames, const VideoOutput& vo,
+                           const DecodeLimits& limits, std::vector<RgbImage>* out);
   ImageDecoder image_;
   AudioDecoder audio_;
   std::vector<std::unique_ptr<Episode>> episodes_;  // small LRU

@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "media/decode_placement.h"
 #include "sample/yaml_config.h"
 #include "spdlog/spdlog.h"
 
@@ -102,29 +103,54 @@ absl::Status ResolveNormalization(const Manifest& manifest, StreamSpec* s, std::
   return absl::OkStatus();
 }
 
-// A video stream's `decode: auto | cpu | gpu` (media/decode_backend.h). Every choice decodes
-// on the CPU in this release, so the frames are the same bits with or without the key; `gpu`,
-// which cannot be honoured, is an error naming the stream and why, and an explicit `auto` says
-// once per process where video is decoded.
+// A video stream's `decode: auto | cpu | gpu` (media/decode_backend.h). Served batches decode on
+// the CPU unless a stream asks for `gpu`: NVDEC's pixels are not libswscale's bits (docs/nvdec.md
+// "Pixel tolerance"), so a choice the host made (`auto`) would give a job different bits on
+// different servers. `gpu` is checked here against this host (NVDEC usable, the codec, pixel
+// format and size its decoder takes, a bilinear resize) and is an error naming the stream and
+// why when it cannot be honoured; an explicit `auto` says once per process where video decodes.
 absl::Status ParseDecode(std::string_view source, const YAML::Node& n, std::string_view what,
-                         StreamSpec* s) {
+                         const StreamInfo& info, StreamSpec* s) {
   if (!n["decode"]) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string v, Word(source, n["decode"], "decode", {"auto", "cpu", "gpu"}));
   s->decode = v == "gpu" ? DecodeBackend::kGpu : v == "cpu" ? DecodeBackend::kCpu : DecodeBackend::kAuto;
   const std::string& unavailable = GpuDecodeUnavailable();
-  if (unavailable.empty()) return absl::OkStatus();
   if (s->decode == DecodeBackend::kGpu) {
+    std::string why;
+    if (!unavailable.empty()) {
+      why = StrCat("video cannot be decoded on the GPU here: ", unavailable,
+                   " (decode: auto decodes on the CPU)");
+    } else {
+      VideoStreamInfo vs;
+      vs.codec = info.codec;
+      vs.pix_fmt = info.pix_fmt;
+      if (info.shape.size() >= 2) {
+        vs.height = static_cast<int>(info.shape[0]);
+        vs.width = static_cast<int>(info.shape[1]);
+      }
+      const Placement p = PlaceVideoStream(vs, DecodeBackend::kGpu, ProbeNvdecHost());
+      if (p.where != DecodeBackend::kGpu) {
+        why = StrCat("NVDEC cannot decode it here: ", p.reason, " (decode: cpu)");
+      } else if (s->width > 0 && s->resize != ResizeFilter::kBilinear) {
+        why = "the NVDEC kernel resizes bilinearly (resize: bilinear, or decode: cpu)";
+      }
+    }
+    if (why.empty()) return absl::OkStatus();
     const YAML::Mark mark = n["decode"].Mark();
     return absl::FailedPreconditionError(
-        StrCat(source, ":", mark.line + 1, ":", mark.column + 1, ": ", what,
-               ": decode: gpu, but video cannot be decoded on the GPU here: ", unavailable,
-               " (decode: auto decodes on the GPU where it can and on the CPU otherwise)"));
+        StrCat(source, ":", mark.line + 1, ":", mark.column + 1, ": ", what, ": decode: gpu, but ", why));
   }
   if (s->decode == DecodeBackend::kAuto) {
     static std::once_flag logged;
     std::call_once(logged, [&] {
-      spdlog::info("decode: auto: video streams decode on the CPU here ({}); first asked for by {} in {}",
-                   unavailable, what, source);
+      if (unavailable.empty()) {
+        spdlog::info("decode: auto: served batches decode video on the CPU, the same bits on every "
+                     "server; decode: gpu puts a stream on NVDEC (its own bits, docs/nvdec.md); "
+                     "first asked for by {} in {}", what, source);
+      } else {
+        spdlog::info("decode: auto: video streams decode on the CPU here ({}); first asked for by {} in {}",
+                     unavailable, what, source);
+      }
     });
   }
   return absl::OkStatus();
@@ -320,7 +346,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
                                    "dtype", "resize", "normalize", "augment", "autorotate",
                                    "decode"}));
         RETURN_IF_ERROR(ParseImageOptions(source, n, &s));
-        RETURN_IF_ERROR(ParseDecode(source, n, what, &s));
+        RETURN_IF_ERROR(ParseDecode(source, n, what, info, &s));
         break;
       case pb::IMAGE:
         RETURN_IF_ERROR(CheckKeys(source, n, what,

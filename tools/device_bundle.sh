@@ -32,7 +32,8 @@ BUILD="${1:-$ROOT/build}"
 OUT="${2:-$ROOT/out/device}"
 MAX_BYTES=$((60 * 1024 * 1024))
 BINARIES=(tools/conveyor tests/upload_test tests/client_device_test tests/capi_test
-          tests/nvdec_test tests/device_frames_test bench/upload_bench bench/nvdec_bench)
+          tests/nvdec_test tests/device_frames_test tests/decode_backend_test bench/upload_bench
+          bench/nvdec_bench)
 if [[ -n "${CONVEYOR_BUNDLE_DIR:-}" ]]; then
   STAGE="$(dirname "$CONVEYOR_BUNDLE_DIR")"; B="$CONVEYOR_BUNDLE_DIR"
   rm -rf "$B"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one run on the GPU machine, from the carried bundle
 # (tools/device_bundle.sh), with the machine's own Python (CUDA torch, jax, flax, optax, orbax):
-#   the C++ GPU tests (upload_test, client_device_test, capi_test, nvdec_test, device_frames_test),
+#   the C++ GPU tests (upload_test, client_device_test, capi_test, nvdec_test, device_frames_test,
+#   decode_backend_test),
 #   nvdec_bench, the video-model example (train_video_model.py, NVDEC and served), the Python package's tests
 #   (Loader(device="cuda:0"), DLPack into torch and jax, make_global_batch on real devices),
 #   upload_bench beside cudaMemcpy, `conveyor train --comm nccl --device`, and both training
@@ -147,6 +148,9 @@ video_model_checks() {
 # probe ran), to see whether separate processes share the engines as threads of one do.
 check nvdec_test 180 "$B/run" nvdec_test
 check device_frames_test 120 "$B/run" device_frames_test
+# Served batches with `decode: gpu` (NVDEC frames copied into the batch): same bits at 1 and 3
+# threads, the kernel's tolerance against the CPU's frames.
+check decode_backend_test 120 "$B/run" decode_backend_test
 for codec in h264 hevc; do
   check "nvdec_synth_720p_$codec" 180 "$B/conveyor" synth --preset video-model --out "$WORK/v720_$codec" \
     --episodes "${CONVEYOR_CHECK_CLIPS:-12}" --video-codec "$codec" --quiet
