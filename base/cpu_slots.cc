@@ -100,11 +100,20 @@ void CpuSlots::Acquire() {
   stats_.in_use_peak = std::max(stats_.in_use_peak, stats_.in_use);
 }
 
+void CpuSlots::AcquireReturning() {
+  absl::MutexLock lock(&mu_);
+  ++stats_.acquires;
+  if (free_ <= 0 || !waiters_.empty()) ++stats_.overdrafts;
+  --free_;  // may go negative: the overdraft
+  ++stats_.in_use;
+  stats_.in_use_peak = std::max(stats_.in_use_peak, stats_.in_use);
+}
+
 void CpuSlots::Release() {
   absl::MutexLock lock(&mu_);
   --stats_.in_use;
-  if (waiters_.empty()) {
-    ++free_;
+  if (free_ < 0 || waiters_.empty()) {
+    ++free_;  // pays back an overdraft first, or frees the slot
     return;
   }
   Waiter* w = waiters_.front();
@@ -139,7 +148,7 @@ ScopedSlotRelease::ScopedSlotRelease() : slots_(held) {
 
 ScopedSlotRelease::~ScopedSlotRelease() {
   if (slots_ == nullptr) return;
-  slots_->Acquire();
+  slots_->AcquireReturning();
   held = slots_;
 }
 

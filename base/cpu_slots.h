@@ -16,9 +16,12 @@
 // (ScopedSlotRelease), so a slow store does not idle the cores. Which worker runs which task
 // never changes a byte; the slots change only when things run.
 //
-// Rule for holders: never wait for another worker while holding a slot (the other may be waiting
-// for this slot). The pipeline holds one only around DecodeBlock and Assemble, which wait for no
-// other thread.
+// Rule for holders: never wait for a thread that is queued for a slot while holding one. The
+// pipeline holds one only around DecodeBlock and Assemble, whose only waits on other threads are
+// short locks, and locks held across a remote read (LeRobot builds a video's index once, under a
+// mutex, from the store): the reader lent its slot for the read and takes one back without
+// queueing (an overdraft, paid back before any waiter is served), so it never waits for the
+// holders waiting for it.
 #pragma once
 
 #include <cstdint>
@@ -40,14 +43,20 @@ class CpuSlots {
 
   // Blocks until a slot is free; waiters get slots in the order they asked.
   void Acquire();
+  // Takes a slot at once, beyond the bound if none is free (the overdraft is paid back by the
+  // next releases before any waiter gets one). For a thread coming back from a wait it lent its
+  // slot for: it may hold a lock that slot holders are waiting for (a value built once under a
+  // mutex, from a remote read), so making it queue could deadlock.
+  void AcquireReturning();
   void Release();
 
   struct Stats {
     uint64_t acquires = 0;
     uint64_t waits = 0;         // acquires that found no slot free
     double wait_seconds = 0;    // summed over the waiters
-    int in_use = 0;             // now
+    int in_use = 0;             // now (above `slots` while returning threads overdraw)
     int in_use_peak = 0;
+    uint64_t overdrafts = 0;    // AcquireReturning calls that found no slot free
   };
   Stats stats() const;
 
@@ -55,7 +64,7 @@ class CpuSlots {
   struct Waiter;
   const int slots_;
   mutable absl::Mutex mu_;
-  int free_ ABSL_GUARDED_BY(mu_);
+  int free_ ABSL_GUARDED_BY(mu_);  // slots - in use; negative while overdrawn
   std::deque<Waiter*> waiters_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
@@ -75,8 +84,9 @@ class CpuSlotHold {
 };
 
 // Gives the calling thread's slot back for the scope's lifetime (a thread without one: nothing)
-// and takes one again at its end. For waits on the world outside the process: storage backends
-// put one around a network transfer and a retry's backoff.
+// and takes one again at its end without queueing (CpuSlots::AcquireReturning). For waits on the
+// world outside the process: storage backends put one around a network transfer and a retry's
+// backoff.
 class ScopedSlotRelease {
  public:
   ScopedSlotRelease();

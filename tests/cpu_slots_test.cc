@@ -86,6 +86,42 @@ TEST(CpuSlotsTest, AReleaseScopeLendsTheSlotAndTakesOneBack) {
   EXPECT_EQ(slots.stats().acquires, 3u);  // worker 0, worker 1, worker 0 again
 }
 
+// The deadlock the overdraft prevents: a thread lends its slot for a remote read while holding a
+// lock (a value built once under a mutex, as LeRobot's video index is), and the thread that took
+// the slot then waits for that lock. Coming back, the first thread must not queue for a slot.
+TEST(CpuSlotsTest, AThreadComingBackFromALentWaitNeverQueues) {
+  CpuSlots slots(1);
+  absl::Mutex built_once;
+  std::atomic<bool> lent{false}, other_waits{false};
+  WorkerPool pool("test", 2, [&](int worker) {
+    if (worker == 0) {
+      CpuSlotHold hold(&slots);
+      absl::MutexLock lock(&built_once);
+      {
+        ScopedSlotRelease read;  // the remote read
+        lent.store(true);
+        WaitFor([&] { return other_waits.load(); });
+        // Let worker 1 reach the mutex with the slot in hand.
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      // Back with a slot (overdrawn) while worker 1 holds the only one and waits for the lock.
+      EXPECT_EQ(slots.stats().overdrafts, 1u);
+    } else {
+      WaitFor([&] { return lent.load(); });
+      CpuSlotHold hold(&slots);
+      other_waits.store(true);
+      absl::MutexLock lock(&built_once);  // released once worker 0 is back and done
+    }
+  });
+  pool.Join();
+  const CpuSlots::Stats s = slots.stats();
+  EXPECT_EQ(s.in_use, 0);
+  EXPECT_EQ(s.in_use_peak, 2) << "the overdraft";
+  // Paid back: the next hold takes the one slot, and a second waits.
+  CpuSlotHold again(&slots);
+  EXPECT_EQ(slots.stats().in_use, 1);
+}
+
 TEST(CpuSlotsTest, NestedHoldsTakeOneSlotAndNullTakesNone) {
   CpuSlots slots(1);
   {
