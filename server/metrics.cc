@@ -34,6 +34,10 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                 "The memory all streams together may hold (--server-memory-bytes)")),
       memory_reserved_bytes(Gauge(*registry, "conveyor_memory_reserved_bytes",
                                   "The running streams' memory estimates, held against the budget")),
+      cpu_slots(Gauge(*registry, "conveyor_cpu_slots",
+                      "How many decode workers of all streams may compute at once (--cpu-slots; 0: no bound)")),
+      cpu_slots_in_use(Gauge(*registry, "conveyor_cpu_slots_in_use",
+                             "Decode workers computing now, all streams (at the last batch sent)")),
       batch_send_seconds(BuildHistogram()
                              .Name("conveyor_batch_send_seconds")
                              .Help("Seconds to write one batch to its consumer")

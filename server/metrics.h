@@ -36,6 +36,8 @@ class ServerMetrics {
   prometheus::Gauge& decode_amplification;  // frames decoded / frames delivered, since start
   prometheus::Gauge& memory_budget_bytes;    // ServerLimits::server_memory_bytes as resolved
   prometheus::Gauge& memory_reserved_bytes;  // the running streams' estimates
+  prometheus::Gauge& cpu_slots;              // ServerOptions::cpu_slots as resolved (0: no bound)
+  prometheus::Gauge& cpu_slots_in_use;       // workers computing now, all streams
   prometheus::Histogram& batch_send_seconds;
 
   // The label a job's series carry: its name for the first kMaxJobLabels names seen, "_other"

@@ -1003,6 +1003,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     metrics->Stage("batch", b.batch_seconds - a.batch_seconds);
     metrics->Stage("idle", b.worker_idle_seconds - a.worker_idle_seconds);
     metrics->Stage("cpu_slot_wait", b.cpu_slot_wait_seconds - a.cpu_slot_wait_seconds);
+    if (cpu_slots) metrics->cpu_slots_in_use.Set(cpu_slots->stats().in_use);
     if (b.skipped > a.skipped) metrics->Skipped(label, b.skipped - a.skipped);
     const uint64_t decoded = b.frames_decoded > a.frames_decoded ? b.frames_decoded - a.frames_decoded : 0;
     const uint64_t delivered =
@@ -1194,6 +1195,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
       why = StrCat("one more than the CPUs, from ", cpus_from);
     }
     m.cpu_slots = std::make_shared<CpuSlots>(slots);
+    m.metrics->cpu_slots.Set(slots);
     spdlog::info("decode workers: {} per stream, at most {} computing at once over all streams ({})",
                  o.threads, slots, why);
   }

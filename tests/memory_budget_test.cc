@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/cpu_slots.h"
 #include "tests/support/server_process.h"
 #include "tests/support/test_env.h"
 
@@ -105,6 +106,8 @@ TEST_F(MemoryBudgetTest, StreamsAreAdmittedWithinTheBudgetAndExact) {
                        dir_->path());
   ASSERT_TRUE(server.ok()) << server.log();
   EXPECT_EQ(Metric(server, "conveyor_memory_budget_bytes"), static_cast<double>(budget));
+  // The streams below share the default CPU slots: one more than this process's CPUs.
+  EXPECT_EQ(Metric(server, "conveyor_cpu_slots"), static_cast<double>(AvailableCpus() + 1));
   Fetch(server, {"--steps", "1"}, &rc);  // warm up, then the baseline
   ASSERT_EQ(rc, 0) << last_output_;
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
