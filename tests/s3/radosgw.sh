@@ -111,7 +111,7 @@ for _ in $(seq 100); do
   # A monitor that exits at once (it does when its disk has under 5% free: mon_data_avail_crit)
   # would otherwise be asked 100 times, 10 s each.
   kill -0 "$(cat "$dir/mon.pid")" 2>/dev/null ||
-    skip "ceph-mon exited ($(df -h --output=avail,pcent "$dir" | tail -n 1 | xargs) free under $dir: it stops below 5%)"
+    skip "ceph-mon exited (the disk under $dir: $(df -h --output=avail "$dir" | tail -n 1 | xargs) available, $(df --output=pcent "$dir" | tail -n 1 | xargs) used; ceph-mon stops below 5% available)"
   if timeout 10 ceph -c "$conf" osd new "$osd_uuid" 0 >>"$dir/log/setup.log" 2>&1; then ok=1; break; fi
   sleep 0.2
 done
