@@ -17,6 +17,8 @@
 #include "media/decode_backend.h"
 #include "media/decode_placement.h"
 #include "pipeline/pipeline.h"
+#include "sample/sample_assembler.h"
+#include "datasets/sample_index.h"
 #include "sample/sample_spec.h"
 #include "datasets/dataset.h"
 #include "tests/support/test_env.h"
@@ -194,6 +196,26 @@ TEST(PlacementTest, EveryRule) {
   EXPECT_NE(p.reason.find("built without CUDA"), std::string::npos) << p.reason;
   // This machine's own facts agree with NvdecUnavailable().
   EXPECT_EQ(ProbeNvdecHost().unavailable, NvdecUnavailable(0));
+}
+
+// Decoded-frame caches key frames by their decode settings (SampleAssembler::DecodeSettingsKey):
+// a `gpu` stream's frames are NVDEC's, so its key differs from the CPU's, while `auto`, which
+// decodes served frames on the CPU, shares the CPU's key (and the cached frames of older configs).
+TEST_F(DecodeBackendTest, CachesKeepNvdecFramesApartFromTheCpus) {
+  auto d = Dataset::Open(ds());
+  ASSERT_TRUE(d.ok()) << d.status();
+  absl::StatusOr<SampleSpec> spec = SampleSpec::FromYaml(Config("cpu"), (*d)->manifest(), "t.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto index = SampleIndex::Build(**d, spec->anchor_stream);
+  ASSERT_TRUE(index.ok()) << index.status();
+  auto key = [&](DecodeBackend backend) {
+    SampleSpec s = *spec;
+    s.streams[0].decode = backend;  // set directly: `gpu` is refused by the parser without NVDEC
+    SampleAssembler a(**d, s, *index);
+    return a.DecodeSettingsKey(0);
+  };
+  EXPECT_EQ(key(DecodeBackend::kAuto), key(DecodeBackend::kCpu));
+  EXPECT_NE(key(DecodeBackend::kGpu), key(DecodeBackend::kCpu));
 }
 
 // Served batches with `decode: gpu` where NVDEC works: cam0's frames come from NVDEC (through
