@@ -44,12 +44,24 @@ void LoaderLog(void* sink, const char* fmt, ...) {
 namespace conveyor {
 namespace pb = ::conveyor::format::v1;
 
-size_t NvdecDecoder::FrameBytes(const GpuFrameOutput& o, int width, int height) {
+namespace {
+
+// The sizes `o` gives a width x height frame: resized to rw x rh, cropped to ow x oh.
+struct OutputDims {
+  int rw, rh, ow, oh;
+};
+OutputDims DimsOf(const GpuFrameOutput& o, int width, int height) {
   const int rw = o.resize_width > 0 ? o.resize_width : width;
   const int rh = o.resize_height > 0 ? o.resize_height : height;
-  const size_t w = static_cast<size_t>(o.width > 0 ? o.width : rw);
-  const size_t h = static_cast<size_t>(o.height > 0 ? o.height : rh);
-  return w * h * 3 * (o.layout == GpuFrameOutput::Layout::kChwF32 ? sizeof(float) : 1);
+  return {rw, rh, o.width > 0 ? o.width : rw, o.height > 0 ? o.height : rh};
+}
+
+}  // namespace
+
+size_t NvdecDecoder::FrameBytes(const GpuFrameOutput& o, int width, int height) {
+  const OutputDims d = DimsOf(o, width, height);
+  return static_cast<size_t>(d.ow) * static_cast<size_t>(d.oh) * 3 *
+         (o.layout == GpuFrameOutput::Layout::kChwF32 ? sizeof(float) : 1);
 }
 
 #if !CONVEYOR_NVDEC
@@ -572,10 +584,7 @@ absl::Status NvdecDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
         StrCat("the NVDEC path decodes h264 and hevc; this stream is '", name, "'"));
   }
   const int width = stream.codec().width(), height = stream.codec().height();
-  const int rw = output.resize_width > 0 ? output.resize_width : width;
-  const int rh = output.resize_height > 0 ? output.resize_height : height;
-  const int ow = output.width > 0 ? output.width : rw;
-  const int oh = output.height > 0 ? output.height : rh;
+  const auto [rw, rh, ow, oh] = DimsOf(output, width, height);
   if (rw <= 0 || rh <= 0 || ow <= 0 || oh <= 0 || output.crop_x < 0 || output.crop_y < 0 ||
       output.crop_x + ow > rw || output.crop_y + oh > rh ||
       static_cast<int64_t>(rw) * rh > limits.max_pixels) {
@@ -676,10 +685,7 @@ absl::Status NvdecDecoder::DecodeToHost(uint64_t stream_key, const pb::StreamInd
     return absl::InvalidArgumentError("DecodeToHost writes uint8 hwc frames");
   }
   const int width = stream.codec().width(), height = stream.codec().height();
-  const int rw = output.resize_width > 0 ? output.resize_width : width;
-  const int rh = output.resize_height > 0 ? output.resize_height : height;
-  const int ow = output.width > 0 ? output.width : rw;
-  const int oh = output.height > 0 ? output.height : rh;
+  const OutputDims dims = DimsOf(output, width, height);
   const size_t frame_bytes = FrameBytes(output, width, height);
   out->resize(frames.size());
   if (frames.empty()) return absl::OkStatus();
@@ -706,8 +712,8 @@ absl::Status NvdecDecoder::DecodeToHost(uint64_t stream_key, const pb::StreamInd
   ScopedContext scoped(*m.d, m.ctx);
   for (size_t i = 0; i < frames.size(); ++i) {
     RgbImage& img = (*out)[i];
-    img.width = ow;
-    img.height = oh;
+    img.width = dims.ow;
+    img.height = dims.oh;
     img.pixels.resize(frame_bytes);
     if (CUresult r = m.d->cu->cuMemcpyDtoH(img.pixels.data(), m.staging + i * frame_bytes, frame_bytes);
         r != CUDA_SUCCESS) {

@@ -609,6 +609,24 @@ absl::Status SampleAssembler::NeededFramesAt(uint64_t episode, uint32_t step,
   return absl::OkStatus();
 }
 
+namespace {
+
+// FAILED_PRECONDITION for a stream the CPU path would turn upright (VideoDecoder applies a
+// rotation that is a multiple of 90 degrees and ignores any other): the NVDEC kernel does not
+// rotate. `where` follows the stream's name in the message (" of episode E", or nothing).
+absl::Status RefuseNvdecRotation(const StreamSpec& s, const pb::StreamIndex& stream,
+                                 std::string_view where) {
+  const double rotation = stream.codec().rotation_deg();
+  const double turn = std::fmod(std::fabs(rotation), 360.0);
+  if (!s.autorotate || turn == 0.0 || std::fmod(turn, 90.0) != 0.0) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      StrCat("stream '", s.name, "'", where, " is shown rotated by ", rotation,
+             " degrees; NVDEC output is not rotated (decode it on the CPU, or set autorotate: "
+             "false)"));
+}
+
+}  // namespace
+
 absl::Status SampleAssembler::DecodeFrames(const FrameRequest& request, std::vector<RgbImage>* out) {
   ASSIGN_OR_RETURN(Episode * ep, GetEpisode(request.episode));
   const StreamSpec& s = spec_.streams[request.spec_stream];
@@ -633,12 +651,7 @@ absl::Status SampleAssembler::DecodeVideo(size_t si, uint64_t key, const pb::Str
   }
   // decode: gpu (checked against this host when the spec was read: sample_spec.cc): NVDEC's
   // frames at the size the CPU path would decode, copied back for the rest of the sample.
-  const double turn = std::fmod(std::fabs(stream.codec().rotation_deg()), 360.0);
-  if (vo.autorotate && turn != 0.0 && std::fmod(turn, 90.0) == 0.0) {
-    return absl::FailedPreconditionError(
-        StrCat("stream '", s.name, "' is shown rotated by ", stream.codec().rotation_deg(),
-               " degrees; NVDEC output is not rotated (decode: cpu, or autorotate: false)"));
-  }
+  RETURN_IF_ERROR(RefuseNvdecRotation(s, stream, ""));
   if (vo.width > 0 && vo.filter != ResizeFilter::kBilinear) {
     return absl::FailedPreconditionError(
         StrCat("stream '", s.name, "': the NVDEC kernel resizes bilinearly; resize: bilinear"));
@@ -661,15 +674,7 @@ absl::Status SampleAssembler::DecodeFramesOnDevice(const FrameRequest& request,
   const StreamSpec& s = spec_.streams[request.spec_stream];
   ASSIGN_OR_RETURN(const FrameTable* table, Table(*ep, s.stream));
   const pb::StreamIndex& stream = ep->index->streams(s.stream);
-  // VideoDecoder applies a rotation that is a multiple of 90 degrees and ignores any other.
-  const double rotation = stream.codec().rotation_deg();
-  const double turn = std::fmod(std::fabs(rotation), 360.0);
-  if (s.autorotate && turn != 0.0 && std::fmod(turn, 90.0) == 0.0) {
-    return absl::FailedPreconditionError(
-        StrCat("stream '", s.name, "' of episode ", request.episode, " is shown rotated by ",
-               rotation, " degrees; NVDEC output is not rotated (decode it on the CPU, or set "
-               "autorotate: false)"));
-  }
+  RETURN_IF_ERROR(RefuseNvdecRotation(s, stream, StrCat(" of episode ", request.episode)));
   auto read = [&](size_t packet, std::string* bytes) {
     return dataset_.ReadPacket(*ep->index, s.stream, packet, bytes);
   };
