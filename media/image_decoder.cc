@@ -129,6 +129,42 @@ void InvertedCmykToRgb(const uint8_t* cmyk, size_t pixels, uint8_t* rgb) {
   }
 }
 
+// A binary PPM (P6) with maxval 255 is already packed RGB24: the samples are copied as they are,
+// a memcpy instead of libavcodec's PPM decoder plus libswscale, with the same bytes as ffmpeg's
+// decode of the file (`ffmpeg -i x.ppm -f rawvideo -pix_fmt rgb24 -`; tests/image_decoder_test.cc).
+// HDF5 episodes serve raw camera arrays this way (datasets/hdf5/). Returns the offset of the
+// samples when `bytes` is such a file holding exactly width x height x 3 samples, else 0 (then
+// libavcodec decodes it, and reports what is wrong).
+size_t RawPpmSamples(std::string_view bytes, uint32_t* width, uint32_t* height) {
+  if (bytes.size() < 3 || bytes[0] != 'P' || bytes[1] != '6') return 0;
+  size_t pos = 2;
+  uint64_t fields[3] = {0, 0, 0};
+  auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f'; };
+  for (uint64_t& field : fields) {
+    while (pos < bytes.size() && (space(bytes[pos]) || bytes[pos] == '#')) {
+      if (bytes[pos] == '#') {
+        while (pos < bytes.size() && bytes[pos] != '\n' && bytes[pos] != '\r') ++pos;
+      } else {
+        ++pos;
+      }
+    }
+    size_t digits = 0;
+    while (pos < bytes.size() && bytes[pos] >= '0' && bytes[pos] <= '9' && digits < 9) {
+      field = field * 10 + static_cast<uint64_t>(bytes[pos] - '0');
+      ++pos;
+      ++digits;
+    }
+    if (digits == 0) return 0;
+  }
+  // One whitespace byte ends the header.
+  if (pos >= bytes.size() || !space(bytes[pos]) || fields[2] != 255) return 0;
+  ++pos;
+  if (fields[0] == 0 || fields[1] == 0 || bytes.size() - pos != fields[0] * fields[1] * 3) return 0;
+  *width = static_cast<uint32_t>(fields[0]);
+  *height = static_cast<uint32_t>(fields[1]);
+  return pos;
+}
+
 }  // namespace
 
 class ImageDecoder::Impl {
@@ -378,6 +414,18 @@ absl::Status ImageDecoder::Decode(std::string_view codec, std::string_view bytes
     ++images_decoded_;
     if (scaled) ++scaled_decodes_;
     return absl::OkStatus();
+  }
+  if (codec == "ppm") {
+    uint32_t w = 0, h = 0;
+    if (const size_t start = RawPpmSamples(bytes, &w, &h); start != 0) {
+      if (OverPixelLimit(w, h, limits)) return OverPixelLimitError("PPM", w, h, limits);
+      out->width = static_cast<int>(w);
+      out->height = static_cast<int>(h);
+      out->pixels.resize(size_t{w} * h * 3);
+      std::memcpy(out->pixels.data(), bytes.data() + start, out->pixels.size());
+      ++images_decoded_;
+      return absl::OkStatus();
+    }
   }
   RETURN_IF_ERROR(impl_->DecodeWithFfmpeg(codec, bytes, limits, out));
   ++images_decoded_;

@@ -585,5 +585,47 @@ TEST_F(ImageDecoderTest, ImportedFramesDecodeFromTheDataset) {
   EXPECT_EQ(decoder.scaled_decodes(), 3u);
 }
 
+// A binary PPM with maxval 255 is copied straight out (ImageDecoder's fast path, for HDF5's raw
+// camera arrays): equal to libavcodec's decode of the same file, as the ffmpeg CLI gives it, with
+// and without a comment in the header. A 16-bit PPM (maxval 65535) still goes through
+// libavcodec, and agrees with the CLI too; a short one is an error.
+TEST(PpmFastPath, EqualsFfmpegDecode) {
+  TempDir dir;
+  std::string samples(37 * 23 * 3, '\0');
+  uint32_t x = 12345;
+  for (char& c : samples) {
+    x = x * 1103515245u + 12345u;
+    c = static_cast<char>(x >> 24);
+  }
+  const std::vector<std::string> files = {"P6\n37 23\n255\n" + samples,
+                                          "P6 # a comment\n37\t23 255 " + samples};
+  ImageDecoder decoder;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string ppm = dir.Join("x" + std::to_string(i) + ".ppm");
+    WriteFile(ppm, files[i]);
+    const std::string raw = dir.Join("x" + std::to_string(i) + ".rgb");
+    ASSERT_SH(kFfmpeg + " -i " + ShellQuote(ppm) + " -f rawvideo -pix_fmt rgb24 " + ShellQuote(raw));
+    RgbImage img;
+    ASSERT_TRUE(decoder.Decode("ppm", files[i], 0, 0, DecodeLimits{}, &img).ok());
+    EXPECT_EQ(img.width, 37);
+    EXPECT_EQ(img.height, 23);
+    EXPECT_EQ(std::string(img.pixels.begin(), img.pixels.end()), ReadFile(raw)) << i;
+    EXPECT_EQ(std::string(img.pixels.begin(), img.pixels.end()), samples);
+  }
+  // 16-bit samples: libavcodec and libswscale, as the CLI.
+  const std::string wide = "P6\n37 23\n65535\n" + samples + samples;
+  WriteFile(dir.Join("w.ppm"), wide);
+  ASSERT_SH(kFfmpeg + " -i " + ShellQuote(dir.Join("w.ppm")) + " -f rawvideo -pix_fmt rgb24 " +
+            ShellQuote(dir.Join("w.rgb")));
+  RgbImage img;
+  ASSERT_TRUE(decoder.Decode("ppm", wide, 0, 0, DecodeLimits{}, &img).ok());
+  EXPECT_EQ(std::string(img.pixels.begin(), img.pixels.end()), ReadFile(dir.Join("w.rgb")));
+  EXPECT_FALSE(decoder.Decode("ppm", files[0].substr(0, 500), 0, 0, DecodeLimits{}, &img).ok());
+  DecodeLimits small;
+  small.max_pixels = 100;
+  EXPECT_EQ(decoder.Decode("ppm", files[0], 0, 0, small, &img).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace conveyor

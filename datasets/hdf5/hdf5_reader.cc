@@ -125,17 +125,22 @@ absl::Status ReadChunked(const RandomAccessFile& file, const Array& a, uint64_t 
     }
     b[0] = std::max(b[0], first);
     e[0] = std::min(e[0], first + count);
-    // Copy runs along the last dimension.
+    // Copy runs: dimension j and every dimension after it, which the chunk spans whole (so
+    // they are laid out alike in the chunk and the output: per-frame chunks are one run).
+    size_t j = rank - 1;
+    while (j > 0 && a.chunk_dims[j] == a.dims[j]) --j;
+    uint64_t inner = 1;
+    for (size_t i = j + 1; i < rank; ++i) inner *= a.dims[i];
+    const uint64_t run = (e[j] - b[j]) * inner * es;
     std::vector<uint64_t> p(b);
-    const uint64_t run = (e[rank - 1] - b[rank - 1]) * es;
     while (true) {
       uint64_t src = 0, out = 0;
-      for (size_t i = 0; i < rank; ++i) {
+      for (size_t i = 0; i <= j; ++i) {
         src += (p[i] - c[i] * a.chunk_dims[i]) * cstride[i];
         out += (i == 0 ? p[i] - first : p[i]) * ostride[i];
       }
       std::memcpy(dst + out * es, chunk.data() + src * es, static_cast<size_t>(run));
-      size_t i = rank - 1;
+      size_t i = j;
       while (i-- > 0) {
         if (++p[i] < e[i]) break;
         p[i] = b[i];
