@@ -167,6 +167,7 @@ class Hdf5Dataset final : public Dataset {
   std::vector<bool> grey_;                // per manifest stream: a PGM image
   std::vector<Array> first_;              // the first episode's datasets, per stream
   mutable std::vector<std::unique_ptr<Once<EpisodeState>>> states_;  // fixed size
+  std::unique_ptr<ChunkCache> chunk_cache_;  // multi-frame chunks, inflated once
   mutable absl::Mutex mu_;
   mutable std::map<std::pair<size_t, int>, std::shared_ptr<const std::vector<float>>> lowdim_
       ABSL_GUARDED_BY(mu_);
@@ -318,6 +319,14 @@ absl::Status Hdf5Dataset::CheckEpisode(const File& f, EpisodeRef* ep, std::vecto
       return absl::InvalidArgumentError(StrCat(what, ", expected numbers [T] or [T, D] (integers, float32 or float64)"));
     }
     if (a->dims.empty() || a->dims[0] == 0) return absl::InvalidArgumentError(StrCat(what, ": no steps"));
+    // Bounds before anything is sized from the file's numbers: a frame or row of at most 1 GiB.
+    uint64_t row = a->dtype.size;
+    for (size_t d = 1; d < a->dims.size(); ++d) {
+      row = a->dims[d] == 0 || row <= (1ull << 30) / a->dims[d] ? row * a->dims[d] : (1ull << 31);
+    }
+    if (row > (1ull << 30) || a->dims[0] > (1ull << 31)) {
+      return absl::InvalidArgumentError(StrCat(what, ": too large (over 1 GiB a step, or over 2^31 steps)"));
+    }
     if (length_from.empty()) {
       ep->length = a->dims[0];
       length_from = StrCat(path, " (stream '", s.name, "')");
@@ -359,6 +368,8 @@ absl::Status Hdf5Dataset::Init(LocationOptions& options) {
     return absl::InvalidArgumentError(StrCat(uri_, ": no step rate (give rate: in the mapping ",
                                              "or #rate=HZ in the location)"));
   }
+  ASSIGN_OR_RETURN(std::optional<double> cache_mb, options.TakePositive("chunk_cache_mb"));
+  chunk_cache_ = std::make_unique<ChunkCache>(static_cast<uint64_t>(cache_mb.value_or(256) * (1 << 20)));
   const std::string filter = options.Take("filter").value_or("");
   if (!filter.empty() && layout_.episode_group.empty()) {
     return absl::InvalidArgumentError(StrCat(uri_, ": #filter= needs episodes that are groups ",
@@ -661,13 +672,13 @@ absl::Status Hdf5Dataset::ReadPacket(const pb::EpisodeIndex& index, int stream, 
   absl::Status status;
   if (specs_[s]->encoded) {
     out->resize(static_cast<size_t>(a.row_bytes()));
-    status = ReadRows(file, a, packet, 1, out->data());
+    status = ReadRows(file, a, packet, 1, out->data(), chunk_cache_.get());
     out->resize(st->sizes[s][packet]);
   } else {
     *out = PpmHeader(a.dims[2], a.dims[1], grey_[s]);
     const size_t head = out->size();
     out->resize(head + static_cast<size_t>(a.row_bytes()));
-    status = ReadRows(file, a, packet, 1, out->data() + head);
+    status = ReadRows(file, a, packet, 1, out->data() + head, chunk_cache_.get());
   }
   if (!status.ok()) {
     return absl::Status(status.code(), StrCat("episode ", e, ", stream '", specs_[s]->name,

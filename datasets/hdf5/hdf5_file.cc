@@ -321,6 +321,9 @@ absl::Status DescribeChunks(hid_t d, const std::string& where, Array* a) {
     if (a->chunk_dims[i] == 0) return absl::DataLossError(StrCat(where, ": a chunk dimension is 0"));
     grid[i] = (a->dims[i] + a->chunk_dims[i] - 1) / a->chunk_dims[i];
     total *= grid[i];
+    if (total > (16u << 20)) {
+      return absl::InvalidArgumentError(StrCat(where, ": over 16M chunks (chunk shape too small)"));
+    }
   }
   a->chunks.resize(static_cast<size_t>(total));
   std::vector<hsize_t> coord(rank, 0);  // chunk-grid coordinates, row-major

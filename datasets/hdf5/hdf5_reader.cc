@@ -86,7 +86,7 @@ absl::Status ReadChunk(const RandomAccessFile& file, const Array& a, const Chunk
 }
 
 absl::Status ReadChunked(const RandomAccessFile& file, const Array& a, uint64_t first,
-                         uint64_t count, char* dst) {
+                         uint64_t count, char* dst, ChunkCache* cache) {
   const size_t rank = a.dims.size();
   const size_t es = a.dtype.size;
   std::vector<uint64_t> grid(rank), cstride(rank), ostride(rank);
@@ -104,7 +104,8 @@ absl::Status ReadChunked(const RandomAccessFile& file, const Array& a, uint64_t 
   lo[0] = first / a.chunk_dims[0];
   hi[0] = (first + count - 1) / a.chunk_dims[0] + 1;
   std::vector<uint64_t> c(lo);
-  std::string chunk;
+  std::string scratch;
+  if (a.chunk_dims[0] == 1) cache = nullptr;  // a chunk per row is read once per row anyway
   while (true) {
     uint64_t index = 0;
     for (size_t i = 0; i < rank; ++i) index = index * grid[i] + c[i];
@@ -112,11 +113,20 @@ absl::Status ReadChunked(const RandomAccessFile& file, const Array& a, uint64_t 
     if (ch.offset == kUndefined) {
       return absl::DataLossError(StrCat("chunk ", index, " was never written (no data stored)"));
     }
-    absl::Status s = ReadChunk(file, a, ch, static_cast<size_t>(chunk_elems * es), &chunk);
-    if (!s.ok()) {
-      return absl::Status(s.code(), StrCat("chunk ", index, " (", ch.size, " bytes at offset ",
-                                           ch.offset, "): ", s.message()));
+    std::shared_ptr<const std::string> cached;
+    if (cache != nullptr) cached = cache->Get({&file, ch.offset});
+    if (cached == nullptr) {
+      absl::Status s = ReadChunk(file, a, ch, static_cast<size_t>(chunk_elems * es), &scratch);
+      if (!s.ok()) {
+        return absl::Status(s.code(), StrCat("chunk ", index, " (", ch.size, " bytes at offset ",
+                                             ch.offset, "): ", s.message()));
+      }
+      if (cache != nullptr) {
+        cached = std::make_shared<const std::string>(std::move(scratch));
+        cache->Put({&file, ch.offset}, cached);
+      }
     }
+    const std::string& chunk = cached != nullptr ? *cached : scratch;
     // The part of the chunk inside the rows asked for and the dataset: element ranges per dim.
     std::vector<uint64_t> b(rank), e(rank);
     for (size_t i = 0; i < rank; ++i) {
@@ -159,6 +169,43 @@ absl::Status ReadChunked(const RandomAccessFile& file, const Array& a, uint64_t 
 
 }  // namespace
 
+std::shared_ptr<const std::string> ChunkCache::Get(const Key& key) {
+  absl::MutexLock lock(&mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) {
+    ++misses_;
+    return nullptr;
+  }
+  ++hits_;
+  lru_.splice(lru_.begin(), lru_, it->second.second);
+  return it->second.first;
+}
+
+void ChunkCache::Put(const Key& key, std::shared_ptr<const std::string> chunk) {
+  if (chunk->size() > max_bytes_) return;
+  absl::MutexLock lock(&mu_);
+  if (map_.count(key) != 0) return;
+  bytes_ += chunk->size();
+  lru_.push_front(key);
+  map_.emplace(key, std::make_pair(std::move(chunk), lru_.begin()));
+  while (bytes_ > max_bytes_ && !lru_.empty()) {
+    auto it = map_.find(lru_.back());
+    bytes_ -= it->second.first->size();
+    map_.erase(it);
+    lru_.pop_back();
+  }
+}
+
+uint64_t ChunkCache::hits() const {
+  absl::MutexLock lock(&mu_);
+  return hits_;
+}
+
+uint64_t ChunkCache::misses() const {
+  absl::MutexLock lock(&mu_);
+  return misses_;
+}
+
 absl::Status CheckFilters(const Array& a, const std::string& file_name) {
   for (const Filter& f : a.filters) {
     if (f.id != kDeflate && f.id != kShuffle) {
@@ -172,7 +219,7 @@ absl::Status CheckFilters(const Array& a, const std::string& file_name) {
 }
 
 absl::Status ReadRows(const RandomAccessFile& file, const Array& a, uint64_t first, uint64_t count,
-                      char* dst) {
+                      char* dst, ChunkCache* cache) {
   const std::string where = StrCat(file.name(), ": dataset ", a.path, " rows [", first, ", ",
                                    first + count, ")");
   if (a.dims.empty() || first > a.dims[0] || count > a.dims[0] - first) {
@@ -196,7 +243,7 @@ absl::Status ReadRows(const RandomAccessFile& file, const Array& a, uint64_t fir
       std::memcpy(dst, a.compact.data() + first * row, static_cast<size_t>(count * row));
       return absl::OkStatus();
     case Array::Layout::kChunked: {
-      absl::Status s = ReadChunked(file, a, first, count, dst);
+      absl::Status s = ReadChunked(file, a, first, count, dst, cache);
       if (!s.ok()) return absl::Status(s.code(), StrCat(where, ": ", s.message()));
       return absl::OkStatus();
     }
