@@ -150,16 +150,20 @@ TEST_F(Hdf5DatasetTest, AlohaRaw) {
 TEST_F(Hdf5DatasetTest, AlohaJpegRows) {
   auto ds = Dataset::Open(Path("aloha_jpeg"));
   ASSERT_TRUE(ds.ok()) << ds.status();
-  EXPECT_EQ(Names(**ds), (std::vector<std::string>{"observation.images.cam_high",
-                                                   "observation.images.cam_left_wrist", "action",
-                                                   "observation.state"}));
+  EXPECT_EQ(Names(**ds), (std::vector<std::string>{
+                             "observation.images.cam_high", "observation.images.cam_left_wrist",
+                             "observation.images.cam_low", "action", "observation.state"}));
   EXPECT_EQ((*ds)->manifest().streams[0].codec, "mjpeg");
+  // compress_len's rows are in ACT's camera order (high, low, left_wrist), not by name: each
+  // camera gets its own lengths (the widths differ: 32, 40, 48).
   EXPECT_EQ((*ds)->manifest().streams[0].shape, (std::vector<int64_t>{24, 32, 3}));
+  EXPECT_EQ((*ds)->manifest().streams[1].shape, (std::vector<int64_t>{24, 48, 3}));
+  EXPECT_EQ((*ds)->manifest().streams[2].shape, (std::vector<int64_t>{24, 40, 3}));
   ImageDecoder dec;
   for (size_t e = 0; e < 2; ++e) {
     auto index = (*ds)->LoadEpisode(e);
     ASSERT_TRUE(index.ok()) << index.status();
-    for (int s = 0; s < 2; ++s) {
+    for (int s = 0; s < 3; ++s) {
       const std::string name = (*index)->streams(s).name();
       for (size_t p = 0; p < (*index)->streams(s).num_frames(); ++p) {
         std::string packet;
@@ -171,7 +175,7 @@ TEST_F(Hdf5DatasetTest, AlohaJpegRows) {
         ASSERT_TRUE(dec.Decode("mjpeg", packet, 0, 0, DecodeLimits{}, &a).ok());
         ASSERT_TRUE(dec.Decode("mjpeg", want, 0, 0, DecodeLimits{}, &b).ok());
         EXPECT_EQ(a.pixels, b.pixels);
-        EXPECT_EQ(a.width, 32);
+        EXPECT_EQ(a.width, (*ds)->manifest().streams[static_cast<size_t>(s)].shape[1]);
       }
     }
   }

@@ -498,6 +498,33 @@ absl::StatusOr<std::string> Hdf5Dataset::Text(const File& f, const EpisodeRef& e
   return j[s.json_key].get<std::string>();
 }
 
+// Whether `row` holds a JPEG of exactly `len` bytes: it ends in EOI (FF D9), zeros after it.
+bool JpegOfLength(const std::string& row, double len) {
+  if (!(len >= 2) || len > static_cast<double>(row.size()) || len != std::floor(len)) return false;
+  const size_t n = static_cast<size_t>(len);
+  if (static_cast<uint8_t>(row[n - 2]) != 0xFF || static_cast<uint8_t>(row[n - 1]) != 0xD9) return false;
+  return std::all_of(row.begin() + static_cast<ptrdiff_t>(n), row.end(), [](char c) { return c == 0; });
+}
+
+// Which row of an ALOHA compress_len [cameras, T] is this camera's. ACT writes the rows in its
+// config's camera_names order, which the file does not keep (h5py lists datasets by name, and
+// ACT's real-robot order, cam_high, cam_low, cam_left_wrist, cam_right_wrist, is not by name): the
+// row whose length for frame 0 ends that frame's JPEG exactly, the name-order row first.
+absl::Status PickLengthsRow(const RandomAccessFile& raf, const Array& a,
+                            const std::vector<double>& lengths, uint64_t t, uint64_t* row) {
+  std::string first(static_cast<size_t>(a.dims[1]), '\0');
+  RETURN_IF_ERROR(ReadRows(raf, a, 0, 1, first.data()));
+  const uint64_t rows = lengths.size() / t;
+  if (*row < rows && JpegOfLength(first, lengths[static_cast<size_t>(*row * t)])) return absl::OkStatus();
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (JpegOfLength(first, lengths[static_cast<size_t>(r * t)])) {
+      *row = r;
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();  // none fits: the name-order row, checked frame by frame when read
+}
+
 // Per-frame sizes of encoded rows: the lengths dataset, or each row without its trailing zeros.
 absl::StatusOr<std::vector<uint32_t>> EncodedSizes(const File& f, const RandomAccessFile& raf,
                                                    const std::string& group, const StreamSpec& s,
@@ -526,8 +553,10 @@ absl::StatusOr<std::vector<uint32_t>> EncodedSizes(const File& f, const RandomAc
         "[", two ? "cameras, " : "", "T]"));
   }
   ASSIGN_OR_RETURN(std::vector<double> all, f.ReadNumbers(lp));
+  uint64_t row = two ? static_cast<uint64_t>(s.lengths_row) : 0;
+  if (two && s.codec == "mjpeg") RETURN_IF_ERROR(PickLengthsRow(raf, a, all, t, &row));
   for (uint64_t i = 0; i < t; ++i) {
-    const double v = all[static_cast<size_t>(two ? s.lengths_row * t + i : i)];
+    const double v = all[static_cast<size_t>(row * t + i)];
     if (!(v >= 0) || v != std::floor(v) || v > static_cast<double>(maxlen)) {
       return absl::DataLossError(StrCat(f.name(), ": ", lp, " says frame ", i, " of stream '",
                                         s.name, "' (", a.path, ") is ", v, " bytes, but its rows ",
@@ -674,6 +703,13 @@ absl::Status Hdf5Dataset::ReadPacket(const pb::EpisodeIndex& index, int stream, 
     out->resize(static_cast<size_t>(a.row_bytes()));
     status = ReadRows(file, a, packet, 1, out->data(), chunk_cache_.get());
     out->resize(st->sizes[s][packet]);
+    if (status.ok() && specs_[s]->codec == "mjpeg" && !specs_[s]->lengths_path.empty() &&
+        !(out->size() >= 2 && static_cast<uint8_t>((*out)[out->size() - 2]) == 0xFF &&
+          static_cast<uint8_t>(out->back()) == 0xD9)) {
+      status = absl::DataLossError(StrCat(
+          "dataset ", a.path, " in ", file.name(), ": the row's JPEG does not end at the ",
+          out->size(), " bytes that ", specs_[s]->lengths_path, " gives (not this camera's length?)"));
+    }
   } else {
     *out = PpmHeader(a.dims[2], a.dims[1], grey_[s]);
     const size_t head = out->size();
