@@ -212,13 +212,31 @@ TEST_F(Hdf5DatasetTest, MappedLayout) {
   auto ds = Dataset::Open(Path("mapped") + "#mapping=map.yaml");
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->format(), "hdf5 mapped");
-  EXPECT_EQ(Names(**ds), (std::vector<std::string>{"cam.front", "state.joints", "task"}));
-  EXPECT_EQ((*ds)->manifest().streams[1].shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ(Names(**ds), (std::vector<std::string>{"cam.front", "cam.ir", "state.joints",
+                                                   "state.torque", "task"}));
+  EXPECT_EQ((*ds)->manifest().streams[2].shape, (std::vector<int64_t>{6}));
   EXPECT_EQ((*ds)->manifest().streams[0].rate, 15);
-  CheckAgainstH5py(**ds, "mapped");
+  EXPECT_EQ((*ds)->manifest().streams[1].codec, "pgm");
+  CheckAgainstH5py(**ds, "mapped");  // int16 [T, 2, 3] flattened; big-endian float64
   auto index = (*ds)->LoadEpisode(1);
   ASSERT_TRUE(index.ok());
-  EXPECT_EQ((*index)->streams(2).text(), "stack the red block");
+  EXPECT_EQ((*index)->streams(4).text(), "stack the red block");
+  // A grey [T, H, W] camera: one PGM per frame, decoded to R = G = B.
+  const std::string grey = Expected("mapped", 1, "cam.ir");
+  ImageDecoder dec;
+  for (size_t p = 0; p < 3; ++p) {
+    std::string packet;
+    ASSERT_TRUE((*ds)->ReadPacket(**index, 1, p, &packet).ok());
+    ASSERT_EQ(packet, "P5\n12 10\n255\n" + grey.substr(p * 120, 120));
+    RgbImage img;
+    ASSERT_TRUE(dec.Decode("pgm", packet, 0, 0, DecodeLimits{}, &img).ok());
+    ASSERT_EQ(img.pixels.size(), 360u);
+    for (size_t i = 0; i < 120; ++i) {
+      const uint8_t g = static_cast<uint8_t>(grey[p * 120 + i]);
+      ASSERT_TRUE(img.pixels[i * 3] == g && img.pixels[i * 3 + 1] == g && img.pixels[i * 3 + 2] == g)
+          << "frame " << p << " pixel " << i;
+    }
+  }
   // Without the mapping the layout is not recognised, and the error says what to do.
   auto bare = Dataset::Open(Path("mapped"));
   ASSERT_FALSE(bare.ok());
