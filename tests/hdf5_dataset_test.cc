@@ -267,6 +267,20 @@ TEST_F(Hdf5DatasetTest, DamagedFilesNameFileAndPath) {
   auto ds = Dataset::Open(Path("mismatch"));
   EXPECT_TRUE(Mentions(ds.status(), "'action'")) << ds.status();
   EXPECT_TRUE(Mentions(ds.status(), "T = 5")) << ds.status();
+  // A corrupt deflate chunk: the episode loads, the frame read fails naming file, dataset, frame.
+  auto bad = Dataset::Open(Path("badchunk"));
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  auto index = (*bad)->LoadEpisode(1);
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::string packet;
+  EXPECT_TRUE((*bad)->ReadPacket(**index, 0, 2, &packet).ok());
+  const absl::Status corrupt = (*bad)->ReadPacket(**index, 0, 3, &packet);
+  EXPECT_EQ(corrupt.code(), absl::StatusCode::kDataLoss) << corrupt;
+  for (const std::string& text : {Path("badchunk/episode_1.hdf5"),
+                                  std::string("/observations/images/cam_high"),
+                                  std::string("frame 3"), std::string("deflate")}) {
+    EXPECT_TRUE(Mentions(corrupt, text)) << corrupt;
+  }
   // The refused filter names the dataset.
   auto lzf = Dataset::Open(Path("lzf"));
   absl::Status s = lzf.ok() ? (*lzf)->LoadEpisode(1).status() : lzf.status();
