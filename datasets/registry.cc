@@ -5,6 +5,7 @@
 
 #include "base/status_macros.h"
 #include "datasets/dataset.h"
+#include "datasets/hdf5/hdf5_dataset.h"
 #include "datasets/lerobot/lerobot_dataset.h"
 #include "datasets/lerobot/lerobot_meta.h"
 #include "datasets/native/native_dataset.h"
@@ -26,6 +27,7 @@ struct DatasetFormat {
 constexpr DatasetFormat kFormats[] = {
     {"lerobot", lerobot::LooksLikeLeRobot,
      [](std::unique_ptr<Storage> s, std::string uri) { return lerobot::OpenDataset(std::move(s), std::move(uri)); }},
+    {"hdf5", hdf5::LooksLikeHdf5, hdf5::OpenDataset},
     {"conveyor", nullptr, native::OpenDataset},
 };
 
