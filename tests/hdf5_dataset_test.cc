@@ -208,6 +208,25 @@ TEST_F(Hdf5DatasetTest, Robomimic) {
   EXPECT_FALSE(typo.ok());
 }
 
+// LIBERO: a file per task (natural order of the names), its demos in order, each episode's
+// instruction from its file's problem_info.
+TEST_F(Hdf5DatasetTest, LiberoTaskFiles) {
+  auto ds = Dataset::Open(Path("libero"));
+  ASSERT_TRUE(ds.ok()) << ds.status();
+  EXPECT_EQ((*ds)->format(), "hdf5 robomimic");
+  EXPECT_EQ(Names(**ds), (std::vector<std::string>{"observation.images.agentview_rgb", "action",
+                                                   "observation.joint_states", "instruction"}));
+  ASSERT_EQ((*ds)->num_episodes(), 3u);
+  const std::vector<std::pair<uint32_t, std::string>> want = {
+      {4, "open the drawer"}, {3, "pick up the bowl"}, {2, "pick up the bowl"}};
+  for (size_t e = 0; e < 3; ++e) {
+    EXPECT_EQ((*ds)->episodes().length(e, 0), want[e].first) << e;
+    auto index = (*ds)->LoadEpisode(e);
+    ASSERT_TRUE(index.ok()) << index.status();
+    EXPECT_EQ((*index)->streams(3).text(), want[e].second);
+  }
+}
+
 TEST_F(Hdf5DatasetTest, MappedLayout) {
   auto ds = Dataset::Open(Path("mapped") + "#mapping=map.yaml");
   ASSERT_TRUE(ds.ok()) << ds.status();
