@@ -81,6 +81,8 @@ class File {
   File& operator=(const File&) = delete;
 
   const std::string& name() const { return name_; }
+  // libhdf5's id of the open file (a hid_t), for measurements against H5Dread.
+  int64_t id() const { return id_; }
 
   bool Exists(const std::string& path) const;
   // The children of group `path` in HDF5's name order (byte-wise).
