@@ -2,6 +2,8 @@
 // (native/, lerobot/), and Dataset::Open in registry.cc.
 #include "datasets/dataset.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,61 @@
 namespace conveyor {
 
 namespace pb = format::v1;
+
+absl::StatusOr<LocationOptions> LocationOptions::Parse(std::string_view uri, std::string* location) {
+  LocationOptions o;
+  const size_t hash = uri.find('#');
+  *location = std::string(uri.substr(0, hash));
+  if (hash == std::string_view::npos) return o;
+  o.text_ = std::string(uri.substr(hash + 1));
+  std::string_view rest = o.text_;
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string_view item = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "dataset location '", *location, "': option '", item,
+          "' after '#' is not key=value (options are written LOCATION#key=value&key2=value2)"));
+    }
+    const std::string key(item.substr(0, eq));
+    if (!o.values_.emplace(key, std::string(item.substr(eq + 1))).second) {
+      return absl::InvalidArgumentError(
+          StrCat("dataset location '", *location, "': option '", key, "' is given twice"));
+    }
+  }
+  return o;
+}
+
+std::optional<std::string> LocationOptions::Take(std::string_view key) {
+  auto it = values_.find(key);
+  if (it == values_.end()) return std::nullopt;
+  std::string v = std::move(it->second);
+  values_.erase(it);
+  return v;
+}
+
+absl::StatusOr<std::optional<double>> LocationOptions::TakePositive(std::string_view key) {
+  std::optional<std::string> text = Take(key);
+  if (!text.has_value()) return std::optional<double>();
+  char* end = nullptr;
+  const double v = std::strtod(text->c_str(), &end);
+  if (text->empty() || end != text->c_str() + text->size() || !std::isfinite(v) || v <= 0) {
+    return absl::InvalidArgumentError(StrCat("dataset option ", key, "=", *text,
+                                             ": expected a positive number"));
+  }
+  return std::optional<double>(v);
+}
+
+absl::Status LocationOptions::CheckAllTaken(std::string_view format) const {
+  if (values_.empty()) return absl::OkStatus();
+  std::string keys;
+  for (const auto& [k, v] : values_) StrAppend(&keys, keys.empty() ? "" : ", ", k);
+  return absl::InvalidArgumentError(StrCat("dataset option(s) ", keys, " after '#' are not known to ",
+                                           "the ", format, " format (the formats that take options: ",
+                                           "docs/rlds.md, docs/hdf5.md)"));
+}
 
 std::string Dataset::ShardName(uint32_t shard) const {
   if (shard >= manifest_.shards.size()) return StrCat("<shard ", shard, ">");

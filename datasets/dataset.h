@@ -15,7 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +29,41 @@
 
 namespace conveyor {
 
+// Options a dataset location carries after '#', for formats whose files do not say everything
+// (RLDS episodes have no timestamps, so no step rate): "/data/bridge/0.1.0#rate=5",
+// "s3://bucket/aloha#rate=50". Keys and values are separated by '&' and '='. Each format takes
+// the keys it knows; a key no format took is an error naming it (a typo never passes silently).
+class LocationOptions {
+ public:
+  // Splits "LOCATION#k=v&k2=v2" into the location and its options.
+  static absl::StatusOr<LocationOptions> Parse(std::string_view uri, std::string* location);
+
+  bool empty() const { return values_.empty(); }
+  // Takes key `key` when present (it is then used): its text, or a positive finite number.
+  std::optional<std::string> Take(std::string_view key);
+  absl::StatusOr<std::optional<double>> TakePositive(std::string_view key);
+  // An error naming every key not taken (`format` names the format that read the location).
+  absl::Status CheckAllTaken(std::string_view format) const;
+  // The options as given, for messages and for the dataset's identity ("" when none).
+  const std::string& text() const { return text_; }
+
+ private:
+  std::map<std::string, std::string, std::less<>> values_;
+  std::string text_;
+};
+
+// How many times a format whose episode is read as a whole (one RLDS record) read its episodes:
+// the read amplification that `conveyor batches --stats` and `conveyor bench` report.
+struct EpisodeReadStats {
+  uint64_t reads = 0;              // episode reads from storage
+  uint64_t distinct = 0;           // distinct episodes among them
+  uint64_t bytes_read = 0;         // bytes of those reads
+  uint64_t distinct_bytes = 0;     // bytes of the distinct episodes (each counted once)
+  double amplification() const {
+    return distinct_bytes == 0 ? 0 : static_cast<double>(bytes_read) / static_cast<double>(distinct_bytes);
+  }
+};
+
 // Thread-safe: every method may be called concurrently.
 class Dataset {
  public:
@@ -35,6 +72,8 @@ class Dataset {
   // whichever is there: the first format of datasets/registry.cc that recognises the location.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::string_view uri,
                                                        const HttpOptions& http = {});
+  // `uri` may end in "#options" (LocationOptions); `storage` is rooted at the location without
+  // them.
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::unique_ptr<Storage> storage,
                                                        std::string uri);
 
@@ -74,6 +113,18 @@ class Dataset {
   // Reads every byte of file `shard` of manifest().shards and checks all its checksums and its
   // agreement with the manifest. Slow; for `conveyor inspect --verify`.
   virtual absl::Status VerifyShard(uint32_t shard) const = 0;
+
+  // Whether an episode is read from storage as a whole (one RLDS record): the order then makes
+  // each episode one block, so a shuffled epoch reads each episode about once (shuffle/schedule.h),
+  // with windows of about `window_bytes` of episodes (the format's episode cache holds two).
+  virtual bool reads_whole_episodes() const { return false; }
+  // The mean bytes an episode read costs, for sizing windows (reads_whole_episodes() only).
+  virtual uint64_t mean_episode_bytes() const { return 0; }
+  // Asks the format to keep at least `bytes` of episodes read whole (two windows of the order
+  // that shuffle/schedule.h resolved, within the pipeline's queue_bytes); never shrinks.
+  virtual void ReserveEpisodeCache(uint64_t bytes) const {}
+  // How many times episodes were read from storage (formats that read whole episodes).
+  virtual std::optional<EpisodeReadStats> episode_read_stats() const { return std::nullopt; }
 
  protected:
   Dataset() = default;

@@ -9,6 +9,7 @@
 #include "datasets/lerobot/lerobot_dataset.h"
 #include "datasets/lerobot/lerobot_meta.h"
 #include "datasets/native/native_dataset.h"
+#include "datasets/rlds/rlds_dataset.h"
 
 namespace conveyor {
 namespace {
@@ -19,37 +20,57 @@ struct DatasetFormat {
   // tried when no other format recognised the location, so its "not found" error is the one a
   // wrong path gets.
   bool (*recognise)(Storage& storage);
-  absl::StatusOr<std::unique_ptr<Dataset>> (*open)(std::unique_ptr<Storage> storage, std::string uri);
+  // Takes the location's options it knows (LocationOptions::Take); Dataset::Open refuses any left.
+  absl::StatusOr<std::unique_ptr<Dataset>> (*open)(std::unique_ptr<Storage> storage,
+                                                   std::string uri, LocationOptions& options);
 };
 
 // A LeRobot dataset has meta/info.json with a codebase_version; a Conveyor dataset has
 // manifest.json (the fallback).
 constexpr DatasetFormat kFormats[] = {
     {"lerobot", lerobot::LooksLikeLeRobot,
-     [](std::unique_ptr<Storage> s, std::string uri) { return lerobot::OpenDataset(std::move(s), std::move(uri)); }},
+     [](std::unique_ptr<Storage> s, std::string uri, LocationOptions&) {
+       return lerobot::OpenDataset(std::move(s), std::move(uri));
+     }},
+    {"rlds", rlds::LooksLikeRlds, rlds::OpenDataset},
     {"hdf5", hdf5::LooksLikeHdf5, hdf5::OpenDataset},
-    {"conveyor", nullptr, native::OpenDataset},
+    {"conveyor", nullptr,
+     [](std::unique_ptr<Storage> s, std::string uri, LocationOptions&) {
+       return native::OpenDataset(std::move(s), std::move(uri));
+     }},
 };
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenAs(const DatasetFormat& f,
+                                                std::unique_ptr<Storage> storage,
+                                                std::string uri, LocationOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, f.open(std::move(storage), std::move(uri), options));
+  RETURN_IF_ERROR(options.CheckAllTaken(ds->format()));
+  return ds;
+}
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::string_view uri,
                                                        const HttpOptions& http) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage, OpenStorage(uri, http));
+  std::string location;
+  RETURN_IF_ERROR(LocationOptions::Parse(uri, &location).status());
+  ASSIGN_OR_RETURN(std::unique_ptr<Storage> storage, OpenStorage(location, http));
   return Open(std::move(storage), std::string(uri));
 }
 
 absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::unique_ptr<Storage> storage,
                                                        std::string uri) {
+  std::string location;
+  ASSIGN_OR_RETURN(LocationOptions options, LocationOptions::Parse(uri, &location));
   const DatasetFormat* fallback = nullptr;
   for (const DatasetFormat& f : kFormats) {
     if (f.recognise == nullptr) {
       fallback = &f;
     } else if (f.recognise(*storage)) {
-      return f.open(std::move(storage), std::move(uri));
+      return OpenAs(f, std::move(storage), std::move(location), options);
     }
   }
-  return fallback->open(std::move(storage), std::move(uri));
+  return OpenAs(*fallback, std::move(storage), std::move(location), options);
 }
 
 }  // namespace conveyor

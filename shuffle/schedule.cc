@@ -87,6 +87,18 @@ absl::Status ResolveGopBlocks(const Dataset& dataset, const SampleSpec& spec, Or
     gop.frames_per_step = 1;
     gop_frames = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(anchor_rate)));
   }
+  if (dataset.reads_whole_episodes()) {
+    // Every episode one block: a window's episodes are each read once (an RLDS record holds a
+    // whole episode), and its samples are shuffled across them.
+    gop.frames_per_step = 1;
+    gop.back_frames = 0;
+    uint64_t longest = 1;
+    for (uint64_t e = 0; e + 1 < starts.size(); ++e) longest = std::max(longest, starts[e + 1] - starts[e]);
+    gop.span_frames = longest;
+    order->blocks = std::make_shared<const BlockTable>(std::move(starts), gop);
+    order->block_steps = std::max<uint64_t>(1, order->blocks->max_block_size());
+    return absl::OkStatus();
+  }
   uint64_t gops = 1;
   if (order->block_steps > 0) {
     const double min_frames = static_cast<double>(order->block_steps) * gop.frames_per_step;
@@ -143,9 +155,18 @@ absl::Status ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64
   if (order->window_blocks == 0) {
     // Not divided by the consumer count: the order must not depend on it (a resized job
     // continues the same sequence), so the window is sized as if one consumer decoded it all.
-    const uint64_t per_block =
+    uint64_t per_block =
         std::max<uint64_t>(1, EstimateBlockFrameBytes(spec, manifest, order->block_steps));
+    if (dataset.reads_whole_episodes()) {
+      // A block is an episode read whole and kept parsed until its window is done: two windows
+      // of episodes (the one being served and the next) in half the budget.
+      per_block = std::max(per_block, dataset.mean_episode_bytes());
+    }
     order->window_blocks = std::clamp<uint64_t>(queue_bytes / 2 / (2 * per_block), 1, 4096);
+  }
+  if (dataset.reads_whole_episodes() && !order->naive()) {
+    // The window being served and the next one, kept parsed so each episode is read once.
+    dataset.ReserveEpisodeCache(2 * order->window_blocks * dataset.mean_episode_bytes() * 5 / 4);
   }
   return absl::OkStatus();
 }

@@ -9,7 +9,7 @@ floors; a source file in F may include headers of those folders only. Peers on o
 link or include each other. The link graph is the one CMake resolved at configure time
 (cmake/LinkGraph.cmake writes it), so a target_link_libraries call added anywhere, in any
 sub-folder, is seen. Includes are read from every .h, .cc and .cu file under a floor's folder;
-"conveyor/..." (the generated protocol headers) counts as proto/.
+"conveyor/..." and "tensorflow/..." (the generated protocol headers) count as proto/.
 
 Before checking the tree, a control: the same checks run on a made-up graph and file with one
 upward link and one upward include must report both, so a broken checker cannot pass silently.
@@ -96,7 +96,7 @@ def include_violations(rel_path, lines, floors):
         if not m or "/" not in m.group(1):
             continue
         inc = m.group(1)
-        g = "proto" if inc.startswith("conveyor/") else top_folder(inc)
+        g = "proto" if inc.startswith(("conveyor/", "tensorflow/")) else top_folder(inc)
         if g not in floors or g == f:
             continue
         if floors[g] >= floors[f]:

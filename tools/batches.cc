@@ -184,6 +184,16 @@ absl::Status RunBatches(const BatchesOptions& o) {
                  static_cast<unsigned long long>(st.cache_fill_bytes),
                  static_cast<unsigned long long>(st.cache_corrupt),
                  static_cast<unsigned long long>(st.cache_evicted_bytes));
+    for (size_t k = 0; k < source->size(); ++k) {
+      const std::optional<EpisodeReadStats> r = source->dataset(k).episode_read_stats();
+      if (!r.has_value()) continue;
+      std::fprintf(stderr,
+                   "  episode reads (%s): %llu reads of %llu distinct episodes, %.1f MB for %.1f MB: "
+                   "read amplification %.3f\n",
+                   source->dataset(k).manifest().name.c_str(), static_cast<unsigned long long>(r->reads),
+                   static_cast<unsigned long long>(r->distinct), r->bytes_read / 1e6,
+                   r->distinct_bytes / 1e6, r->amplification());
+    }
   }
   return absl::OkStatus();
 }

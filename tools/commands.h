@@ -14,6 +14,10 @@ namespace CLI {
 class App;
 }
 
+namespace conveyor {
+class Dataset;
+}  // namespace conveyor
+
 namespace conveyor::tools {
 
 // The decoded-frame cache's flags (conveyor batches, serve, bench; docs/pipeline.md "The
@@ -77,6 +81,10 @@ struct ImportOptions {
 // Dispatches to RunImportLeRobot when `lerobot` is set or `from` holds meta/info.json.
 absl::Status RunImport(const ImportOptions& options);
 absl::Status RunImportLeRobot(const ImportOptions& options);
+// Copies every episode of a dataset read in place into a Conveyor dataset at options.out
+// (--skip-broken-episodes honoured): images and video packets byte for byte, lowdim bit for bit.
+absl::Status ImportDataset(const Dataset& dataset, const ImportOptions& options,
+                           const std::string& created_by);
 // True when `dir` holds a LeRobot meta/info.json.
 bool IsLeRobotRoot(const std::string& dir);
 

@@ -1,6 +1,8 @@
 // The `conveyor` command line: one binary, one subcommand per job, `--help` on each. Each
 // subcommand registers its own flags in its own file (tools/command.h); main only dispatches.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -42,6 +44,8 @@ int Report(const std::string& command, const absl::Status& status) {
 
 int main(int argc, char** argv) {
   namespace tools = conveyor::tools;
+  // Logs go to stderr, never into a command's output (batches' digest lines, inspect's JSON).
+  spdlog::set_default_logger(spdlog::stderr_logger_mt("conveyor"));
   CLI::App app{"Conveyor: multimodal training data for robot-learning and video models.\n"
                "A DATASET is a Conveyor dataset (docs/format.md) or a LeRobot v3.0/v2.1 dataset\n"
                "(docs/lerobot.md): a directory, http(s):// URL or s3:// prefix (docs/storage.md)."};
@@ -58,7 +62,7 @@ int main(int argc, char** argv) {
                  "Bound on the cache's bytes, shared by every process using it (sets "
                  "CONVEYOR_CACHE_BYTES; default 10 GiB)")->transform(CLI::AsSizeValue(true));
   app.add_option("--index-cache-dir", index_cache_dir,
-                 "Where packet indexes of LeRobot mp4s are kept between opens (sets "
+                 "Where packet indexes of LeRobot mp4s and RLDS record indexes are kept between opens (sets "
                  "CONVEYOR_INDEX_CACHE_DIR; 'none' keeps them in memory only)");
   app.set_version_flag("--version", VersionText());
 

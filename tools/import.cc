@@ -23,6 +23,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "datasets/dataset.h"
 #include "media/media_demux.h"
 #include "format/dataset_writer.h"
 #include "format/format.h"
@@ -501,6 +502,18 @@ absl::Status RunImport(const ImportOptions& options) {
   if (options.from.empty()) return absl::InvalidArgumentError("no input folder given");
   if (IsLeRobotRoot(options.from)) return RunImportLeRobot(options);
   if (options.out.empty()) return absl::InvalidArgumentError("no output folder given");
+  {
+    // A format read in place (RLDS, HDF5, at any location, with its #options) is copied through
+    // the Dataset interface. A plain folder of episode folders is none of them: the native
+    // fallback says NOT_FOUND (no manifest.json) and the folder import below runs.
+    absl::StatusOr<std::unique_ptr<Dataset>> ds = Dataset::Open(options.from);
+    if (ds.ok() && (*ds)->format() != "conveyor") {
+      return ImportDataset(**ds, options, StrCat("conveyor import (", (*ds)->format(), ")"));
+    }
+    if (!ds.ok() && !absl::IsNotFound(ds.status())) return ds.status();
+    std::error_code exists_ec;
+    if (!ds.ok() && fs::exists(fs::path(options.from) / "dataset_info.json", exists_ec)) return ds.status();
+  }
   const fs::path from(options.from);
   std::error_code ec;
   if (!fs::is_directory(from, ec)) {
@@ -563,7 +576,7 @@ class ImportCommand final : public Command {
   CLI::App* Register(CLI::App& app) override {
     CLI::App* c = app.add_subcommand("import", "Build a dataset from existing files (one folder per episode, or a LeRobot dataset; see docs/import.md, docs/lerobot.md)");
     c->add_option("--from", o_.from,
-                  "Folder holding one sub-folder per episode (or a LeRobot dataset root)");
+                  "Folder holding one sub-folder per episode, or a dataset read in place: a LeRobot root, an RLDS / TFDS folder (docs/rlds.md), HDF5 episodes (docs/hdf5.md); any location, #options included");
     c->add_option("--lerobot", o_.lerobot,
                   "A LeRobot v3.0 or v2.1 dataset root (meta/info.json); see docs/lerobot.md");
     c->add_option("--tolerance-s", o_.tolerance_s,

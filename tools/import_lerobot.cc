@@ -1,5 +1,6 @@
 // `conveyor import --lerobot DIR|URL`: a LeRobot dataset (v3.0 or v2.1) -> a Conveyor dataset,
-// losslessly. The dataset is read in place (datasets/lerobot/lerobot_dataset.h: every check of its
+// losslessly; `conveyor import --from LOCATION` does the same for any format read in place (RLDS,
+// HDF5) through ImportDataset. The dataset is read in place (datasets/lerobot/lerobot_dataset.h: every check of its
 // tables against info.json and the videos happens there) and copied episode by episode: video
 // packets byte for byte (each episode cut out of its camera's mp4, frame-exact, starting on a
 // keyframe), numeric features as lowdim streams (float32 values kept bit for bit), embedded images
@@ -50,11 +51,16 @@ absl::Status RunImportLeRobot(const ImportOptions& options) {
   lerobot::DatasetOptions lopts;
   lopts.tolerance_s = options.tolerance_s;
   ASSIGN_OR_RETURN(std::unique_ptr<Dataset> ds, lerobot::OpenDataset(std::move(storage), root, lopts));
+  return ImportDataset(*ds, options, "conveyor import (LeRobot)");
+}
 
+absl::Status ImportDataset(const Dataset& dataset, const ImportOptions& options,
+                           const std::string& created_by) {
+  const Dataset* ds = &dataset;
   DatasetWriter::Options wopts;
   wopts.name = options.name;
   if (wopts.name.empty()) wopts.name = ds->manifest().name;
-  wopts.created_by = "conveyor import (LeRobot)";
+  wopts.created_by = created_by;
   wopts.episodes_per_shard = options.episodes_per_shard;
   wopts.stats = ds->manifest().stats;  // the dataset's own statistics, quantiles included
   std::error_code ec;
@@ -68,7 +74,7 @@ absl::Status RunImportLeRobot(const ImportOptions& options) {
       for (size_t e = 0; e < ds->num_episodes(); ++e) {
         absl::StatusOr<EpisodeData> data = ReadEpisodeData(*ds, e);
         if (!data.ok() && options.skip_broken) {
-          spdlog::warn("import: skipping LeRobot episode {}: {}", e, std::string(data.status().message()));
+          spdlog::warn("import: skipping episode {}: {}", e, std::string(data.status().message()));
           skipped.push_back(StrCat(e, ": ", data.status().message()));
           continue;
         }

@@ -36,6 +36,10 @@ PACKAGES=(
   python3-venv python3-pip python3-setuptools python3-wheel python3-torch python3-av
   # plots (conveyor bench --plot, bench/peers)
   python3-matplotlib
+  # robot formats read in place (datasets/rlds, datasets/hdf5): HDF5 through libhdf5; the tests'
+  # fixtures written by the tools those communities use (tf.train.Example through python3-protobuf,
+  # TFRecord framing checked with python3-crc32c, HDF5 episodes through h5py)
+  libhdf5-dev python3-h5py python3-protobuf python3-crc32c
 )
 
 # tests/k8s/kubectl_dry_run_test.py: Debian's kubectl, unless a kubectl is there already (another

@@ -1,0 +1,204 @@
+#include "datasets/rlds/rlds_index.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <filesystem>
+#include <optional>
+#include <random>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "format/format.h"
+
+namespace conveyor::rlds {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::string_view kMagic = "CVYRLDX2";
+constexpr size_t kScanChunk = 8u << 20;
+
+std::string PathOf(const std::string& dir, const std::string& key) {
+  return (fs::path(dir) / StrCat(format::ChecksumHex(format::Checksum(key)), ".rlidx")).string();
+}
+
+void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
+
+uint64_t GetU64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+void PutF64s(std::string* s, const std::vector<double>& v) {
+  s->append(reinterpret_cast<const char*>(v.data()), v.size() * 8);
+}
+
+// Reads the moments section at bytes [at, end); false when it is malformed.
+bool ParseMoments(const std::string& bytes, size_t at, size_t end, std::map<std::string, Moments>* out) {
+  auto need = [&](size_t n) { return at <= end && end - at >= n; };
+  if (!need(8)) return false;
+  const uint64_t n = GetU64(bytes.data() + at);
+  at += 8;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!need(8)) return false;
+    const uint64_t key_size = GetU64(bytes.data() + at);
+    at += 8;
+    if (!need(key_size) || key_size > 4096) return false;
+    const std::string key = bytes.substr(at, key_size);
+    at += key_size;
+    if (!need(16)) return false;
+    Moments m;
+    m.count = GetU64(bytes.data() + at);
+    const uint64_t dim = GetU64(bytes.data() + at + 8);
+    at += 16;
+    if (dim > (1u << 20) || !need(dim * 32)) return false;
+    for (std::vector<double>* v : {&m.mean, &m.m2, &m.min, &m.max}) {
+      v->resize(dim);
+      std::memcpy(v->data(), bytes.data() + at, dim * 8);
+      at += dim * 8;
+    }
+    (*out)[key] = std::move(m);
+  }
+  return at == end;
+}
+
+// Entry: magic | u64 key size | key | u64 count | count x (offset, length, steps) | u64 XXH3 of
+// everything before it. A torn, foreign or stale entry fails its checks and is rebuilt.
+std::optional<ShardIndex> ReadEntry(const std::string& path, const std::string& key) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  std::string bytes;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1ll << 32)) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+      const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    bytes.resize(got);
+  }
+  ::close(fd);
+  const size_t head = kMagic.size() + 8;
+  if (bytes.size() < head + 16 || bytes.compare(0, kMagic.size(), kMagic) != 0) return std::nullopt;
+  const uint64_t sum = GetU64(bytes.data() + bytes.size() - 8);
+  if (format::Checksum(std::string_view(bytes).substr(0, bytes.size() - 8)) != sum) return std::nullopt;
+  const uint64_t key_size = GetU64(bytes.data() + kMagic.size());
+  if (key_size > bytes.size() || bytes.compare(head, key_size, key) != 0) return std::nullopt;
+  const size_t at = head + key_size;
+  if (bytes.size() < at + 16) return std::nullopt;
+  const uint64_t count = GetU64(bytes.data() + at);
+  if (count > (bytes.size() - at - 16) / 24) return std::nullopt;
+  ShardIndex index;
+  index.from_cache = true;
+  index.records.resize(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const char* p = bytes.data() + at + 8 + i * 24;
+    index.records[i] = {{GetU64(p), GetU64(p + 8)}, GetU64(p + 16)};
+  }
+  if (!ParseMoments(bytes, at + 8 + count * 24, bytes.size() - 8, &index.moments)) return std::nullopt;
+  return index;
+}
+
+void WriteEntry(const std::string& dir, const std::string& key, const ShardIndex& index) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::string bytes(kMagic);
+  PutU64(&bytes, key.size());
+  bytes += key;
+  PutU64(&bytes, index.records.size());
+  for (const RecordEntry& r : index.records) {
+    PutU64(&bytes, r.ref.offset);
+    PutU64(&bytes, r.ref.length);
+    PutU64(&bytes, r.steps);
+  }
+  PutU64(&bytes, index.moments.size());
+  for (const auto& [key, m] : index.moments) {
+    PutU64(&bytes, key.size());
+    bytes += key;
+    PutU64(&bytes, m.count);
+    PutU64(&bytes, m.mean.size());
+    for (const std::vector<double>* v : {&m.mean, &m.m2, &m.min, &m.max}) PutF64s(&bytes, *v);
+  }
+  PutU64(&bytes, format::Checksum(bytes));
+  const std::string path = PathOf(dir, key);
+  const std::string tmp = StrCat(path, ".tmp.", ::getpid(), ".", std::random_device()());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  size_t put = 0;
+  while (put < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + put, bytes.size() - put);
+    if (n <= 0) break;
+    put += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (put != bytes.size() || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    spdlog::warn("rlds: cannot write the record index cache entry {} (continuing without it)", path);
+  }
+}
+
+}  // namespace
+
+void Moments::Add(const float* row, size_t dim) {
+  if (count == 0) {
+    mean.assign(dim, 0);
+    m2.assign(dim, 0);
+    min.assign(dim, std::numeric_limits<double>::infinity());
+    max.assign(dim, -std::numeric_limits<double>::infinity());
+  }
+  ++count;
+  for (size_t d = 0; d < dim; ++d) {
+    const double x = row[d];
+    const double delta = x - mean[d];
+    mean[d] += delta / static_cast<double>(count);
+    m2[d] += delta * (x - mean[d]);
+    min[d] = std::min(min[d], x);
+    max[d] = std::max(max[d], x);
+  }
+}
+
+void Moments::Merge(const Moments& o) {
+  if (o.count == 0) return;
+  if (count == 0) {
+    *this = o;
+    return;
+  }
+  const double n = static_cast<double>(count + o.count);
+  for (size_t d = 0; d < mean.size() && d < o.mean.size(); ++d) {
+    const double delta = o.mean[d] - mean[d];
+    mean[d] += delta * static_cast<double>(o.count) / n;
+    m2[d] += o.m2[d] + delta * delta * static_cast<double>(count) * static_cast<double>(o.count) / n;
+    min[d] = std::min(min[d], o.min[d]);
+    max[d] = std::max(max[d], o.max[d]);
+  }
+  count += o.count;
+}
+
+absl::StatusOr<ShardIndex> IndexShard(const RandomAccessFile& file, const std::string& cache_dir,
+                                      const RecordVisitor& visit_record) {
+  const std::string key = StrCat("rlds-records-v2\n", file.name(), "\n", file.size(), "\n", file.version());
+  const bool cacheable = !cache_dir.empty() && !file.version().empty();
+  if (cacheable) {
+    if (std::optional<ShardIndex> hit = ReadEntry(PathOf(cache_dir, key), key)) return *std::move(hit);
+  }
+  ShardIndex index;
+  RETURN_IF_ERROR(ScanRecords(file, kScanChunk, [&](const RecordRef& ref, std::string_view data) -> absl::Status {
+    const std::string where = StrCat(file.name(), ", record ", index.records.size(), " at byte ", ref.offset);
+    ASSIGN_OR_RETURN(uint64_t steps, visit_record(data, where, &index.moments));
+    index.records.push_back({ref, steps});
+    return absl::OkStatus();
+  }));
+  if (cacheable) WriteEntry(cache_dir, key, index);
+  return index;
+}
+
+}  // namespace conveyor::rlds
