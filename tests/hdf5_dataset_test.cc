@@ -49,6 +49,8 @@ class Hdf5DatasetTest : public ::testing::Test {
       return;
     }
     dir_ = new TempDir();
+    // Sidecars of indexed episodes go here, not to the user's cache (the CLI runs inherit it).
+    setenv("CONVEYOR_INDEX_CACHE_DIR", dir_->Join("index-cache").c_str(), 1);
     const auto r = RunCommand(std::string(kPython) + " " +
                                   ShellQuote(std::string(CONVEYOR_SOURCE_DIR) +
                                              "/tests/fixtures/hdf5/make_hdf5.py") +
@@ -207,6 +209,44 @@ TEST_F(Hdf5DatasetTest, Robomimic) {
   EXPECT_EQ((*train)->episodes().length(1, 0), 8u);
   auto typo = Dataset::Open(Path("robomimic") + "#filtr=train");
   EXPECT_FALSE(typo.ok());
+}
+
+// Indexed episodes are kept as sidecars: a second open loads them without libhdf5 (fewer reads
+// of the files), to the same indexes and values; a damaged sidecar is ignored and rewritten.
+TEST_F(Hdf5DatasetTest, SidecarIndexCache) {
+  const std::string cache = Path("sidecars");
+  const std::string location = Path("aloha_jpeg") + "#index_cache=" + cache;
+  auto load_all = [&](std::vector<std::string>* indexes) -> uint64_t {
+    auto ds = Dataset::Open(location);
+    EXPECT_TRUE(ds.ok()) << ds.status();
+    if (!ds.ok()) return 0;
+    const uint64_t before = (*ds)->storage().stats().reads;
+    for (size_t e = 0; e < (*ds)->num_episodes(); ++e) {
+      auto index = (*ds)->LoadEpisode(e);
+      EXPECT_TRUE(index.ok()) << index.status();
+      if (!index.ok()) return 0;
+      indexes->push_back((*index)->SerializeAsString());
+      std::string packet;
+      EXPECT_TRUE((*ds)->ReadPacket(**index, 1, 1, &packet).ok());
+      indexes->push_back(packet);
+    }
+    return (*ds)->storage().stats().reads - before;
+  };
+  std::vector<std::string> first, second, third;
+  const uint64_t cold = load_all(&first);
+  size_t entries = 0;
+  for (const auto& f : fs::directory_iterator(cache)) entries += f.path().extension() == ".idx";
+  EXPECT_EQ(entries, 2u);
+  const uint64_t warm = load_all(&second);
+  EXPECT_EQ(second, first);
+  EXPECT_LT(warm, cold);  // no metadata reads for episode 1 (episode 0 is loaded at open)
+  for (const auto& f : fs::directory_iterator(cache)) {
+    std::string bytes = ReadFile(f.path().string());
+    bytes[bytes.size() / 2] ^= 0x5a;
+    WriteFile(f.path().string(), bytes);
+  }
+  load_all(&third);
+  EXPECT_EQ(third, first);
 }
 
 // LIBERO: a file per task (natural order of the names), its demos in order, each episode's

@@ -20,6 +20,8 @@
 #include "datasets/hdf5/hdf5_file.h"
 #include "datasets/hdf5/hdf5_layout.h"
 #include "datasets/hdf5/hdf5_reader.h"
+#include "datasets/hdf5/hdf5_sidecar.h"
+#include "datasets/lerobot/lerobot_dataset.h"
 #include "format/format.h"
 #include "media/media_demux.h"
 
@@ -90,14 +92,6 @@ struct EpisodeState {
   std::shared_ptr<const pb::EpisodeIndex> index;
 };
 
-std::string PathIn(const std::string& group, const std::string& rel) {
-  if (rel == "..") {
-    const size_t slash = group.rfind('/');
-    return slash == 0 || slash == std::string::npos ? "/" : group.substr(0, slash);
-  }
-  if (rel.empty()) return group.empty() ? "/" : group;
-  return group + "/" + rel;
-}
 
 std::string PpmHeader(uint64_t w, uint64_t h, bool grey) {
   return StrCat(grey ? "P5" : "P6", "\n", w, " ", h, "\n255\n");
@@ -154,10 +148,13 @@ class Hdf5Dataset final : public Dataset {
   absl::StatusOr<std::unique_ptr<File>> OpenH5(uint32_t file) const;
   absl::StatusOr<std::shared_ptr<const EpisodeState>> State(size_t episode) const;
   absl::StatusOr<std::unique_ptr<EpisodeState>> BuildState(size_t episode) const;
+  absl::StatusOr<std::unique_ptr<EpisodeState>> IndexEpisode(size_t episode) const;
   absl::Status IndexImage(const EpisodeState& st, const File& f, const EpisodeRef& ep, size_t s,
                           const std::vector<uint32_t>& sizes, pb::StreamIndex* out) const;
   absl::StatusOr<std::string> Text(const File& f, const EpisodeRef& ep, const StreamSpec& s) const;
   std::string Where(size_t episode) const;
+  std::string SidecarKey(size_t episode) const;
+  std::unique_ptr<EpisodeState> FromSidecar(size_t episode, const std::string& key) const;
 
   Layout layout_;
   std::vector<std::string> files_;  // relative to the root
@@ -168,6 +165,9 @@ class Hdf5Dataset final : public Dataset {
   std::vector<Array> first_;              // the first episode's datasets, per stream
   mutable std::vector<std::unique_ptr<Once<EpisodeState>>> states_;  // fixed size
   std::unique_ptr<ChunkCache> chunk_cache_;  // multi-frame chunks, inflated once
+  std::unique_ptr<Sidecars> sidecars_;       // indexed episodes between opens
+  std::vector<std::string> versions_;        // per file: mtime or ETag ("": no sidecar)
+  std::string layout_text_;                  // the streams' mapping, for sidecar keys
   mutable absl::Mutex mu_;
   mutable std::map<std::pair<size_t, int>, std::shared_ptr<const std::vector<float>>> lowdim_
       ABSL_GUARDED_BY(mu_);
@@ -224,6 +224,15 @@ absl::Status Hdf5Dataset::ResolveFiles(std::string* single_file) {
     }
     if (!f.ok()) return f.status();
     handles_.push_back(*std::move(f));
+  }
+  for (size_t i = 0; i < files_.size(); ++i) {
+    std::string v = handles_[i]->version();
+    struct stat st;
+    const std::string name = storage_->Describe(files_[i]);
+    if (v.empty() && name.find("://") == std::string::npos && ::stat(name.c_str(), &st) == 0) {
+      v = StrCat("mtime ", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+    }
+    versions_.push_back(std::move(v));
   }
   return absl::OkStatus();
 }
@@ -370,6 +379,9 @@ absl::Status Hdf5Dataset::Init(LocationOptions& options) {
   }
   ASSIGN_OR_RETURN(std::optional<double> cache_mb, options.TakePositive("chunk_cache_mb"));
   chunk_cache_ = std::make_unique<ChunkCache>(static_cast<uint64_t>(cache_mb.value_or(256) * (1 << 20)));
+  lerobot::DatasetOptions cache_options;
+  cache_options.index_cache_dir = options.Take("index_cache").value_or("");
+  sidecars_ = std::make_unique<Sidecars>(lerobot::IndexCacheDir(cache_options));
   const std::string filter = options.Take("filter").value_or("");
   if (!filter.empty() && layout_.episode_group.empty()) {
     return absl::InvalidArgumentError(StrCat(uri_, ": #filter= needs episodes that are groups ",
@@ -389,6 +401,12 @@ absl::Status Hdf5Dataset::Init(LocationOptions& options) {
     if (layout_.streams[i].name == layout_.streams[i - 1].name) {
       return absl::InvalidArgumentError(StrCat(uri_, ": two streams named '", layout_.streams[i].name, "'"));
     }
+  }
+  StrAppend(&layout_text_, layout_.kind, " ", layout_.rate, "\n");
+  for (const StreamSpec& s : layout_.streams) {
+    StrAppend(&layout_text_, s.name, "|", s.kind, "|", s.path, "|", s.encoded, "|", s.codec, "|",
+              s.lengths_path, "|", s.lengths_row, "|", s.text, "|", s.attribute_path, "|",
+              s.attribute, "|", s.json_key, "\n");
   }
   RETURN_IF_ERROR(Episodes(filter));
   return MakeManifest();
@@ -498,76 +516,67 @@ absl::StatusOr<std::string> Hdf5Dataset::Text(const File& f, const EpisodeRef& e
   return j[s.json_key].get<std::string>();
 }
 
-// Whether `row` holds a JPEG of exactly `len` bytes: it ends in EOI (FF D9), zeros after it.
-bool JpegOfLength(const std::string& row, double len) {
-  if (!(len >= 2) || len > static_cast<double>(row.size()) || len != std::floor(len)) return false;
-  const size_t n = static_cast<size_t>(len);
-  if (static_cast<uint8_t>(row[n - 2]) != 0xFF || static_cast<uint8_t>(row[n - 1]) != 0xD9) return false;
-  return std::all_of(row.begin() + static_cast<ptrdiff_t>(n), row.end(), [](char c) { return c == 0; });
+std::string Hdf5Dataset::SidecarKey(size_t episode) const {
+  const EpisodeRef& ep = refs_[episode];
+  if (versions_[ep.file].empty()) return "";
+  return StrCat("hdf5 episode v1\n", storage_->Describe(files_[ep.file]), "\n",
+                handles_[ep.file]->size(), "\n", versions_[ep.file], "\n", ep.group, "\n",
+                layout_text_);
 }
 
-// Which row of an ALOHA compress_len [cameras, T] is this camera's. ACT writes the rows in its
-// config's camera_names order, which the file does not keep (h5py lists datasets by name, and
-// ACT's real-robot order, cam_high, cam_low, cam_left_wrist, cam_right_wrist, is not by name): the
-// row whose length for frame 0 ends that frame's JPEG exactly, the name-order row first.
-absl::Status PickLengthsRow(const RandomAccessFile& raf, const Array& a,
-                            const std::vector<double>& lengths, uint64_t t, uint64_t* row) {
-  std::string first(static_cast<size_t>(a.dims[1]), '\0');
-  RETURN_IF_ERROR(ReadRows(raf, a, 0, 1, first.data()));
-  const uint64_t rows = lengths.size() / t;
-  if (*row < rows && JpegOfLength(first, lengths[static_cast<size_t>(*row * t)])) return absl::OkStatus();
-  for (uint64_t r = 0; r < rows; ++r) {
-    if (JpegOfLength(first, lengths[static_cast<size_t>(r * t)])) {
-      *row = r;
-      return absl::OkStatus();
+// The episode from its sidecar, when there is one that agrees with the episode table.
+std::unique_ptr<EpisodeState> Hdf5Dataset::FromSidecar(size_t episode, const std::string& key) const {
+  std::optional<std::string> bytes = sidecars_->Get(key);
+  IndexedEpisode e;
+  if (!bytes.has_value() || !DecodeEpisode(*bytes, &e)) return nullptr;
+  auto index = std::make_shared<pb::EpisodeIndex>();
+  const uint64_t t = refs_[episode].length;
+  if (!index->ParseFromString(e.index) || index->streams_size() != static_cast<int>(specs_.size()) || e.arrays.size() != specs_.size() ||
+      e.sizes.size() != specs_.size()) {
+    return nullptr;
+  }
+  for (size_t s = 0; s < specs_.size(); ++s) {
+    const pb::StreamIndex& si = index->streams(static_cast<int>(s));
+    const StreamInfo& info = manifest_.streams[s];
+    const bool text = specs_[s]->kind == pb::TEXT;
+    if (si.name() != info.name || si.num_frames() != (text ? 1 : t) ||
+        (!text && (e.arrays[s].dims.empty() || e.arrays[s].dims[0] != t || !e.arrays[s].has_storage)) ||
+        (specs_[s]->encoded && e.sizes[s].size() != t)) {
+      return nullptr;
+    }
+    if (specs_[s]->encoded && !info.pix_fmt.empty() &&
+        (si.codec().codec() != info.codec || si.codec().pix_fmt() != info.pix_fmt ||
+         si.codec().height() != info.shape[0] || si.codec().width() != info.shape[1])) {
+      return nullptr;  // indexed again, and the mismatch reported
     }
   }
-  return absl::OkStatus();  // none fits: the name-order row, checked frame by frame when read
-}
-
-// Per-frame sizes of encoded rows: the lengths dataset, or each row without its trailing zeros.
-absl::StatusOr<std::vector<uint32_t>> EncodedSizes(const File& f, const RandomAccessFile& raf,
-                                                   const std::string& group, const StreamSpec& s,
-                                                   const Array& a) {
-  const uint64_t t = a.dims[0], maxlen = a.dims[1];
-  std::vector<uint32_t> sizes(static_cast<size_t>(t));
-  if (s.lengths_path.empty()) {
-    std::string row(static_cast<size_t>(maxlen), '\0');
-    for (uint64_t i = 0; i < t; ++i) {
-      RETURN_IF_ERROR(ReadRows(raf, a, i, 1, row.data()));
-      size_t n = row.size();
-      while (n > 0 && row[n - 1] == 0) --n;
-      sizes[static_cast<size_t>(i)] = static_cast<uint32_t>(n);
-    }
-    return sizes;
-  }
-  const std::string lp = PathIn(group, s.lengths_path);
-  ASSIGN_OR_RETURN(Array la, f.Describe(lp, false));
-  const bool two = la.dims.size() == 2;
-  if (!(two ? s.lengths_row >= 0 && static_cast<uint64_t>(s.lengths_row) < la.dims[0] &&
-                  la.dims[1] == t
-            : la.dims.size() == 1 && la.dims[0] == t)) {
-    return absl::InvalidArgumentError(StrCat(
-        f.name(), ": ", lp, " is ", la.ShapeText(), ", but stream '", s.name, "' (", a.path,
-        ", T = ", t, ") needs its lengths ", two ? StrCat("in row ", s.lengths_row, " of ") : "",
-        "[", two ? "cameras, " : "", "T]"));
-  }
-  ASSIGN_OR_RETURN(std::vector<double> all, f.ReadNumbers(lp));
-  uint64_t row = two ? static_cast<uint64_t>(s.lengths_row) : 0;
-  if (two && s.codec == "mjpeg") RETURN_IF_ERROR(PickLengthsRow(raf, a, all, t, &row));
-  for (uint64_t i = 0; i < t; ++i) {
-    const double v = all[static_cast<size_t>(row * t + i)];
-    if (!(v >= 0) || v != std::floor(v) || v > static_cast<double>(maxlen)) {
-      return absl::DataLossError(StrCat(f.name(), ": ", lp, " says frame ", i, " of stream '",
-                                        s.name, "' (", a.path, ") is ", v, " bytes, but its rows ",
-                                        "hold ", maxlen, " bytes"));
-    }
-    sizes[static_cast<size_t>(i)] = static_cast<uint32_t>(v);
-  }
-  return sizes;
+  index->set_episode_id(episode);  // the same group is another episode under another #filter=
+  auto st = std::make_unique<EpisodeState>();
+  st->arrays = std::move(e.arrays);
+  st->sizes = std::move(e.sizes);
+  st->index = std::move(index);
+  return st;
 }
 
 absl::StatusOr<std::unique_ptr<EpisodeState>> Hdf5Dataset::BuildState(size_t episode) const {
+  const EpisodeRef& ep = refs_[episode];
+  const std::string key = SidecarKey(episode);
+  if (!key.empty()) {
+    if (std::unique_ptr<EpisodeState> st = FromSidecar(episode, key); st != nullptr) return st;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<EpisodeState> st, IndexEpisode(episode));
+  if (!key.empty()) {
+    IndexedEpisode e;
+    e.arrays = st->arrays;
+    e.sizes = st->sizes;
+    e.index = st->index->SerializeAsString();
+    sidecars_->Put(key, EncodeEpisode(e));
+  }
+  return st;
+}
+
+// What libhdf5 says of the episode's datasets: their storage, the encoded frames' sizes.
+absl::StatusOr<std::unique_ptr<EpisodeState>> Hdf5Dataset::IndexEpisode(size_t episode) const {
   const EpisodeRef& ep = refs_[episode];
   ASSIGN_OR_RETURN(std::unique_ptr<File> f, OpenH5(ep.file));
   auto st = std::make_unique<EpisodeState>();

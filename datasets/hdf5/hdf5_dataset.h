@@ -11,7 +11,8 @@
 // Opening reads each file's metadata through libhdf5 (the episode table: every stream's first
 // dimension, checked). Loading an episode indexes its datasets' raw storage once (offsets, chunks,
 // filters); frames and rows are then read by byte offset through Storage, chunks inflated here,
-// so the workers never wait on libhdf5's global lock.
+// so the workers never wait on libhdf5's global lock. Indexed episodes are kept as sidecars in the
+// index cache (hdf5_sidecar.h), so the next open skips libhdf5 for them.
 #pragma once
 
 #include <memory>
@@ -29,7 +30,8 @@ bool LooksLikeHdf5(Storage& storage);
 
 // Location options taken: rate (steps/s; default 50 for ALOHA, 20 for robomimic, the mapping's
 // rate), mapping (a YAML or JSON mapping file: a path relative to the location, else a local
-// path), filter (robomimic: only the demos listed in mask/<filter>).
+// path), filter (robomimic: only the demos listed in mask/<filter>), chunk_cache_mb (inflated
+// multi-frame chunks kept, default 256), index_cache (the sidecars' directory, "none": none).
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(std::unique_ptr<Storage> storage,
                                                      std::string uri, LocationOptions& options);
 

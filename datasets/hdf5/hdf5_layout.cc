@@ -4,9 +4,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "datasets/hdf5/hdf5_reader.h"
 #include "conveyor/format/v1/shard.pb.h"
 
 namespace conveyor::hdf5 {
@@ -50,6 +52,15 @@ bool AddLowdim(const File& file, const std::string& group, const std::string& ch
 }
 
 }  // namespace
+
+std::string PathIn(const std::string& group, const std::string& rel) {
+  if (rel == "..") {
+    const size_t slash = group.rfind('/');
+    return slash == 0 || slash == std::string::npos ? "/" : group.substr(0, slash);
+  }
+  if (rel.empty()) return group.empty() ? "/" : group;
+  return group + "/" + rel;
+}
 
 absl::StatusOr<Layout> AlohaLayout(const File& file) {
   Layout l;
@@ -264,5 +275,78 @@ absl::StatusOr<Layout> ParseMapping(const std::string& text, const std::string& 
     return absl::InvalidArgumentError(StrCat(name, ": ", e.what()));
   }
 }
+
+namespace {
+
+// Whether `row` holds a JPEG of exactly `len` bytes: it ends in EOI (FF D9), zeros after it.
+bool JpegOfLength(const std::string& row, double len) {
+  if (!(len >= 2) || len > static_cast<double>(row.size()) || len != std::floor(len)) return false;
+  const size_t n = static_cast<size_t>(len);
+  if (static_cast<uint8_t>(row[n - 2]) != 0xFF || static_cast<uint8_t>(row[n - 1]) != 0xD9) return false;
+  return std::all_of(row.begin() + static_cast<ptrdiff_t>(n), row.end(), [](char c) { return c == 0; });
+}
+
+// Which row of an ALOHA compress_len [cameras, T] is this camera's. ACT writes the rows in its
+// config's camera_names order, which the file does not keep (h5py lists datasets by name, and
+// ACT's real-robot order, cam_high, cam_low, cam_left_wrist, cam_right_wrist, is not by name): the
+// row whose length for frame 0 ends that frame's JPEG exactly, the name-order row first.
+absl::Status PickLengthsRow(const RandomAccessFile& raf, const Array& a,
+                            const std::vector<double>& lengths, uint64_t t, uint64_t* row) {
+  std::string first(static_cast<size_t>(a.dims[1]), '\0');
+  RETURN_IF_ERROR(ReadRows(raf, a, 0, 1, first.data()));
+  const uint64_t rows = lengths.size() / t;
+  if (*row < rows && JpegOfLength(first, lengths[static_cast<size_t>(*row * t)])) return absl::OkStatus();
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (JpegOfLength(first, lengths[static_cast<size_t>(r * t)])) {
+      *row = r;
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();  // none fits: the name-order row, checked frame by frame when read
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint32_t>> EncodedSizes(const File& f, const RandomAccessFile& raf,
+                                                   const std::string& group, const StreamSpec& s,
+                                                   const Array& a) {
+  const uint64_t t = a.dims[0], maxlen = a.dims[1];
+  std::vector<uint32_t> sizes(static_cast<size_t>(t));
+  if (s.lengths_path.empty()) {
+    std::string row(static_cast<size_t>(maxlen), '\0');
+    for (uint64_t i = 0; i < t; ++i) {
+      RETURN_IF_ERROR(ReadRows(raf, a, i, 1, row.data()));
+      size_t n = row.size();
+      while (n > 0 && row[n - 1] == 0) --n;
+      sizes[static_cast<size_t>(i)] = static_cast<uint32_t>(n);
+    }
+    return sizes;
+  }
+  const std::string lp = PathIn(group, s.lengths_path);
+  ASSIGN_OR_RETURN(Array la, f.Describe(lp, false));
+  const bool two = la.dims.size() == 2;
+  if (!(two ? s.lengths_row >= 0 && static_cast<uint64_t>(s.lengths_row) < la.dims[0] &&
+                  la.dims[1] == t
+            : la.dims.size() == 1 && la.dims[0] == t)) {
+    return absl::InvalidArgumentError(StrCat(
+        f.name(), ": ", lp, " is ", la.ShapeText(), ", but stream '", s.name, "' (", a.path,
+        ", T = ", t, ") needs its lengths ", two ? StrCat("in row ", s.lengths_row, " of ") : "",
+        "[", two ? "cameras, " : "", "T]"));
+  }
+  ASSIGN_OR_RETURN(std::vector<double> all, f.ReadNumbers(lp));
+  uint64_t row = two ? static_cast<uint64_t>(s.lengths_row) : 0;
+  if (two && s.codec == "mjpeg") RETURN_IF_ERROR(PickLengthsRow(raf, a, all, t, &row));
+  for (uint64_t i = 0; i < t; ++i) {
+    const double v = all[static_cast<size_t>(row * t + i)];
+    if (!(v >= 0) || v != std::floor(v) || v > static_cast<double>(maxlen)) {
+      return absl::DataLossError(StrCat(f.name(), ": ", lp, " says frame ", i, " of stream '",
+                                        s.name, "' (", a.path, ") is ", v, " bytes, but its rows ",
+                                        "hold ", maxlen, " bytes"));
+    }
+    sizes[static_cast<size_t>(i)] = static_cast<uint32_t>(v);
+  }
+  return sizes;
+}
+
 
 }  // namespace conveyor::hdf5

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "datasets/hdf5/hdf5_file.h"
 #include "format/format_fwd.h"
+#include "storage/storage.h"
 
 namespace conveyor::hdf5 {
 
@@ -54,6 +55,17 @@ absl::StatusOr<Layout> AlohaLayout(const File& file);
 absl::StatusOr<Layout> RobomimicLayout(const File& file);
 // The layout a file has ("aloha" or "robomimic"), NOT_FOUND when neither.
 absl::StatusOr<Layout> DetectLayout(const File& file);
+// `rel` (a path relative to an episode's group, ".." its parent) as an absolute HDF5 path.
+std::string PathIn(const std::string& group, const std::string& rel);
+
+// The byte size of each frame of an encoded IMAGE stream's rows `a` (uint8 [T, maxlen]) of the
+// episode at `group`: its lengths dataset (an ALOHA compress_len row matched to the camera by
+// frame 0's JPEG end), or each row without its trailing zeros. A length past the row is a
+// DATA_LOSS naming the file, the lengths dataset, the stream and the frame.
+absl::StatusOr<std::vector<uint32_t>> EncodedSizes(const File& f, const RandomAccessFile& raf,
+                                                   const std::string& group, const StreamSpec& s,
+                                                   const Array& a);
+
 // A mapping file (YAML or JSON). `name` names it in errors.
 absl::StatusOr<Layout> ParseMapping(const std::string& text, const std::string& name);
 
