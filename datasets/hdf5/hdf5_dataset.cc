@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,8 @@ namespace fs = std::filesystem;
 namespace pb = format::v1;
 
 constexpr std::string_view kFileList = "hdf5_files.txt";
+// Lowdim streams are read whole per episode and kept, converted, up to this many bytes in all.
+constexpr uint64_t kMaxLowdimBytes = 256ull << 20;
 
 int KindOrder(int k) { return k == pb::IMAGE ? 0 : k == pb::LOWDIM ? 1 : 2; }
 
@@ -172,6 +175,9 @@ class Hdf5Dataset final : public Dataset {
   mutable std::map<std::pair<size_t, int>, std::shared_ptr<const std::vector<float>>> lowdim_
       ABSL_GUARDED_BY(mu_);
   mutable std::set<std::string> inexact_warned_ ABSL_GUARDED_BY(mu_);
+  // Lowdim streams read whole, oldest first out beyond kMaxLowdimBytes.
+  mutable std::deque<std::pair<size_t, int>> lowdim_order_ ABSL_GUARDED_BY(mu_);
+  mutable uint64_t lowdim_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 absl::Status Hdf5Dataset::ResolveFiles(std::string* single_file) {
@@ -766,7 +772,18 @@ absl::Status Hdf5Dataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, 
                    "are rounded ({} in episode {})", specs_[s]->name, a.path, a.dtype.text,
                    inexact, e);
     }
-    values = lowdim_.emplace(std::make_pair(e, stream), std::move(v)).first->second;
+    auto [it, inserted] = lowdim_.emplace(std::make_pair(e, stream), std::move(v));
+    values = it->second;
+    if (inserted) {
+      lowdim_order_.push_back(it->first);
+      lowdim_bytes_ += values->size() * sizeof(float);
+      while (lowdim_bytes_ > kMaxLowdimBytes && lowdim_order_.size() > 1) {
+        auto old = lowdim_.find(lowdim_order_.front());
+        lowdim_bytes_ -= old->second->size() * sizeof(float);
+        lowdim_.erase(old);
+        lowdim_order_.pop_front();
+      }
+    }
   }
   out->assign(values->begin() + static_cast<ptrdiff_t>(first * dim),
               values->begin() + static_cast<ptrdiff_t>((first + count) * dim));
