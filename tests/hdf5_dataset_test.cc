@@ -249,6 +249,55 @@ TEST_F(Hdf5DatasetTest, SidecarIndexCache) {
   EXPECT_EQ(third, first);
 }
 
+// Many threads on one dataset at once (episodes indexed, chunks inflated and cached, lowdim
+// streams read and kept concurrently) read what one thread reads.
+TEST_F(Hdf5DatasetTest, ConcurrentReadsEqualSerialReads) {
+  for (const std::string name : {"robomimic", "aloha_jpeg", "aloha_raw"}) {
+    auto read_all = [&](const Dataset& ds, size_t e) {
+      std::string out;
+      auto index = ds.LoadEpisode(e);
+      if (!index.ok()) return std::string("error: ") + std::string(index.status().message());
+      for (int s = 0; s < (*index)->streams_size(); ++s) {
+        const pb::StreamIndex& si = (*index)->streams(s);
+        for (size_t p = 0; p < si.num_frames(); ++p) {
+          std::string packet;
+          std::vector<float> v;
+          absl::Status st = si.kind() == pb::IMAGE ? ds.ReadPacket(**index, s, p, &packet)
+                          : si.kind() == pb::LOWDIM ? ds.ReadLowdim(**index, s, p, 1, &v)
+                                                    : absl::OkStatus();
+          if (!st.ok()) return std::string("error: ") + std::string(st.message());
+          out += packet;
+          out.append(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+        }
+      }
+      return out;
+    };
+    auto serial = Dataset::Open(Path(name) + "#index_cache=none&chunk_cache_mb=1");
+    ASSERT_TRUE(serial.ok()) << serial.status();
+    std::vector<std::string> want;
+    for (size_t e = 0; e < (*serial)->num_episodes(); ++e) want.push_back(read_all(**serial, e));
+    auto shared = Dataset::Open(Path(name) + "#index_cache=none&chunk_cache_mb=1");
+    ASSERT_TRUE(shared.ok()) << shared.status();
+    std::vector<std::vector<std::string>> got(4);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < 4; ++t) {
+      pool.emplace_back([&, t] {
+        for (int round = 0; round < 3; ++round) {
+          for (size_t i = 0; i < want.size(); ++i) {
+            got[static_cast<size_t>(t)].push_back(read_all(**shared, (i + static_cast<size_t>(t)) % want.size()));
+          }
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    for (size_t t = 0; t < 4; ++t) {
+      for (size_t k = 0; k < got[t].size(); ++k) {
+        ASSERT_EQ(got[t][k], want[(k + t) % want.size()]) << name << " thread " << t << " read " << k;
+      }
+    }
+  }
+}
+
 // LIBERO: a file per task (natural order of the names), its demos in order, each episode's
 // instruction from its file's problem_info.
 TEST_F(Hdf5DatasetTest, LiberoTaskFiles) {
