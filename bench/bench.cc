@@ -240,7 +240,9 @@ class Bench {
       for (int t : o_.threads) RETURN_IF_ERROR(AssembleInOrder(kind, only, t));
       for (int t : o_.threads) {
         for (const char* order : {"naive", "gop"}) {
-          if (std::string(order) == "gop" && kind != "video") continue;  // no GOPs to schedule
+          // No GOPs to schedule, except a format read an episode at a time (RLDS), whose gop
+          // order reads each episode once.
+          if (std::string(order) == "gop" && kind != "video" && !ds_.reads_whole_episodes()) continue;
           RETURN_IF_ERROR(AssembleShuffled(kind, only, po, order, t));
         }
         if (kind == "video") RETURN_IF_ERROR(EpochBoundary(only, po, t));
@@ -518,13 +520,14 @@ class Bench {
     }
     Add(Row{kind, "decode", "", threads, ups, unit, limit_name, limit, {}});
     if (kind == "video") video_fps_limit_[threads] = limit;
+    if (kind == "image") image_fps_limit_[threads] = limit;
     return absl::OkStatus();
   }
 
-  double FramesPerSample(const SampleSpec& spec) const {
+  double FramesPerSample(const SampleSpec& spec, pb::StreamKind kind = pb::VIDEO) const {
     double f = 0;
     for (const StreamSpec& s : spec.streams) {
-      if (s.kind == pb::VIDEO) f += static_cast<double>(s.deltas.size());
+      if (s.kind == kind) f += static_cast<double>(s.deltas.size());
     }
     return f;
   }
@@ -552,6 +555,8 @@ class Bench {
     po.consumer = 0;
     po.consumers = 1;
     po.order = order == "naive" ? OrderOptions{} : (po.order.naive() ? OrderOptions::AutoGop() : po.order);
+    // Episodes read whole (RLDS) start cold, as a job's first epoch does.
+    ds_.DropEpisodeCache();
     const auto t0 = Clock::now();
     ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> p, Pipeline::Create(source_, spec, po, Cursor{}));
     ASSIGN_OR_RETURN(SteadyRate m, MeasureSteady(o_.seconds, [&]() -> absl::StatusOr<uint64_t> {
@@ -560,13 +565,26 @@ class Bench {
     }));
     m.first_batch_s = Since(t0) - m.seconds;
     const PipelineStats st = p->stats();
+    const std::optional<EpisodeReadStats> reads = ds_.episode_read_stats();
     Row r{kind, "assemble", StrCat("shuffled, ", order), threads, m.rate(), "samples/s", "", 0, {}};
     if (kind == "video" && video_fps_limit_.count(threads) && st.amplification() > 0) {
       // The most samples/s `threads` ffmpeg-speed decoders allow at this amplification.
       r.limit_name = "decode bound (ffmpeg rate / decoded frames per sample)";
       r.limit = video_fps_limit_[threads] / (st.amplification() * FramesPerSample(spec));
     }
+    if (kind == "image" && image_fps_limit_.count(threads) && image_fps_limit_[threads] > 0 &&
+        FramesPerSample(spec, pb::IMAGE) > 0) {
+      // The most samples/s `threads` tjbench-speed decoders allow: one decode per image.
+      r.limit_name = "decode bound (tjbench rate / images per sample)";
+      r.limit = image_fps_limit_[threads] / FramesPerSample(spec, pb::IMAGE);
+    }
     r.stages = Stages(st, m);
+    if (reads.has_value()) {
+      r.stages["episode_reads"] = reads->reads;
+      r.stages["distinct_episodes"] = reads->distinct;
+      r.stages["episode_bytes_read"] = reads->bytes_read;
+      r.stages["read_amplification"] = reads->amplification();
+    }
     if (kind == "video" && order == "gop") {
       gop_[threads] = GopBaseline{m.rate(), r.limit,
                                   st.frames_decoded > 0 ? st.decode_seconds / st.frames_decoded : 0};
@@ -1135,6 +1153,7 @@ class Bench {
   double cat_ = 0;
   double iperf_ = 0;
   std::map<int, double> video_fps_limit_;
+  std::map<int, double> image_fps_limit_;  // tjbench, by threads (JPEG image streams)
   std::map<int, GopBaseline> gop_;
   std::vector<Row> rows_;
 };
@@ -1331,6 +1350,13 @@ json PrintRows(const std::vector<Row>& rows) {
                 r.modality.c_str(), r.order.c_str(), r.threads, r.threads > 1 ? "s" : "", 100 * d / sum,
                 100 * a / sum, 100 * b / sum, 100 * w / sum, 100 * i / sum,
                 r.stages["amplification"].get<double>());
+    if (r.stages.contains("read_amplification")) {
+      std::printf("  %-7s %-20s %d thread%s: %llu episode reads of %llu distinct episodes: read amplification %.3f\n",
+                  r.modality.c_str(), r.order.c_str(), r.threads, r.threads > 1 ? "s" : "",
+                  static_cast<unsigned long long>(r.stages["episode_reads"].get<uint64_t>()),
+                  static_cast<unsigned long long>(r.stages["distinct_episodes"].get<uint64_t>()),
+                  r.stages["read_amplification"].get<double>());
+    }
   }
   for (const Row& r : rows) {
     if (r.stage != "serve" || !r.stages.is_object()) continue;

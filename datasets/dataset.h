@@ -125,6 +125,9 @@ class Dataset {
   virtual void ReserveEpisodeCache(uint64_t bytes) const {}
   // How many times episodes were read from storage (formats that read whole episodes).
   virtual std::optional<EpisodeReadStats> episode_read_stats() const { return std::nullopt; }
+  // Empties the cache of episodes read whole and zeroes episode_read_stats(), so a benchmark
+  // measures a cold epoch. Not while a pipeline reads the dataset.
+  virtual void DropEpisodeCache() const {}
 
  protected:
   Dataset() = default;

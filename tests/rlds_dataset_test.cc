@@ -175,20 +175,64 @@ TEST_F(RldsTest, ImagesDecodeAsDjpegDecodesThem) {
   }
 }
 
-TEST_F(RldsTest, DamagedCopiesNameTheFileRecordAndKey) {
+// A record that cannot be read (its data CRC, a missing or misshapen feature, steps that
+// disagree) is a broken episode: the dataset opens, reading that episode is the error naming the
+// file, the record and the feature, and `conveyor check` lists it and writes a quarantine that
+// leaves it out of the order. Damage that loses the framing (a truncated shard) or a missing shard
+// fails the open.
+TEST_F(RldsTest, DamagedRecordsAreBrokenEpisodesNamedByFileRecordAndKey) {
   struct Case {
     const char* copy;
+    size_t episode;
     std::vector<std::string> mentions;
   };
   const Case cases[] = {
-      {"bad_crc", {"toy_rlds-train.tfrecord-00001-of-00002", "CRC32C"}},
-      {"truncated", {"toy_rlds-train.tfrecord-00001-of-00002", "record 1", "truncated"}},
-      {"missing_feature", {"tfrecord-00000-of-00002", "record 2", "'steps/action'", "missing"}},
-      {"misshapen", {"tfrecord-00000-of-00002", "record 1", "'steps/observation/state'", "whole number of steps of 7"}},
-      {"lengths_disagree", {"tfrecord-00001-of-00002", "record 0", "disagree", "steps/observation/wrist_image"}},
-      {"missing_shard", {"toy_rlds-train.tfrecord-00001-of-00002", "is missing", "shard 1 of 2"}},
+      {"bad_crc", 4, {"toy_rlds-train.tfrecord-00001-of-00002", "record 1", "CRC32C"}},
+      {"missing_feature", 2, {"tfrecord-00000-of-00002", "record 2", "'steps/action'", "missing"}},
+      {"misshapen", 1, {"tfrecord-00000-of-00002", "record 1", "'steps/observation/state'", "whole number of steps of 7"}},
+      {"lengths_disagree", 3, {"tfrecord-00001-of-00002", "record 0", "disagree", "steps/observation/wrist_image"}},
   };
   for (const Case& c : cases) {
+    SCOPED_TRACE(c.copy);
+    auto ds = Open(Root(c.copy));
+    ASSERT_NE(ds, nullptr);
+    ASSERT_EQ(ds->num_episodes(), 5u);
+    for (size_t e = 0; e < 5; ++e) {
+      auto index = ds->LoadEpisode(e);
+      EXPECT_EQ(index.ok(), e != c.episode) << e << ": " << index.status();
+      if (e != c.episode) continue;
+      for (const std::string& m : c.mentions) {
+        EXPECT_TRUE(Mentions(index.status(), m)) << "'" << m << "' not in: " << index.status();
+      }
+    }
+    const std::string quarantine = dir_->Join(std::string(c.copy) + ".quarantine.json");
+    const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " check " + ShellQuote(Root(c.copy)) +
+                              " --write-quarantine " + ShellQuote(quarantine) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find(c.mentions[0]), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("1 error in 1 episode"), std::string::npos) << r.output;
+    // Served with the quarantine: every batch of an epoch comes without the broken episode.
+    const std::string config = dir_->Join(std::string(c.copy) + ".yaml");
+    WriteFile(config, "anchor: action\nstreams: {observation.image: {}, action: {}}\nquarantine: " + quarantine +
+                          "\npipeline: {global_batch_size: 4, seed: 1, schedule: {mode: gop}}\n");
+    const auto b = RunCommand(ShellQuote(CONVEYOR_CLI) + " batches " + ShellQuote(Root(c.copy)) + " --config " +
+                              ShellQuote(config) + " --steps 8 --ids 2>&1");
+    EXPECT_EQ(b.exit_code, 0) << b.output;
+    // Ids are "episode/step": episode 1 of another case shows the check can see one.
+    const std::string e = std::to_string(c.episode) + "/";
+    EXPECT_EQ(b.output.find(" " + e), std::string::npos) << b.output;
+    EXPECT_EQ(b.output.find("[" + e), std::string::npos) << b.output;
+    EXPECT_NE(b.output.find(c.episode == 0 ? "1/" : "0/"), std::string::npos) << b.output;
+  }
+  struct Fatal {
+    const char* copy;
+    std::vector<std::string> mentions;
+  };
+  const Fatal fatal[] = {
+      {"truncated", {"toy_rlds-train.tfrecord-00001-of-00002", "record 1", "truncated"}},
+      {"missing_shard", {"toy_rlds-train.tfrecord-00001-of-00002", "is missing", "shard 1 of 2"}},
+  };
+  for (const Fatal& c : fatal) {
     auto ds = Dataset::Open(Root(c.copy));
     ASSERT_FALSE(ds.ok()) << c.copy;
     for (const std::string& m : c.mentions) {

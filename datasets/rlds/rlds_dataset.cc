@@ -121,6 +121,7 @@ class RldsDataset final : public Dataset {
   uint64_t mean_episode_bytes() const override { return mean_episode_bytes_; }
   std::optional<EpisodeReadStats> episode_read_stats() const override { return cache_->stats(); }
   void ReserveEpisodeCache(uint64_t bytes) const override { cache_->Reserve(bytes); }
+  void DropEpisodeCache() const override { cache_->Clear(); }
 
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::unique_ptr<Storage> storage,
                                                        std::string uri, LocationOptions& options);
@@ -266,8 +267,15 @@ absl::Status RldsDataset::IndexShards(const SplitInfo& split) {
 }
 
 absl::Status RldsDataset::BuildStreams(const Features& features) {
-  // Episode 0's record tells the cameras' codec and size (not kept: its index needs the streams).
-  ASSIGN_OR_RETURN(std::unique_ptr<ParsedEpisode> first, Load(0));
+  // The first readable episode's record tells the cameras' codec and size (not kept: its index
+  // needs the streams).
+  size_t e0 = 0;
+  while (e0 < episodes_list_.size() && !episodes_list_[e0].record.error.empty()) ++e0;
+  if (e0 == episodes_list_.size()) {
+    return absl::DataLossError(StrCat(uri_, ": every record is broken; the first: ",
+                                      episodes_list_[0].record.error));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ParsedEpisode> first, Load(e0));
   std::vector<std::pair<StreamInfo, FeatureSpec>> streams;
   for (const FeatureSpec& f : read_) {
     StreamInfo info;
@@ -275,9 +283,9 @@ absl::Status RldsDataset::BuildStreams(const Features& features) {
     info.rate = rate_;
     if (f.kind == FeatureKind::kImage) {
       uint64_t steps = 0;
-      ASSIGN_OR_RETURN(const tensorflow::Feature* feat, FindFeature(first->example, f, &steps, Where(0)));
+      ASSIGN_OR_RETURN(const tensorflow::Feature* feat, FindFeature(first->example, f, &steps, Where(e0)));
       ASSIGN_OR_RETURN(pb::CodecParams params,
-                       ProbeImageBytes(feat->bytes_list().value(0), StrCat(Where(0), ", '", f.key, "' step 0")));
+                       ProbeImageBytes(feat->bytes_list().value(0), StrCat(Where(e0), ", '", f.key, "' step 0")));
       info.kind = pb::IMAGE;
       info.codec = params.codec();
       info.pix_fmt = params.pix_fmt();
@@ -358,6 +366,10 @@ absl::Status RldsDataset::BuildTable(const std::string& options_text) {
 absl::StatusOr<std::unique_ptr<ParsedEpisode>> RldsDataset::Load(size_t episode) const {
   const Episode& ep = episodes_list_[episode];
   const std::string where = Where(episode);
+  if (!ep.record.error.empty()) {
+    // Broken when indexed; read again in case the shard was repaired (then it is re-indexed).
+    return absl::DataLossError(StrCat(ep.record.error, " (episode ", episode, "; found when the shard was indexed)"));
+  }
   std::string frame(ep.record.ref.frame_bytes(), '\0');
   RETURN_IF_ERROR(files_[ep.shard]->Read(ep.record.ref.offset, frame.size(), frame.data()));
   ASSIGN_OR_RETURN(std::string_view data, CheckFrame(frame, ep.record.ref.length, where));
@@ -510,9 +522,9 @@ absl::Status RldsDataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, 
 absl::Status RldsDataset::VerifyShard(uint32_t shard) const {
   if (shard >= files_.size()) return absl::OutOfRangeError(StrCat("shard ", shard, " does not exist in ", uri_));
   size_t records = 0;
-  RETURN_IF_ERROR(ScanRecords(*files_[shard], 8u << 20, [&](const RecordRef&, std::string_view) {
+  RETURN_IF_ERROR(ScanRecords(*files_[shard], 8u << 20, [&](const RecordRef&, absl::StatusOr<std::string_view> data) {
     ++records;
-    return absl::OkStatus();
+    return data.status();
   }));
   if (records != manifest_.shards[shard].episodes) {
     return absl::DataLossError(StrCat(files_[shard]->name(), ": ", records, " records, its index says ",

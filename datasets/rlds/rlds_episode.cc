@@ -145,6 +145,16 @@ void EpisodeCache::Reserve(uint64_t bytes) {
   capacity_ = std::max(capacity_, bytes);
 }
 
+void EpisodeCache::Clear() {
+  absl::MutexLock lock(&mu_);
+  slots_.clear();
+  lru_.clear();
+  pos_.clear();
+  bytes_ = 0;
+  seen_.assign(seen_.size(), false);
+  stats_ = {};
+}
+
 EpisodeReadStats EpisodeCache::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;

@@ -20,6 +20,10 @@ namespace conveyor::rlds {
 struct RecordEntry {
   RecordRef ref;
   uint64_t steps = 0;
+  // Why the record cannot be read (its data CRC, its Example, its features), empty when it can.
+  // A broken record stays an episode of one step, so `conveyor check` names it and its quarantine
+  // leaves it out; reading it is that error.
+  std::string error;
 };
 
 // Per-dimension moments of a lowdim feature's values (as float32, as served), merged across

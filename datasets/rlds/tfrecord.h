@@ -40,9 +40,11 @@ struct RecordRef {
 };
 
 // Reads the records of `file` in order, `chunk_bytes` at a time, calling `visit(ref, data)` for
-// each (data valid during the call). Every length and data CRC is checked; a bad CRC, a length
-// past the end of the file or a truncated last record is a DATA_LOSS error naming the file, the
-// record's number and its byte offset. `visit` may return an error, which stops the scan.
+// each: `data` is the record's bytes (valid during the call) or, when its data CRC does not match,
+// that DATA_LOSS error (the framing is intact, so the scan goes on). A length whose CRC does not
+// match, a length past the end of the file or a truncated last record is a DATA_LOSS error naming
+// the file, the record's number and its byte offset, and ends the scan: nothing after it can be
+// found. `visit` may return an error, which stops the scan.
 template <typename Visit>
 absl::Status ScanRecords(const RandomAccessFile& file, size_t chunk_bytes, Visit visit);
 
@@ -94,8 +96,7 @@ absl::Status ScanRecords(const RandomAccessFile& file, size_t chunk_bytes, Visit
     const RecordRef ref{pos, length};
     RETURN_IF_ERROR(ensure(ref.frame_bytes()));
     const std::string_view frame(buf.data() + (pos - buf_start), ref.frame_bytes());
-    ASSIGN_OR_RETURN(std::string_view data, CheckFrame(frame, length, where));
-    RETURN_IF_ERROR(visit(ref, data));
+    RETURN_IF_ERROR(visit(ref, CheckFrame(frame, length, where)));
     pos += ref.frame_bytes();
     ++record;
   }

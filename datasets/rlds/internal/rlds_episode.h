@@ -51,6 +51,8 @@ class EpisodeCache {
   EpisodeReadStats stats() const;
   // Raises the capacity to `bytes` (never lowers it).
   void Reserve(uint64_t bytes);
+  // Forgets every episode and zeroes the counters.
+  void Clear();
 
  private:
   struct Slot {
