@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -370,6 +371,48 @@ TEST_F(RldsTest, ImportCopiesEveryEpisode) {
   std::string bytes;
   ASSERT_TRUE(ds->ReadPacket(**index, image, 7, &bytes).ok());
   EXPECT_TRUE(bytes == Expected("ep4.observation.image.img7"));
+}
+
+// An RLDS dataset in place as a mixture member beside a native dataset (its import): every batch
+// half from each, and a resume from a mid-run cursor gives the
+// same lines.
+TEST_F(RldsTest, AsAMixtureMemberBesideANativeDataset) {
+  const std::string cli = ShellQuote(CONVEYOR_CLI);
+  const std::string native = dir_->Join("mix_native");
+  auto made = RunCommand(cli + " import --quiet --from " + ShellQuote(Root("clean")) + " --out " + ShellQuote(native) + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string mix = dir_->Join("mix.yaml");
+  const std::string config = dir_->Join("mix_config.yaml");
+  WriteFile(config, "anchor: action\nstreams:\n  observation.image: {size: [48, 64]}\n  action: {}\n"
+                    "pipeline: {global_batch_size: 8, seed: 1, schedule: {mode: gop}}\n");
+  WriteFile(mix, "mixture:\n  name: rlds_and_native\n  datasets:\n"
+                 "    - {name: rlds, uri: " + Root("clean") + ", weight: 0.5}\n"
+                 "    - {name: native, uri: " + native + ", weight: 0.5}\n");
+  auto batches = [&](const std::string& cursor, int steps) {
+    return RunCommand(cli + " batches " + ShellQuote(mix) + " --config " + ShellQuote(config) +
+                          " --digest --ids --threads 2 --cursor " + cursor + " --steps " + std::to_string(steps) +
+                          " 2>/dev/null",
+                      120);
+  };
+  const auto all = batches("0:0", 10);
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  const std::vector<std::string> lines = conveyor::testing::SplitLines(all.output);
+  ASSERT_EQ(lines.size(), 10u) << all.output;
+  for (const std::string& line : lines) {
+    const size_t open = line.find('[');
+    ASSERT_NE(open, std::string::npos) << line;
+    std::istringstream ids(line.substr(open + 1, line.find(']') - open - 1));
+    int from_native = 0, n = 0;
+    for (std::string id; ids >> id; ++n) from_native += id.rfind("1:", 0) == 0 ? 1 : 0;
+    EXPECT_EQ(n, 8) << line;
+    EXPECT_EQ(from_native, 4) << "not half from each dataset: " << line;
+  }
+  const std::string cursor = lines[4].substr(0, lines[4].find(' '));
+  const auto rest = batches(cursor, 6);
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  std::string want;
+  for (size_t i = 4; i < 10; ++i) want += lines[i] + "\n";
+  EXPECT_EQ(rest.output, want) << "resumed at " << cursor;
 }
 
 }  // namespace
