@@ -132,11 +132,14 @@ void InvertedCmykToRgb(const uint8_t* cmyk, size_t pixels, uint8_t* rgb) {
 // A binary PPM (P6) with maxval 255 is already packed RGB24: the samples are copied as they are,
 // a memcpy instead of libavcodec's PPM decoder plus libswscale, with the same bytes as ffmpeg's
 // decode of the file (`ffmpeg -i x.ppm -f rawvideo -pix_fmt rgb24 -`; tests/image_decoder_test.cc).
-// HDF5 episodes serve raw camera arrays this way (datasets/hdf5/). Returns the offset of the
-// samples when `bytes` is such a file holding exactly width x height x 3 samples, else 0 (then
-// libavcodec decodes it, and reports what is wrong).
-size_t RawPpmSamples(std::string_view bytes, uint32_t* width, uint32_t* height) {
-  if (bytes.size() < 3 || bytes[0] != 'P' || bytes[1] != '6') return 0;
+// A binary PGM (P5, maxval 255) is grey: each sample becomes R = G = B, as libswscale's gray to
+// rgb24 conversion gives. HDF5 episodes serve raw camera arrays this way (datasets/hdf5/).
+// Returns the offset of the samples when `bytes` is such a file (magic P`kind`) holding exactly
+// width x height x `channels` samples, else 0 (then libavcodec decodes it, and reports what is
+// wrong).
+size_t RawPnmSamples(std::string_view bytes, char kind, uint64_t channels, uint32_t* width,
+                     uint32_t* height) {
+  if (bytes.size() < 3 || bytes[0] != 'P' || bytes[1] != kind) return 0;
   size_t pos = 2;
   uint64_t fields[3] = {0, 0, 0};
   auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\v' || c == '\f'; };
@@ -159,7 +162,9 @@ size_t RawPpmSamples(std::string_view bytes, uint32_t* width, uint32_t* height) 
   // One whitespace byte ends the header.
   if (pos >= bytes.size() || !space(bytes[pos]) || fields[2] != 255) return 0;
   ++pos;
-  if (fields[0] == 0 || fields[1] == 0 || bytes.size() - pos != fields[0] * fields[1] * 3) return 0;
+  if (fields[0] == 0 || fields[1] == 0 || bytes.size() - pos != fields[0] * fields[1] * channels) {
+    return 0;
+  }
   *width = static_cast<uint32_t>(fields[0]);
   *height = static_cast<uint32_t>(fields[1]);
   return pos;
@@ -415,14 +420,24 @@ absl::Status ImageDecoder::Decode(std::string_view codec, std::string_view bytes
     if (scaled) ++scaled_decodes_;
     return absl::OkStatus();
   }
-  if (codec == "ppm") {
+  if (codec == "ppm" || codec == "pgm") {
+    const bool grey = codec == "pgm";
     uint32_t w = 0, h = 0;
-    if (const size_t start = RawPpmSamples(bytes, &w, &h); start != 0) {
-      if (OverPixelLimit(w, h, limits)) return OverPixelLimitError("PPM", w, h, limits);
+    if (const size_t start = RawPnmSamples(bytes, grey ? '5' : '6', grey ? 1 : 3, &w, &h);
+        start != 0) {
+      if (OverPixelLimit(w, h, limits)) return OverPixelLimitError(grey ? "PGM" : "PPM", w, h, limits);
       out->width = static_cast<int>(w);
       out->height = static_cast<int>(h);
-      out->pixels.resize(size_t{w} * h * 3);
-      std::memcpy(out->pixels.data(), bytes.data() + start, out->pixels.size());
+      const size_t pixels = size_t{w} * h;
+      out->pixels.resize(pixels * 3);
+      const auto* src = reinterpret_cast<const uint8_t*>(bytes.data() + start);
+      if (grey) {
+        for (size_t i = 0; i < pixels; ++i) {
+          out->pixels[3 * i] = out->pixels[3 * i + 1] = out->pixels[3 * i + 2] = src[i];
+        }
+      } else {
+        std::memcpy(out->pixels.data(), src, pixels * 3);
+      }
       ++images_decoded_;
       return absl::OkStatus();
     }

@@ -587,7 +587,7 @@ TEST_F(ImageDecoderTest, ImportedFramesDecodeFromTheDataset) {
 
 // A binary PPM with maxval 255 is copied straight out (ImageDecoder's fast path, for HDF5's raw
 // camera arrays): equal to libavcodec's decode of the same file, as the ffmpeg CLI gives it, with
-// and without a comment in the header. A 16-bit PPM (maxval 65535) still goes through
+// and without a comment in the header; a grey PGM likewise, replicated to R = G = B. A 16-bit PPM (maxval 65535) still goes through
 // libavcodec, and agrees with the CLI too; a short one is an error.
 TEST(PpmFastPath, EqualsFfmpegDecode) {
   TempDir dir;
@@ -625,6 +625,15 @@ TEST(PpmFastPath, EqualsFfmpegDecode) {
   small.max_pixels = 100;
   EXPECT_EQ(decoder.Decode("ppm", files[0], 0, 0, small, &img).code(),
             absl::StatusCode::kResourceExhausted);
+  // A grey PGM (every value 0..255): R = G = B, as the CLI's gray to rgb24.
+  std::string grey(37 * 23, '\0');
+  for (size_t i = 0; i < grey.size(); ++i) grey[i] = static_cast<char>(i * 7 % 256);
+  const std::string pgm = "P5\n37 23\n255\n" + grey;
+  WriteFile(dir.Join("g.pgm"), pgm);
+  ASSERT_SH(kFfmpeg + " -i " + ShellQuote(dir.Join("g.pgm")) + " -f rawvideo -pix_fmt rgb24 " +
+            ShellQuote(dir.Join("g.rgb")));
+  ASSERT_TRUE(decoder.Decode("pgm", pgm, 0, 0, DecodeLimits{}, &img).ok());
+  EXPECT_EQ(std::string(img.pixels.begin(), img.pixels.end()), ReadFile(dir.Join("g.rgb")));
 }
 
 }  // namespace
