@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -439,6 +440,41 @@ TEST_F(Hdf5DatasetTest, CliInspectAndBatchesLocallyAndOverHttp) {
   ASSERT_TRUE(nginx.ok()) << nginx.status();
   EXPECT_EQ(Batches((*nginx)->base_url() + "aloha_raw/", config, 2, &code), one)
       << (*nginx)->ErrorLog();
+}
+
+std::map<std::string, std::string> FilesUnder(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().filename() != "summary.json") {
+      out[fs::relative(e.path(), dir).string()] = ReadFile(e.path().string());
+    }
+  }
+  return out;
+}
+
+// `conveyor import --from` an HDF5 location: every sample (`conveyor sample`, all 21 anchors)
+// of the import equals the one read in place, byte for byte.
+TEST_F(Hdf5DatasetTest, ImportGivesTheSamplesReadInPlace) {
+  const std::string cli = ShellQuote(CONVEYOR_CLI);
+  const std::string config = Path("samples.yaml");
+  WriteFile(config, kConfig);
+  const auto imp = RunCommand(cli + " import --from " + ShellQuote(Path("aloha_raw")) + " --out " +
+                                  ShellQuote(Path("imported")) + " 2>&1",
+                              120);
+  ASSERT_EQ(imp.exit_code, 0) << imp.output;
+  std::map<std::string, std::string> files[2];
+  const std::string sources[2] = {Path("aloha_raw"), Path("imported")};
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = Path("samples_" + std::to_string(i));
+    const auto r = RunCommand(cli + " sample " + ShellQuote(sources[i]) + " --config " +
+                                  ShellQuote(config) + " --count 21 --stride 1 --quiet --out " +
+                                  ShellQuote(out) + " 2>&1",
+                              120);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    files[i] = FilesUnder(out);
+  }
+  EXPECT_GE(files[0].size(), 21u * 9);
+  EXPECT_TRUE(files[0] == files[1]);
 }
 
 // robomimic over HTTP: the file named by hdf5_files.txt, libhdf5's metadata reads through the
