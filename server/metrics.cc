@@ -1,4 +1,5 @@
 #include "server/metrics.h"
+#include "server/internal/listen_holder.h"
 
 #include <cmath>
 #include <exception>
@@ -134,7 +135,12 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::
     try {
       m->exposer_ = std::make_unique<prometheus::Exposer>(listen);
     } catch (const std::exception& e) {
-      return absl::UnavailableError(StrCat("cannot serve metrics on ", listen, ": ", e.what()));
+      const size_t colon = listen.rfind(':');
+      const int port = colon == std::string::npos ? 0 : std::atoi(listen.c_str() + colon + 1);
+      const std::string holder = port > 0 ? server_internal::ListenHolder(port) : std::string();
+      return absl::UnavailableError(StrCat("cannot serve metrics on ", listen, ": ",
+                                           holder.empty() ? std::string(e.what())
+                                                          : StrCat("the address is in use by ", holder)));
     }
     m->exposer_->RegisterCollectable(registry);
     const std::vector<int> ports = m->exposer_->GetListeningPorts();

@@ -38,6 +38,7 @@
 #include "format/format.h"
 #include "storage/storage.h"
 #include "server/internal/batch_encoder.h"
+#include "server/internal/listen_holder.h"
 #include "server/job_waits.h"
 #include "server/metrics.h"
 #include "base/shm_layout.h"
@@ -1251,10 +1252,21 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // A server owns its address: gRPC turns SO_REUSEPORT on by default, so a second server on a
+  // taken port would start and the kernel would split new connections between the two (a job's
+  // ranks training on two datasets without an error). Off, the second one fails to bind.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   m.server = builder.BuildAndStart();
   if (!m.server || port == 0) {
-    return absl::UnavailableError(StrCat("cannot listen on ", o.listen,
-                                         ": the address is malformed or in use"));
+    const size_t colon = o.listen.rfind(':');
+    const int asked = colon == std::string::npos ? 0 : std::atoi(o.listen.c_str() + colon + 1);
+    const std::string holder = asked > 0 ? server_internal::ListenHolder(asked) : std::string();
+    return absl::UnavailableError(StrCat(
+        "cannot listen on ", o.listen, ": ",
+        holder.empty() ? "the address is malformed or in use"
+                       : StrCat("the address is in use by ", holder),
+        " (a server owns its address; to replace one, drain it first or start the new one on "
+        "another port and update the job's server list: docs/serving.md \"Restarting a server\")"));
   }
   m.address = o.listen.substr(0, o.listen.rfind(':') + 1) + std::to_string(port);
   if (auto* health = m.server->GetHealthCheckService()) {

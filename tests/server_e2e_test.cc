@@ -355,6 +355,40 @@ TEST_F(ServerE2ETest, SigtermDrainsAndTheClientMovesOn) {
   EXPECT_NE(a->log().find("draining"), std::string::npos) << a->log();
 }
 
+// A server owns its address (issue 43): a second `conveyor serve` on a taken gRPC or metrics port
+// exits with an error naming the address and the process holding it, instead of starting beside
+// the first and splitting the clients between two datasets.
+TEST_F(ServerE2ETest, ASecondServerOnATakenAddressExitsNamingIt) {
+  auto a = Serve({"--metrics-listen", "127.0.0.1:0"});
+  ASSERT_TRUE(a->ok());
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"--listen", a->address()},
+        std::vector<std::string>{"--listen", "127.0.0.1:0", "--metrics-listen", a->metrics_address()}}) {
+    const std::string taken = flags[0] == "--listen" && flags.size() == 2 ? a->address() : a->metrics_address();
+    std::vector<std::string> cmd = {kCli, "serve", ds(), "--config", small(), "--threads", "1"};
+    cmd.insert(cmd.end(), flags.begin(), flags.end());
+    const testing::CommandResult r = testing::RunCommand(StrCatForShell(cmd) + " 2>&1", 60);
+    const std::string& out = r.output;
+    EXPECT_NE(r.exit_code, 0) << out;
+    EXPECT_NE(out.find(taken), std::string::npos) << out;
+    EXPECT_NE(out.find("in use"), std::string::npos) << out;
+    EXPECT_NE(out.find("pid " + std::to_string(a->pid())), std::string::npos) << out;
+  }
+  // The first one still serves what it served.
+  client::ClientOptions o = Options({a->address()});
+  o.max_batches = 2;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<std::string> got;
+  for (;;) {
+    absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+    ASSERT_TRUE(next.ok()) << next.status();
+    if (!next->has_value()) break;
+    got.push_back(Line(**next));
+  }
+  EXPECT_EQ(got, Offline(small(), 2));
+}
+
 TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
   client::Cursor saved;
   std::vector<std::string> got;
