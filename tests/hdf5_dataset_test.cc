@@ -363,7 +363,8 @@ TEST_F(Hdf5DatasetTest, DamagedFilesNameFileAndPath) {
            {"mismatch", "mismatch/episode_1.hdf5", "/action"},
            {"badimage", "badimage/episode_1.hdf5", "/observations/images/cam_high"},
            {"badlen", "badlen/episode_1.hdf5", "/compress_len"},
-           {"lzf", "lzf/episode_1.hdf5", "lzf"}}) {
+           {"lzf", "lzf/episode_1.hdf5", "lzf"},
+           {"badname", "badname/episode_0.hdf5", "cam_\\x86low"}}) {
     auto ds = Dataset::Open(Path(c.dir));
     absl::Status s = ds.status();
     if (ds.ok()) {  // errors found when the episode is indexed

@@ -211,6 +211,37 @@ DType TypeOf(hid_t type) {
   return d;
 }
 
+bool ValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// `s` with bytes outside printable ASCII as \xNN, for a message about a damaged name.
+std::string Escaped(std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f) {
+      out += ch;
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 uint64_t Array::elements_per_row() const {
@@ -277,6 +308,11 @@ absl::StatusOr<std::vector<Child>> File::List(const std::string& path) const {
   }
   std::vector<Child> out;
   for (const std::string& n : names) {
+    if (!ValidUtf8(n) || n.empty()) {
+      // Names become stream names (UTF-8 in every message and manifest): a damaged one is refused.
+      return absl::DataLossError(StrCat(name_, ": group ", path, " holds a link named \"",
+                                        Escaped(n), "\", not UTF-8 text (a damaged file?)"));
+    }
     Child c;
     c.name = n;
     Id o(H5Oopen(g.id, n.c_str(), H5P_DEFAULT), H5Oclose);
@@ -429,6 +465,7 @@ absl::StatusOr<std::optional<std::string>> File::StringAttribute(const std::stri
     }
     std::string s = value != nullptr ? value : "";
     H5free_memory(value);
+    if (!ValidUtf8(s)) return absl::DataLossError(StrCat(where, " is not UTF-8 text"));
     return s;
   }
   std::string s(H5Tget_size(type.id), '\0');
@@ -436,6 +473,7 @@ absl::StatusOr<std::optional<std::string>> File::StringAttribute(const std::stri
     return absl::DataLossError(StrCat(where, ": ", H5Message()));
   }
   s.resize(std::strlen(s.c_str()));
+  if (!ValidUtf8(s)) return absl::DataLossError(StrCat(where, " is not UTF-8 text"));
   return s;
 }
 
