@@ -322,15 +322,26 @@ TEST_F(Hdf5DatasetTest, MappedLayout) {
   auto ds = Dataset::Open(Path("mapped") + "#mapping=map.yaml");
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->format(), "hdf5 mapped");
-  EXPECT_EQ(Names(**ds), (std::vector<std::string>{"cam.front", "cam.ir", "state.joints",
+  EXPECT_EQ(Names(**ds), (std::vector<std::string>{"cam.front", "cam.ir", "cam.wrist",
+                                                   "cam.wrist_unsized", "state.joints",
                                                    "state.torque", "task"}));
-  EXPECT_EQ((*ds)->manifest().streams[2].shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ((*ds)->manifest().streams[4].shape, (std::vector<int64_t>{6}));
+  EXPECT_EQ((*ds)->manifest().streams[2].codec, "mjpeg");
   EXPECT_EQ((*ds)->manifest().streams[0].rate, 15);
   EXPECT_EQ((*ds)->manifest().streams[1].codec, "pgm");
   CheckAgainstH5py(**ds, "mapped");  // int16 [T, 2, 3] flattened; big-endian float64
   auto index = (*ds)->LoadEpisode(1);
   ASSERT_TRUE(index.ok());
-  EXPECT_EQ((*index)->streams(4).text(), "stack the red block");
+  EXPECT_EQ((*index)->streams(6).text(), "stack the red block");
+  // JPEG rows: with their [T] lengths, and without (the row less its trailing zeros).
+  for (int s = 2; s <= 3; ++s) {
+    for (size_t p = 0; p < 3; ++p) {
+      std::string packet;
+      ASSERT_TRUE((*ds)->ReadPacket(**index, s, p, &packet).ok());
+      EXPECT_EQ(packet, ReadFile(Path("expected/mapped/e1/cam.wrist/f" + std::to_string(p) + ".jpg")))
+          << s << " " << p;
+    }
+  }
   // A grey [T, H, W] camera: one PGM per frame, decoded to R = G = B.
   const std::string grey = Expected("mapped", 1, "cam.ir");
   ImageDecoder dec;
