@@ -146,6 +146,8 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
     else if (key == "prefetch_bytes") s = Get(v, key, &o->prefetch_bytes);
     else if (key == "max_message_bytes") s = Get(v, key, &o->max_message_bytes);
     else if (key == "schedule_version") s = Get(v, key, &o->schedule_version);
+    else if (key == "expect_dataset_fingerprint") s = Get(v, key, &o->expect_dataset_fingerprint);
+    else if (key == "expect_order_digest") s = Get(v, key, &o->expect_order_digest);
     else if (key == "max_batch_bytes") s = Get(v, key, &o->max_batch_bytes);
     else if (key == "auth_token") s = Get(v, key, &o->auth_token);
     else if (key == "tls") s = Get(v, key, &tls);
@@ -330,7 +332,11 @@ int conveyor_client_stats(const conveyor_client* c, char** result_json) {
               {"server", s.server},
               {"transport", s.transport},
               {"shared_memory_refused", s.shared_memory_refused},
-              {"shared_memory_batches", s.shared_memory_batches}};
+              {"shared_memory_batches", s.shared_memory_batches},
+              {"dataset_name", s.dataset_name},
+              {"dataset_fingerprint", s.dataset_fingerprint},
+              {"config_digest", s.config_digest},
+              {"order_digest", s.order_digest}};
   *result_json = Dup(out.dump());
   return CONVEYOR_OK;
 }

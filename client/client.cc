@@ -608,6 +608,18 @@ struct Client::Impl {
           "server ", target, " speaks Conveyor protocol ", s.protocol_version(),
           ", this client ", ProtocolVersion(), ": use a client and server of the same release"));
     }
+    if ((!o.expect_dataset_fingerprint.empty() && s.dataset_fingerprint() != o.expect_dataset_fingerprint) ||
+        (!o.expect_order_digest.empty() && s.order_digest() != o.expect_order_digest)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "server ", target, " serves dataset ", s.dataset_name(), " (fingerprint ", s.dataset_fingerprint(),
+          ", order ", s.order_digest().substr(0, 12), ") but the checkpoint this job resumes was taken on ",
+          "fingerprint ", o.expect_dataset_fingerprint.empty() ? "(any)" : o.expect_dataset_fingerprint,
+          ", order ", o.expect_order_digest.empty() ? "(any)" : o.expect_order_digest.substr(0, 12),
+          ": its cursor names other samples here (another dataset or path, episodes added or a ",
+          "re-import, another config). Point the job at the data it trained on, or continue on purpose ",
+          "without the check (Loader.load_state_dict(state, allow_data_change=True); docs/python.md ",
+          "\"What a job pins\")"));
+    }
     if (p->first && (s.dataset_fingerprint() != p->first->dataset_fingerprint() ||
                      s.config_digest() != p->first->config_digest())) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -637,6 +649,10 @@ struct Client::Impl {
       absl::MutexLock lock(&mu);
       schedule_version = s.schedule_version();
       global_batch_size = s.global_batch_size();
+      stats.dataset_name = s.dataset_name();
+      stats.dataset_fingerprint = s.dataset_fingerprint();
+      stats.config_digest = s.config_digest();
+      stats.order_digest = s.order_digest();
     }
     return absl::OkStatus();
   }

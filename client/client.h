@@ -128,6 +128,15 @@ struct ClientOptions {
   // resuming from a checkpoint passes the schedule_version() it saved beside the cursor, so it
   // continues the order it started even after the default changes.
   uint32_t schedule_version = 0;
+  // What the job trained on, saved with its checkpoint (ClientStats::dataset_fingerprint and
+  // order_digest; the Loader's state_dict): a server that serves another dataset, or a config
+  // whose samples differ (anything but the batch size, threads, queue and max_epochs), is
+  // refused with FAILED_PRECONDITION naming both, because the saved cursor names other samples
+  // there (a re-imported or grown dataset, another path, a changed augmentation). Empty: not
+  // checked, which is how a job continues on purpose after its data changed (docs/python.md
+  // "What a job pins").
+  std::string expect_dataset_fingerprint;
+  std::string expect_order_digest;
   // The largest batch this client accepts (its payload is allocated once the header arrives); a
   // larger one ends the stream with RESOURCE_EXHAUSTED instead of exhausting memory.
   uint64_t max_batch_bytes = 8ull << 30;
@@ -182,6 +191,12 @@ struct ClientStats {
   std::string transport;         // of the current stream: "shared_memory" or "grpc"
   std::string shared_memory_refused;  // why the server did not use the offered region
   uint64_t shared_memory_batches = 0;  // batches whose payload came through shared memory
+  // What the stream serves (empty before the first stream start): save the fingerprint and
+  // digest with the cursor, and pass them back as ClientOptions::expect_* when resuming.
+  std::string dataset_name;
+  std::string dataset_fingerprint;
+  std::string config_digest;
+  std::string order_digest;
 };
 
 class Client {

@@ -46,6 +46,7 @@
 #include "server/internal/stripes.h"
 #include "base/cancel.h"
 #include "pipeline/cache_warm.h"
+#include "pipeline/order_digest.h"
 #include "pipeline/pipeline.h"
 
 namespace conveyor {
@@ -103,6 +104,7 @@ struct Config {
   std::string name;
   std::string text;
   std::string digest;
+  std::string order_digest;  // pipeline/order_digest.h
   SampleSpec spec;
   PipelineOptions options;
   uint64_t samples_per_epoch = 0;
@@ -132,6 +134,8 @@ absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::str
   // The schedule shapes the order: resolve it from the config's own byte budget, before the
   // server's per-stream budget applies, so every server and `conveyor batches` agree.
   RETURN_IF_ERROR(ResolveSchedule(ds, c->spec, &c->options));
+  ASSIGN_OR_RETURN(const std::string order, OrderIdentityText(c->text, c->options));
+  c->order_digest = Sha256Hex(order);
   return c;
 }
 
@@ -845,6 +849,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     st->set_dataset_name(source->manifest().name);
     st->set_dataset_fingerprint(source->manifest().fingerprint);
     st->set_config_digest(config.digest);
+    st->set_order_digest(config.order_digest);
     st->set_samples_per_epoch(pipeline->num_samples());
     st->set_steps_per_epoch(steps);
     st->set_global_batch_size(po.global_batch_size);

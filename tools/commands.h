@@ -219,6 +219,7 @@ struct TrainCliOptions {
   double step_ms = 0;
   std::string checkpoint;
   int64_t checkpoint_every = 10;
+  bool allow_data_change = false;  // resume a checkpoint on other data on purpose
 };
 
 // The reference trainer (docs/trainer.md).

@@ -48,6 +48,7 @@ absl::Status RunTrain(const TrainCliOptions& o) {
   t.step_ms = o.step_ms;
   t.checkpoint = o.checkpoint;
   t.checkpoint_every = o.checkpoint_every;
+  t.allow_data_change = o.allow_data_change;
   ASSIGN_OR_RETURN(trainer::TrainResult r, trainer::Train(t));
   if (!o.json.empty()) {
     std::ofstream f(o.json);
@@ -114,6 +115,9 @@ class TrainCommand final : public Command {
     c->add_option("--checkpoint", o_.checkpoint, "Training state file: resumed from when it exists (its cursor overrides --cursor); rank 0 rewrites it atomically");
     c->add_option("--checkpoint-every", o_.checkpoint_every, "Steps between checkpoints (and one at the end)")
         ->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_flag("--allow-data-change", o_.allow_data_change,
+                "Resume the checkpoint although the server serves other data than it was taken on "
+                "(its dataset fingerprint or order digest); the cursor's position is read in the new order");
     return c;
   }
   absl::Status Run() override {

@@ -201,7 +201,9 @@ absl::Status WriteCheckpoint(const std::string& path, const TrainState& st) {
                          {"out", st.out},     {"adam_t", st.adam_t},          {"bytes", body.size()},
                          {"fnv1a", Hex64(Fnv1a(body.data(), body.size()))},
                          {"schedule_version", st.schedule_version},
-                         {"global_batch_size", st.global_batch_size}};
+                         {"global_batch_size", st.global_batch_size},
+                         {"dataset_fingerprint", st.dataset_fingerprint},
+                         {"order_digest", st.order_digest}};
   const std::string text = kCheckpointMagic + head.dump() + "\n" + body;
   const std::string tmp = StrCat(path, ".tmp.", getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -255,6 +257,8 @@ absl::StatusOr<TrainState> ReadCheckpoint(const std::string& path) {
     fnv = head.at("fnv1a").get<std::string>();
     st.schedule_version = head.value("schedule_version", 0u);
     st.global_batch_size = head.value("global_batch_size", uint64_t{0});
+    st.dataset_fingerprint = head.value("dataset_fingerprint", std::string());
+    st.order_digest = head.value("order_digest", std::string());
   } catch (const nlohmann::json::exception& e) {
     return bad(StrCat("bad header: ", e.what()));
   }
@@ -367,6 +371,10 @@ absl::StatusOr<int64_t> Resume(const TrainOptions& o, client::ClientOptions* co,
   }
   co->start = *cursor;
   co->schedule_version = ck->schedule_version;  // the order the run started with
+  if (!o.allow_data_change) {  // the data it trained on (checked when the stream starts)
+    co->expect_dataset_fingerprint = ck->dataset_fingerprint;
+    co->expect_order_digest = ck->order_digest;
+  }
   if (ck->in > 0) {
     model->Init(ck->in, ck->out);
     model->w = std::move(ck->w);
@@ -476,9 +484,10 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
   client::Client* client = nullptr;  // set below, before the first save
   auto save = [&](int64_t steps_done, const client::Cursor& next) -> absl::Status {
     if (o.checkpoint.empty() || r.rank != 0) return absl::OkStatus();
+    const client::ClientStats served = client->stats();
     TrainState st{steps_done, next.ToString(), model.in, model.out, model.t,
                   model.w,    model.m,         model.v,  client->schedule_version(),
-                  client->global_batch_size()};
+                  client->global_batch_size(), served.dataset_fingerprint, served.order_digest};
     return WriteCheckpoint(o.checkpoint, st);
   };
   absl::StatusOr<std::unique_ptr<Communicator>> comm =

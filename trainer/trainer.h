@@ -20,6 +20,9 @@ namespace conveyor::trainer {
 
 struct TrainOptions {
   client::ClientOptions client;   // servers, job, consumer = rank, consumers = world size, ...
+  // Resume a checkpoint on data other than it was taken on (a grown dataset, a changed
+  // augmentation): the cursor's position is then read in the new order (docs/trainer.md).
+  bool allow_data_change = false;
   std::string config_yaml;        // sent inline; empty: the server's config (config_name)
   int64_t steps = 200;
   double lr = 3e-3;
@@ -89,6 +92,10 @@ struct TrainState {
   // unknown (older checkpoints). With an EPOCH:STEP cursor, resuming converts it to the sample
   // position step x this, so a checkpoint resumes at another batch size.
   uint64_t global_batch_size = 0;
+  // What the run trained on (client::ClientStats): a resume against other data is refused
+  // (ClientOptions::expect_*) unless TrainOptions::allow_data_change. Empty in older checkpoints.
+  std::string dataset_fingerprint;
+  std::string order_digest;
 };
 
 // Writes `state` to `path` atomically (a temporary file beside it, fsync, rename), so a reader

@@ -311,6 +311,10 @@ class Loader(_Base):
         self._client = None     # its client, for stats()
         self._last_stats = {}
         self._coverage = []     # the ledgers of iterations that ended
+        # What the job trains on: the served dataset's fingerprint and config digest, from the
+        # first batch, or pinned by a loaded state so that a server of other data is refused.
+        self._data = {"dataset_fingerprint": None, "order_digest": None}
+        self._pinned = False
 
     # --- iteration -------------------------------------------------------------------------
 
@@ -321,7 +325,13 @@ class Loader(_Base):
                       prefetch_batches=self.prefetch, prefetch_bytes=self.prefetch_bytes,
                       auth_token=self.auth_token, reconnect_timeout_s=self.reconnect_timeout_s,
                       schedule_version=self._schedule_version, device=self._device_index,
-                      **self.client_options)
+                      **self._pin_options(), **self.client_options)
+
+    def _pin_options(self):
+        if not self._pinned:
+            return {}
+        return {"expect_dataset_fingerprint": self._data["dataset_fingerprint"] or "",
+                "expect_order_digest": self._data["order_digest"] or ""}
 
     def _start(self):
         if self._position is None:
@@ -360,6 +370,9 @@ class Loader(_Base):
                 if first:  # the batch size this stream's steps count (maybe not a loaded state's)
                     first = False
                     self._global_batch_size = client.global_batch_size()
+                    served = client.stats()
+                    self._data = {"dataset_fingerprint": served.get("dataset_fingerprint") or None,
+                                  "order_digest": served.get("order_digest") or None}
                 if self._device_index >= 0:
                     batch = {k: (v if k in METADATA_KEYS else _torch_from_device(v))
                              for k, v in batch.items()}
@@ -423,7 +436,12 @@ class Loader(_Base):
 
     def state_dict(self, after=None):
         """{"version", "cursor": [epoch, step], "position", "global_batch_size",
-        "schedule_version", "job", "rank", "world_size"}; plain JSON types.
+        "schedule_version", "job", "rank", "world_size", "dataset_fingerprint",
+        "order_digest"}; plain JSON types.
+
+        dataset_fingerprint and order_digest pin what the job trained on (None before the
+        first batch): load_state_dict() refuses a server of other data (docs/python.md "What a
+        job pins").
 
         The cursor is global, the same on every rank: "position" is the next batch's sample
         position in the epoch's order, so a job may resume it with another world_size and another
@@ -445,14 +463,23 @@ class Loader(_Base):
                 "position": None if position is None else int(position),
                 "global_batch_size": int(self._global_batch_size),
                 "schedule_version": int(self._schedule_version),
-                "job": self.job, "rank": self.rank, "world_size": self.world_size}
+                "job": self.job, "rank": self.rank, "world_size": self.world_size,
+                "dataset_fingerprint": self._data["dataset_fingerprint"],
+                "order_digest": self._data["order_digest"]}
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict, allow_data_change=False):
         """Resume: the next iteration starts at the saved cursor, in the saved order's schedule
         version (a version-1 state, saved before schedule versions existed, resumes under
         schedule version 1). A state with a position resumes there at any global batch size
         and world size; one without (versions 1 and 2, or from an older server) resumes its
-        (epoch, step) at its "global_batch_size" when it has one, else at the config's."""
+        (epoch, step) at its "global_batch_size" when it has one, else at the config's.
+
+        The state pins the data: a server whose dataset fingerprint or config digest differs
+        from the state's fails the next iteration with ConveyorError (FAILED_PRECONDITION)
+        naming both, since the cursor names other samples there. allow_data_change=True
+        continues on purpose (episodes appended, an augmentation changed): the position is then
+        read in the new data's order, so the job neither repeats nor skips exactly what it would
+        have (docs/python.md "What a job pins")."""
         version = state_dict.get("version")
         if version not in (1, 2, STATE_VERSION):
             raise ValueError(f"conveyor.Loader state version {version!r}, this release reads "
@@ -476,6 +503,14 @@ class Loader(_Base):
         if schedule not in _SCHEDULE_VERSIONS:
             raise ValueError(f"conveyor.Loader state: schedule_version {schedule!r}, expected 1 to 3")
         self._schedule_version = schedule
+        fingerprint, digest = state_dict.get("dataset_fingerprint"), state_dict.get("order_digest")
+        self._data = {"dataset_fingerprint": fingerprint, "order_digest": digest}
+        self._pinned = not allow_data_change and bool(fingerprint or digest)
+        if allow_data_change and (fingerprint or digest):
+            warnings.warn("conveyor.Loader: resuming without checking the data it was saved on "
+                          f"(fingerprint {fingerprint}, config {str(digest)[:12]}): the saved "
+                          "position is read in the order of whatever the server serves now",
+                          stacklevel=2)
 
     def __getstate__(self):  # a copy (pickle, DataLoader worker) gets the settings and cursor
         state = dict(self.__dict__)

@@ -378,10 +378,14 @@ class StateTest(unittest.TestCase):
         first = [support.summary(next(it)) for _ in range(3)]
         self.assertEqual(first, ENV["ref"][:3])
         state = l.state_dict()
+        pinned = {k: state.pop(k) for k in ("dataset_fingerprint", "order_digest")}
         self.assertEqual(state, {"version": conveyor.STATE_VERSION, "cursor": [0, 3],
                                  "position": 96, "global_batch_size": 32,
                                  "schedule_version": 3, "job": "default", "rank": 0,
                                  "world_size": 1})
+        self.assertRegex(pinned["dataset_fingerprint"], "^[0-9a-f]{16}$")
+        self.assertRegex(pinned["order_digest"], "^[0-9a-f]{64}$")
+        state.update(pinned)
         l.close()
         state = json.loads(json.dumps(state))  # plain JSON types
         resumed = loader(max_batches=1)
@@ -391,6 +395,50 @@ class StateTest(unittest.TestCase):
         self.assertEqual(resumed.state_dict()["cursor"], [0, 4])
         with self.assertRaises(ValueError):
             resumed.load_state_dict({"version": 99, "cursor": [0, 0]})
+
+    def test_a_state_pins_the_data_it_was_taken_on(self):
+        """Issue 43: a state taken on dataset A, loaded against a server of dataset B (another
+        dataset, or A with an episode appended), fails with FAILED_PRECONDITION naming both
+        fingerprints, and trains on nothing; allow_data_change=True continues on purpose, with a
+        warning; the same data resumes as before."""
+        l = loader(max_batches=2)
+        list(l)
+        state = json.loads(json.dumps(l.state_dict()))
+        l.close()
+        grown = support.synth(ENV["dir"] / "grown", episodes=3)  # A's two episodes and a third
+        (ENV["dir"] / "grown_run").mkdir(exist_ok=True)
+        other = support.Server(grown, ENV["dir"] / "grown_run")
+        try:
+            stray = loader(servers=[other.address], max_batches=1)
+            stray.load_state_dict(state)
+            with self.assertRaises(conveyor.ConveyorError) as e:
+                next(iter(stray))
+            self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+            self.assertIn(state["dataset_fingerprint"], str(e.exception))
+            self.assertIn("allow_data_change", str(e.exception))
+            stray.close()
+            on_purpose = loader(servers=[other.address], max_batches=1)
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                on_purpose.load_state_dict(state, allow_data_change=True)
+            self.assertTrue(any("without checking" in str(x.message) for x in w))
+            self.assertEqual(len(list(on_purpose)), 1)
+            self.assertNotEqual(on_purpose.state_dict()["dataset_fingerprint"], state["dataset_fingerprint"])
+            on_purpose.close()
+        finally:
+            other.stop()
+        # Another seed is another order: refused too.
+        text = support.PIPELINE_YAML.read_text()
+        self.assertIn("seed: 0", text)
+        reseeded = loader(config=text.replace("seed: 0", "seed: 1"), max_batches=1)
+        reseeded.load_state_dict(state)
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            next(iter(reseeded))
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+        reseeded.close()
+        same = loader(max_batches=1)
+        same.load_state_dict(state)
+        self.assertEqual([support.summary(b) for b in same], [ENV["ref"][2]])
 
     def test_resume_at_another_global_batch_size_and_world_size(self):
         """Issue 30 item 1: a job at B=32 on 2 ranks saves its state after 2 global batches

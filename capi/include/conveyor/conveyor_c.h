@@ -153,7 +153,9 @@ CONVEYOR_C_EXPORT int conveyor_get_info(const char* options_json, char** result_
  * "config_name", "max_batches", "prefetch_batches", "prefetch_bytes", "max_message_bytes",
  * "schedule_version", "max_batch_bytes", "auth_token", "tls", "tls_ca_pem", "tls_cert_pem",
  * "tls_key_pem", "tls_server_name", "reconnect_timeout_s", "device": -1|N, "device_buffers",
- * "report_interval_s", "shared_memory", "shared_memory_bytes", "payload_streams", "dataset"}). */
+ * "report_interval_s", "shared_memory", "shared_memory_bytes", "payload_streams", "dataset",
+ * "expect_dataset_fingerprint", "expect_order_digest"}: the last two, saved from a checkpoint,
+ * make a server of other data fail the stream with FAILED_PRECONDITION). */
 CONVEYOR_C_EXPORT int conveyor_client_create(const char* options_json, conveyor_client** out);
 /* The next batch into *out. OK with *out == NULL: the end of the stream (not an error).
  * timeout_s < 0 waits as long as it takes; otherwise DEADLINE_EXCEEDED (not final: call again)
@@ -176,7 +178,9 @@ CONVEYOR_C_EXPORT uint64_t conveyor_client_global_batch_size(const conveyor_clie
  * --trainer-json` reads. */
 CONVEYOR_C_EXPORT int conveyor_client_coverage(const conveyor_client* c, char** result_json);
 /* {"batches", "bytes", "messages", "reconnects", "wait_seconds", "reports", "server",
- * "transport", "shared_memory_refused", "shared_memory_batches"}. */
+ * "transport", "shared_memory_refused", "shared_memory_batches", "dataset_name",
+ * "dataset_fingerprint", "config_digest", "order_digest"} (the last four empty before the first
+ * batch). */
 CONVEYOR_C_EXPORT int conveyor_client_stats(const conveyor_client* c, char** result_json);
 /* Cancels the stream, joins the client's threads and frees it. Batches stay valid. */
 CONVEYOR_C_EXPORT void conveyor_client_destroy(conveyor_client* c);
