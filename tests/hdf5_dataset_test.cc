@@ -13,6 +13,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -236,8 +237,10 @@ TEST_F(Hdf5DatasetTest, SidecarIndexCache) {
   std::vector<std::string> first, second, third;
   const uint64_t cold = load_all(&first);
   size_t entries = 0;
-  for (const auto& f : fs::directory_iterator(cache)) entries += f.path().extension() == ".idx";
-  EXPECT_EQ(entries, 2u);
+  for (const auto& f : fs::directory_iterator(cache)) {
+    entries += f.path().extension() == ".idx" && f.path().filename().string().rfind("h5-", 0) == 0;
+  }
+  EXPECT_EQ(entries, 2u);  // the episodes (h5s- entries hold their lowdim moments)
   const uint64_t warm = load_all(&second);
   EXPECT_EQ(second, first);
   EXPECT_LT(warm, cold);  // no metadata reads for episode 1 (episode 0 is loaded at open)
@@ -409,6 +412,74 @@ TEST_F(Hdf5DatasetTest, DamagedFilesNameFileAndPath) {
   EXPECT_TRUE(Mentions(s, "/observations/qvel")) << s;
 }
 
+// The manifest's statistics of every lowdim stream equal numpy's over all episodes (float64
+// arithmetic over the float32 values served); the first open reads each lowdim dataset once (the
+// first epoch reads none again), a reopen takes the moments from the index cache (no lowdim
+// reads), and a damaged entry is computed again.
+TEST_F(Hdf5DatasetTest, Statistics) {
+  for (const std::string name : {"aloha_raw", "robomimic", "mapped"}) {
+    SCOPED_TRACE(name);
+    const std::string cache = Path("stats-cache-" + name);
+    const std::string location = Path(name) + "#index_cache=" + cache +
+                                 (name == "mapped" ? "&mapping=map.yaml" : "");
+    const nlohmann::json want = nlohmann::json::parse(ReadFile(Path("expected/" + name + "/stats.json")));
+    uint64_t open_reads[2] = {0, 0};
+    std::map<std::string, StreamStats> first;
+    for (int round = 0; round < 3; ++round) {
+      auto ds = Dataset::Open(location);
+      ASSERT_TRUE(ds.ok()) << ds.status();
+      const Manifest& m = (*ds)->manifest();
+      ASSERT_EQ(m.stats.size(), want.size());
+      for (const auto& [stream, w] : want.items()) {
+        ASSERT_TRUE(m.stats.count(stream)) << stream;
+        const StreamStats& st = m.stats.at(stream);
+        EXPECT_EQ(st.count, w["count"].get<uint64_t>()) << stream;
+        for (const char* field : {"mean", "std", "min", "max"}) {
+          const std::vector<double>& got = field == std::string("mean")  ? st.mean
+                                           : field == std::string("std") ? st.std
+                                           : field == std::string("min") ? st.min
+                                                                         : st.max;
+          const std::vector<double> exp = w[field].get<std::vector<double>>();
+          ASSERT_EQ(got.size(), exp.size()) << stream << " " << field;
+          for (size_t d = 0; d < exp.size(); ++d) {
+            EXPECT_NEAR(got[d], exp[d], 1e-12 * std::max(1.0, std::abs(exp[d])))
+                << stream << " " << field << "[" << d << "]";
+          }
+        }
+        if (round == 0) first[stream] = st;
+        if (round == 1) EXPECT_EQ(st.mean, first[stream].mean) << stream;  // bit for bit
+      }
+      if (round < 2) open_reads[round] = (*ds)->storage().stats().reads;
+      if (round == 0) {
+        // Every episode indexed, then the whole lowdim data read: nothing left to read.
+        std::vector<std::shared_ptr<const pb::EpisodeIndex>> indexes;
+        for (size_t e = 0; e < (*ds)->num_episodes(); ++e) {
+          auto index = (*ds)->LoadEpisode(e);
+          ASSERT_TRUE(index.ok()) << index.status();
+          indexes.push_back(*index);
+        }
+        const uint64_t before = (*ds)->storage().stats().reads;
+        for (const auto& index : indexes) {
+          for (int s = 0; s < index->streams_size(); ++s) {
+            if (index->streams(s).kind() != pb::LOWDIM) continue;
+            std::vector<float> v;
+            ASSERT_TRUE((*ds)->ReadLowdim(*index, s, 0, index->streams(s).num_frames(), &v).ok());
+          }
+        }
+        EXPECT_EQ((*ds)->storage().stats().reads, before);
+      }
+      if (round == 1) {
+        EXPECT_LT(open_reads[1], open_reads[0]);  // the moments came from the index cache
+        for (const auto& f : fs::directory_iterator(cache)) {  // damage every entry
+          std::string bytes = ReadFile(f.path().string());
+          bytes[bytes.size() / 2] ^= 0x5a;
+          WriteFile(f.path().string(), bytes);
+        }
+      }
+    }
+  }
+}
+
 const char* kConfig = R"(
 streams:
   observation.images.cam_high: {delta_timestamps: [-0.02, 0.0]}
@@ -452,6 +523,25 @@ TEST_F(Hdf5DatasetTest, CliInspectAndBatchesLocallyAndOverHttp) {
   ASSERT_TRUE(nginx.ok()) << nginx.status();
   EXPECT_EQ(Batches((*nginx)->base_url() + "aloha_raw/", config, 2, &code), one)
       << (*nginx)->ErrorLog();
+}
+
+// normalize: mean_std and min_max work on an HDF5 dataset (its manifest has the statistics).
+TEST_F(Hdf5DatasetTest, CliBatchesNormalized) {
+  const std::string config = Path("normalize.yaml");
+  WriteFile(config, R"(
+streams:
+  observation.state: {delta_timestamps: [0.0], normalize: mean_std}
+  action: {delta_timestamps: [0.0, 0.02], normalize: min_max}
+  observation.images.cam_high: {delta_timestamps: [0.0]}
+pipeline:
+  global_batch_size: 2
+  seed: 5
+)");
+  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " batches " + ShellQuote(Path("aloha_raw")) +
+                                " --config " + ShellQuote(config) + " --steps 2 2>&1",
+                            120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("needs statistics"), std::string::npos) << r.output;
 }
 
 std::map<std::string, std::string> FilesUnder(const std::string& dir) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -148,6 +149,13 @@ class Hdf5Dataset final : public Dataset {
   absl::Status CheckEpisode(const File& f, EpisodeRef* ep, std::vector<Array>* first);
   absl::Status Init(LocationOptions& options);
   absl::Status MakeManifest();
+  absl::Status Statistics();
+  absl::Status EpisodeMoments(size_t episode, std::unique_ptr<File>* open, uint32_t* open_file,
+                              std::vector<Moments>* out) const;
+  std::shared_ptr<const std::vector<float>> ToValues(size_t episode, size_t stream, const Array& a,
+                                                     const std::string& raw) const;
+  std::shared_ptr<const std::vector<float>> KeepLowdim(
+      size_t episode, int stream, std::shared_ptr<const std::vector<float>> values) const;
   absl::StatusOr<std::unique_ptr<File>> OpenH5(uint32_t file) const;
   absl::StatusOr<std::shared_ptr<const EpisodeState>> State(size_t episode) const;
   absl::StatusOr<std::unique_ptr<EpisodeState>> BuildState(size_t episode) const;
@@ -415,7 +423,132 @@ absl::Status Hdf5Dataset::Init(LocationOptions& options) {
               s.attribute, "|", s.json_key, "\n");
   }
   RETURN_IF_ERROR(Episodes(filter));
-  return MakeManifest();
+  RETURN_IF_ERROR(MakeManifest());
+  return Statistics();
+}
+
+// The lowdim streams' statistics over every episode (docs/hdf5.md "Statistics"): each episode's
+// moments from its entry in the index cache, else from its lowdim datasets read once here (and
+// kept for ReadLowdim), merged pairwise. An episode that cannot be read is left out and warned
+// about (conveyor check lists it).
+absl::Status Hdf5Dataset::Statistics() {
+  bool any = false;
+  for (const StreamSpec* s : specs_) any = any || s->kind == pb::LOWDIM;
+  if (!any) return absl::OkStatus();
+  std::vector<Moments> total(specs_.size());
+  std::unique_ptr<File> open;
+  uint32_t open_file = std::numeric_limits<uint32_t>::max();
+  size_t left_out = 0, cached = 0;
+  for (size_t e = 0; e < refs_.size(); ++e) {
+    const std::string key = SidecarKey(e).empty() ? "" : StrCat("moments v1\n", SidecarKey(e));
+    std::vector<Moments> m;
+    bool hit = false;
+    if (!key.empty()) {
+      std::optional<std::string> bytes = sidecars_->Get(key, "h5s-");
+      hit = bytes.has_value() && DecodeMoments(*bytes, &m) && m.size() == specs_.size();
+      for (size_t s = 0; hit && s < specs_.size(); ++s) {
+        hit = specs_[s]->kind == pb::LOWDIM
+                  ? m[s].count == refs_[e].length &&
+                        m[s].mean.size() == static_cast<size_t>(manifest_.streams[s].shape[0])
+                  : m[s].count == 0;
+      }
+    }
+    if (hit) {
+      ++cached;
+    } else {
+      m.clear();
+      if (absl::Status st = EpisodeMoments(e, &open, &open_file, &m); !st.ok()) {
+        spdlog::warn("hdf5: episode {} ({}) is left out of the statistics: {}", e, Where(e),
+                     std::string(st.message()));
+        ++left_out;
+        continue;
+      }
+      if (!key.empty()) sidecars_->Put(key, EncodeMoments(m), "h5s-");
+    }
+    for (size_t s = 0; s < specs_.size(); ++s) total[s].Merge(m[s]);
+  }
+  for (size_t s = 0; s < specs_.size(); ++s) {
+    const Moments& m = total[s];
+    if (specs_[s]->kind != pb::LOWDIM || m.count == 0) continue;
+    StreamStats& st = manifest_.stats[specs_[s]->name];
+    st.mean = m.mean;
+    st.min = m.min;
+    st.max = m.max;
+    st.count = m.count;
+    for (double m2 : m.m2) st.std.push_back(std::sqrt(m2 / static_cast<double>(m.count)));
+  }
+  spdlog::debug("hdf5: statistics of {} episodes ({} from the index cache, {} left out)",
+                refs_.size(), cached, left_out);
+  return absl::OkStatus();
+}
+
+// One episode's lowdim moments: each lowdim dataset read whole by offset (one read per dataset,
+// or per chunk), converted as ReadLowdim serves it, and kept in the lowdim cache so the first
+// epoch does not read it again. `open` is the libhdf5 file last opened (episodes of one file
+// share it).
+absl::Status Hdf5Dataset::EpisodeMoments(size_t episode, std::unique_ptr<File>* open,
+                                         uint32_t* open_file, std::vector<Moments>* out) const {
+  const EpisodeRef& ep = refs_[episode];
+  if (*open == nullptr || *open_file != ep.file) {
+    open->reset();
+    ASSIGN_OR_RETURN(*open, OpenH5(ep.file));
+    *open_file = ep.file;
+  }
+  const File& f = **open;
+  out->assign(specs_.size(), Moments());
+  for (size_t s = 0; s < specs_.size(); ++s) {
+    if (specs_[s]->kind != pb::LOWDIM) continue;
+    ASSIGN_OR_RETURN(Array a, f.Describe(PathIn(ep.group, specs_[s]->path), true));
+    RETURN_IF_ERROR(CheckFilters(a, f.name()));
+    if (a.dims.empty() || a.dims[0] != ep.length) {
+      return absl::DataLossError(StrCat(f.name(), ": dataset ", a.path, " changed since the ",
+                                        "dataset was opened (now ", a.ShapeText(), ")"));
+    }
+    std::string raw(static_cast<size_t>(ep.length * a.row_bytes()), '\0');
+    RETURN_IF_ERROR(ReadRows(*handles_[ep.file], a, 0, ep.length, raw.data()));
+    std::shared_ptr<const std::vector<float>> v = ToValues(episode, s, a, raw);
+    const size_t dim = static_cast<size_t>(manifest_.streams[s].shape[0]);
+    for (uint64_t i = 0; i < ep.length; ++i) (*out)[s].Add(v->data() + i * dim, dim);
+    KeepLowdim(episode, static_cast<int>(s), std::move(v));
+  }
+  return absl::OkStatus();
+}
+
+// A lowdim dataset's bytes `raw` (all of the episode's steps) as float32; values float32 does not
+// hold exactly are warned about once per stream.
+std::shared_ptr<const std::vector<float>> Hdf5Dataset::ToValues(size_t episode, size_t stream,
+                                                                const Array& a,
+                                                                const std::string& raw) const {
+  const size_t dim = static_cast<size_t>(manifest_.streams[stream].shape[0]);
+  auto v = std::make_shared<std::vector<float>>(static_cast<size_t>(refs_[episode].length) * dim);
+  int64_t inexact = 0;
+  ToFloat(raw.data(), a.dtype, v->size(), v->data(), &inexact);
+  absl::MutexLock lock(&mu_);
+  if (inexact > 0 && inexact_warned_.insert(specs_[stream]->name).second) {
+    spdlog::warn("hdf5: values of '{}' ({}, {}) are not exactly representable as float32 and "
+                 "are rounded ({} in episode {})", specs_[stream]->name, a.path, a.dtype.text,
+                 inexact, episode);
+  }
+  return v;
+}
+
+// Keeps an episode's lowdim stream (the values already kept when another thread was first).
+std::shared_ptr<const std::vector<float>> Hdf5Dataset::KeepLowdim(
+    size_t episode, int stream, std::shared_ptr<const std::vector<float>> values) const {
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = lowdim_.emplace(std::make_pair(episode, stream), std::move(values));
+  std::shared_ptr<const std::vector<float>> kept = it->second;
+  if (inserted) {
+    lowdim_order_.push_back(it->first);
+    lowdim_bytes_ += kept->size() * sizeof(float);
+    while (lowdim_bytes_ > kMaxLowdimBytes && lowdim_order_.size() > 1) {
+      auto old = lowdim_.find(lowdim_order_.front());
+      lowdim_bytes_ -= old->second->size() * sizeof(float);
+      lowdim_.erase(old);
+      lowdim_order_.pop_front();
+    }
+  }
+  return kept;
 }
 
 absl::Status Hdf5Dataset::MakeManifest() {
@@ -763,27 +896,7 @@ absl::Status Hdf5Dataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, 
     const Array& a = st->arrays[s];
     std::string raw(static_cast<size_t>(t * a.row_bytes()), '\0');
     RETURN_IF_ERROR(ReadRows(*handles_[refs_[e].file], a, 0, t, raw.data()));
-    auto v = std::make_shared<std::vector<float>>(static_cast<size_t>(t) * dim);
-    int64_t inexact = 0;
-    ToFloat(raw.data(), a.dtype, v->size(), v->data(), &inexact);
-    absl::MutexLock lock(&mu_);
-    if (inexact > 0 && inexact_warned_.insert(specs_[s]->name).second) {
-      spdlog::warn("hdf5: values of '{}' ({}, {}) are not exactly representable as float32 and "
-                   "are rounded ({} in episode {})", specs_[s]->name, a.path, a.dtype.text,
-                   inexact, e);
-    }
-    auto [it, inserted] = lowdim_.emplace(std::make_pair(e, stream), std::move(v));
-    values = it->second;
-    if (inserted) {
-      lowdim_order_.push_back(it->first);
-      lowdim_bytes_ += values->size() * sizeof(float);
-      while (lowdim_bytes_ > kMaxLowdimBytes && lowdim_order_.size() > 1) {
-        auto old = lowdim_.find(lowdim_order_.front());
-        lowdim_bytes_ -= old->second->size() * sizeof(float);
-        lowdim_.erase(old);
-        lowdim_order_.pop_front();
-      }
-    }
+    values = KeepLowdim(e, stream, ToValues(e, s, a, raw));
   }
   out->assign(values->begin() + static_cast<ptrdiff_t>(first * dim),
               values->begin() + static_cast<ptrdiff_t>((first + count) * dim));

@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -23,6 +25,7 @@ constexpr uint64_t kMaxCount = 1ull << 28;  // any count read back: a bound befo
 class Writer {
  public:
   void U64(uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), 8); }
+  void F64(double v) { out_.append(reinterpret_cast<const char*>(&v), 8); }
   void Str(const std::string& s) {
     U64(s.size());
     out_ += s;
@@ -37,6 +40,12 @@ class Reader {
  public:
   explicit Reader(const std::string& in) : in_(in) {}
   bool U64(uint64_t* v) {
+    if (in_.size() - pos_ < 8) return false;
+    std::memcpy(v, in_.data() + pos_, 8);
+    pos_ += 8;
+    return true;
+  }
+  bool F64(double* v) {
     if (in_.size() - pos_ < 8) return false;
     std::memcpy(v, in_.data() + pos_, 8);
     pos_ += 8;
@@ -180,13 +189,80 @@ bool DecodeEpisode(const std::string& bytes, IndexedEpisode* out) {
   return r.Str(&out->index) && r.done();
 }
 
-std::string Sidecars::PathOf(const std::string& key) const {
-  return (fs::path(dir_) / StrCat("h5-", format::ChecksumHex(format::Checksum(key)), ".idx")).string();
+void Moments::Add(const float* row, size_t dim) {
+  if (count == 0) {
+    mean.assign(dim, 0);
+    m2.assign(dim, 0);
+    min.assign(dim, std::numeric_limits<double>::infinity());
+    max.assign(dim, -std::numeric_limits<double>::infinity());
+  }
+  ++count;
+  for (size_t d = 0; d < dim && d < mean.size(); ++d) {
+    const double x = row[d];
+    const double delta = x - mean[d];
+    mean[d] += delta / static_cast<double>(count);
+    m2[d] += delta * (x - mean[d]);
+    min[d] = std::min(min[d], x);
+    max[d] = std::max(max[d], x);
+  }
 }
 
-std::optional<std::string> Sidecars::Get(const std::string& key) const {
+void Moments::Merge(const Moments& o) {
+  if (o.count == 0) return;
+  if (count == 0) {
+    *this = o;
+    return;
+  }
+  const double n = static_cast<double>(count + o.count);
+  const double a = static_cast<double>(count), b = static_cast<double>(o.count);
+  for (size_t d = 0; d < mean.size() && d < o.mean.size(); ++d) {
+    const double delta = o.mean[d] - mean[d];
+    mean[d] += delta * b / n;
+    m2[d] += o.m2[d] + delta * delta * a * b / n;
+    min[d] = std::min(min[d], o.min[d]);
+    max[d] = std::max(max[d], o.max[d]);
+  }
+  count += o.count;
+}
+
+std::string EncodeMoments(const std::vector<Moments>& m) {
+  Writer w;
+  w.U64(m.size());
+  for (const Moments& x : m) {
+    w.U64(x.count);
+    w.U64(x.mean.size());
+    for (const auto* v : {&x.mean, &x.m2, &x.min, &x.max}) {
+      for (double d : *v) w.F64(d);
+    }
+  }
+  return std::move(w.out());
+}
+
+bool DecodeMoments(const std::string& bytes, std::vector<Moments>* out) {
+  Reader r(bytes);
+  uint64_t n = 0;
+  if (!r.Count(&n)) return false;
+  out->assign(n, Moments());
+  for (Moments& x : *out) {
+    uint64_t dim = 0;
+    if (!r.U64(&x.count) || !r.Count(&dim) || (x.count > 0) != (dim > 0)) return false;
+    for (auto* v : {&x.mean, &x.m2, &x.min, &x.max}) {
+      v->resize(dim);
+      for (double& d : *v) {
+        if (!r.F64(&d)) return false;
+      }
+    }
+  }
+  return r.done();
+}
+
+std::string Sidecars::PathOf(const std::string& key, const std::string& prefix) const {
+  return (fs::path(dir_) / StrCat(prefix, format::ChecksumHex(format::Checksum(key)), ".idx")).string();
+}
+
+std::optional<std::string> Sidecars::Get(const std::string& key, const std::string& prefix) const {
   if (dir_.empty()) return std::nullopt;
-  std::ifstream in(PathOf(key), std::ios::binary);
+  std::ifstream in(PathOf(key, prefix), std::ios::binary);
   if (!in) return std::nullopt;
   std::stringstream ss;
   ss << in.rdbuf();
@@ -206,7 +282,8 @@ std::optional<std::string> Sidecars::Get(const std::string& key) const {
   return payload;
 }
 
-void Sidecars::Put(const std::string& key, const std::string& payload) const {
+void Sidecars::Put(const std::string& key, const std::string& payload,
+                   const std::string& prefix) const {
   if (dir_.empty()) return;
   std::error_code ec;
   fs::create_directories(dir_, ec);
@@ -216,7 +293,7 @@ void Sidecars::Put(const std::string& key, const std::string& payload) const {
   bytes += key;
   bytes.append(reinterpret_cast<const char*>(&sum), 8);
   bytes += payload;
-  const std::string path = PathOf(key);
+  const std::string path = PathOf(key, prefix);
   static std::atomic<uint64_t> serial{0};
   const std::string tmp = StrCat(path, ".tmp.", ::getpid(), ".", serial.fetch_add(1));
   {

@@ -10,6 +10,7 @@
 // entry fails its checks and the episode is indexed again.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -25,21 +26,36 @@ struct IndexedEpisode {
   std::string index;                         // a serialized format::v1::EpisodeIndex
 };
 
+// Per-dimension moments of a lowdim stream's float32 values (as served): Welford's update row by
+// row, and Chan et al.'s pairwise update to merge episodes (as datasets/rlds/ does). std is
+// sqrt(m2 / count), the population std (numpy's default).
+struct Moments {
+  uint64_t count = 0;  // rows (steps)
+  std::vector<double> mean, m2, min, max;
+  void Add(const float* row, size_t dim);
+  void Merge(const Moments& other);
+};
+
 std::string EncodeEpisode(const IndexedEpisode& e);
 // False when `bytes` is not a whole, well-formed encoding.
 bool DecodeEpisode(const std::string& bytes, IndexedEpisode* out);
+// An episode's moments, per stream (streams that are not lowdim: count 0).
+std::string EncodeMoments(const std::vector<Moments>& m);
+bool DecodeMoments(const std::string& bytes, std::vector<Moments>* out);
 
 class Sidecars {
  public:
   // `dir` empty: no sidecars (Get finds nothing, Put does nothing).
   explicit Sidecars(std::string dir) : dir_(std::move(dir)) {}
-  std::optional<std::string> Get(const std::string& key) const;
+  // `prefix` starts the entry's file name: "h5-" indexed episodes, "h5s-" their lowdim moments.
+  std::optional<std::string> Get(const std::string& key, const std::string& prefix = "h5-") const;
   // Best effort: a directory that cannot be written is warned about once and ignored.
-  void Put(const std::string& key, const std::string& payload) const;
+  void Put(const std::string& key, const std::string& payload,
+           const std::string& prefix = "h5-") const;
   const std::string& dir() const { return dir_; }
 
  private:
-  std::string PathOf(const std::string& key) const;
+  std::string PathOf(const std::string& key, const std::string& prefix) const;
   std::string dir_;
 };
 
