@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -461,7 +462,27 @@ class Bench {
               if (pos != std::string::npos && std::sscanf(text.c_str() + pos, "Frame rate: %lf", &fps) == 1) limit += fps;
             }
             limit_name = "tjbench -rgb (first image)";
+            image_limit_tool_[threads] = "tjbench";
           }
+        } else if ((codec == "ppm" || codec == "pgm") && st.codec().width() > 0 && st.codec().height() > 0) {
+          // A raw frame's decode is a copy of its rgb24 bytes: memcpy of that many bytes, one
+          // thread per thread (the source and destination stay in the CPU's caches).
+          const size_t frame = static_cast<size_t>(st.codec().width()) * static_cast<size_t>(st.codec().height()) * 3;
+          double copies = 0, unused = 0;
+          RETURN_IF_ERROR(Parallel(threads, [&](int, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
+            std::vector<char> src(frame, 1), dst(frame);
+            while (!stop) {
+              for (int k = 0; k < 64; ++k) {
+                std::memcpy(dst.data(), src.data(), frame);
+                asm volatile("" : : "r"(dst.data()) : "memory");
+              }
+              *units += 64;
+            }
+            return absl::OkStatus();
+          }, &copies, &unused));
+          limit = copies;
+          limit_name = "memcpy of a frame's rgb24 bytes";
+          image_limit_tool_[threads] = "memcpy";
         }
       }
     } else if (kind == "audio") {
@@ -575,7 +596,7 @@ class Bench {
     if (kind == "image" && image_fps_limit_.count(threads) && image_fps_limit_[threads] > 0 &&
         FramesPerSample(spec, pb::IMAGE) > 0) {
       // The most samples/s `threads` tjbench-speed decoders allow: one decode per image.
-      r.limit_name = "decode bound (tjbench rate / images per sample)";
+      r.limit_name = StrCat("decode bound (", image_limit_tool_[threads], " rate / images per sample)");
       r.limit = image_fps_limit_[threads] / FramesPerSample(spec, pb::IMAGE);
     }
     r.stages = Stages(st, m);
@@ -1153,7 +1174,8 @@ class Bench {
   double cat_ = 0;
   double iperf_ = 0;
   std::map<int, double> video_fps_limit_;
-  std::map<int, double> image_fps_limit_;  // tjbench, by threads (JPEG image streams)
+  std::map<int, double> image_fps_limit_;  // tjbench or memcpy, by threads (JPEG / raw images)
+  std::map<int, std::string> image_limit_tool_;  // "tjbench" or "memcpy", by threads
   std::map<int, GopBaseline> gop_;
   std::vector<Row> rows_;
 };
