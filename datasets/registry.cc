@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "base/status_macros.h"
+#include "base/strings.h"
 #include "datasets/dataset.h"
 #include "datasets/hdf5/hdf5_dataset.h"
 #include "datasets/lerobot/lerobot_dataset.h"
@@ -16,6 +17,8 @@ namespace {
 
 struct DatasetFormat {
   std::string_view name;
+  // What recognise() looks for, for the error a location none recognises gets.
+  std::string_view looks_for;
   // Whether the format is at the location (a small read, no errors); null: it is the fallback,
   // tried when no other format recognised the location, so its "not found" error is the one a
   // wrong path gets.
@@ -28,13 +31,14 @@ struct DatasetFormat {
 // A LeRobot dataset has meta/info.json with a codebase_version; a Conveyor dataset has
 // manifest.json (the fallback).
 constexpr DatasetFormat kFormats[] = {
-    {"lerobot", lerobot::LooksLikeLeRobot,
+    {"lerobot", "meta/info.json", lerobot::LooksLikeLeRobot,
      [](std::unique_ptr<Storage> s, std::string uri, LocationOptions&) {
        return lerobot::OpenDataset(std::move(s), std::move(uri));
      }},
-    {"rlds", rlds::LooksLikeRlds, rlds::OpenDataset},
-    {"hdf5", hdf5::LooksLikeHdf5, hdf5::OpenDataset},
-    {"conveyor", nullptr,
+    {"rlds", "dataset_info.json and features.json", rlds::LooksLikeRlds, rlds::OpenDataset},
+    {"hdf5", "*.hdf5 / *.h5 files (remote: episode_0.hdf5 or hdf5_files.txt)", hdf5::LooksLikeHdf5,
+     hdf5::OpenDataset},
+    {"conveyor", "manifest.json", nullptr,
      [](std::unique_ptr<Storage> s, std::string uri, LocationOptions&) {
        return native::OpenDataset(std::move(s), std::move(uri));
      }},
@@ -70,7 +74,18 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(std::unique_ptr<Storage> 
       return OpenAs(f, std::move(storage), std::move(location), options);
     }
   }
-  return OpenAs(*fallback, std::move(storage), std::move(location), options);
+  absl::StatusOr<std::unique_ptr<Dataset>> ds =
+      OpenAs(*fallback, std::move(storage), std::move(location), options);
+  if (absl::IsNotFound(ds.status())) {
+    // No format recognised the location: say everything that was looked for.
+    std::string tried;
+    for (const DatasetFormat& f : kFormats) {
+      StrAppend(&tried, tried.empty() ? "" : "; ", f.name, ": ", f.looks_for);
+    }
+    return absl::NotFoundError(StrCat(ds.status().message(), ". No dataset format recognised it; looked for ",
+                                      tried));
+  }
+  return ds;
 }
 
 }  // namespace conveyor

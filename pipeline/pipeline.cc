@@ -110,6 +110,7 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
       RETURN_IF_ERROR(uint("threads", 0, kMaxThreads, &t));
       threads = static_cast<int>(t);
       if (const YAML::Node s = p["schedule"]) {
+        schedule_given = true;
         RETURN_IF_ERROR(yaml::CheckKeys(source, s, "pipeline.schedule",
                                         {"mode", "block_steps", "window_blocks", "version"}));
         uint32_t version = kScheduleVersionCurrent;

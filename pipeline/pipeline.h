@@ -46,6 +46,7 @@ struct PipelineOptions {
   uint32_t consumer = 0;
   uint32_t consumers = 1;
   OrderOptions order;          // block_steps = window_blocks = 1: naive global shuffle
+  bool schedule_given = false;  // the config has a pipeline.schedule section (NaiveOrderWarning)
   int threads = 0;             // 0: one per core
   uint64_t queue_bytes = 512ull << 20;  // samples and pre-decoded frames in flight
   bool pinned = false;         // batches in pinned host memory (CUDA)

@@ -46,6 +46,7 @@
 #include "server/internal/stripes.h"
 #include "base/cancel.h"
 #include "pipeline/cache_warm.h"
+#include "pipeline/naive_warning.h"
 #include "pipeline/order_digest.h"
 #include "pipeline/pipeline.h"
 
@@ -1160,6 +1161,9 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
       }
     }
     ASSIGN_OR_RETURN(std::shared_ptr<Config> c, ResolveConfig(*m.source, name, text, path));
+    if (const std::string w = NaiveOrderWarning(*m.source, c->spec, c->options); !w.empty()) {
+      spdlog::warn("config {}: {}", path, w);
+    }
     // Validate against the dataset once, and learn the epoch's size for Info.
     PipelineOptions po = c->options;
     po.threads = 1;

@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "format/format.h"
 #include "format/npy.h"
+#include "pipeline/naive_warning.h"
 #include "pipeline/pipeline.h"
 #include "shuffle/quality.h"
 #include "tools/batch_line.h"
@@ -58,6 +59,7 @@ absl::Status RunBatches(const BatchesOptions& o) {
     return absl::InvalidArgumentError(
         StrCat("--schedule-version ", o.schedule_version, ": expected 1 to ", kScheduleVersionCurrent));
   }
+  if (!o.schedule.empty()) po.schedule_given = true;  // asked for on the command line
   if (o.schedule == "naive") {
     po.order = OrderOptions{};
   } else if (o.schedule == "gop") {
@@ -71,6 +73,9 @@ absl::Status RunBatches(const BatchesOptions& o) {
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
   // Resolved here as Create would, so that --stats measures the order the batches follow.
   RETURN_IF_ERROR(ResolveSchedule(*source, spec, &po));
+  if (const std::string w = NaiveOrderWarning(*source, spec, po); !w.empty()) {
+    std::fprintf(stderr, "conveyor batches: warning: %s\n", w.c_str());
+  }
   if (po.frame_cache && o.frame_cache.prefault) {
     const int threads = po.threads > 0 ? po.threads : static_cast<int>(std::thread::hardware_concurrency());
     PrefaultFrameCache(*source, spec, *po.frame_cache, threads);

@@ -66,7 +66,9 @@ std::string ErrorString(int errnum);
 // (AVERROR_INVALIDDATA -> DATA_LOSS, ENOENT -> NOT_FOUND, ENOMEM -> RESOURCE_EXHAUSTED, ...).
 absl::Status AvError(int errnum, std::string_view context);
 
-// Quiets FFmpeg's logging to errors only, once per process (Conveyor reports errors itself).
+// Quiets FFmpeg's logging to errors only, once per process, and takes its lines off stderr: an
+// error line becomes context of the AvError that follows it on the same thread ("(FFmpeg: ...)"),
+// and every line goes to the debug log. Conveyor reports errors itself.
 void QuietLogging();
 
 }  // namespace conveyor::av
