@@ -415,5 +415,26 @@ TEST_F(RldsTest, AsAMixtureMemberBesideANativeDataset) {
   EXPECT_EQ(rest.output, want) << "resumed at " << cursor;
 }
 
+// A newcomer's mistakes (issue 44): a wrong path names what every format looked for, and a config
+// without a schedule is told that it gets the naive order and what that costs.
+TEST_F(RldsTest, AWrongPathNamesEveryFormatAndTheNaiveDefaultIsCalledOut) {
+  auto none = Dataset::Open(dir_->Join("no_such_dataset"));
+  ASSERT_FALSE(none.ok());
+  for (const char* m : {"meta/info.json", "dataset_info.json and features.json", "*.hdf5", "manifest.json"}) {
+    EXPECT_TRUE(Mentions(none.status(), m)) << "'" << m << "' not in: " << none.status();
+  }
+  const std::string config = dir_->Join("no_schedule.yaml");
+  WriteFile(config, "anchor: action\nstreams: {observation.image: {}, action: {}}\npipeline: {global_batch_size: 4}\n");
+  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " batches " + ShellQuote(Root("clean")) + " --config " +
+                            ShellQuote(config) + " --steps 1 2>&1 >/dev/null");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("naive order"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("schedule: {mode: gop}"), std::string::npos) << r.output;
+  WriteFile(config, std::string(kConfig));  // names its schedule: no warning
+  const auto quiet = RunCommand(ShellQuote(CONVEYOR_CLI) + " batches " + ShellQuote(Root("clean")) + " --config " +
+                                ShellQuote(config) + " --steps 1 2>&1 >/dev/null");
+  EXPECT_EQ(quiet.output.find("naive order"), std::string::npos) << quiet.output;
+}
+
 }  // namespace
 }  // namespace conveyor
