@@ -64,6 +64,7 @@ struct Gateway {
   std::string s3_ds() const { return std::string("s3://") + kBucket + "/ds"; }
   std::string lerobot_local() const { return std::string(CONVEYOR_LEROBOT_FIXTURE_DIR) + "/v30"; }
   std::string lerobot_skip;  // why the LeRobot fixture is not there, if it is not
+  std::string rlds_skip;     // the same for the RLDS fixture
 };
 Gateway* gateway = nullptr;
 
@@ -298,6 +299,30 @@ pipeline: {global_batch_size: 4, seed: 3, schedule: {mode: gop}}
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// An RLDS dataset (tests/fixtures/rlds/make_rlds.py, uploaded as it is) read in place from the
+// bucket: the same batches as the local folder, the second time from the record index cache.
+TEST(S3Radosgw, AnRldsDatasetInTheBucketReadsInPlace) {
+  if (gateway->rlds_skip.size()) GTEST_SKIP() << gateway->rlds_skip;
+  const std::string local = gateway->dir->Join("rlds/clean");
+  const std::string remote = std::string("s3://") + kBucket + "/rlds_clean/";
+  const std::string config = gateway->dir->Join("rlds.yaml");
+  testing::WriteFile(config, R"(anchor: action
+streams:
+  observation.image: {delta_timestamps: [-1, 0]}
+  observation.wrist_image: {delta_timestamps: [0]}
+  observation.state: {delta_timestamps: [0], normalize: mean_std}
+  action: {delta_timestamps: {start: 0, step: 1, count: 3}}
+  instruction: {}
+pipeline: {global_batch_size: 4, seed: 3, schedule: {mode: gop}}
+)");
+  auto env = UserEnv();
+  env["CONVEYOR_INDEX_CACHE_DIR"] = gateway->dir->Join("index-cache");
+  const std::vector<std::string> want = Digests(env, local, "", config);
+  ASSERT_EQ(want.size(), 6u);
+  EXPECT_EQ(Digests(env, remote, "", config), want);
+  EXPECT_EQ(Digests(env, remote, "", config), want);  // the record indexes from the cache (ETag key)
+}
+
 // `conveyor serve s3://...` with the usual AWS environment, and `conveyor fetch` and the Python
 // Loader fetching from it: exactly the local copy's batches.
 TEST(S3Radosgw, ServingFromTheBucketGivesTheLocalBatches) {
@@ -403,6 +428,14 @@ std::string StartGateway() {
       return "";
     }
   }
+  // The RLDS fixture (python3-protobuf records, tests/fixtures/rlds/make_rlds.py), uploaded as is.
+  auto rlds = RunCommand("/usr/bin/python3 " +
+                             ShellQuote(std::string(CONVEYOR_SOURCE_DIR) + "/tests/fixtures/rlds/make_rlds.py") +
+                             " " + ShellQuote(gateway->dir->Join("rlds")) + " 2>&1 && " + aws +
+                             "s3 cp --only-show-errors --recursive " + ShellQuote(gateway->dir->Join("rlds/clean")) +
+                             " s3://" + kBucket + "/rlds_clean 2>&1",
+                         300);
+  if (rlds.exit_code != 0) gateway->rlds_skip = "the RLDS fixture could not be made or uploaded: " + rlds.output;
   return "";
 }
 
