@@ -148,6 +148,7 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
     else if (key == "schedule_version") s = Get(v, key, &o->schedule_version);
     else if (key == "expect_dataset_fingerprint") s = Get(v, key, &o->expect_dataset_fingerprint);
     else if (key == "expect_order_digest") s = Get(v, key, &o->expect_order_digest);
+    else if (key == "pin_from_environment") s = Get(v, key, &o->pin_from_environment);
     else if (key == "max_batch_bytes") s = Get(v, key, &o->max_batch_bytes);
     else if (key == "auth_token") s = Get(v, key, &o->auth_token);
     else if (key == "tls") s = Get(v, key, &tls);

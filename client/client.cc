@@ -802,6 +802,13 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
     return absl::InvalidArgumentError("give a config or a config name, not both");
   }
   options.prefetch_batches = std::max<size_t>(1, options.prefetch_batches);
+  // The launcher's pin (docs/launch.md "Pinning the data"): every rank it starts refuses a server
+  // of other data, even on a fresh start without a checkpoint.
+  for (auto [var, field] : {std::pair{"CONVEYOR_DATASET_FINGERPRINT", &options.expect_dataset_fingerprint},
+                            std::pair{"CONVEYOR_ORDER_DIGEST", &options.expect_order_digest}}) {
+    const char* v = std::getenv(var);
+    if (options.pin_from_environment && field->empty() && v != nullptr) *field = v;
+  }
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(options);
   impl->pool = std::make_shared<BlockPool>(impl->o.prefetch_batches + 2, SIZE_MAX, 0, FreeBlock);

@@ -137,6 +137,10 @@ struct ClientOptions {
   // "What a job pins").
   std::string expect_dataset_fingerprint;
   std::string expect_order_digest;
+  // Take expect_* from $CONVEYOR_DATASET_FINGERPRINT / $CONVEYOR_ORDER_DIGEST where they are
+  // empty: the launcher's pin, so a rank pointed at a stray server is refused on a fresh start
+  // too (docs/launch.md "Pinning the data"). False for a resume that changes data on purpose.
+  bool pin_from_environment = true;
   // The largest batch this client accepts (its payload is allocated once the header arrives); a
   // larger one ends the stream with RESOURCE_EXHAUSTED instead of exhausting memory.
   uint64_t max_batch_bytes = 8ull << 30;

@@ -372,6 +372,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
       pb::ConfigInfo* p = r->add_configs();
       p->set_name(c->name);
       p->set_config_digest(c->digest);
+      p->set_order_digest(c->order_digest);
       p->set_samples_per_epoch(c->samples_per_epoch);
       p->set_steps_per_epoch(c->steps_per_epoch);
       p->set_global_batch_size(c->options.global_batch_size);

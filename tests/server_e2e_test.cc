@@ -389,6 +389,58 @@ TEST_F(ServerE2ETest, ASecondServerOnATakenAddressExitsNamingIt) {
   EXPECT_EQ(got, Offline(small(), 2));
 }
 
+// Ranks of one job agree (issue 43): the launcher exports the data it means (the dataset
+// fingerprint and the order digest, from `conveyor fetch --info`), and a rank pointed at a stray
+// server of another dataset is refused with FAILED_PRECONDITION naming both, on a fresh start
+// without any checkpoint; the ranks pointed at the right server train.
+TEST_F(ServerE2ETest, ARankPointedAtAStrayServerIsRefused) {
+  auto good = Serve();
+  ASSERT_TRUE(good->ok());
+  const std::string other = dir_->Join("stray_ds");
+  ASSERT_SH(StrCatForShell({kCli, "synth", "--out", other, "--episodes", "3", "--episode-seconds", "2", "--quiet"}));
+  auto stray = std::make_unique<ServerProcess>(kCli, std::vector<std::string>{other, "--config", small(), "--threads", "1"},
+                                               dir_->path());
+  ASSERT_TRUE(stray->ok()) << stray->log();
+  int code = 0;
+  const std::string info = Capture(StrCatForShell({kCli, "fetch", "--servers", good->address(), "--info"}), &code);
+  ASSERT_EQ(code, 0) << info;
+  auto field = [&](const std::string& key) {
+    const size_t at = info.find("\"" + key + "\": \"");
+    EXPECT_NE(at, std::string::npos) << key << " not in " << info;
+    if (at == std::string::npos) return std::string();
+    const size_t from = at + key.size() + 5;
+    return info.substr(from, info.find('"', from) - from);
+  };
+  const std::string fingerprint = field("dataset_fingerprint"), order = field("order_digest");
+  ASSERT_EQ(order.size(), 64u) << info;
+  setenv("CONVEYOR_DATASET_FINGERPRINT", fingerprint.c_str(), 1);
+  setenv("CONVEYOR_ORDER_DIGEST", order.c_str(), 1);
+  for (const std::string& server : {stray->address(), good->address()}) {
+    client::ClientOptions o = Options({server});
+    o.max_batches = 1;
+    auto c = client::Client::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+    if (server == stray->address()) {
+      ASSERT_FALSE(next.ok());
+      EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition) << next.status();
+      EXPECT_NE(std::string(next.status().message()).find(fingerprint), std::string::npos) << next.status();
+    } else {
+      ASSERT_TRUE(next.ok()) << next.status();
+      EXPECT_TRUE(next->has_value());
+    }
+  }
+  // A client told not to take the launcher's pin (a deliberate data change) trains on the stray one.
+  client::ClientOptions o = Options({stray->address()});
+  o.max_batches = 1;
+  o.pin_from_environment = false;
+  auto c = client::Client::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE((*c)->Next().ok());
+  unsetenv("CONVEYOR_DATASET_FINGERPRINT");
+  unsetenv("CONVEYOR_ORDER_DIGEST");
+}
+
 TEST_F(ServerE2ETest, ResumeFromSavedCursorAfterRestartingEverything) {
   client::Cursor saved;
   std::vector<std::string> got;

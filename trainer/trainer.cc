@@ -374,6 +374,8 @@ absl::StatusOr<int64_t> Resume(const TrainOptions& o, client::ClientOptions* co,
   if (!o.allow_data_change) {  // the data it trained on (checked when the stream starts)
     co->expect_dataset_fingerprint = ck->dataset_fingerprint;
     co->expect_order_digest = ck->order_digest;
+  } else {
+    co->pin_from_environment = false;
   }
   if (ck->in > 0) {
     model->Init(ck->in, ck->out);

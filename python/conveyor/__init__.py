@@ -315,6 +315,7 @@ class Loader(_Base):
         # first batch, or pinned by a loaded state so that a server of other data is refused.
         self._data = {"dataset_fingerprint": None, "order_digest": None}
         self._pinned = False
+        self._data_change_allowed = False
 
     # --- iteration -------------------------------------------------------------------------
 
@@ -328,6 +329,8 @@ class Loader(_Base):
                       **self._pin_options(), **self.client_options)
 
     def _pin_options(self):
+        if self._data_change_allowed:
+            return {"pin_from_environment": False}
         if not self._pinned:
             return {}
         return {"expect_dataset_fingerprint": self._data["dataset_fingerprint"] or "",
@@ -506,6 +509,7 @@ class Loader(_Base):
         fingerprint, digest = state_dict.get("dataset_fingerprint"), state_dict.get("order_digest")
         self._data = {"dataset_fingerprint": fingerprint, "order_digest": digest}
         self._pinned = not allow_data_change and bool(fingerprint or digest)
+        self._data_change_allowed = bool(allow_data_change)
         if allow_data_change and (fingerprint or digest):
             warnings.warn("conveyor.Loader: resuming without checking the data it was saved on "
                           f"(fingerprint {fingerprint}, config {str(digest)[:12]}): the saved "

@@ -154,7 +154,7 @@ CONVEYOR_C_EXPORT int conveyor_get_info(const char* options_json, char** result_
  * "schedule_version", "max_batch_bytes", "auth_token", "tls", "tls_ca_pem", "tls_cert_pem",
  * "tls_key_pem", "tls_server_name", "reconnect_timeout_s", "device": -1|N, "device_buffers",
  * "report_interval_s", "shared_memory", "shared_memory_bytes", "payload_streams", "dataset",
- * "expect_dataset_fingerprint", "expect_order_digest"}: the last two, saved from a checkpoint,
+ * "expect_dataset_fingerprint", "expect_order_digest", "pin_from_environment"}: the last two, saved from a checkpoint,
  * make a server of other data fail the stream with FAILED_PRECONDITION). */
 CONVEYOR_C_EXPORT int conveyor_client_create(const char* options_json, conveyor_client** out);
 /* The next batch into *out. OK with *out == NULL: the end of the stream (not an error).
