@@ -649,6 +649,39 @@ class MixtureTest(unittest.TestCase):
             server.stop()
 
 
+    def test_a_state_of_a_mixture_is_refused_when_a_member_changed(self):
+        """Issue 43: a member of a mixture re-made (another episode count at the same path): a
+        state saved before is refused by the new server, naming the fingerprints."""
+        d = ENV["dir"]
+        member = support.synth(d / "ds_member", episodes=2, seconds=2)
+        mix = d / "mix_member.yaml"
+        mix.write_text("mixture:\n  name: pinned\n  datasets:\n"
+                       f"    - {{name: first, uri: {ENV['dataset']}, weight: 1}}\n"
+                       f"    - {{name: second, uri: {member}, weight: 1}}\n")
+        (d / "mix_member_run").mkdir(exist_ok=True)
+        server = support.Server(mix, d / "mix_member_run")
+        try:
+            l = conveyor.Loader(servers=[server.address], reconnect_timeout_s=30, max_batches=1)
+            list(l)
+            state = l.state_dict()
+        finally:
+            server.stop()
+        shutil.rmtree(member)
+        support.synth(d / "ds_member", episodes=3, seconds=2)
+        (d / "mix_member_run2").mkdir(exist_ok=True)
+        server = support.Server(mix, d / "mix_member_run2")
+        try:
+            resumed = conveyor.Loader(servers=[server.address], reconnect_timeout_s=30, max_batches=1)
+            resumed.load_state_dict(state)
+            with self.assertRaises(conveyor.ConveyorError) as e:
+                next(iter(resumed))
+            self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+            self.assertIn(state["dataset_fingerprint"], str(e.exception))
+            resumed.close()
+        finally:
+            server.stop()
+
+
 class LeRobotInPlaceTest(unittest.TestCase):
     """A server started on a LeRobot v3.0 directory read in place (docs/lerobot.md): the Loader
     gets what `conveyor batches` computes on the same directory. The dataset is the C++ tests'
