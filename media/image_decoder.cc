@@ -447,4 +447,34 @@ absl::Status ImageDecoder::Decode(std::string_view codec, std::string_view bytes
   return absl::OkStatus();
 }
 
+absl::StatusOr<ImageHeader> PeekImageHeader(std::string_view bytes) {
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  ImageHeader h;
+  if (bytes.size() >= 24 && std::memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0) {
+    if (std::memcmp(p + 12, "IHDR", 4) != 0) return absl::DataLossError("png: no IHDR chunk first");
+    h.codec = "png";
+    h.width = static_cast<int>((uint32_t{p[16]} << 24) | (uint32_t{p[17]} << 16) | (uint32_t{p[18]} << 8) | p[19]);
+    h.height = static_cast<int>((uint32_t{p[20]} << 24) | (uint32_t{p[21]} << 16) | (uint32_t{p[22]} << 8) | p[23]);
+    if (h.width <= 0 || h.height <= 0) return absl::DataLossError("png: IHDR says a size of 0 or over 2^31");
+    return h;
+  }
+  if (bytes.size() >= 3 && std::memcmp(p, "\xff\xd8\xff", 3) == 0) {
+    struct Free {
+      void operator()(void* t) const { tjDestroy(t); }
+    };
+    thread_local std::unique_ptr<void, Free> tj;
+    if (tj == nullptr) tj.reset(tjInitDecompress());
+    if (tj == nullptr) return absl::ResourceExhaustedError("mjpeg: tjInitDecompress failed");
+    int subsamp = 0, colorspace = 0;
+    h.codec = "mjpeg";
+    if (tjDecompressHeader3(tj.get(), p, bytes.size(), &h.width, &h.height, &subsamp, &colorspace) != 0) {
+      const std::string why = tjGetErrorStr2(tj.get());
+      tj.reset();  // a failed header parse leaves the handle's state behind (see JpegError)
+      return absl::DataLossError(StrCat("mjpeg: bad JPEG header: ", why));
+    }
+    return h;
+  }
+  return absl::InvalidArgumentError("not a JPEG or PNG image");
+}
+
 }  // namespace conveyor

@@ -20,6 +20,7 @@
 #include "datasets/rlds/rlds_features.h"
 #include "datasets/rlds/rlds_index.h"
 #include "format/format.h"
+#include "media/image_decoder.h"
 #include "media/media_demux.h"
 
 namespace conveyor::rlds {
@@ -147,6 +148,7 @@ class RldsDataset final : public Dataset {
   std::vector<std::unique_ptr<RandomAccessFile>> files_;  // per shard
   std::vector<Episode> episodes_list_;
   std::map<std::string, Moments> moments_;  // lowdim features' statistics, by key
+  std::map<std::string, pb::CodecParams> image_params_;  // image features, probed once (by key)
   uint64_t mean_episode_bytes_ = 0;
   std::unique_ptr<EpisodeCache> cache_;
   mutable absl::Mutex mu_;
@@ -287,6 +289,7 @@ absl::Status RldsDataset::BuildStreams(const Features& features) {
       ASSIGN_OR_RETURN(pb::CodecParams params,
                        ProbeImageBytes(feat->bytes_list().value(0), StrCat(Where(e0), ", '", f.key, "' step 0")));
       info.kind = pb::IMAGE;
+      image_params_[f.key] = params;
       info.codec = params.codec();
       info.pix_fmt = params.pix_fmt();
       info.shape = {params.height(), params.width(), 3};
@@ -405,13 +408,15 @@ absl::Status RldsDataset::BuildIndex(size_t episode, uint64_t steps, ParsedEpiso
     out->mutable_codec()->set_codec(info.codec);
     if (info.kind == pb::IMAGE) {
       const auto& values = feat->bytes_list().value();
-      ASSIGN_OR_RETURN(*out->mutable_codec(),
-                       ProbeImageBytes(values.Get(0), StrCat(where, ", '", f.key, "' step 0")));
-      const pb::CodecParams& c = out->codec();
-      if (c.codec() != info.codec || c.height() != info.shape[0] || c.width() != info.shape[1]) {
-        return absl::DataLossError(StrCat(where, ", '", f.key, "': ", c.codec(), " ", c.width(), "x",
-                                          c.height(), ", the dataset's stream is ", info.codec, " ",
-                                          info.shape[1], "x", info.shape[0], " (episode 0); every episode must match"));
+      // The stream's codec parameters, probed (decoded) once; each episode's first image header
+      // is checked against them (a header parse, not a decode: this runs per episode read).
+      *out->mutable_codec() = image_params_.at(f.key);
+      absl::StatusOr<ImageHeader> h = PeekImageHeader(values.Get(0));
+      if (!h.ok()) return Annotate(h.status(), StrCat(where, ", '", f.key, "' step 0"));
+      if (h->codec != info.codec || h->height != info.shape[0] || h->width != info.shape[1]) {
+        return absl::DataLossError(StrCat(where, ", '", f.key, "': ", h->codec, " ", h->width, "x",
+                                          h->height, ", the dataset's stream is ", info.codec, " ",
+                                          info.shape[1], "x", info.shape[0], " (its first readable episode); every episode must match"));
       }
       out->set_time_base_num(tb.num);
       out->set_time_base_den(tb.den);
