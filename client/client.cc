@@ -436,6 +436,8 @@ struct Client::Impl {
     if (o.payload_streams > 1) req.set_payload_streams(o.payload_streams);
     // After the first start, every server is asked for the order that stream began with.
     req.set_schedule_version(p.first ? p.first->schedule_version() : o.schedule_version);
+    req.set_expect_dataset_fingerprint(o.expect_dataset_fingerprint);
+    req.set_expect_order_digest(o.expect_order_digest);
     if (offer_shared_memory) {
       req.mutable_shared_memory()->set_server_region(true);
       req.mutable_shared_memory()->set_host(HostId());

@@ -263,6 +263,9 @@ void ServerMetrics::StreamTransport(const std::string& transport) {
 }
 void ServerMetrics::SharedMemoryWait(double seconds) { shm_wait_.Increment(seconds); }
 void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"code", code}}).Increment(); }
+void ServerMetrics::DataPinRefused() {
+  rejected_.Add({{"code", "FAILED_PRECONDITION"}, {"reason", "data_pin"}}).Increment();
+}
 std::string ServerMetrics::JobLabel(const std::string& job) {
   // Bounded label cardinality: the first kMaxJobLabels job names get series of their own, later
   // ones share "_other" (a client inventing a job name per request cannot grow the registry).

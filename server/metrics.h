@@ -50,6 +50,7 @@ class ServerMetrics {
   // Seconds a stream waited for its client to release shared memory (the client is behind).
   void SharedMemoryWait(double seconds);
   void RequestRejected(const std::string& code);         // grpc code name
+  void DataPinRefused();  // a stream whose job pins other data (FAILED_PRECONDITION, reason data_pin)
   void Batch(const std::string& job_label, uint64_t samples);
   void Bytes(const std::string& modality, uint64_t bytes);  // video, image, audio, lowdim, ...
   void Samples(const std::string& modality, uint64_t samples);

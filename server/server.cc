@@ -760,6 +760,25 @@ struct DataServer::Impl : public RawStreamBatchesService {
       if (!c.ok()) return Reject(ToGrpc(c.status()).error_code(), std::string(c.status().message()));
       config = *c;
     }
+    // The job's pin (its checkpoint, or its launcher's): refused here, before any work, so the
+    // refusal is counted and logged where the operator looks (the client checks it too).
+    if ((!req.expect_dataset_fingerprint().empty() &&
+         req.expect_dataset_fingerprint() != source->manifest().fingerprint) ||
+        (!req.expect_order_digest().empty() && req.expect_order_digest() != config->order_digest)) {
+      spdlog::warn("refused a stream of job '{}' rank {}: it pins dataset {} order {}, this server serves {} "
+                   "order {}", req.job().substr(0, 256), req.consumer(), req.expect_dataset_fingerprint().substr(0, 64),
+                   req.expect_order_digest().substr(0, 12), source->manifest().fingerprint,
+                   config->order_digest.substr(0, 12));
+      metrics->DataPinRefused();
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, StrCat(
+          "this server serves dataset ", source->manifest().name, " (fingerprint ", source->manifest().fingerprint,
+          ", order ", config->order_digest.substr(0, 12), ") but the job pins fingerprint ",
+          req.expect_dataset_fingerprint().empty() ? "(any)" : req.expect_dataset_fingerprint().substr(0, 64),
+          ", order ", req.expect_order_digest().empty() ? "(any)" : req.expect_order_digest().substr(0, 12),
+          " (its checkpoint or its launcher's CONVEYOR_DATASET_FINGERPRINT / CONVEYOR_ORDER_DIGEST): its cursor "
+          "names other samples here. Point the job at the data it trained on, or continue on purpose (Loader."
+          "load_state_dict(state, allow_data_change=True); docs/python.md \"What a job pins\")"));
+    }
     const uint64_t max_message =
         req.max_message_bytes() == 0
             ? o.max_message_bytes

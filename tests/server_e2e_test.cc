@@ -398,8 +398,9 @@ TEST_F(ServerE2ETest, ARankPointedAtAStrayServerIsRefused) {
   ASSERT_TRUE(good->ok());
   const std::string other = dir_->Join("stray_ds");
   ASSERT_SH(StrCatForShell({kCli, "synth", "--out", other, "--episodes", "3", "--episode-seconds", "2", "--quiet"}));
-  auto stray = std::make_unique<ServerProcess>(kCli, std::vector<std::string>{other, "--config", small(), "--threads", "1"},
-                                               dir_->path());
+  auto stray = std::make_unique<ServerProcess>(
+      kCli, std::vector<std::string>{other, "--config", small(), "--threads", "1", "--metrics-listen", "127.0.0.1:0"},
+      dir_->path());
   ASSERT_TRUE(stray->ok()) << stray->log();
   int code = 0;
   const std::string info = Capture(StrCatForShell({kCli, "fetch", "--servers", good->address(), "--info"}), &code);
@@ -430,6 +431,10 @@ TEST_F(ServerE2ETest, ARankPointedAtAStrayServerIsRefused) {
       EXPECT_TRUE(next->has_value());
     }
   }
+  // The stray server refused it itself: counted, and logged with the job and rank.
+  const std::string metrics = Capture("curl -s http://" + stray->metrics_address() + "/metrics", &code);
+  EXPECT_NE(metrics.find("reason=\"data_pin\""), std::string::npos) << metrics.substr(0, 2000);
+  EXPECT_NE(stray->log().find("refused a stream of job 'e2e'"), std::string::npos) << stray->log();
   // A client told not to take the launcher's pin (a deliberate data change) trains on the stray one.
   client::ClientOptions o = Options({stray->address()});
   o.max_batches = 1;
