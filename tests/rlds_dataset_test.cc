@@ -436,5 +436,27 @@ TEST_F(RldsTest, AWrongPathNamesEveryFormatAndTheNaiveDefaultIsCalledOut) {
   EXPECT_EQ(quiet.output.find("naive order"), std::string::npos) << quiet.output;
 }
 
+// `batches --stats` measures the order it printed (issue 44 item 6): with three of five episodes
+// quarantined, a batch cannot span more than the two left.
+TEST_F(RldsTest, StatsMeasureTheOrderWithoutTheQuarantinedEpisodes) {
+  const std::string quarantine = dir_->Join("three.quarantine.json");
+  const std::string cli = ShellQuote(CONVEYOR_CLI);
+  auto r = RunCommand(cli + " check " + ShellQuote(Root("bad_crc")) + " --write-quarantine " + ShellQuote(quarantine) + " 2>&1");
+  ASSERT_EQ(r.exit_code, 2) << r.output;
+  json q = json::parse(ReadFile(quarantine));
+  q["datasets"][0]["episodes"] = json::array();
+  for (int e : {0, 1, 4}) q["datasets"][0]["episodes"].push_back({{"episode", e}, {"reason", "test"}});
+  WriteFile(quarantine, q.dump());
+  const std::string config = dir_->Join("three.yaml");
+  WriteFile(config, "anchor: action\nstreams: {observation.image: {}, action: {}}\nquarantine: " + quarantine +
+                        "\npipeline: {global_batch_size: 4, seed: 1, schedule: {mode: gop}}\n");
+  r = RunCommand(cli + " batches " + ShellQuote(Root("bad_crc")) + " --config " + ShellQuote(config) +
+                 " --steps 3 --stats 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("episodes per batch ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_LE(std::stod(r.output.substr(at + 19)), 2.0) << r.output;
+}
+
 }  // namespace
 }  // namespace conveyor

@@ -5,12 +5,14 @@
 #include <thread>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "format/format.h"
 #include "format/npy.h"
+#include "sample/quarantine.h"
 #include "pipeline/naive_warning.h"
 #include "pipeline/pipeline.h"
 #include "shuffle/quality.h"
@@ -138,7 +140,10 @@ absl::Status RunBatches(const BatchesOptions& o) {
     }
     if (!source->is_mixture()) {
       const Dataset& ds = source->dataset(0);
-      ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(ds, spec.anchor_stream));
+      // The order these batches came in: without the config's quarantined episodes, as the
+      // pipeline built it (else the figures describe episodes that were never served).
+      ASSIGN_OR_RETURN(const std::set<uint64_t> quarantined, QuarantinedEpisodes(spec, ds));
+      ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(ds, spec.anchor_stream, quarantined));
       const EpochOrder order(index.size(), OrderKey(ds.manifest().fingerprint, po.seed), cursor.epoch,
                              po.order);
       const ShuffleQuality q = MeasureShuffle(order, index, po.global_batch_size, 1u << 20);
