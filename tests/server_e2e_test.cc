@@ -641,6 +641,27 @@ TEST_F(ServerE2ETest, AuditProvesAnEpochAndReportsTwoRanksWithTheSameRank) {
   std::string want;
   for (const std::string& id : epoch_of("probe", 1, 1)) want += (want.empty() ? "" : " ") + id;
   EXPECT_NE(out.find("its first samples: " + want + "\n"), std::string::npos) << out << "\nwant " << want;
+  // Issue 44: a job the server never saw names the jobs it did; a dataset the server does not
+  // serve is refused; `conveyor fetch` and `audit` meet on the one default job name.
+  out = audit("no-such-job", &code);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("nothing recorded; the servers know the jobs: "), std::string::npos) << out;
+  EXPECT_NE(out.find("right"), std::string::npos) << out;
+  const std::string stranger = dir_->Join("audit_stranger");
+  ASSERT_SH(StrCatForShell({kCli, "synth", "--out", stranger, "--episodes", "3", "--episode-seconds", "2", "--quiet"}));
+  const testing::CommandResult wrong = testing::RunCommand(
+      StrCatForShell({kCli, "audit", stranger, "--config", small(), "--servers", server->address(), "--job", "right",
+                      "--epoch", "0"}) + " 2>&1");
+  EXPECT_NE(wrong.exit_code, 0) << wrong.output;
+  EXPECT_NE(wrong.output.find("not " + stranger), std::string::npos) << wrong.output;
+  Capture(StrCatForShell({kCli, "fetch", "--servers", server->address(), "--config-name", "small", "--steps",
+                          std::to_string(kSteps)}),
+          &code);
+  ASSERT_EQ(code, 0);
+  out = Capture(StrCatForShell({kCli, "audit", ds(), "--config", small(), "--servers", server->address(), "--epoch", "0"}),
+                &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("EXACT"), std::string::npos) << out;
   // A rank that stopped two batches early: its slice lacks them, and the audit names the first.
   epoch_of("short", 0, kSteps);
   epoch_of("short", 1, kSteps - 2);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,10 @@ void Merge(const CoverageSlice& s, std::map<std::tuple<uint64_t, uint64_t, uint3
   m.end_position = std::max(m.end_position, s.end_position);
 }
 
-absl::StatusOr<std::vector<CoverageSlice>> FromServers(const AuditOptions& o) {
+// The ledgers of job o.job on every server; `jobs` gets every job name the servers know (for the
+// "nothing recorded" message). A server serving another dataset than `fingerprint` is refused.
+absl::StatusOr<std::vector<CoverageSlice>> FromServers(const AuditOptions& o, const std::string& fingerprint,
+                                                       std::set<std::string>* jobs) {
   std::string token;
   if (!o.auth_token_file.empty()) {
     ASSIGN_OR_RETURN(token, ReadLocalFile(o.auth_token_file, "token file"));
@@ -65,7 +69,13 @@ absl::StatusOr<std::vector<CoverageSlice>> FromServers(const AuditOptions& o) {
     c.auth_token = token;
     absl::StatusOr<pb::InfoResponse> info = client::GetInfo(c);
     if (!info.ok()) return Annotate(info.status(), StrCat("server ", server));
+    if (info->dataset_fingerprint() != fingerprint) {
+      return absl::FailedPreconditionError(StrCat(
+          "server ", server, " serves dataset ", info->dataset_name(), " (fingerprint ", info->dataset_fingerprint(),
+          "), not ", o.dataset, " (fingerprint ", fingerprint, "): its ledgers say nothing about this dataset's order"));
+    }
     for (const pb::JobStatus& j : info->jobs()) {
+      jobs->insert(j.job());
       if (j.job() != o.job) continue;
       for (const pb::CoverageSlice& p : j.coverage()) {
         CoverageSlice s;
@@ -135,8 +145,10 @@ absl::Status RunAudit(const AuditOptions& o, int* verdict) {
   if (o.epoch < 0) return absl::InvalidArgumentError("--epoch must be >= 0");
   const uint64_t epoch = static_cast<uint64_t>(o.epoch);
   std::vector<CoverageSlice> all;
+  std::set<std::string> jobs;
+  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
   if (!o.servers.empty()) {
-    ASSIGN_OR_RETURN(all, FromServers(o));
+    ASSIGN_OR_RETURN(all, FromServers(o, source->manifest().fingerprint, &jobs));
   } else {
     for (const std::string& path : o.trainer_json) {
       ASSIGN_OR_RETURN(std::vector<CoverageSlice> part, FromTrainerJson(path));
@@ -149,13 +161,15 @@ absl::Status RunAudit(const AuditOptions& o, int* verdict) {
   }
   const std::string what = o.servers.empty() ? "what the trainers received" : StrCat("job ", o.job, " on ", o.servers.size(), " server(s)");
   if (merged.empty()) {
-    std::printf("epoch %llu (%s): nothing recorded\n", static_cast<unsigned long long>(epoch), what.c_str());
+    std::string known;
+    for (const std::string& j : jobs) StrAppend(&known, known.empty() ? "" : ", ", j);
+    std::printf("epoch %llu (%s): nothing recorded%s\n", static_cast<unsigned long long>(epoch), what.c_str(),
+                o.servers.empty() ? "" : known.empty() ? "; the servers know no job" : StrCat("; the servers know the jobs: ", known, " (--job)").c_str());
     *verdict = 1;
     return absl::OkStatus();
   }
 
   // The order: what each position of the epoch holds.
-  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
   ASSIGN_OR_RETURN(std::string text, ReadLocalFile(o.config, "config"));
   ASSIGN_OR_RETURN(SampleSpec spec, SampleSpec::FromYaml(text, source->manifest(), o.config));
   PipelineOptions po;

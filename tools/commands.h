@@ -168,7 +168,7 @@ absl::Status RunServe(const ServeOptions& options);
 
 struct FetchOptions {
   std::string servers;       // comma-separated; default $CONVEYOR_SERVERS
-  std::string job = "fetch";
+  std::string job = "default";  // the Loader's, train's and audit's too
   int64_t consumer = -1;     // -1 and 0: from the launcher (client/launch_env.h), else 0 of 1
   int64_t consumers = 0;
   std::string cursor = "0:0";
@@ -200,7 +200,7 @@ absl::Status RunFetch(const FetchOptions& options);
 
 struct TrainCliOptions {
   std::string servers;        // default $CONVEYOR_SERVERS
-  std::string job = "train";
+  std::string job = "default";  // the Loader's, fetch's and audit's too
   int64_t rank = -1;          // -1 and 0: from the launcher (client/launch_env.h), else 0 of 1
   int64_t world_size = 0;
   std::string cursor = "0:0";
