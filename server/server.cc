@@ -240,6 +240,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
   // What each job's streams delivered, per epoch and consumer slice (base/coverage.h; by metrics
   // label): Info's JobStatus.coverage, `conveyor audit --servers`.
   std::map<std::string, CoverageLedger> coverage ABSL_GUARDED_BY(jobs_mu);
+  // Streams refused because they pin other data, by job label: JobStatus.refused_data_pin.
+  std::map<std::string, uint64_t> refused_data_pin ABSL_GUARDED_BY(jobs_mu);
   JobWaits waits;                               // the clients' reports, last 60 s
 
   grpc::Status Reject(grpc::StatusCode code, std::string message) {
@@ -390,6 +392,10 @@ struct DataServer::Impl : public RawStreamBatchesService {
         j.set_queue_bytes(j.queue_bytes() + s->queue_bytes.load());
         j.set_queue_budget_bytes(j.queue_budget_bytes() + reg.queue_budget);
       }
+    }
+    {
+      absl::MutexLock lock(&jobs_mu);
+      for (const auto& [job, n] : refused_data_pin) jobs[job].set_refused_data_pin(n);
     }
     std::map<std::string, std::vector<JobWaits::Rank>> reported = waits.Snapshot();
     for (const auto& [job, ranks] : reported) {
@@ -770,6 +776,11 @@ struct DataServer::Impl : public RawStreamBatchesService {
                    req.expect_order_digest().substr(0, 12), source->manifest().fingerprint,
                    config->order_digest.substr(0, 12));
       metrics->DataPinRefused();
+      {
+        const std::string label = metrics->JobLabel(req.job());
+        absl::MutexLock lock(&jobs_mu);
+        ++refused_data_pin[label];
+      }
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, StrCat(
           "this server serves dataset ", source->manifest().name, " (fingerprint ", source->manifest().fingerprint,
           ", order ", config->order_digest.substr(0, 12), ") but the job pins fingerprint ",

@@ -435,6 +435,8 @@ TEST_F(ServerE2ETest, ARankPointedAtAStrayServerIsRefused) {
   const std::string metrics = Capture("curl -s http://" + stray->metrics_address() + "/metrics", &code);
   EXPECT_NE(metrics.find("reason=\"data_pin\""), std::string::npos) << metrics.substr(0, 2000);
   EXPECT_NE(stray->log().find("refused a stream of job 'e2e'"), std::string::npos) << stray->log();
+  const std::string top = Capture(StrCatForShell({kCli, "top", stray->address(), "--iterations", "1"}), &code);
+  EXPECT_NE(top.find("REFUSED 1 stream(s) that pin other data"), std::string::npos) << top;
   // A client told not to take the launcher's pin (a deliberate data change) trains on the stray one.
   client::ClientOptions o = Options({stray->address()});
   o.max_batches = 1;

@@ -43,6 +43,7 @@ struct RankRow {
 
 struct JobRow {
   uint64_t samples = 0, streams = 0, queue = 0, budget = 0, decoded = 0, delivered = 0;
+  uint64_t refused_data_pin = 0;  // streams refused: they pin other data
   std::map<uint32_t, RankRow> ranks;
   // The coverage ledger's latest epoch over all servers: samples per (batch, consumers, consumer).
   uint64_t coverage_epoch = 0;
@@ -160,6 +161,7 @@ absl::Status RunTop(const TopOptions& o) {
         row.budget += j.queue_budget_bytes();
         row.decoded += j.frames_decoded();
         row.delivered += j.frames_delivered();
+        row.refused_data_pin += j.refused_data_pin();
         for (const pb::CoverageSlice& c : j.coverage()) {
           if (c.epoch() > row.coverage_epoch) {
             row.coverage_epoch = c.epoch();
@@ -226,6 +228,10 @@ absl::Status RunTop(const TopOptions& o) {
                     job.ranks.empty() ? "-" : Ms(max).c_str(), waits_most.c_str());
       out += line;
       out += CoverageLine(job);
+      if (job.refused_data_pin > 0) {
+        out += StrCat("    REFUSED ", job.refused_data_pin, " stream(s) that pin other data: a rank points at the "
+                      "wrong server, or resumes on changed data (the server's log names rank and data)\n");
+      }
       // The ranks that wait most, most first.
       std::vector<const RankRow*> by_share;
       for (const auto& [rank, r] : job.ranks) by_share.push_back(&r);
