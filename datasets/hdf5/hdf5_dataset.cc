@@ -1,3 +1,4 @@
+#include "datasets/internal/format_util.h"
 #include "datasets/hdf5/hdf5_dataset.h"
 
 #include <spdlog/spdlog.h>
@@ -37,7 +38,6 @@ constexpr std::string_view kFileList = "hdf5_files.txt";
 // Lowdim streams are read whole per episode and kept, converted, up to this many bytes in all.
 constexpr uint64_t kMaxLowdimBytes = 256ull << 20;
 
-int KindOrder(int k) { return k == pb::IMAGE ? 0 : k == pb::LOWDIM ? 1 : 2; }
 
 bool HasHdf5Extension(const std::string& name) {
   for (const char* ext : {".hdf5", ".h5", ".hdf"}) {
@@ -67,21 +67,7 @@ std::vector<std::string> ListLocal(const std::string& dir) {
   return names;
 }
 
-template <typename T>
-struct Once {
-  absl::Mutex mu;
-  std::shared_ptr<const T> value ABSL_GUARDED_BY(mu);
-
-  template <typename F>
-  absl::StatusOr<std::shared_ptr<const T>> Get(F make) {
-    absl::MutexLock lock(&mu);
-    if (value != nullptr) return value;
-    absl::StatusOr<std::unique_ptr<T>> made = make();
-    if (!made.ok()) return made.status();
-    value = std::shared_ptr<const T>(std::move(*made));
-    return value;
-  }
-};
+using datasets_internal::Once;
 
 struct EpisodeRef {
   uint32_t file = 0;
@@ -405,8 +391,8 @@ absl::Status Hdf5Dataset::Init(LocationOptions& options) {
   std::vector<const StreamSpec*> order;
   for (const StreamSpec& s : layout_.streams) order.push_back(&s);
   std::stable_sort(order.begin(), order.end(), [](const StreamSpec* a, const StreamSpec* b) {
-    return KindOrder(a->kind) != KindOrder(b->kind) ? KindOrder(a->kind) < KindOrder(b->kind)
-                                                    : a->name < b->name;
+    const int ka = datasets_internal::StreamKindOrder(a->kind), kb = datasets_internal::StreamKindOrder(b->kind);
+    return ka != kb ? ka < kb : a->name < b->name;
   });
   std::vector<StreamSpec> sorted;
   for (const StreamSpec* s : order) sorted.push_back(*s);

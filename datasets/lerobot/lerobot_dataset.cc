@@ -22,6 +22,7 @@
 #include "conveyor/format/v1/shard.pb.h"
 #include "media/media_demux.h"
 #include "format/format.h"
+#include "datasets/internal/format_util.h"
 #include "datasets/lerobot/lerobot_meta.h"
 #include "datasets/parquet/parquet_file.h"
 
@@ -30,6 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = format::v1;
+using datasets_internal::Once;
 
 constexpr std::string_view kInstructionStream = "instruction";
 constexpr std::string_view kSidecarMagic = "CVYVIDX1";
@@ -43,27 +45,7 @@ std::string Join(const std::vector<std::string>& v) {
   return s;
 }
 
-int KindOrder(pb::StreamKind k) {
-  return k == pb::VIDEO ? 0 : k == pb::IMAGE ? 1 : k == pb::AUDIO ? 2 : k == pb::LOWDIM ? 3 : 4;
-}
 
-// A value computed once by the first thread that needs it; the others wait for it. A failure is
-// not kept (a transient read error is retried by the next caller).
-template <typename T>
-struct Once {
-  absl::Mutex mu;
-  std::shared_ptr<const T> value ABSL_GUARDED_BY(mu);
-
-  template <typename F>
-  absl::StatusOr<std::shared_ptr<const T>> Get(F make) {
-    absl::MutexLock lock(&mu);
-    if (value != nullptr) return value;
-    absl::StatusOr<std::unique_ptr<T>> made = make();
-    if (!made.ok()) return made.status();
-    value = std::shared_ptr<const T>(std::move(*made));
-    return value;
-  }
-};
 
 // ---------------------------------------------------------------------------------------------
 // Data files: the frame rows of one parquet, read once for all the episodes it holds.
@@ -483,7 +465,7 @@ absl::Status LeRobotDataset::Init() {
     streams.push_back({std::move(info), {pb::TEXT, nullptr}});
   }
   std::stable_sort(streams.begin(), streams.end(), [](const auto& a, const auto& b) {
-    const int ka = KindOrder(a.first.kind), kb = KindOrder(b.first.kind);
+    const int ka = datasets_internal::StreamKindOrder(a.first.kind), kb = datasets_internal::StreamKindOrder(b.first.kind);
     return ka != kb ? ka < kb : a.first.name < b.first.name;
   });
   for (auto& [info, source] : streams) {

@@ -15,6 +15,7 @@
 #include "base/strings.h"
 #include "base/worker_pool.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "datasets/internal/format_util.h"
 #include "datasets/lerobot/lerobot_dataset.h"
 #include "datasets/rlds/internal/rlds_episode.h"
 #include "datasets/rlds/rlds_features.h"
@@ -33,9 +34,6 @@ constexpr std::string_view kInfoFile = "dataset_info.json";
 constexpr std::string_view kFeaturesFile = "features.json";
 constexpr std::string_view kInstructionKey = "steps/language_instruction";
 
-int KindOrder(pb::StreamKind k) {
-  return k == pb::VIDEO ? 0 : k == pb::IMAGE ? 1 : k == pb::AUDIO ? 2 : k == pb::LOWDIM ? 3 : 4;
-}
 
 // What dataset_info.json says of the split read: its shard files, in order.
 struct SplitInfo {
@@ -306,7 +304,7 @@ absl::Status RldsDataset::BuildStreams(const Features& features) {
     streams.push_back({std::move(info), f});
   }
   std::stable_sort(streams.begin(), streams.end(), [](const auto& a, const auto& b) {
-    const int ka = KindOrder(a.first.kind), kb = KindOrder(b.first.kind);
+    const int ka = datasets_internal::StreamKindOrder(a.first.kind), kb = datasets_internal::StreamKindOrder(b.first.kind);
     return ka != kb ? ka < kb : a.first.name < b.first.name;
   });
   for (size_t i = 1; i < streams.size(); ++i) {
