@@ -37,6 +37,7 @@ constexpr std::string_view kInstructionKey = "steps/language_instruction";
 
 // What dataset_info.json says of the split read: its shard files, in order.
 struct SplitInfo {
+  std::string dataset;  // dataset_info.json's name
   std::string name;
   std::vector<std::string> shards;
   std::vector<uint64_t> shard_episodes;  // shardLengths
@@ -86,6 +87,7 @@ absl::StatusOr<SplitInfo> ReadSplit(const std::string& text, const std::string& 
     for (const json& s : splits) {
       if (s.value("name", std::string()) != pick) continue;
       SplitInfo out;
+      out.dataset = name.empty() ? std::string("rlds") : name;
       out.name = pick;
       const std::string tmpl = s.value("filepathTemplate", std::string("{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"));
       const json lengths = s.value("shardLengths", json::array());
@@ -197,7 +199,7 @@ absl::Status RldsDataset::Init(LocationOptions& options) {
       static_cast<uint64_t>(cache_mb.value_or(256.0) * (1 << 20)), episodes_list_.size());
   RETURN_IF_ERROR(BuildStreams(features));
   RETURN_IF_ERROR(BuildTable(options.text()));
-  manifest_.name = json::parse(info_text).value("name", std::string("rlds"));
+  manifest_.name = split.dataset;
   manifest_.created_by = StrCat("RLDS / TFDS split '", split.name, "' (read in place)");
   return absl::OkStatus();
 }
