@@ -35,9 +35,12 @@ std::vector<std::string> Candidates() {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    out.push_back((exe.parent_path() / ".." / "lib" / "conveyor" / "libconveyor_sentencepiece.so")
-                      .lexically_normal()
-                      .string());
+    // In a build tree this is the build's module again: listed once.
+    const std::string installed =
+        (exe.parent_path() / ".." / "lib" / "conveyor" / "libconveyor_sentencepiece.so")
+            .lexically_normal()
+            .string();
+    if (installed != out.back()) out.push_back(installed);
   }
   return out;
 }
