@@ -37,14 +37,19 @@ class FlagErrors(unittest.TestCase):
         self.assertIn(f"(see {name} --help)", lines[0])
         self.assertEqual(r.stdout, "")
 
-    def test_every_subcommand_names_itself_for_an_unknown_flag(self):
+    def test_every_subcommand_names_itself(self):
+        # CLI11 reports a missing required argument before an unexpected one, so what the line
+        # says varies; that it is one line of Conveyor's own format does not.
         subs = subcommands()
         self.assertIn("check", subs)
         self.assertGreaterEqual(len(subs), 14, subs)
         for sub in subs:
             with self.subTest(sub=sub):
-                self.assertOneErrorLine(run(sub, "--no-such-flag"), f"conveyor {sub}",
-                                        "--no-such-flag")
+                self.assertOneErrorLine(run(sub, "--no-such-flag"), f"conveyor {sub}", "")
+
+    def test_an_unknown_flag_is_named(self):
+        self.assertOneErrorLine(run("check", "/nonexistent", "--no-such-flag"), "conveyor check",
+                                "--no-such-flag")
 
     def test_a_missing_required_flag(self):
         self.assertOneErrorLine(run("synth"), "conveyor synth", "--out is required")
