@@ -7,11 +7,12 @@ package on PYTHONPATH (`PYTHONPATH=build/python`, docs/python.md "Installing"). 
 in a fresh directory that looks like the repository root (its top-level entries linked, `build`
 linking the build tree under test), so what the commands write stays out of the checkout:
 
-- every ```bash, ```sh and ```python block runs, in page order, in one bash session per page (so
+- every ```bash, ```sh, ```console and ```python block runs, in page order, in one bash session per page (so
   an `export` or a server started with `&` carries on to the next block); a failing command fails
   the test, naming the page's line. Python blocks run with /usr/bin/python3 from another
   directory (a snippet must not depend on the working directory). Untagged blocks are output or
-  listings and are not run.
+  listings and are not run. A ```console block is a transcript: each `$ COMMAND` line runs and
+  must print the lines below it (stdout and stderr; a line `...` stands for any lines).
 - the word DATASET in a block is the one thing a user replaces: it becomes a small robot dataset
   made as README's Quick start makes one (`conveyor synth --episodes 4 --episode-seconds 3`).
 - paths under /tmp/ in shell blocks become paths under this run's own temporary directory, so
@@ -40,7 +41,7 @@ import tempfile
 
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*doctest:\s*(.*?)\s*-->\s*$")
-RUN_TAGS = {"bash", "sh", "python"}
+RUN_TAGS = {"bash", "sh", "python", "console"}
 TIMEOUT_S = 170
 
 
@@ -121,7 +122,61 @@ def check_flags(page, block, cli, cache):
     return checked
 
 
+def shell_words(text):
+    """What a user changes in a shell command: DATASET; /tmp/ becomes this run's own."""
+    text = re.sub(r"(?<![\w./-])/tmp/", "$DOCTEST_TMP/", text)
+    return re.sub(r"\bDATASET\b", "$DOCTEST_DATASET", text)
+
+
+def console_script(block, n):
+    """A ```console transcript: each `$ COMMAND` runs, and what it prints (stdout and stderr) must
+    be the lines that follow it, a line `...` standing for any number of lines."""
+    parts, cmd, expected = [], None, []
+
+    def flush():
+        if cmd is None:
+            return
+        k = len(parts)
+        parts.append(
+            f"cat > \"$DOCTEST_WORK/expected-{n}-{k}\" <<'DOCTEST_OUT'\n" + "".join(
+                l + "\n" for l in expected) + "DOCTEST_OUT\n"
+            # In a subshell, its exit status left to the transcript (`; echo "exit $?"`).
+            f"( {shell_words(cmd)} ) > \"$DOCTEST_WORK/actual-{n}-{k}\" 2>&1 || true\n"
+            f"/usr/bin/python3 \"$DOCTEST_RUNNER\" --match \"$DOCTEST_WORK/expected-{n}-{k}\" "
+            f"\"$DOCTEST_WORK/actual-{n}-{k}\"\n")
+
+    for line in block.body.rstrip("\n").split("\n"):
+        if line.startswith("$ "):
+            flush()
+            cmd, expected = line[2:], []
+        elif cmd is None:
+            sys.exit(f"line {block.line}: a console block starts with '$ COMMAND'")
+        else:
+            expected.append(line)
+    flush()
+    return "".join(parts)
+
+
+def matches(expected, actual):
+    """Line by line; `...` matches any run of lines (fewest first)."""
+    if not expected:
+        return not actual
+    if expected[0] == "...":
+        return any(matches(expected[1:], actual[i:]) for i in range(len(actual) + 1))
+    return bool(actual) and expected[0] == actual[0] and matches(expected[1:], actual[1:])
+
+
+def match_main(expected_path, actual_path):
+    expected = open(expected_path).read().rstrip("\n").split("\n")
+    actual = open(actual_path).read().rstrip("\n").split("\n")
+    if not matches(expected, actual):
+        sys.exit("the output differs from the page's:\n--- the page\n" + "\n".join(expected) +
+                 "\n--- printed\n" + "\n".join(actual))
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--match":
+        return match_main(sys.argv[2], sys.argv[3])
     ap = argparse.ArgumentParser()
     ap.add_argument("--source", required=True)
     ap.add_argument("--build", required=True)
@@ -144,12 +199,13 @@ def main():
         if "flags" in kinds:
             flag_checks += check_flags(page, b, cli, cache)
             continue
-        if b.tag == "python":
+        if b.tag == "console":
+            body = console_script(b, len(script))
+        elif b.tag == "python":
             # From another directory: a Python snippet must not depend on where it runs.
             body = f"(cd \"$DOCTEST_TMP\" && /usr/bin/python3 - <<'DOCTEST_PY'\n{b.body}DOCTEST_PY\n)\n"
         else:
-            body = re.sub(r"(?<![\w./-])/tmp/", "$DOCTEST_TMP/", b.body)
-            body = re.sub(r"\bDATASET\b", "$DOCTEST_DATASET", body)
+            body = shell_words(b.body)
         script.append(f"DOCTEST_LINE={b.line}\n{body}")
         runs += 1
 
@@ -182,6 +238,7 @@ def main():
         with open(path, "w") as f:
             f.write("\n".join(prelude) + "\n" + "\n".join(script))
         env = dict(os.environ, DOCTEST_PAGE=page, DOCTEST_TMP=os.path.join(work, "tmp"),
+                   DOCTEST_WORK=work, DOCTEST_RUNNER=os.path.abspath(__file__),
                    DOCTEST_DATASET=os.path.join(work, "tmp", "dataset"))
         env.pop("PYTHONPATH", None)
         proc = subprocess.Popen(["/bin/bash", path], cwd=root, env=env, start_new_session=True)

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""run_doc_blocks.py fails a page for a stale flag, a failing command or a skip without a reason,
+"""run_doc_blocks.py fails a page for a stale flag, a failing command, a stale output or a skip
+without a reason,
 and passes a page whose blocks work (tests/docs/fixtures/).
 
 Usage: run_doc_blocks_test.py SOURCE_DIR BUILD_DIR
@@ -25,7 +26,7 @@ class RunDocBlocks(unittest.TestCase):
     def test_a_page_that_works_passes(self):
         r = run_page("passing.md")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertIn("3 blocks ran, 1 skipped", r.stdout)
+        self.assertIn("4 blocks ran, 1 skipped", r.stdout)
         self.assertIn("hello", r.stdout)
 
     def test_a_stale_flag_fails_naming_it(self):
@@ -38,6 +39,13 @@ class RunDocBlocks(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("failing_block.md:8: the block failed at: conveyor inspect", r.stderr)
         self.assertNotIn("never reached", r.stdout)
+
+    def test_a_stale_output_fails_showing_both(self):
+        r = run_page("stale_output.md")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--- the page\nconveyor 0.1.0\n...\nprotocol version: 0\n--- printed\n",
+                      r.stderr)
+        self.assertIn("stale_output.md:3: the block failed", r.stderr)
 
     def test_a_skip_needs_a_reason(self):
         r = run_page("bad_marker.md")
