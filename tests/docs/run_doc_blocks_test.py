@@ -1,7 +1,6 @@
 #!/usr/bin/python3
 """run_doc_blocks.py fails a page for a stale flag, a failing command, a stale output or a skip
-without a reason,
-and passes a page whose blocks work (tests/docs/fixtures/).
+without a reason, and passes a page whose blocks work (tests/docs/fixtures/).
 
 Usage: run_doc_blocks_test.py SOURCE_DIR BUILD_DIR
 """
