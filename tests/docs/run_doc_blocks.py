@@ -28,6 +28,7 @@ Markers, in an HTML comment on the line(s) right before a block's fence (invisib
                                   `conveyor SUBCOMMAND --help` lists (a renamed flag fails here)
 
 Usage: run_doc_blocks.py --source SRC --build BUILD PAGE.md
+(DOCTEST_KEEP=1 keeps the run's directory, with the page's script, page.sh, for a look.)
 """
 
 import argparse
@@ -254,12 +255,13 @@ def main():
             except ProcessLookupError:
                 pass
         if rc != 0:
-            sys.exit(f"{page}: a block failed (exit {rc}); the script is {path} (kept)")
+            sys.exit(f"{page}: a block failed (exit {rc})")
         print(f"{page}: {runs} blocks ran, {skips} skipped, {flag_checks} flags checked")
-        shutil.rmtree(work)
-    except BaseException:
-        print(f"doctest: kept {work} for inspection", file=sys.stderr)
-        raise
+    finally:
+        if os.environ.get("DOCTEST_KEEP") == "1":
+            print(f"doctest: kept {work} (the page's script: {work}/page.sh)", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
