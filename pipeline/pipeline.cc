@@ -620,7 +620,7 @@ struct Pipeline::Impl {
                            std::vector<FrameRequest>* needed, std::vector<RgbImage>* images) {
     std::map<std::pair<uint64_t, size_t>, FrameRequest> merged;
     for (uint64_t s : task.block_samples) {
-      if (!assembler.NeededFrames(s, needed).ok()) continue;  // the sample task reports it
+      if (!assembler.NeededFrames(s, task.member_epoch, needed).ok()) continue;  // the sample task reports it
       for (FrameRequest& r : *needed) {
         FrameRequest& m = merged[{r.episode, r.spec_stream}];
         m.episode = r.episode;
@@ -939,12 +939,14 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
     mem->bound = std::move(bound[k]);
     ASSIGN_OR_RETURN(std::set<uint64_t> quarantined,
                      QuarantinedEpisodes(mem->bound.spec, *mem->dataset));
+    mem->key = OrderKey(mem->dataset->manifest().fingerprint, o.seed);
     ASSIGN_OR_RETURN(mem->index, SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream,
-                                                    quarantined));
+                                                    quarantined, mem->bound.spec.clips, mem->key));
     if (!quarantined.empty()) {
       // Never silent: the count is in the stats, and the log names the file and the episodes.
       ASSIGN_OR_RETURN(SampleIndex whole,
-                       SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream));
+                       SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream, {},
+                                          mem->bound.spec.clips, mem->key));
       const uint64_t samples = whole.size() - mem->index.size();
       {
         absl::MutexLock lock(&m.mu);
@@ -957,6 +959,13 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
                    mem->bound.spec.quarantine, quarantined.size(), mem->dataset->uri(), samples,
                    list);
     }
+    if (mem->index.short_episodes() > 0) {
+      const ClipSampling& c = mem->bound.spec.clips;
+      spdlog::warn("clips: {} episode(s) of {} are shorter than a clip ({} anchor steps): their clips "
+                   "start at the first step and are padded (<stream>_is_pad)",
+                   mem->index.short_episodes(), mem->dataset->uri(),
+                   uint64_t{c.back_steps} + c.forward_steps + 1);
+    }
     if (source.is_mixture() && mem->index.size() == 0) {
       return absl::InvalidArgumentError(StrCat("mixture dataset '", source.member(k).name,
                                                "' has no samples for anchor '", m.spec.anchor, "'"));
@@ -966,7 +975,6 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
     // versions"): a job resumed under version 1 or 2 keeps its per-window audio.
     mem->bound.spec.audio_method =
         mem->order.version >= 3 ? AudioMethod::kChunks : AudioMethod::kPerWindow;
-    mem->key = OrderKey(mem->dataset->manifest().fingerprint, o.seed);
     mem->scheduled = HasVideo(mem->bound.spec) && !mem->order.naive();
     if (o.frame_cache) {
       mem->frame_cache_key = FrameCacheDatasetKey(mem->dataset->manifest());
@@ -1067,7 +1075,7 @@ absl::StatusOr<std::vector<SampleId>> Pipeline::EpochSequence(const Source& sour
     Impl::Member& mem = *m.members[k];
     absl::MutexLock lock(&m.mu);  // OrderFor's (uncontended: no workers run)
     const uint64_t sample = m.OrderFor(mem, counter / mem.epoch_len).SampleAt(counter % mem.epoch_len);
-    const SampleIndex::Location at = mem.index.Locate(sample);
+    const SampleIndex::Location at = mem.index.Locate(sample, counter / mem.epoch_len);
     return SampleId{sample, at.episode, at.step, k};
   };
   if (!source.is_mixture()) {  // positions do not depend on the batch size: all of them

@@ -113,7 +113,7 @@ class SampleAssembler {
   void set_window_prefetch(const WindowPrefetch* prefetch) { prefetch_ = prefetch; }
 
   // The video frames sample `sample` needs, one request per video stream of the spec.
-  absl::Status NeededFrames(uint64_t sample, std::vector<FrameRequest>* out);
+  absl::Status NeededFrames(uint64_t sample, uint64_t epoch, std::vector<FrameRequest>* out);
   // The same for the sample at anchor step `step` of `episode` (a SampleId's episode and step).
   absl::Status NeededFramesAt(uint64_t episode, uint32_t step, std::vector<FrameRequest>* out);
 

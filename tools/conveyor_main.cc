@@ -96,8 +96,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    // --help and --version are "errors" that CLI11 prints itself, exiting 0.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    // A mistake on the command line reads like every other error of the CLI, naming the
+    // subcommand it was for (docs/check.md), not CLI11's own text and usage dump.
+    std::string name = "conveyor";
+    for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+      at = at->get_subcommands().front();  // `conveyor cache warm`: as deep as it got
+      name += " " + at->get_name();
+    }
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", name.c_str(), e.what(), name.c_str());
+    return 2;
   }
   for (const auto& [value, variable] :
        {std::pair<const std::string&, const char*>{s3_endpoint, "AWS_ENDPOINT_URL"},
