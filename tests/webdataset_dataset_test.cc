@@ -18,6 +18,7 @@
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/dataset.h"
 #include "datasets/webdataset/tar.h"
+#include "datasets/webdataset/wds_index.h"
 #include "media/video_decoder.h"
 #include "tests/support/media_checks.h"
 #include "tests/support/nginx_server.h"
@@ -60,6 +61,13 @@ class WebDatasetTest : public ::testing::Test {
     return ds.ok() ? *std::move(ds) : nullptr;
   }
 
+  // The samples' keys in shard order, as make_wds.py wrote them.
+  static std::vector<std::string> Keys() {
+    std::vector<std::string> keys;
+    for (const json& k : json::parse(Expected("keys.json"))) keys.push_back(k.get<std::string>());
+    return keys;
+  }
+
   static inline TempDir* dir_ = nullptr;
   static inline std::string error_;
 };
@@ -68,13 +76,6 @@ bool Mentions(const absl::Status& s, const std::string& text) {
   return std::string(s.message()).find(text) != std::string::npos;
 }
 
-std::vector<std::string> Keys() {
-  std::vector<std::string> keys;
-  for (const json& k : json::parse(ReadFile(std::string(getenv("CONVEYOR_INDEX_CACHE_DIR")) + "/../wds/expected/keys.json"))) {
-    keys.push_back(k.get<std::string>());
-  }
-  return keys;
-}
 
 // The listing of each tar variant: the members tarfile wrote, at offsets whose bytes are the
 // members' (read back from the file), directory entries skipped, a zero-length member listed.
@@ -105,11 +106,25 @@ TEST_F(WebDatasetTest, ListsUstarPaxAndGnuTars) {
       std::string bytes(m.size, '\0');
       ASSERT_TRUE((*file)->Read(m.offset, m.size, bytes.data()).ok());
       const int i = w.samples[&m - &l->members[0] < 4 ? 0 : 1];
-      if (m.path.ends_with(".mp4")) EXPECT_TRUE(bytes == Expected(std::to_string(i) + ".mp4")) << m.path;
-      if (m.path.ends_with(".txt")) EXPECT_EQ(bytes, Expected(std::to_string(i) + ".txt")) << m.path;
+      if (m.path.ends_with(".mp4")) {
+        EXPECT_TRUE(bytes == Expected(std::to_string(i) + ".mp4")) << m.path;
+      }
+      if (m.path.ends_with(".txt")) {
+        EXPECT_EQ(bytes, Expected(std::to_string(i) + ".txt")) << m.path;
+      }
     }
-    if (w.shard == "000000.tar") EXPECT_EQ(l->members[2].size, 0u);  // sample 0's empty caption
+    if (w.shard == "000000.tar") {
+      EXPECT_EQ(l->members[2].size, 0u);  // sample 0's empty caption
+    }
   }
+}
+
+TEST(WebDatasetKeyTest, KeyUpToTheFirstDotOfTheBasename) {
+  using webdataset::SplitKey;
+  EXPECT_EQ(SplitKey("clips/0001.t5.npy"), (std::pair<std::string, std::string>{"clips/0001", "t5.npy"}));
+  EXPECT_EQ(SplitKey("v1.2/a.b/0001.mp4"), (std::pair<std::string, std::string>{"v1.2/a.b/0001", "mp4"}));
+  EXPECT_EQ(SplitKey("README"), (std::pair<std::string, std::string>{"README", ""}));
+  EXPECT_EQ(SplitKey(".hidden"), (std::pair<std::string, std::string>{"", "hidden"}));
 }
 
 TEST_F(WebDatasetTest, StreamsFromTheMembers) {
@@ -193,10 +208,13 @@ TEST_F(WebDatasetTest, NpyTextAndJsonValues) {
       EXPECT_EQ(std::memcmp(values.data(), want.data(), want.size()), 0) << copy << " " << e;
       EXPECT_EQ(std::memcmp(values.data() + 128, want.data(), want.size()), 0);
       ASSERT_TRUE(ds->ReadLowdim(**index, duration, 0, 1, &values).ok());
-      EXPECT_FLOAT_EQ(values[0], std::vector<float>{1.0f, 1.5f, 1.0f, 2.0f}[e]);
+      const float durations[] = {1.0f, 1.5f, 1.0f, 2.0f};
+      EXPECT_FLOAT_EQ(values[0], durations[e]);
       EXPECT_EQ((*index)->streams(caption).text(), Expected(std::to_string(e) + ".txt"));
       const int txt = ds->manifest().StreamIndex("txt");
-      if (copy == "flat") EXPECT_EQ((*index)->streams(txt).text(), Expected(std::to_string(e) + ".txt"));
+      if (copy == "flat") {
+        EXPECT_EQ((*index)->streams(txt).text(), Expected(std::to_string(e) + ".txt"));
+      }
       // Every per-clip value sits at the video's frame times.
       EXPECT_EQ((*index)->streams(t5).timestamps_s_size(), static_cast<int>(ds->episodes().length(e, 0)));
     }
@@ -245,6 +263,17 @@ TEST_F(WebDatasetTest, MemberIndexKeptAndReused) {
   ASSERT_TRUE(index.ok()) << index.status();
   std::string packet;
   EXPECT_TRUE(second->ReadPacket(**index, 0, 0, &packet).ok());
+  // Without an index cache the packet tables are kept in memory: the same samples.
+  setenv("CONVEYOR_INDEX_CACHE_DIR", "none", 1);
+  auto memory = Open(Root("flat"));
+  ASSERT_NE(memory, nullptr);
+  EXPECT_EQ(memory->manifest().fingerprint, first->manifest().fingerprint);
+  auto again = memory->LoadEpisode(3);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->SerializeAsString(), (*index)->SerializeAsString());
+  std::string same;
+  EXPECT_TRUE(memory->ReadPacket(**again, 0, 0, &same).ok());
+  EXPECT_EQ(same, packet);
   setenv("CONVEYOR_INDEX_CACHE_DIR", dir_->Join("index").c_str(), 1);
 }
 
@@ -257,7 +286,7 @@ TEST_F(WebDatasetTest, MembersThatLieAreBrokenSamples) {
     std::vector<std::string> mentions;
   };
   for (const Case& c : {Case{"lying_jpeg", 1, {"000000.tar", keys[1] + ".mp4", "not a .mp4", "a JPEG"}},
-                        Case{"lying_duration", 2, {"000001.tar", keys[2], "duration 9 s", "lasts 1 s"}},
+                        Case{"lying_duration", 2, {"000001.tar", keys[2], "says duration 9 s", "its video ('.mp4') lasts"}},
                         Case{"misshapen", 3, {"000002.tar", keys[3] + ".t5.npy", "[7,16]", "[8,16]"}},
                         Case{"missing_member", 1, {keys[1] + ".json", "is missing"}}}) {
     auto ds = Open(Root(c.copy));
@@ -276,14 +305,22 @@ TEST_F(WebDatasetTest, MembersThatLieAreBrokenSamples) {
   }
 }
 
-// `conveyor check` names the broken sample and writes the quarantine that leaves it out.
+// `conveyor check` names the broken sample (exit 2: errors) and writes the quarantine that leaves
+// it out.
 TEST_F(WebDatasetTest, CheckReportsTheLyingMember) {
-  const std::string q = dir_->Join("quarantine.txt");
-  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " check " + ShellQuote(Root("lying_jpeg")) +
-                            " --write-quarantine " + ShellQuote(q) + " 2>&1", 120);
-  EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("not a .mp4"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("episode 1"), std::string::npos) << r.output;
+  const std::string q = dir_->Join("quarantine.json");
+  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " check " + ShellQuote(Root("lying_jpeg")) + " --json" +
+                            " --write-quarantine " + ShellQuote(q) + " 2>/dev/null", 120);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const json j = json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  EXPECT_EQ(j["episodes_with_errors"], 1) << r.output;
+  bool named = false;
+  for (const json& f : j["findings"]) {
+    if (f["episode"] == 1 && f["detail"].get<std::string>().find("not a .mp4") != std::string::npos) named = true;
+  }
+  EXPECT_TRUE(named) << r.output;
+  EXPECT_FALSE(ReadFile(q).empty());
 }
 
 // A shard cut inside a member: the samples before it are served, the cut sample and the damage

@@ -127,32 +127,44 @@ std::vector<std::string> ListLocalTars(const std::string& dir, int depth) {
 // Probing members while the index is built. A member's facts are what the dataset checks every
 // sample by and builds its streams from; they are kept in the index cache.
 
-// Video facts: rate (f64), shown frames (u64), duration s (f64), then the serialized StreamIndex
-// (packet offsets absolute in the tar).
+// Video facts: a fixed head (rate f64, shown frames u64, duration s f64, width i32, height i32,
+// codec and pixel format names in 16 bytes each) that opening checks every sample by, then the
+// serialized StreamIndex (packet offsets absolute in the tar) that only loading a sample needs.
+// Opening cuts the facts to their head once the index file holds them, so the packet tables of a
+// dataset are never in memory together.
 struct VideoFacts {
   double rate = 0;
   uint64_t frames = 0;
   double duration_s = 0;
-  pb::StreamIndex index;
+  int32_t width = 0, height = 0;
+  std::string codec, pix_fmt;
+  pb::StreamIndex index;  // when decoded with_index
 };
-constexpr size_t kVideoFactsHead = 24;
+constexpr size_t kVideoFactsHead = 64;
 
 std::string EncodeVideoFacts(const VideoFacts& v) {
   std::string out(kVideoFactsHead, '\0');
   std::memcpy(out.data(), &v.rate, 8);
   std::memcpy(out.data() + 8, &v.frames, 8);
   std::memcpy(out.data() + 16, &v.duration_s, 8);
+  std::memcpy(out.data() + 24, &v.width, 4);
+  std::memcpy(out.data() + 28, &v.height, 4);
+  std::memcpy(out.data() + 32, v.codec.data(), std::min<size_t>(v.codec.size(), 15));
+  std::memcpy(out.data() + 48, v.pix_fmt.data(), std::min<size_t>(v.pix_fmt.size(), 15));
   out += v.index.SerializeAsString();
   return out;
 }
 
-// Only the head (the packet table is parsed when `with_index`).
 absl::StatusOr<VideoFacts> DecodeVideoFacts(std::string_view bytes, bool with_index, const std::string& where) {
   VideoFacts v;
   if (bytes.size() < kVideoFactsHead) return absl::DataLossError(StrCat(where, ": malformed video index"));
   std::memcpy(&v.rate, bytes.data(), 8);
   std::memcpy(&v.frames, bytes.data() + 8, 8);
   std::memcpy(&v.duration_s, bytes.data() + 16, 8);
+  std::memcpy(&v.width, bytes.data() + 24, 4);
+  std::memcpy(&v.height, bytes.data() + 28, 4);
+  v.codec = std::string(bytes.substr(32, 16).substr(0, bytes.substr(32, 16).find('\0')));
+  v.pix_fmt = std::string(bytes.substr(48, 16).substr(0, bytes.substr(48, 16).find('\0')));
   if (with_index && !v.index.ParseFromArray(bytes.data() + kVideoFactsHead, static_cast<int>(bytes.size() - kVideoFactsHead))) {
     return absl::DataLossError(StrCat(where, ": malformed video index"));
   }
@@ -284,6 +296,10 @@ absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMe
       v.frames = frames->size();
       v.duration_s = static_cast<double>(end_pts - s.pts_origin()) * s.time_base_num() / s.time_base_den();
       if (v.frames == 0) return absl::DataLossError(StrCat(where, ": the video has no frames"));
+      v.width = s.codec().width();
+      v.height = s.codec().height();
+      v.codec = s.codec().codec();
+      v.pix_fmt = s.codec().pix_fmt();
       return EncodeVideoFacts(v);
     }
     case MemberKind::kImage: {
@@ -458,11 +474,7 @@ absl::Status WebDataset::Init(LocationOptions& options) {
       ep.set = set;
       ep.key = s.key;
       ep.error = s.error.empty() ? CheckSample(s, &ep) : s.error;
-      if (ep.error.empty()) {
-        for (MemberLoc& m : ep.members) {
-          if (m.facts_at != 0 && !ix.cache_path.empty()) m.facts_inline.clear();  // read back by position
-        }
-      } else if (s.error.empty()) {
+      if (!ep.error.empty()) {
         spdlog::warn("webdataset: {} (the sample is broken; `conveyor check` lists it and writes a quarantine)", ep.error);
       }
       for (const MemberRef& r : s.members) {
@@ -578,6 +590,16 @@ absl::Status WebDataset::IndexAll(std::vector<ShardSetIndex>* out) {
       tars.push_back(files_[i].back().get());
     }
     ASSIGN_OR_RETURN((*out)[i], IndexShardSet(tars, cache_dir, ProbeMember));
+    for (SampleEntry& s : (*out)[i].samples) {
+      for (MemberRef& r : s.members) {
+        r.facts_size = r.facts.size();
+        r.facts_xxh3 = format::Checksum(r.facts);
+        // The packet table stays in the index file (read back by position when the sample loads).
+        if (KindOf(r.ext) == MemberKind::kVideo && r.facts_at != 0 && r.facts.size() > kVideoFactsHead) {
+          r.facts.resize(kVideoFactsHead);
+        }
+      }
+    }
     if (!(*out)[i].from_cache) {
       spdlog::info("webdataset: indexed {} ({} samples); {} of {} shard sets indexed", tars[0]->name(),
                    (*out)[i].samples.size(), ++built, n);
@@ -601,7 +623,7 @@ absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
   double clip_rate = 0;
   for (const MemberRef& r : refs) {
     const MemberKind kind = KindOf(r.ext);
-    if (kind == MemberKind::kVideo && clock_member_ < 0) {
+    if (kind == MemberKind::kVideo && clip_rate == 0) {
       ASSIGN_OR_RETURN(VideoFacts v, DecodeVideoFacts(r.facts, false, where));
       clip_rate = v.rate;
     }
@@ -617,12 +639,11 @@ absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
     StreamSource src{mi, "", 1};
     switch (kind) {
       case MemberKind::kVideo: {
-        ASSIGN_OR_RETURN(VideoFacts v, DecodeVideoFacts(r.facts, true, where));
-        if (clock_member_ < 0) clock_member_ = static_cast<int>(mi);
+        ASSIGN_OR_RETURN(VideoFacts v, DecodeVideoFacts(r.facts, false, where));
         info.kind = pb::VIDEO;
-        info.codec = v.index.codec().codec();
-        info.pix_fmt = v.index.codec().pix_fmt();
-        info.shape = {v.index.codec().height(), v.index.codec().width(), 3};
+        info.codec = v.codec;
+        info.pix_fmt = v.pix_fmt;
+        info.shape = {v.height, v.width, 3};
         info.rate = v.rate;
         streams.push_back({info, src});
         break;
@@ -756,19 +777,18 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
     const std::string w = where(m, r);
     switch (m.kind) {
       case MemberKind::kVideo: {
-        absl::StatusOr<VideoFacts> ref = DecodeVideoFacts(m.facts, true, w);
-        absl::StatusOr<VideoFacts> got = DecodeVideoFacts(r->facts, true, w);
+        absl::StatusOr<VideoFacts> ref = DecodeVideoFacts(m.facts, false, w);
+        absl::StatusOr<VideoFacts> got = DecodeVideoFacts(r->facts, false, w);
         if (!got.ok()) return std::string(got.status().message());
-        const pb::CodecParams &a = ref->index.codec(), &b = got->index.codec();
-        if (a.codec() != b.codec() || a.width() != b.width() || a.height() != b.height()) {
-          return StrCat(w, ": ", b.codec(), " ", b.width(), "x", b.height(), ", the dataset's stream is ", a.codec(), " ",
-                        a.width(), "x", a.height(), " (its first sample's); every sample must match (split the "
+        if (ref->codec != got->codec || ref->width != got->width || ref->height != got->height) {
+          return StrCat(w, ": ", got->codec, " ", got->width, "x", got->height, ", the dataset's stream is ", ref->codec,
+                        " ", ref->width, "x", ref->height, " (its first sample's); every sample must match (split the "
                         "shards by resolution, as Cosmos-Curate's resolution_*/aspect_ratio_* folders do)");
         }
         loc.facts_at = r->facts_at;
-        loc.facts_size = r->facts.size();
-        loc.facts_xxh3 = format::Checksum(r->facts);
-        loc.facts_inline = r->facts;
+        loc.facts_size = r->facts_size;
+        loc.facts_xxh3 = r->facts_xxh3;
+        if (r->facts_at == 0) loc.facts_inline = r->facts;  // no index file: kept in memory
         if (static_cast<int>(mi) == clock_member_) {
           ep->frames = got->frames;
           ep->duration_s = got->duration_s;

@@ -203,7 +203,7 @@ absl::StatusOr<ShardSetIndex> IndexShardSet(const std::vector<const RandomAccess
                            r.offset, " and ", m.offset, ")");
         }
       }
-      s.members.push_back({std::move(ext), static_cast<uint32_t>(c), m.offset, m.size, "", 0});
+      s.members.push_back({std::move(ext), static_cast<uint32_t>(c), m.offset, m.size, "", 0, 0, 0});
       listed[c].push_back(std::move(m));
     }
   }
@@ -226,12 +226,6 @@ absl::StatusOr<ShardSetIndex> IndexShardSet(const std::vector<const RandomAccess
   // A damaged tar: the samples before the damage are read; the damage itself is a broken sample,
   // so `conveyor check` names it and its quarantine accounts for it.
   for (std::string& e : tail_errors) index.samples.push_back({StrCat("(damaged tar) ", e), e, {}});
-  for (const SampleEntry& s : index.samples) {
-    if (!s.error.empty()) {
-      spdlog::warn("webdataset: {} (the sample is broken; `conveyor check` lists it and writes a quarantine)",
-                   s.error);
-    }
-  }
   if (cacheable) WriteEntry(cache_dir, key, &index);
   return index;
 }

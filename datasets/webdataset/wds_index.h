@@ -29,6 +29,8 @@ struct MemberRef {
   // memory and read them back by position.
   std::string facts;
   uint64_t facts_at = 0;
+  // The whole facts' size and XXH3-64, for a caller that cut `facts` to a prefix (set by it).
+  uint64_t facts_size = 0, facts_xxh3 = 0;
 };
 
 struct SampleEntry {
