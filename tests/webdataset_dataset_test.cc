@@ -221,6 +221,43 @@ TEST_F(WebDatasetTest, NpyTextAndJsonValues) {
   }
 }
 
+// img2dataset's layout: a JPEG, a caption and a class label per key, no video: each sample is one
+// instant (t = 0), the image packet the member's bytes, decoded by libjpeg-turbo.
+TEST_F(WebDatasetTest, ImagesTextAndClassLabels) {
+  auto ds = Open(Root("images"));
+  ASSERT_NE(ds, nullptr);
+  ASSERT_EQ(ds->num_episodes(), 3u);
+  const Manifest& m = ds->manifest();
+  ASSERT_EQ(m.streams.size(), 3u);
+  EXPECT_EQ(m.streams[0].name, "jpg");
+  EXPECT_EQ(m.streams[0].kind, pb::IMAGE);
+  EXPECT_EQ(m.streams[0].codec, "mjpeg");
+  EXPECT_EQ(m.streams[0].shape, (std::vector<int64_t>{30, 40, 3}));
+  EXPECT_EQ(m.streams[1].name, "cls");
+  EXPECT_EQ(m.streams[2].name, "txt");
+  for (size_t e = 0; e < 3; ++e) {
+    auto index = ds->LoadEpisode(e);
+    ASSERT_TRUE(index.ok()) << index.status();
+    EXPECT_EQ(ds->episodes().length(e, 0), 1u);
+    std::string bytes;
+    ASSERT_TRUE(ds->ReadPacket(**index, 0, 0, &bytes).ok());
+    EXPECT_TRUE(bytes == Expected("img" + std::to_string(e) + ".jpg")) << e;
+    std::vector<float> label;
+    ASSERT_TRUE(ds->ReadLowdim(**index, 1, 0, 1, &label).ok());
+    EXPECT_EQ(label, std::vector<float>{static_cast<float>(7 * e)});
+    EXPECT_EQ((*index)->streams(2).text(), "picture " + std::to_string(e));
+  }
+  // The default sample of every stream assembles (the image decoded at t = 0).
+  const std::string out = dir_->Join("image_samples");
+  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " sample " + ShellQuote(Root("images")) + " --count 3 --out " +
+                                ShellQuote(out) + " 2>&1",
+                            120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  size_t written = 0;
+  for (const auto& f : fs::recursive_directory_iterator(out)) written += f.path().extension() == ".npy";
+  EXPECT_GE(written, 9u) << r.output;  // jpg, cls (and its _is_pad), txt per sample
+}
+
 TEST_F(WebDatasetTest, CosmosColumnsJoinedByKey) {
   auto ds = Open(Root("cosmos"));
   ASSERT_NE(ds, nullptr);
