@@ -307,7 +307,8 @@ absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMe
       absl::StatusOr<pb::CodecParams> p = ProbeImageBytes(bytes, where);
       if (!p.ok()) {
         const std::string guess = ContentGuess(bytes);
-        return guess.empty() ? p.status() : Annotate(p.status(), StrCat("it looks like ", guess));
+        if (guess.empty()) return p.status();
+        return absl::Status(p.status().code(), StrCat(p.status().message(), " (it looks like ", guess, ")"));
       }
       std::string out(8, '\0');
       const uint64_t sum = format::Checksum(bytes);
@@ -361,6 +362,7 @@ struct Episode {
   std::vector<MemberLoc> members;  // per WebDataset::members_
   uint64_t frames = 1;             // the clip's video frames (1 without a video)
   double duration_s = 0;
+  uint64_t bytes = 0;              // its members' bytes
 };
 
 // An episode's loaded index and its per-clip values.
@@ -771,6 +773,7 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
                     "; every sample needs the members of the first one)");
     }
     MemberLoc& loc = ep->members[mi];
+    ep->bytes += r->size;
     loc.column = r->column;
     loc.offset = r->offset;
     loc.size = r->size;
@@ -869,6 +872,8 @@ absl::Status WebDataset::BuildTable(const std::string& options_text) {
     r.episode_id = e;
     r.shard = static_cast<uint32_t>(ep.set * columns_.size());
     r.duration_s = ep.duration_s;
+    if (!ep.members.empty()) r.data_offset = ep.members[0].offset;
+    r.data_size = ep.bytes;
     const uint32_t frames = ep.error.empty() ? static_cast<uint32_t>(std::min<uint64_t>(ep.frames, UINT32_MAX)) : 1u;
     for (const StreamInfo& s : manifest_.streams) r.lengths.push_back(s.kind == pb::TEXT ? 1u : frames);
     manifest_.total_duration_s += r.duration_s;
