@@ -5,7 +5,6 @@
 // Cosmos-Curate's columns joined by key, the members that lie, damaged and compressed shards,
 // the member index kept, batches over HTTP and at any thread count with examples/webdataset.yaml.
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 
 #include <cstdlib>
@@ -41,9 +40,10 @@ class WebDatasetTest : public ::testing::Test {
     dir_ = new TempDir();
     // Member indexes go here, not to the user's cache (the CLI runs below inherit it).
     setenv("CONVEYOR_INDEX_CACHE_DIR", dir_->Join("index").c_str(), 1);
-    const auto r = RunCommand("/usr/bin/python3 " +
-                              ShellQuote(std::string(CONVEYOR_SOURCE_DIR) + "/tests/fixtures/webdataset/make_wds.py") +
-                              " " + ShellQuote(dir_->Join("wds")) + " 2>&1");
+    const auto r = RunCommand(
+        "/usr/bin/python3 " +
+        ShellQuote(std::string(CONVEYOR_SOURCE_DIR) + "/tests/fixtures/webdataset/make_wds.py") +
+        " " + ShellQuote(dir_->Join("wds")) + " 2>&1");
     if (r.exit_code != 0) error_ = r.output;
   }
   static void TearDownTestSuite() {
@@ -53,7 +53,9 @@ class WebDatasetTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(error_.empty()) << "make_wds.py failed:\n" << error_; }
 
   static std::string Root(const std::string& copy) { return dir_->Join("wds/" + copy); }
-  static std::string Expected(const std::string& file) { return ReadFile(dir_->Join("wds/expected/" + file)); }
+  static std::string Expected(const std::string& file) {
+    return ReadFile(dir_->Join("wds/expected/" + file));
+  }
 
   static std::unique_ptr<Dataset> Open(const std::string& location) {
     auto ds = Dataset::Open(location);
@@ -76,7 +78,6 @@ bool Mentions(const absl::Status& s, const std::string& text) {
   return std::string(s.message()).find(text) != std::string::npos;
 }
 
-
 // The listing of each tar variant: the members tarfile wrote, at offsets whose bytes are the
 // members' (read back from the file), directory entries skipped, a zero-length member listed.
 TEST_F(WebDatasetTest, ListsUstarPaxAndGnuTars) {
@@ -87,7 +88,8 @@ TEST_F(WebDatasetTest, ListsUstarPaxAndGnuTars) {
     std::string shard;
     std::vector<int> samples;
   };
-  for (const Want& w : {Want{"000000.tar", {0, 1}}, Want{"000001.tar", {2}}, Want{"000002.tar", {3}}}) {
+  for (const Want& w :
+       {Want{"000000.tar", {0, 1}}, Want{"000001.tar", {2}}, Want{"000002.tar", {3}}}) {
     auto file = (*storage)->Open(w.shard);
     ASSERT_TRUE(file.ok()) << file.status();
     auto l = webdataset::ListTar(**file, 4096);  // a small window: headers across many reads
@@ -121,8 +123,10 @@ TEST_F(WebDatasetTest, ListsUstarPaxAndGnuTars) {
 
 TEST(WebDatasetKeyTest, KeyUpToTheFirstDotOfTheBasename) {
   using webdataset::SplitKey;
-  EXPECT_EQ(SplitKey("clips/0001.t5.npy"), (std::pair<std::string, std::string>{"clips/0001", "t5.npy"}));
-  EXPECT_EQ(SplitKey("v1.2/a.b/0001.mp4"), (std::pair<std::string, std::string>{"v1.2/a.b/0001", "mp4"}));
+  EXPECT_EQ(SplitKey("clips/0001.t5.npy"),
+            (std::pair<std::string, std::string>{"clips/0001", "t5.npy"}));
+  EXPECT_EQ(SplitKey("v1.2/a.b/0001.mp4"),
+            (std::pair<std::string, std::string>{"v1.2/a.b/0001", "mp4"}));
   EXPECT_EQ(SplitKey("README"), (std::pair<std::string, std::string>{"README", ""}));
   EXPECT_EQ(SplitKey(".hidden"), (std::pair<std::string, std::string>{"", "hidden"}));
 }
@@ -136,8 +140,8 @@ TEST_F(WebDatasetTest, StreamsFromTheMembers) {
   std::vector<std::string> names;
   for (const StreamInfo& s : m.streams) names.push_back(s.name);
   // Video first, then lowdim, then text (each by name); the nested object is not a stream.
-  EXPECT_EQ(names, (std::vector<std::string>{"mp4", "json.clip", "json.duration", "json.fps", "json.watermark",
-                                             "t5.npy", "json.caption", "txt"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"mp4", "json.clip", "json.duration", "json.fps",
+                                             "json.watermark", "t5.npy", "json.caption", "txt"}));
   const StreamInfo& video = m.streams[0];
   EXPECT_EQ(video.kind, pb::VIDEO);
   EXPECT_EQ(video.codec, "h264");
@@ -147,7 +151,8 @@ TEST_F(WebDatasetTest, StreamsFromTheMembers) {
   EXPECT_EQ(t5.kind, pb::LOWDIM);
   EXPECT_EQ(t5.codec, "npy <f2 8x16");
   EXPECT_EQ(t5.shape, (std::vector<int64_t>{128}));
-  EXPECT_EQ(m.streams[static_cast<size_t>(m.StreamIndex("json.clip"))].shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(m.streams[static_cast<size_t>(m.StreamIndex("json.clip"))].shape,
+            (std::vector<int64_t>{2}));
   // Clips of 1, 1.5, 1 and 2 s at 12 fps, in shard order.
   const std::vector<uint32_t> frames = {12, 18, 12, 24};
   const std::vector<std::string> keys = Keys();
@@ -155,7 +160,8 @@ TEST_F(WebDatasetTest, StreamsFromTheMembers) {
     EXPECT_EQ(ds->episodes().length(e, 0), frames[e]);
     auto index = ds->LoadEpisode(e);
     ASSERT_TRUE(index.ok()) << index.status();
-    EXPECT_NE((*index)->source().find("'" + keys[e] + "'"), std::string::npos) << (*index)->source();
+    EXPECT_NE((*index)->source().find("'" + keys[e] + "'"), std::string::npos)
+        << (*index)->source();
   }
 }
 
@@ -167,7 +173,8 @@ TEST_F(WebDatasetTest, EveryFrameEqualsTheFfmpegCliOnTheMember) {
   for (size_t e = 0; e < 4; ++e) {
     const std::string member = dir_->Join("member.mp4");
     conveyor::testing::WriteFile(member, Expected(std::to_string(e) + ".mp4"));
-    const std::vector<std::string> golden = conveyor::testing::FrameMd5s(member, "v", "-pix_fmt rgb24");
+    const std::vector<std::string> golden =
+        conveyor::testing::FrameMd5s(member, "v", "-pix_fmt rgb24");
     auto index = ds->LoadEpisode(e);
     ASSERT_TRUE(index.ok()) << index.status();
     auto table = FrameTable::Build((*index)->streams(0));
@@ -177,9 +184,13 @@ TEST_F(WebDatasetTest, EveryFrameEqualsTheFfmpegCliOnTheMember) {
     for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
     std::vector<RgbImage> images;
     auto read = [&](size_t p, std::string* bytes) { return ds->ReadPacket(**index, 0, p, bytes); };
-    ASSERT_TRUE(decoder.Decode(e, (*index)->streams(0), *table, read, all, VideoOutput{}, DecodeLimits{}, &images).ok());
+    ASSERT_TRUE(decoder
+                    .Decode(e, (*index)->streams(0), *table, read, all, VideoOutput{},
+                            DecodeLimits{}, &images)
+                    .ok());
     for (size_t i = 0; i < images.size(); ++i) {
-      EXPECT_EQ(conveyor::testing::Md5Hex(images[i].pixels.data(), images[i].pixels.size()), golden[i])
+      EXPECT_EQ(conveyor::testing::Md5Hex(images[i].pixels.data(), images[i].pixels.size()),
+                golden[i])
           << "episode " << e << ", frame " << i;
     }
   }
@@ -216,7 +227,8 @@ TEST_F(WebDatasetTest, NpyTextAndJsonValues) {
         EXPECT_EQ((*index)->streams(txt).text(), Expected(std::to_string(e) + ".txt"));
       }
       // Every per-clip value sits at the video's frame times.
-      EXPECT_EQ((*index)->streams(t5).timestamps_s_size(), static_cast<int>(ds->episodes().length(e, 0)));
+      EXPECT_EQ((*index)->streams(t5).timestamps_s_size(),
+                static_cast<int>(ds->episodes().length(e, 0)));
     }
   }
 }
@@ -249,12 +261,13 @@ TEST_F(WebDatasetTest, ImagesTextAndClassLabels) {
   }
   // The default sample of every stream assembles (the image decoded at t = 0).
   const std::string out = dir_->Join("image_samples");
-  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " sample " + ShellQuote(Root("images")) + " --count 3 --out " +
-                                ShellQuote(out) + " 2>&1",
+  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " sample " + ShellQuote(Root("images")) +
+                                " --count 3 --out " + ShellQuote(out) + " 2>&1",
                             120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   size_t written = 0;
-  for (const auto& f : fs::recursive_directory_iterator(out)) written += f.path().extension() == ".npy";
+  for (const auto& f : fs::recursive_directory_iterator(out))
+    written += f.path().extension() == ".npy";
   EXPECT_GE(written, 9u) << r.output;  // jpg, cls (and its _is_pad), txt per sample
 }
 
@@ -322,10 +335,13 @@ TEST_F(WebDatasetTest, MembersThatLieAreBrokenSamples) {
     size_t episode;
     std::vector<std::string> mentions;
   };
-  for (const Case& c : {Case{"lying_jpeg", 1, {"000000.tar", keys[1] + ".mp4", "not a .mp4", "a JPEG"}},
-                        Case{"lying_duration", 2, {"000001.tar", keys[2], "says duration 9 s", "its video ('.mp4') lasts"}},
-                        Case{"misshapen", 3, {"000002.tar", keys[3] + ".t5.npy", "[7,16]", "[8,16]"}},
-                        Case{"missing_member", 1, {keys[1] + ".json", "is missing"}}}) {
+  for (const Case& c :
+       {Case{"lying_jpeg", 1, {"000000.tar", keys[1] + ".mp4", "not a .mp4", "a JPEG"}},
+        Case{"lying_duration",
+             2,
+             {"000001.tar", keys[2], "says duration 9 s", "its video ('.mp4') lasts"}},
+        Case{"misshapen", 3, {"000002.tar", keys[3] + ".t5.npy", "[7,16]", "[8,16]"}},
+        Case{"missing_member", 1, {keys[1] + ".json", "is missing"}}}) {
     auto ds = Open(Root(c.copy));
     ASSERT_NE(ds, nullptr) << c.copy;
     ASSERT_EQ(ds->num_episodes(), 4u);
@@ -337,7 +353,8 @@ TEST_F(WebDatasetTest, MembersThatLieAreBrokenSamples) {
       }
       ASSERT_FALSE(index.ok()) << c.copy;
       EXPECT_EQ(index.status().code(), absl::StatusCode::kDataLoss);
-      for (const std::string& m : c.mentions) EXPECT_TRUE(Mentions(index.status(), m)) << c.copy << ": " << index.status();
+      for (const std::string& m : c.mentions)
+        EXPECT_TRUE(Mentions(index.status(), m)) << c.copy << ": " << index.status();
     }
   }
 }
@@ -346,15 +363,17 @@ TEST_F(WebDatasetTest, MembersThatLieAreBrokenSamples) {
 // it out.
 TEST_F(WebDatasetTest, CheckReportsTheLyingMember) {
   const std::string q = dir_->Join("quarantine.json");
-  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " check " + ShellQuote(Root("lying_jpeg")) + " --json" +
-                            " --write-quarantine " + ShellQuote(q) + " 2>/dev/null", 120);
+  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " check " + ShellQuote(Root("lying_jpeg")) +
+                                " --json" + " --write-quarantine " + ShellQuote(q) + " 2>/dev/null",
+                            120);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   const json j = json::parse(r.output, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.output;
   EXPECT_EQ(j["episodes_with_errors"], 1) << r.output;
   bool named = false;
   for (const json& f : j["findings"]) {
-    if (f["episode"] == 1 && f["detail"].get<std::string>().find("not a .mp4") != std::string::npos) named = true;
+    if (f["episode"] == 1 && f["detail"].get<std::string>().find("not a .mp4") != std::string::npos)
+      named = true;
   }
   EXPECT_TRUE(named) << r.output;
   EXPECT_FALSE(ReadFile(q).empty());
@@ -377,7 +396,8 @@ TEST_F(WebDatasetTest, TruncatedShardAndBadChecksum) {
   ASSERT_EQ(bad->num_episodes(), 4u);  // 0, 1, the damage in 000001.tar, 3
   auto e2 = bad->LoadEpisode(2);
   ASSERT_FALSE(e2.ok());
-  EXPECT_TRUE(Mentions(e2.status(), "000001.tar, header at byte 0: bad header checksum")) << e2.status();
+  EXPECT_TRUE(Mentions(e2.status(), "000001.tar, header at byte 0: bad header checksum"))
+      << e2.status();
   EXPECT_TRUE(bad->LoadEpisode(3).ok());
 }
 
@@ -397,10 +417,11 @@ TEST_F(WebDatasetTest, CompressedShardsRefusedWithTheReason) {
 }
 
 std::string Batches(const std::string& location, const std::string& extra) {
-  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " batches " + ShellQuote(location) + " --config " +
-                                ShellQuote(std::string(CONVEYOR_SOURCE_DIR) + "/examples/webdataset.yaml") +
-                                " --digest " + extra + " 2>/dev/null",
-                            120);
+  const auto r =
+      RunCommand(ShellQuote(CONVEYOR_CLI) + " batches " + ShellQuote(location) + " --config " +
+                     ShellQuote(std::string(CONVEYOR_SOURCE_DIR) + "/examples/webdataset.yaml") +
+                     " --digest " + extra + " 2>/dev/null",
+                 120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return r.output;
 }
@@ -414,7 +435,8 @@ TEST_F(WebDatasetTest, BatchesAtAnyThreadCountOverHttpAndResumed) {
   EXPECT_EQ(Batches(Root("flat"), "--steps 8 --threads 2"), one);
   auto nginx = conveyor::testing::NginxServer::Start(dir_->Join("wds"));
   ASSERT_TRUE(nginx.ok()) << nginx.status();
-  EXPECT_EQ(Batches((*nginx)->base_url() + "flat/", "--steps 8 --threads 2"), one) << (*nginx)->ErrorLog();
+  EXPECT_EQ(Batches((*nginx)->base_url() + "flat/", "--steps 8 --threads 2"), one)
+      << (*nginx)->ErrorLog();
   const std::string cursor = lines[3].substr(0, lines[3].find(' '));
   std::string want;
   for (size_t i = 3; i < 8; ++i) want += lines[i] + "\n";

@@ -17,7 +17,8 @@ constexpr size_t kBlock = 512;
 // per chunk rather than one per header.
 class WindowReader {
  public:
-  WindowReader(const RandomAccessFile& file, size_t chunk) : file_(file), chunk_(std::max(chunk, kBlock)) {}
+  WindowReader(const RandomAccessFile& file, size_t chunk)
+      : file_(file), chunk_(std::max(chunk, kBlock)) {}
 
   // Bytes [offset, offset + n) of the file, valid until the next call. REQUIRES: within the file.
   absl::StatusOr<std::string_view> Get(uint64_t offset, size_t n) {
@@ -116,7 +117,8 @@ absl::Status ParsePax(std::string_view data, std::string* path, std::optional<ui
       *path = std::string(value);
     } else if (key == "size") {
       uint64_t v = 0;
-      if (value.empty() || value.size() > 19 || value.find_first_not_of("0123456789") != std::string_view::npos) {
+      if (value.empty() || value.size() > 19 ||
+          value.find_first_not_of("0123456789") != std::string_view::npos) {
         return absl::DataLossError(StrCat(where, ": pax size '", value, "' is not a number"));
       }
       for (char c : value) v = v * 10 + static_cast<uint64_t>(c - '0');
@@ -134,11 +136,15 @@ std::string CompressedReason(std::string_view head) {
   auto starts = [&](std::string_view magic) { return head.substr(0, magic.size()) == magic; };
   const char* what = starts("\x1f\x8b") ? "gzip"
                      : starts("BZh")    ? "bzip2"
-                     : starts(std::string_view("\xfd" "7zXZ\0", 6)) ? "xz"
+                     : starts(std::string_view("\xfd"
+                                               "7zXZ\0",
+                                               6))
+                         ? "xz"
                      : starts("\x28\xb5\x2f\xfd") ? "zstd"
                                                   : nullptr;
   if (what == nullptr) return "";
-  return StrCat("is a ", what, "-compressed tar: a compressed stream has no byte offsets for its "
+  return StrCat("is a ", what,
+                "-compressed tar: a compressed stream has no byte offsets for its "
                 "members, so a sample cannot be range-read from it. Decompress the shards once "
                 "(e.g. `gzip -d shard.tar.gz`, or `zstd -d`) and point Conveyor at the .tar files; "
                 "video and image members are compressed already, so the shards grow little");
@@ -156,25 +162,29 @@ absl::StatusOr<TarListing> ListTar(const RandomAccessFile& file, size_t chunk) {
     return out;
   }
   {
-    ASSIGN_OR_RETURN(std::string_view head, reader.Get(0, static_cast<size_t>(std::min<uint64_t>(end, 8))));
+    ASSIGN_OR_RETURN(std::string_view head,
+                     reader.Get(0, static_cast<size_t>(std::min<uint64_t>(end, 8))));
     const std::string why = CompressedReason(head);
     if (!why.empty()) return absl::FailedPreconditionError(StrCat(name, " ", why));
   }
-  std::string long_name;                 // GNU 'L' for the next entry
-  std::string pax_path;                  // pax 'x' for the next entry
+  std::string long_name;  // GNU 'L' for the next entry
+  std::string pax_path;   // pax 'x' for the next entry
   std::optional<uint64_t> pax_size;
   uint64_t pos = 0;
   while (true) {
     if (pos >= end || end - pos < kBlock) {
-      out.error = StrCat(name, ": the archive ends at byte ", end, " inside or before a header at byte ", pos,
-                         ", without the end-of-archive blocks (a truncated shard)");
+      out.error =
+          StrCat(name, ": the archive ends at byte ", end, " inside or before a header at byte ",
+                 pos, ", without the end-of-archive blocks (a truncated shard)");
       return out;
     }
     ASSIGN_OR_RETURN(std::string_view h, reader.Get(pos, kBlock));
     if (h.find_first_not_of('\0') == std::string_view::npos) return out;  // end of archive
     const std::string where = StrCat(name, ", header at byte ", pos);
     if (!ChecksumOk(h)) {
-      out.error = StrCat(where, ": bad header checksum (not a tar, or damaged here); the members after it are not read");
+      out.error = StrCat(
+          where,
+          ": bad header checksum (not a tar, or damaged here); the members after it are not read");
       return out;
     }
     uint64_t size = 0;
@@ -186,9 +196,11 @@ absl::StatusOr<TarListing> ListTar(const RandomAccessFile& file, size_t chunk) {
     if (pax_size.has_value() && type != 'x' && type != 'g') size = *pax_size;
     const uint64_t data = pos + kBlock;
     if (size > end - data) {
-      out.error = StrCat(where, " ('", long_name.empty() ? (pax_path.empty() ? Field(h, 0, 100) : pax_path) : long_name,
-                         "'): its data is ", size, " bytes from byte ", data, ", past the end of the file at byte ",
-                         end, " (a truncated shard)");
+      out.error =
+          StrCat(where, " ('",
+                 long_name.empty() ? (pax_path.empty() ? Field(h, 0, 100) : pax_path) : long_name,
+                 "'): its data is ", size, " bytes from byte ", data,
+                 ", past the end of the file at byte ", end, " (a truncated shard)");
       return out;
     }
     const uint64_t next = data + Padded(size);
@@ -245,8 +257,8 @@ class SubRange final : public RandomAccessFile {
       : file_(file), offset_(offset), size_(size), name_(std::move(name)) {}
   absl::Status Read(uint64_t offset, size_t n, char* dst) const override {
     if (offset > size_ || n > size_ - offset) {
-      return absl::OutOfRangeError(StrCat(name_, ": read of ", n, " bytes at ", offset, " is past its end (",
-                                          size_, " bytes)"));
+      return absl::OutOfRangeError(StrCat(name_, ": read of ", n, " bytes at ", offset,
+                                          " is past its end (", size_, " bytes)"));
     }
     return file_.Read(offset_ + offset, n, dst);
   }

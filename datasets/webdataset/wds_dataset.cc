@@ -50,7 +50,8 @@ MemberKind KindOf(std::string_view ext) {
   const size_t dot = ext.rfind('.');
   std::string e(dot == std::string_view::npos ? ext : ext.substr(dot + 1));
   std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (e == "mp4" || e == "m4v" || e == "mov" || e == "webm" || e == "mkv") return MemberKind::kVideo;
+  if (e == "mp4" || e == "m4v" || e == "mov" || e == "webm" || e == "mkv")
+    return MemberKind::kVideo;
   if (e == "jpg" || e == "jpeg" || e == "png" || e == "ppm") return MemberKind::kImage;
   if (e == "txt" || e == "text" || e == "caption") return MemberKind::kText;
   if (e == "json") return MemberKind::kJson;
@@ -60,7 +61,8 @@ MemberKind KindOf(std::string_view ext) {
 }
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool IsCompressedTarName(std::string_view n) {
@@ -74,11 +76,13 @@ bool IsCompressedTarName(std::string_view n) {
 bool NaturalLess(const std::string& a, const std::string& b) {
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
+        std::isdigit(static_cast<unsigned char>(b[j]))) {
       size_t ie = i, je = j;
       while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
       while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
-      std::string_view da = std::string_view(a).substr(i, ie - i), db = std::string_view(b).substr(j, je - j);
+      std::string_view da = std::string_view(a).substr(i, ie - i),
+                       db = std::string_view(b).substr(j, je - j);
       while (da.size() > 1 && da[0] == '0') da.remove_prefix(1);
       while (db.size() > 1 && db[0] == '0') db.remove_prefix(1);
       if (da.size() != db.size()) return da.size() < db.size();
@@ -155,9 +159,11 @@ std::string EncodeVideoFacts(const VideoFacts& v) {
   return out;
 }
 
-absl::StatusOr<VideoFacts> DecodeVideoFacts(std::string_view bytes, bool with_index, const std::string& where) {
+absl::StatusOr<VideoFacts> DecodeVideoFacts(std::string_view bytes, bool with_index,
+                                            const std::string& where) {
   VideoFacts v;
-  if (bytes.size() < kVideoFactsHead) return absl::DataLossError(StrCat(where, ": malformed video index"));
+  if (bytes.size() < kVideoFactsHead)
+    return absl::DataLossError(StrCat(where, ": malformed video index"));
   std::memcpy(&v.rate, bytes.data(), 8);
   std::memcpy(&v.frames, bytes.data() + 8, 8);
   std::memcpy(&v.duration_s, bytes.data() + 16, 8);
@@ -165,7 +171,8 @@ absl::StatusOr<VideoFacts> DecodeVideoFacts(std::string_view bytes, bool with_in
   std::memcpy(&v.height, bytes.data() + 28, 4);
   v.codec = std::string(bytes.substr(32, 16).substr(0, bytes.substr(32, 16).find('\0')));
   v.pix_fmt = std::string(bytes.substr(48, 16).substr(0, bytes.substr(48, 16).find('\0')));
-  if (with_index && !v.index.ParseFromArray(bytes.data() + kVideoFactsHead, static_cast<int>(bytes.size() - kVideoFactsHead))) {
+  if (with_index && !v.index.ParseFromArray(bytes.data() + kVideoFactsHead,
+                                            static_cast<int>(bytes.size() - kVideoFactsHead))) {
     return absl::DataLossError(StrCat(where, ": malformed video index"));
   }
   return v;
@@ -192,7 +199,8 @@ std::string ContentGuess(std::string_view b) {
   if (b.size() >= 8 && b.substr(4, 4) == "ftyp") return "an MP4/MOV file";
   if (starts("\x93NUMPY")) return "a .npy array";
   const size_t first = b.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && (b[first] == '{' || b[first] == '[')) return "JSON text, perhaps";
+  if (first != std::string_view::npos && (b[first] == '{' || b[first] == '['))
+    return "JSON text, perhaps";
   return "";
 }
 
@@ -206,12 +214,14 @@ absl::Status SniffContainer(std::string_view ext, std::string_view head, const s
   if (e == "webm" || e == "mkv") {
     ok = head.substr(0, 4) == "\x1a\x45\xdf\xa3";
   } else {
-    static const std::set<std::string_view> kBoxes = {"ftyp", "moov", "mdat", "free", "skip", "wide", "pnot", "uuid"};
+    static const std::set<std::string_view> kBoxes = {"ftyp", "moov", "mdat", "free",
+                                                      "skip", "wide", "pnot", "uuid"};
     ok = head.size() >= 8 && kBoxes.count(head.substr(4, 4)) > 0;
   }
   if (ok) return absl::OkStatus();
   const std::string guess = ContentGuess(head);
-  return absl::DataLossError(StrCat(where, ": not a .", e, " file: it starts with ", Hex(head.substr(0, 8)),
+  return absl::DataLossError(StrCat(where, ": not a .", e, " file: it starts with ",
+                                    Hex(head.substr(0, 8)),
                                     guess.empty() ? std::string() : StrCat(" (", guess, ")"),
                                     "; the member's extension says what it holds"));
 }
@@ -219,7 +229,8 @@ absl::Status SniffContainer(std::string_view ext, std::string_view head, const s
 absl::StatusOr<std::string> ReadMember(const RandomAccessFile& tar, uint64_t offset, uint64_t size,
                                        const std::string& where) {
   if (size > kMaxSmallMember) {
-    return absl::ResourceExhaustedError(StrCat(where, ": ", size, " bytes, over the ", kMaxSmallMember,
+    return absl::ResourceExhaustedError(StrCat(where, ": ", size, " bytes, over the ",
+                                               kMaxSmallMember,
                                                "-byte bound for a member read whole"));
   }
   std::string bytes(static_cast<size_t>(size), '\0');
@@ -233,9 +244,11 @@ absl::StatusOr<json> ParseJsonMember(const std::string& bytes, const std::string
   json j = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     const std::string guess = ContentGuess(bytes);
-    return absl::DataLossError(StrCat(where, ": not valid JSON", guess.empty() ? "" : StrCat(" (it looks like ", guess, ")")));
+    return absl::DataLossError(StrCat(where, ": not valid JSON",
+                                      guess.empty() ? "" : StrCat(" (it looks like ", guess, ")")));
   }
-  if (!j.is_object()) return absl::DataLossError(StrCat(where, ": a JSON ", j.type_name(), ", not an object"));
+  if (!j.is_object())
+    return absl::DataLossError(StrCat(where, ": a JSON ", j.type_name(), ", not an object"));
   return j;
 }
 
@@ -247,8 +260,9 @@ json DescribeJson(const json& j) {
       nums[k] = v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>();
     } else if (v.is_string()) {
       kinds[k] = "s";
-    } else if (v.is_array() && !v.empty() &&
-               std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_number() || x.is_boolean(); })) {
+    } else if (v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const json& x) {
+                 return x.is_number() || x.is_boolean();
+               })) {
       kinds[k] = v.size();
     } else {
       kinds[k] = "x";
@@ -257,15 +271,17 @@ json DescribeJson(const json& j) {
   return json{{"kinds", kinds}, {"nums", nums}};
 }
 
-absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMember& m, std::string_view ext,
-                                        const std::string& where) {
+absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMember& m,
+                                        std::string_view ext, const std::string& where) {
   switch (KindOf(ext)) {
     case MemberKind::kVideo: {
       std::string head(static_cast<size_t>(std::min<uint64_t>(m.size, 16)), '\0');
       if (!head.empty()) RETURN_IF_ERROR(tar.Read(m.offset, head.size(), head.data()));
       RETURN_IF_ERROR(SniffContainer(ext, head, where));
-      std::unique_ptr<RandomAccessFile> sub = SubRangeFile(tar, m.offset, m.size, StrCat(tar.name(), ":", m.path));
-      absl::StatusOr<DemuxedStream> d = DemuxBestStream(*sub, MediaKind::kVideo, std::string(ext), false);
+      std::unique_ptr<RandomAccessFile> sub =
+          SubRangeFile(tar, m.offset, m.size, StrCat(tar.name(), ":", m.path));
+      absl::StatusOr<DemuxedStream> d =
+          DemuxBestStream(*sub, MediaKind::kVideo, std::string(ext), false);
       if (!d.ok()) return Annotate(d.status(), where);
       VideoFacts v;
       v.rate = d->stream.info.rate;
@@ -294,7 +310,8 @@ absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMe
       absl::StatusOr<FrameTable> frames = FrameTable::Build(s);
       if (!frames.ok()) return Annotate(frames.status(), where);
       v.frames = frames->size();
-      v.duration_s = static_cast<double>(end_pts - s.pts_origin()) * s.time_base_num() / s.time_base_den();
+      v.duration_s =
+          static_cast<double>(end_pts - s.pts_origin()) * s.time_base_num() / s.time_base_den();
       if (v.frames == 0) return absl::DataLossError(StrCat(where, ": the video has no frames"));
       v.width = s.codec().width();
       v.height = s.codec().height();
@@ -308,7 +325,8 @@ absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMe
       if (!p.ok()) {
         const std::string guess = ContentGuess(bytes);
         if (guess.empty()) return p.status();
-        return absl::Status(p.status().code(), StrCat(p.status().message(), " (it looks like ", guess, ")"));
+        return absl::Status(p.status().code(),
+                            StrCat(p.status().message(), " (it looks like ", guess, ")"));
       }
       std::string out(8, '\0');
       const uint64_t sum = format::Checksum(bytes);
@@ -339,9 +357,9 @@ absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMe
 
 // Where a manifest stream's values come from.
 struct StreamSource {
-  size_t member = 0;      // index into WebDataset::members_
-  std::string field;      // JSON: the field; else empty
-  int64_t elements = 1;   // LOWDIM: values per step
+  size_t member = 0;     // index into WebDataset::members_
+  std::string field;     // JSON: the field; else empty
+  int64_t elements = 1;  // LOWDIM: values per step
 };
 
 // One member of an episode, as the dataset keeps it after opening.
@@ -362,7 +380,7 @@ struct Episode {
   std::vector<MemberLoc> members;  // per WebDataset::members_
   uint64_t frames = 1;             // the clip's video frames (1 without a video)
   double duration_s = 0;
-  uint64_t bytes = 0;              // its members' bytes
+  uint64_t bytes = 0;  // its members' bytes
 };
 
 // An episode's loaded index and its per-clip values.
@@ -375,15 +393,16 @@ struct Loaded {
 class WebDataset final : public Dataset {
  public:
   std::string format() const override { return "webdataset"; }
-  absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> LoadEpisode(size_t episode) const override;
+  absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> LoadEpisode(
+      size_t episode) const override;
   absl::Status ReadPacket(const pb::EpisodeIndex& index, int stream, size_t packet,
                           std::string* out) const override;
   absl::Status ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first, size_t count,
                           std::vector<float>* out) const override;
   absl::Status VerifyShard(uint32_t shard) const override;
 
-  static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::unique_ptr<Storage> storage, std::string uri,
-                                                       LocationOptions& options);
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::unique_ptr<Storage> storage,
+                                                       std::string uri, LocationOptions& options);
 
  private:
   struct Member {  // a member extension every sample has
@@ -406,16 +425,16 @@ class WebDataset final : public Dataset {
   }
   std::string Where(size_t episode) const;
 
-  std::vector<std::string> columns_;               // "" for one column at the root
-  std::vector<std::string> sets_;                  // shard paths within each column
+  std::vector<std::string> columns_;  // "" for one column at the root
+  std::vector<std::string> sets_;     // shard paths within each column
   std::vector<std::vector<std::unique_ptr<RandomAccessFile>>> files_;  // [set][column]
   std::vector<Member> members_;
-  std::vector<StreamSource> sources_;              // per manifest stream
-  int clock_member_ = -1;                          // the video member whose frames time the clip
+  std::vector<StreamSource> sources_;  // per manifest stream
+  int clock_member_ = -1;              // the video member whose frames time the clip
   std::vector<Episode> episodes_list_;
   std::string duration_field_ = "duration";
   std::optional<double> duration_tolerance_s_;
-  std::vector<std::string> cache_paths_;           // per set: its index cache file ("": none)
+  std::vector<std::string> cache_paths_;  // per set: its index cache file ("": none)
 
   mutable absl::Mutex mu_;
   uint64_t cache_capacity_ = 64ull << 20;
@@ -429,7 +448,8 @@ std::string WebDataset::Where(size_t episode) const {
   return StrCat(files_[e.set][0]->name(), ", sample '", e.key, "' (episode ", episode, ")");
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> WebDataset::Open(std::unique_ptr<Storage> storage, std::string uri,
+absl::StatusOr<std::unique_ptr<Dataset>> WebDataset::Open(std::unique_ptr<Storage> storage,
+                                                          std::string uri,
                                                           LocationOptions& options) {
   std::unique_ptr<WebDataset> ds(new WebDataset());
   ds->uri_ = RedactUri(uri);
@@ -440,7 +460,8 @@ absl::StatusOr<std::unique_ptr<Dataset>> WebDataset::Open(std::unique_ptr<Storag
 
 absl::Status WebDataset::Init(LocationOptions& options) {
   const std::optional<std::string> columns = options.Take("columns");
-  if (std::optional<std::string> f = options.Take("duration_field")) duration_field_ = *f == "none" ? "" : *f;
+  if (std::optional<std::string> f = options.Take("duration_field"))
+    duration_field_ = *f == "none" ? "" : *f;
   ASSIGN_OR_RETURN(duration_tolerance_s_, options.TakePositive("duration_tolerance_s"));
   ASSIGN_OR_RETURN(std::optional<double> cache_mb, options.TakePositive("cache_mb"));
   if (cache_mb) cache_capacity_ = static_cast<uint64_t>(*cache_mb * (1 << 20));
@@ -452,7 +473,8 @@ absl::Status WebDataset::Init(LocationOptions& options) {
   for (const ShardSetIndex& ix : indexes) {
     for (const SampleEntry& s : ix.samples) {
       if (first == nullptr && s.error.empty() &&
-          std::any_of(s.members.begin(), s.members.end(), [](const MemberRef& r) { return KindOf(r.ext) != MemberKind::kUnknown; })) {
+          std::any_of(s.members.begin(), s.members.end(),
+                      [](const MemberRef& r) { return KindOf(r.ext) != MemberKind::kUnknown; })) {
         first = &s;
       }
     }
@@ -460,27 +482,36 @@ absl::Status WebDataset::Init(LocationOptions& options) {
   if (first == nullptr) {
     for (const ShardSetIndex& ix : indexes) {
       if (!ix.samples.empty() && !ix.samples[0].error.empty()) {
-        return absl::DataLossError(StrCat(uri_, ": no readable sample; the first: ", ix.samples[0].error));
+        return absl::DataLossError(
+            StrCat(uri_, ": no readable sample; the first: ", ix.samples[0].error));
       }
     }
-    return absl::InvalidArgumentError(StrCat(uri_, ": the shards hold no sample with a member Conveyor reads "
-                                                   "(video, image, text, json, npy, cls; docs/webdataset.md)"));
+    return absl::InvalidArgumentError(
+        StrCat(uri_,
+               ": the shards hold no sample with a member Conveyor reads "
+               "(video, image, text, json, npy, cls; docs/webdataset.md)"));
   }
   RETURN_IF_ERROR(BuildStreams(*first));
   std::set<std::string> unread;
   for (uint32_t set = 0; set < indexes.size(); ++set) {
     ShardSetIndex& ix = indexes[set];
-    for (const std::string& s : ix.skipped) spdlog::warn("webdataset: {} is not a regular file and is not read", s);
+    for (const std::string& s : ix.skipped)
+      spdlog::warn("webdataset: {} is not a regular file and is not read", s);
     for (SampleEntry& s : ix.samples) {
       Episode ep;
       ep.set = set;
       ep.key = s.key;
       ep.error = s.error.empty() ? CheckSample(s, &ep) : s.error;
       if (!ep.error.empty()) {
-        spdlog::warn("webdataset: {} (the sample is broken; `conveyor check` lists it and writes a quarantine)", ep.error);
+        spdlog::warn(
+            "webdataset: {} (the sample is broken; `conveyor check` lists it and writes a "
+            "quarantine)",
+            ep.error);
       }
       for (const MemberRef& r : s.members) {
-        if (std::none_of(members_.begin(), members_.end(), [&](const Member& m) { return m.ext == r.ext; })) unread.insert(r.ext);
+        if (std::none_of(members_.begin(), members_.end(),
+                         [&](const Member& m) { return m.ext == r.ext; }))
+          unread.insert(r.ext);
       }
       if (!ep.error.empty()) ep.members.clear();
       episodes_list_.push_back(std::move(ep));
@@ -490,13 +521,19 @@ absl::Status WebDataset::Init(LocationOptions& options) {
   for (const ShardSetIndex& ix : indexes) cache_paths_.push_back(ix.cache_path);
   if (!unread.empty()) {
     std::string list;
-    for (const std::string& e : unread) StrAppend(&list, list.empty() ? "" : ", ", "." , e);
-    spdlog::warn("webdataset: {}: members {} are not read (not every sample has them, or no reader knows "
-                 "the extension; docs/webdataset.md)", uri_, list);
+    for (const std::string& e : unread) StrAppend(&list, list.empty() ? "" : ", ", ".", e);
+    spdlog::warn(
+        "webdataset: {}: members {} are not read (not every sample has them, or no reader knows "
+        "the extension; docs/webdataset.md)",
+        uri_, list);
   }
-  if (episodes_list_.empty()) return absl::InvalidArgumentError(StrCat(uri_, ": the shards hold no samples"));
+  if (episodes_list_.empty())
+    return absl::InvalidArgumentError(StrCat(uri_, ": the shards hold no samples"));
   RETURN_IF_ERROR(BuildTable(options.text()));
-  manifest_.name = fs::path(LocalRoot(*storage_).empty() ? std::string("webdataset") : LocalRoot(*storage_)).filename().string();
+  manifest_.name =
+      fs::path(LocalRoot(*storage_).empty() ? std::string("webdataset") : LocalRoot(*storage_))
+          .filename()
+          .string();
   if (manifest_.name.empty()) manifest_.name = "webdataset";
   manifest_.created_by = "WebDataset shards (read in place)";
   return absl::OkStatus();
@@ -519,20 +556,27 @@ absl::Status WebDataset::FindShards(std::optional<std::string> columns_option) {
   for (const std::string& p : paths) {
     if (IsCompressedTarName(p)) {
       return absl::FailedPreconditionError(StrCat(
-          storage_->Describe(p), " is a compressed tar: a compressed stream has no byte offsets for its members, so "
-          "a sample cannot be range-read from it. Decompress the shards once (`gzip -d`, `zstd -d`; video and image "
-          "members are compressed already, so the shards grow little) and point Conveyor at the .tar files"));
+          storage_->Describe(p),
+          " is a compressed tar: a compressed stream has no byte offsets for its members, so "
+          "a sample cannot be range-read from it. Decompress the shards once (`gzip -d`, `zstd "
+          "-d`; video and image "
+          "members are compressed already, so the shards grow little) and point Conveyor at the "
+          ".tar files"));
     }
   }
   if (paths.empty()) {
-    return absl::NotFoundError(StrCat(uri_, ": no *.tar shards", local.empty() ? StrCat(" listed in ", kShardList) : " within four folder levels"));
+    return absl::NotFoundError(
+        StrCat(uri_, ": no *.tar shards",
+               local.empty() ? StrCat(" listed in ", kShardList) : " within four folder levels"));
   }
   std::map<std::string, std::set<std::string>> by_column;  // column -> paths inside it
   bool all_nested = true;
   for (const std::string& p : paths) {
     const size_t slash = p.find('/');
-    if (slash == std::string::npos) all_nested = false;
-    else by_column[p.substr(0, slash)].insert(p.substr(slash + 1));
+    if (slash == std::string::npos)
+      all_nested = false;
+    else
+      by_column[p.substr(0, slash)].insert(p.substr(slash + 1));
   }
   if (columns_option.has_value()) {
     std::stringstream ss(*columns_option);
@@ -541,7 +585,8 @@ absl::Status WebDataset::FindShards(std::optional<std::string> columns_option) {
     }
     for (const std::string& c : columns_) {
       if (!by_column.count(c)) {
-        return absl::InvalidArgumentError(StrCat(uri_, ": column '", c, "' (location option columns) holds no *.tar"));
+        return absl::InvalidArgumentError(
+            StrCat(uri_, ": column '", c, "' (location option columns) holds no *.tar"));
       }
     }
   } else if (all_nested && by_column.size() > 1) {
@@ -555,15 +600,16 @@ absl::Status WebDataset::FindShards(std::optional<std::string> columns_option) {
     for (const std::string& c : columns_) {
       for (const std::string& p : by_column[c]) {
         if (!ref.count(p)) {
-          return absl::InvalidArgumentError(StrCat(uri_, ": column '", c, "' has ", c, "/", p, " but column '", columns_[0],
-                                                   "' has no ", columns_[0], "/", p, "; every column holds the same shard names"));
+          return absl::InvalidArgumentError(StrCat(
+              uri_, ": column '", c, "' has ", c, "/", p, " but column '", columns_[0], "' has no ",
+              columns_[0], "/", p, "; every column holds the same shard names"));
         }
       }
       for (const std::string& p : ref) {
         if (!by_column[c].count(p)) {
-          return absl::InvalidArgumentError(StrCat(uri_, ": column '", columns_[0], "' has ", columns_[0], "/", p,
-                                                   " but column '", c, "' has no ", c, "/", p,
-                                                   "; every column holds the same shard names"));
+          return absl::InvalidArgumentError(StrCat(
+              uri_, ": column '", columns_[0], "' has ", columns_[0], "/", p, " but column '", c,
+              "' has no ", c, "/", p, "; every column holds the same shard names"));
         }
       }
     }
@@ -579,38 +625,44 @@ absl::Status WebDataset::IndexAll(std::vector<ShardSetIndex>* out) {
   out->resize(n);
   const std::string cache_dir = lerobot::IndexCacheDir({});
   std::atomic<size_t> built{0};
-  RETURN_IF_ERROR(ParallelFor("wds-index", static_cast<int>(std::min<size_t>(n, 4)), n, [&](size_t i) -> absl::Status {
-    std::vector<const RandomAccessFile*> tars;
-    for (const std::string& c : columns_) {
-      const std::string path = c.empty() ? sets_[i] : StrCat(c, "/", sets_[i]);
-      absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(path);
-      if (absl::IsNotFound(f.status())) {
-        return absl::NotFoundError(StrCat(storage_->Describe(path), " is missing (shard ", i, " of ", n, ")"));
-      }
-      RETURN_IF_ERROR(f.status());
-      files_[i].push_back(*std::move(f));
-      tars.push_back(files_[i].back().get());
-    }
-    ASSIGN_OR_RETURN((*out)[i], IndexShardSet(tars, cache_dir, ProbeMember));
-    for (SampleEntry& s : (*out)[i].samples) {
-      for (MemberRef& r : s.members) {
-        r.facts_size = r.facts.size();
-        r.facts_xxh3 = format::Checksum(r.facts);
-        // The packet table stays in the index file (read back by position when the sample loads).
-        if (KindOf(r.ext) == MemberKind::kVideo && r.facts_at != 0 && r.facts.size() > kVideoFactsHead) {
-          r.facts.resize(kVideoFactsHead);
+  RETURN_IF_ERROR(ParallelFor(
+      "wds-index", static_cast<int>(std::min<size_t>(n, 4)), n, [&](size_t i) -> absl::Status {
+        std::vector<const RandomAccessFile*> tars;
+        for (const std::string& c : columns_) {
+          const std::string path = c.empty() ? sets_[i] : StrCat(c, "/", sets_[i]);
+          absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(path);
+          if (absl::IsNotFound(f.status())) {
+            return absl::NotFoundError(
+                StrCat(storage_->Describe(path), " is missing (shard ", i, " of ", n, ")"));
+          }
+          RETURN_IF_ERROR(f.status());
+          files_[i].push_back(*std::move(f));
+          tars.push_back(files_[i].back().get());
         }
-      }
-    }
-    if (!(*out)[i].from_cache) {
-      spdlog::info("webdataset: indexed {} ({} samples); {} of {} shard sets indexed", tars[0]->name(),
-                   (*out)[i].samples.size(), ++built, n);
-    }
-    return absl::OkStatus();
-  }));
+        ASSIGN_OR_RETURN((*out)[i], IndexShardSet(tars, cache_dir, ProbeMember));
+        for (SampleEntry& s : (*out)[i].samples) {
+          for (MemberRef& r : s.members) {
+            r.facts_size = r.facts.size();
+            r.facts_xxh3 = format::Checksum(r.facts);
+            // The packet table stays in the index file (read back by position when the sample
+            // loads).
+            if (KindOf(r.ext) == MemberKind::kVideo && r.facts_at != 0 &&
+                r.facts.size() > kVideoFactsHead) {
+              r.facts.resize(kVideoFactsHead);
+            }
+          }
+        }
+        if (!(*out)[i].from_cache) {
+          spdlog::info("webdataset: indexed {} ({} samples); {} of {} shard sets indexed",
+                       tars[0]->name(), (*out)[i].samples.size(), ++built, n);
+        }
+        return absl::OkStatus();
+      }));
   for (size_t i = 0; i < n; ++i) {
     for (size_t c = 0; c < columns_.size(); ++c) {
-      manifest_.shards.push_back({columns_[c].empty() ? sets_[i] : StrCat(columns_[c], "/", sets_[i]), files_[i][c]->size(), 0});
+      manifest_.shards.push_back(
+          {columns_[c].empty() ? sets_[i] : StrCat(columns_[c], "/", sets_[i]),
+           files_[i][c]->size(), 0});
     }
     manifest_.shards[i * columns_.size()].episodes = (*out)[i].samples.size();
   }
@@ -619,7 +671,8 @@ absl::Status WebDataset::IndexAll(std::vector<ShardSetIndex>* out) {
 
 absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
   std::vector<MemberRef> refs = first.members;
-  std::sort(refs.begin(), refs.end(), [](const MemberRef& a, const MemberRef& b) { return a.ext < b.ext; });
+  std::sort(refs.begin(), refs.end(),
+            [](const MemberRef& a, const MemberRef& b) { return a.ext < b.ext; });
   const std::string where = StrCat("sample '", first.key, "'");
   std::vector<std::pair<StreamInfo, StreamSource>> streams;
   double clip_rate = 0;
@@ -681,12 +734,14 @@ absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
           StrAppend(&dims, dims.empty() ? "" : "x", d.get<int64_t>());
         }
         if (elements <= 0 || elements > (64 << 20)) {
-          return absl::InvalidArgumentError(StrCat(where, ", member '.", r.ext, "': shape ", dims, " (", elements,
-                                                   " values) cannot be a stream (1 to 64Mi values)"));
+          return absl::InvalidArgumentError(
+              StrCat(where, ", member '.", r.ext, "': shape ", dims, " (", elements,
+                     " values) cannot be a stream (1 to 64Mi values)"));
         }
         info.kind = pb::LOWDIM;
         // The codec says how the values were stored: the dtype and shape the trainer reshapes by.
-        info.codec = StrCat("npy ", f["dtype"].get<std::string>(), " ", dims.empty() ? "scalar" : dims);
+        info.codec =
+            StrCat("npy ", f["dtype"].get<std::string>(), " ", dims.empty() ? "scalar" : dims);
         info.shape = {elements};
         src.elements = elements;
         streams.push_back({info, src});
@@ -717,8 +772,10 @@ absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
         if (!skipped.empty()) {
           std::string list;
           for (const std::string& s : skipped) StrAppend(&list, list.empty() ? "" : ", ", s);
-          spdlog::info("webdataset: {}: JSON fields of .{} that are neither numbers, arrays of numbers nor "
-                       "strings are not streams: {}", uri_, r.ext, list);
+          spdlog::info(
+              "webdataset: {}: JSON fields of .{} that are neither numbers, arrays of numbers nor "
+              "strings are not streams: {}",
+              uri_, r.ext, list);
         }
         break;
       }
@@ -727,15 +784,18 @@ absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
     }
   }
   std::stable_sort(streams.begin(), streams.end(), [](const auto& a, const auto& b) {
-    const int ka = datasets_internal::StreamKindOrder(a.first.kind), kb = datasets_internal::StreamKindOrder(b.first.kind);
+    const int ka = datasets_internal::StreamKindOrder(a.first.kind),
+              kb = datasets_internal::StreamKindOrder(b.first.kind);
     return ka != kb ? ka < kb : a.first.name < b.first.name;
   });
   for (size_t i = 1; i < streams.size(); ++i) {
     if (streams[i].first.name == streams[i - 1].first.name) {
-      return absl::InvalidArgumentError(StrCat(uri_, ": two streams named '", streams[i].first.name, "'"));
+      return absl::InvalidArgumentError(
+          StrCat(uri_, ": two streams named '", streams[i].first.name, "'"));
     }
   }
-  if (streams.empty()) return absl::InvalidArgumentError(StrCat(uri_, ": ", where, " has no member Conveyor reads"));
+  if (streams.empty())
+    return absl::InvalidArgumentError(StrCat(uri_, ": ", where, " has no member Conveyor reads"));
   for (auto& [info, src] : streams) {
     manifest_.streams.push_back(std::move(info));
     sources_.push_back(std::move(src));
@@ -755,8 +815,8 @@ absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
 std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
   const std::string& shard = files_[ep->set][0]->name();
   auto where = [&](const Member& m, const MemberRef* r) {
-    return StrCat(r != nullptr ? files_[ep->set][r->column]->name() : shard, ", sample '", s.key, "', member '",
-                  s.key, ".", m.ext, "'");
+    return StrCat(r != nullptr ? files_[ep->set][r->column]->name() : shard, ", sample '", s.key,
+                  "', member '", s.key, ".", m.ext, "'");
   };
   ep->members.resize(members_.size());
   json json_nums;  // the JSON's numbers, for the duration check
@@ -769,7 +829,8 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
     if (r == nullptr) {
       std::string has;
       for (const MemberRef& x : s.members) StrAppend(&has, has.empty() ? "" : ", ", ".", x.ext);
-      return StrCat(where(m, nullptr), " is missing (the sample has ", has.empty() ? "no members" : has,
+      return StrCat(where(m, nullptr), " is missing (the sample has ",
+                    has.empty() ? "no members" : has,
                     "; every sample needs the members of the first one)");
     }
     MemberLoc& loc = ep->members[mi];
@@ -784,9 +845,11 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
         absl::StatusOr<VideoFacts> got = DecodeVideoFacts(r->facts, false, w);
         if (!got.ok()) return std::string(got.status().message());
         if (ref->codec != got->codec || ref->width != got->width || ref->height != got->height) {
-          return StrCat(w, ": ", got->codec, " ", got->width, "x", got->height, ", the dataset's stream is ", ref->codec,
-                        " ", ref->width, "x", ref->height, " (its first sample's); every sample must match (split the "
-                        "shards by resolution, as Cosmos-Curate's resolution_*/aspect_ratio_* folders do)");
+          return StrCat(
+              w, ": ", got->codec, " ", got->width, "x", got->height, ", the dataset's stream is ",
+              ref->codec, " ", ref->width, "x", ref->height,
+              " (its first sample's); every sample must match (split the "
+              "shards by resolution, as Cosmos-Curate's resolution_*/aspect_ratio_* folders do)");
         }
         loc.facts_at = r->facts_at;
         loc.facts_size = r->facts_size;
@@ -801,12 +864,14 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
       case MemberKind::kImage: {
         pb::CodecParams a, b;
         a.ParseFromArray(m.facts.data() + 8, static_cast<int>(m.facts.size() - 8));
-        if (r->facts.size() < 8 || !b.ParseFromArray(r->facts.data() + 8, static_cast<int>(r->facts.size() - 8))) {
+        if (r->facts.size() < 8 ||
+            !b.ParseFromArray(r->facts.data() + 8, static_cast<int>(r->facts.size() - 8))) {
           return StrCat(w, ": malformed image index");
         }
         if (a.codec() != b.codec() || a.width() != b.width() || a.height() != b.height()) {
-          return StrCat(w, ": ", b.codec(), " ", b.width(), "x", b.height(), ", the dataset's stream is ", a.codec(),
-                        " ", a.width(), "x", a.height(), " (its first sample's); every sample must match");
+          return StrCat(w, ": ", b.codec(), " ", b.width(), "x", b.height(),
+                        ", the dataset's stream is ", a.codec(), " ", a.width(), "x", a.height(),
+                        " (its first sample's); every sample must match");
         }
         std::memcpy(&loc.image_xxh3, r->facts.data(), 8);
         break;
@@ -814,9 +879,10 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
       case MemberKind::kNpy: {
         const json a = json::parse(m.facts), b = json::parse(r->facts, nullptr, false);
         if (b.is_discarded() || a != b) {
-          return StrCat(w, ": a ", b.is_discarded() ? std::string("?") : b["dtype"].dump(), " array of shape ",
-                        b.is_discarded() ? std::string("?") : b["shape"].dump(), ", the dataset's stream is ", a["dtype"].dump(),
-                        " of shape ", a["shape"].dump(), " (its first sample's); every sample must match");
+          return StrCat(w, ": a ", b.is_discarded() ? std::string("?") : b["dtype"].dump(),
+                        " array of shape ", b.is_discarded() ? std::string("?") : b["shape"].dump(),
+                        ", the dataset's stream is ", a["dtype"].dump(), " of shape ",
+                        a["shape"].dump(), " (its first sample's); every sample must match");
         }
         break;
       }
@@ -827,16 +893,21 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
           if (sources_[st].member != mi) continue;
           const std::string& field = sources_[st].field;
           const json& kinds = b["kinds"];
-          const std::string want = manifest_.streams[st].kind == pb::TEXT ? "a string"
-                                   : sources_[st].elements == 1 && manifest_.streams[st].codec == "json"
-                                       ? "a number (or an array of 1)"
-                                       : StrCat("an array of ", sources_[st].elements, " numbers");
-          if (!kinds.contains(field)) return StrCat(w, ": no field '", field, "' (the first sample's JSON has it as ", want, ")");
+          const std::string want =
+              manifest_.streams[st].kind == pb::TEXT ? "a string"
+              : sources_[st].elements == 1 && manifest_.streams[st].codec == "json"
+                  ? "a number (or an array of 1)"
+                  : StrCat("an array of ", sources_[st].elements, " numbers");
+          if (!kinds.contains(field))
+            return StrCat(w, ": no field '", field, "' (the first sample's JSON has it as ", want,
+                          ")");
           const json& k = kinds[field];
           const bool ok = manifest_.streams[st].kind == pb::TEXT
                               ? k == "s"
-                              : (k == "n" && sources_[st].elements == 1) || (k.is_number() && k.get<int64_t>() == sources_[st].elements);
-          if (!ok) return StrCat(w, ": field '", field, "' is not ", want, " as in the first sample");
+                              : (k == "n" && sources_[st].elements == 1) ||
+                                    (k.is_number() && k.get<int64_t>() == sources_[st].elements);
+          if (!ok)
+            return StrCat(w, ": field '", field, "' is not ", want, " as in the first sample");
         }
         json_nums = b["nums"];
         break;
@@ -847,13 +918,15 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
   }
   // A JSON duration that disagrees with the video: a clip cut or re-encoded after its metadata
   // was written, or a member of another sample.
-  if (clock_member_ >= 0 && !duration_field_.empty() && json_nums.is_object() && json_nums.contains(duration_field_)) {
+  if (clock_member_ >= 0 && !duration_field_.empty() && json_nums.is_object() &&
+      json_nums.contains(duration_field_)) {
     const double said = json_nums[duration_field_].get<double>();
     const double rate = manifest_.streams[0].rate > 0 ? manifest_.streams[0].rate : 30;
     const double tol = duration_tolerance_s_.value_or(std::max(2.0 / rate, 0.02 * ep->duration_s));
     if (!(std::fabs(said - ep->duration_s) <= tol)) {
-      return StrCat(files_[ep->set][0]->name(), ", sample '", s.key, "': its JSON says ", duration_field_, " ", said,
-                    " s, its video ('.", members_[static_cast<size_t>(clock_member_)].ext, "') lasts ", ep->duration_s,
+      return StrCat(files_[ep->set][0]->name(), ", sample '", s.key, "': its JSON says ",
+                    duration_field_, " ", said, " s, its video ('.",
+                    members_[static_cast<size_t>(clock_member_)].ext, "') lasts ", ep->duration_s,
                     " s (", ep->frames, " frames), over the tolerance of ", tol,
                     " s (location options duration_field, duration_tolerance_s)");
     }
@@ -874,18 +947,22 @@ absl::Status WebDataset::BuildTable(const std::string& options_text) {
     r.duration_s = ep.duration_s;
     if (!ep.members.empty()) r.data_offset = ep.members[0].offset;
     r.data_size = ep.bytes;
-    const uint32_t frames = ep.error.empty() ? static_cast<uint32_t>(std::min<uint64_t>(ep.frames, UINT32_MAX)) : 1u;
-    for (const StreamInfo& s : manifest_.streams) r.lengths.push_back(s.kind == pb::TEXT ? 1u : frames);
+    const uint32_t frames =
+        ep.error.empty() ? static_cast<uint32_t>(std::min<uint64_t>(ep.frames, UINT32_MAX)) : 1u;
+    for (const StreamInfo& s : manifest_.streams)
+      r.lengths.push_back(s.kind == pb::TEXT ? 1u : frames);
     manifest_.total_duration_s += r.duration_s;
     records.push_back(std::move(r));
   }
   std::string table = EpisodeTable::Encode(records, manifest_.streams.size());
-  manifest_.fingerprint = format::ChecksumHex(format::Checksum(StrCat(
-      StreamsFingerprintText(manifest_.streams), "\nwebdataset #", options_text, "\n", files, table)));
+  manifest_.fingerprint = format::ChecksumHex(
+      format::Checksum(StrCat(StreamsFingerprintText(manifest_.streams), "\nwebdataset #",
+                              options_text, "\n", files, table)));
   manifest_.episode_table_bytes = table.size();
   manifest_.episode_table_xxh3 = format::ChecksumHex(format::Checksum(table));
   for (const ShardInfo& s : manifest_.shards) manifest_.total_bytes += s.bytes;
-  ASSIGN_OR_RETURN(episodes_, EpisodeTable::Parse(std::move(table), manifest_.streams.size(), manifest_.shards.size(), uri_));
+  ASSIGN_OR_RETURN(episodes_, EpisodeTable::Parse(std::move(table), manifest_.streams.size(),
+                                                  manifest_.shards.size(), uri_));
   manifest_.num_episodes = episodes_.size();
   return absl::OkStatus();
 }
@@ -898,11 +975,13 @@ absl::StatusOr<VideoFacts> WebDataset::Video(size_t episode, size_t member) cons
     const std::string& path = cache_paths_[episodes_list_[episode].set];
     bytes.resize(static_cast<size_t>(m.facts_size));
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    const ssize_t got = fd < 0 ? -1 : ::pread(fd, bytes.data(), bytes.size(), static_cast<off_t>(m.facts_at));
+    const ssize_t got =
+        fd < 0 ? -1 : ::pread(fd, bytes.data(), bytes.size(), static_cast<off_t>(m.facts_at));
     if (fd >= 0) ::close(fd);
     if (got != static_cast<ssize_t>(bytes.size()) || format::Checksum(bytes) != m.facts_xxh3) {
-      return absl::DataLossError(StrCat(where, ": its packet index in ", path,
-                                        " is gone or changed since the dataset was opened; open it again"));
+      return absl::DataLossError(
+          StrCat(where, ": its packet index in ", path,
+                 " is gone or changed since the dataset was opened; open it again"));
     }
   }
   return DecodeVideoFacts(bytes, true, where);
@@ -941,7 +1020,8 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
     const MemberLoc& loc = ep.members[src.member];
     const Member& member = members_[src.member];
     const RandomAccessFile& tar = File(episode, src.member);
-    const std::string where = StrCat(tar.name(), ", sample '", ep.key, "', member '", ep.key, ".", member.ext, "'");
+    const std::string where =
+        StrCat(tar.name(), ", sample '", ep.key, "', member '", ep.key, ".", member.ext, "'");
     pb::StreamIndex* out_s = index->add_streams();
     if (info.kind == pb::VIDEO) {
       if (!videos.count(src.member)) {
@@ -982,7 +1062,9 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
           ASSIGN_OR_RETURN(jsons[src.member], ParseJsonMember(bytes, where));
         }
         const json& v = jsons[src.member][src.field];
-        if (!v.is_string()) return absl::DataLossError(StrCat(where, ": field '", src.field, "' is not a string (the shard changed?)"));
+        if (!v.is_string())
+          return absl::DataLossError(
+              StrCat(where, ": field '", src.field, "' is not a string (the shard changed?)"));
         out_s->set_text(v.get<std::string>());
       } else {
         ASSIGN_OR_RETURN(std::string text, ReadMember(tar, loc.offset, loc.size, where));
@@ -1003,17 +1085,20 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
         ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, loc.offset, loc.size, where));
         ASSIGN_OR_RETURN(NpyArray a, ParseNpy(bytes, where));
         if (static_cast<int64_t>(a.values.size()) != src.elements) {
-          return absl::DataLossError(StrCat(where, ": ", a.values.size(), " values, the stream has ", src.elements,
+          return absl::DataLossError(StrCat(where, ": ", a.values.size(),
+                                            " values, the stream has ", src.elements,
                                             " (the shard changed after it was indexed?)"));
         }
         row = std::move(a.values);
       } else if (member.kind == MemberKind::kClass) {
         ASSIGN_OR_RETURN(std::string text, ReadMember(tar, loc.offset, loc.size, where));
-        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+          text.pop_back();
         char* end = nullptr;
         const long long v = text.empty() ? 0 : std::strtoll(text.c_str(), &end, 10);
         if (text.empty() || end != text.c_str() + text.size()) {
-          return absl::DataLossError(StrCat(where, ": '", text.substr(0, 40), "' is not an integer class label"));
+          return absl::DataLossError(
+              StrCat(where, ": '", text.substr(0, 40), "' is not an integer class label"));
         }
         row = {static_cast<float>(v)};
       } else {
@@ -1022,23 +1107,29 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
           ASSIGN_OR_RETURN(jsons[src.member], ParseJsonMember(bytes, where));
         }
         const json& v = jsons[src.member][src.field];
-        auto number = [](const json& x) { return x.is_boolean() ? (x.get<bool>() ? 1.0f : 0.0f) : x.get<float>(); };
+        auto number = [](const json& x) {
+          return x.is_boolean() ? (x.get<bool>() ? 1.0f : 0.0f) : x.get<float>();
+        };
         if (v.is_number() || v.is_boolean()) {
           row = {number(v)};
         } else if (v.is_array() && static_cast<int64_t>(v.size()) == src.elements) {
           for (const json& x : v) {
-            if (!x.is_number() && !x.is_boolean()) return absl::DataLossError(StrCat(where, ": field '", src.field, "' holds a non-number"));
+            if (!x.is_number() && !x.is_boolean())
+              return absl::DataLossError(
+                  StrCat(where, ": field '", src.field, "' holds a non-number"));
             row.push_back(number(x));
           }
         } else {
-          return absl::DataLossError(StrCat(where, ": field '", src.field, "' changed since the shard was indexed"));
+          return absl::DataLossError(
+              StrCat(where, ": field '", src.field, "' changed since the shard was indexed"));
         }
       }
       out->bytes += row.size() * sizeof(float);
     }
     if (out_s->num_frames() != episodes_.length(episode, s)) {
-      return absl::DataLossError(StrCat(Where(episode), ", stream '", info.name, "': ", out_s->num_frames(),
-                                        " frames, the index says ", episodes_.length(episode, s)));
+      return absl::DataLossError(StrCat(Where(episode), ", stream '", info.name,
+                                        "': ", out_s->num_frames(), " frames, the index says ",
+                                        episodes_.length(episode, s)));
     }
   }
   out->bytes += static_cast<uint64_t>(index->ByteSizeLong());
@@ -1048,7 +1139,8 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
 
 absl::StatusOr<std::shared_ptr<const Loaded>> WebDataset::Get(size_t episode) const {
   if (episode >= episodes_list_.size()) {
-    return absl::OutOfRangeError(StrCat("episode ", episode, " does not exist (", episodes_list_.size(), " samples)"));
+    return absl::OutOfRangeError(
+        StrCat("episode ", episode, " does not exist (", episodes_list_.size(), " samples)"));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -1073,7 +1165,8 @@ absl::StatusOr<std::shared_ptr<const Loaded>> WebDataset::Get(size_t episode) co
   return loaded;
 }
 
-absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> WebDataset::LoadEpisode(size_t episode) const {
+absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> WebDataset::LoadEpisode(
+    size_t episode) const {
   ASSIGN_OR_RETURN(std::shared_ptr<const Loaded> l, Get(episode));
   return std::shared_ptr<const pb::EpisodeIndex>(l, l->index.get());
 }
@@ -1091,23 +1184,25 @@ absl::Status WebDataset::ReadPacket(const pb::EpisodeIndex& index, int stream, s
   }
   const pb::PacketTable& t = index.streams(stream).packets();
   if (packet >= static_cast<size_t>(t.offset_size())) {
-    return absl::OutOfRangeError(StrCat(Where(episode), ", stream '", manifest_.streams[stream].name, "': no packet ",
-                                        packet, " (", t.offset_size(), " packets)"));
+    return absl::OutOfRangeError(StrCat(Where(episode), ", stream '",
+                                        manifest_.streams[stream].name, "': no packet ", packet,
+                                        " (", t.offset_size(), " packets)"));
   }
   const int p = static_cast<int>(packet);
   const RandomAccessFile& tar = File(episode, sources_[static_cast<size_t>(stream)].member);
   out->resize(t.size(p));
   RETURN_IF_ERROR(tar.Read(t.offset(p), out->size(), out->data()));
   if (format::Checksum(*out) != t.xxh3(p)) {
-    return absl::DataLossError(StrCat("checksum mismatch in ", tar.name(), " at byte ", t.offset(p), " (",
-                                      Where(episode), ", stream '", manifest_.streams[stream].name, "', packet ", packet,
+    return absl::DataLossError(StrCat("checksum mismatch in ", tar.name(), " at byte ", t.offset(p),
+                                      " (", Where(episode), ", stream '",
+                                      manifest_.streams[stream].name, "', packet ", packet,
                                       "): the shard changed after it was indexed"));
   }
   return absl::OkStatus();
 }
 
-absl::Status WebDataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first, size_t count,
-                                    std::vector<float>* out) const {
+absl::Status WebDataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first,
+                                    size_t count, std::vector<float>* out) const {
   if (stream < 0 || static_cast<size_t>(stream) >= manifest_.streams.size() ||
       manifest_.streams[static_cast<size_t>(stream)].kind != pb::LOWDIM) {
     return absl::InvalidArgumentError(StrCat("stream ", stream, " is not a lowdim stream"));
@@ -1116,18 +1211,21 @@ absl::Status WebDataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, s
   ASSIGN_OR_RETURN(std::shared_ptr<const Loaded> l, Get(episode));
   const uint64_t steps = episodes_.length(episode, static_cast<size_t>(stream));
   if (first > steps || count > steps - first) {
-    return absl::OutOfRangeError(StrCat(Where(episode), ", stream '", manifest_.streams[stream].name, "' has ", steps,
+    return absl::OutOfRangeError(StrCat(Where(episode), ", stream '",
+                                        manifest_.streams[stream].name, "' has ", steps,
                                         " steps; asked for [", first, ", ", first + count, ")"));
   }
   // One value per clip: every step holds it.
   const std::vector<float>& row = l->rows[static_cast<size_t>(stream)];
   out->resize(count * row.size());
-  for (size_t i = 0; i < count; ++i) std::copy(row.begin(), row.end(), out->begin() + static_cast<std::ptrdiff_t>(i * row.size()));
+  for (size_t i = 0; i < count; ++i)
+    std::copy(row.begin(), row.end(), out->begin() + static_cast<std::ptrdiff_t>(i * row.size()));
   return absl::OkStatus();
 }
 
 absl::Status WebDataset::VerifyShard(uint32_t shard) const {
-  if (shard >= manifest_.shards.size()) return absl::OutOfRangeError(StrCat("shard ", shard, " does not exist in ", uri_));
+  if (shard >= manifest_.shards.size())
+    return absl::OutOfRangeError(StrCat("shard ", shard, " does not exist in ", uri_));
   const size_t set = shard / columns_.size();
   const RandomAccessFile& tar = *files_[set][shard % columns_.size()];
   ASSIGN_OR_RETURN(TarListing l, ListTar(tar));
@@ -1146,13 +1244,14 @@ bool LooksLikeWebDataset(Storage& storage) {
   const std::string local = LocalRoot(storage);
   if (!local.empty()) {
     struct stat st;
-    return ::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && !ListLocalTars(local, 4).empty();
+    return ::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+           !ListLocalTars(local, 4).empty();
   }
   return storage.Open(kShardList).ok();
 }
 
-absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(std::unique_ptr<Storage> storage, std::string uri,
-                                                     LocationOptions& options) {
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(std::unique_ptr<Storage> storage,
+                                                     std::string uri, LocationOptions& options) {
   return WebDataset::Open(std::move(storage), std::move(uri), options);
 }
 

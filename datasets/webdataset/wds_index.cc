@@ -71,17 +71,20 @@ std::optional<ShardSetIndex> ReadEntry(const std::string& path, const std::strin
     bytes.resize(static_cast<size_t>(st.st_size));
     size_t got = 0;
     while (got < bytes.size()) {
-      const ssize_t n = ::pread(fd, bytes.data() + got, bytes.size() - got, static_cast<off_t>(got));
+      const ssize_t n =
+          ::pread(fd, bytes.data() + got, bytes.size() - got, static_cast<off_t>(got));
       if (n <= 0) break;
       got += static_cast<size_t>(n);
     }
     bytes.resize(got);
   }
   ::close(fd);
-  if (bytes.size() < kMagic.size() + 16 || bytes.compare(0, kMagic.size(), kMagic) != 0) return std::nullopt;
+  if (bytes.size() < kMagic.size() + 16 || bytes.compare(0, kMagic.size(), kMagic) != 0)
+    return std::nullopt;
   uint64_t sum = 0;
   std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
-  if (format::Checksum(std::string_view(bytes).substr(0, bytes.size() - 8)) != sum) return std::nullopt;
+  if (format::Checksum(std::string_view(bytes).substr(0, bytes.size() - 8)) != sum)
+    return std::nullopt;
   Cursor c(bytes, kMagic.size(), bytes.size() - 8);
   std::string got_key;
   uint64_t n = 0;
@@ -97,7 +100,8 @@ std::optional<ShardSetIndex> ReadEntry(const std::string& path, const std::strin
     for (MemberRef& r : s.members) {
       uint64_t column = 0;
       size_t at = 0;
-      if (!c.Str(&r.ext) || !c.U64(&column) || !c.U64(&r.offset) || !c.U64(&r.size) || !c.Str(&r.facts, &at)) {
+      if (!c.Str(&r.ext) || !c.U64(&column) || !c.U64(&r.offset) || !c.U64(&r.size) ||
+          !c.Str(&r.facts, &at)) {
         return std::nullopt;
       }
       r.column = static_cast<uint32_t>(column);
@@ -144,7 +148,8 @@ void WriteEntry(const std::string& dir, const std::string& key, ShardSetIndex* i
   const std::string tmp = StrCat(path, ".tmp.", ::getpid(), ".", std::random_device()());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
-    spdlog::warn("webdataset: cannot create the member index cache entry {} (continuing without it)", tmp);
+    spdlog::warn(
+        "webdataset: cannot create the member index cache entry {} (continuing without it)", tmp);
     return;
   }
   size_t put = 0;
@@ -156,7 +161,8 @@ void WriteEntry(const std::string& dir, const std::string& key, ShardSetIndex* i
   ::close(fd);
   if (put != bytes.size() || ::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    spdlog::warn("webdataset: cannot write the member index cache entry {} (continuing without it)", path);
+    spdlog::warn("webdataset: cannot write the member index cache entry {} (continuing without it)",
+                 path);
     return;
   }
   for (size_t i = 0; i < at.size(); ++i) *at[i] = positions[i];
@@ -174,7 +180,8 @@ std::pair<std::string, std::string> SplitKey(std::string_view path) {
 }
 
 absl::StatusOr<ShardSetIndex> IndexShardSet(const std::vector<const RandomAccessFile*>& tars,
-                                            const std::string& cache_dir, const MemberProber& probe) {
+                                            const std::string& cache_dir,
+                                            const MemberProber& probe) {
   std::string key = "webdataset-members-v1\n";
   bool cacheable = !cache_dir.empty();
   for (const RandomAccessFile* f : tars) {
@@ -182,7 +189,8 @@ absl::StatusOr<ShardSetIndex> IndexShardSet(const std::vector<const RandomAccess
     cacheable = cacheable && !f->version().empty();
   }
   if (cacheable) {
-    if (std::optional<ShardSetIndex> hit = ReadEntry(PathOf(cache_dir, key), key)) return *std::move(hit);
+    if (std::optional<ShardSetIndex> hit = ReadEntry(PathOf(cache_dir, key), key))
+      return *std::move(hit);
   }
   ShardSetIndex index;
   std::map<std::string, size_t, std::less<>> by_key;
@@ -199,11 +207,12 @@ absl::StatusOr<ShardSetIndex> IndexShardSet(const std::vector<const RandomAccess
       SampleEntry& s = index.samples[it->second];
       for (const MemberRef& r : s.members) {
         if (r.ext == ext && s.error.empty()) {
-          s.error = StrCat(tars[c]->name(), ": sample '", k, "' has two members '", m.path, "' (at bytes ",
-                           r.offset, " and ", m.offset, ")");
+          s.error = StrCat(tars[c]->name(), ": sample '", k, "' has two members '", m.path,
+                           "' (at bytes ", r.offset, " and ", m.offset, ")");
         }
       }
-      s.members.push_back({std::move(ext), static_cast<uint32_t>(c), m.offset, m.size, "", 0, 0, 0});
+      s.members.push_back(
+          {std::move(ext), static_cast<uint32_t>(c), m.offset, m.size, "", 0, 0, 0});
       listed[c].push_back(std::move(m));
     }
   }
@@ -213,8 +222,8 @@ absl::StatusOr<ShardSetIndex> IndexShardSet(const std::vector<const RandomAccess
       if (!s.error.empty()) break;
       const RandomAccessFile& tar = *tars[r.column];
       const TarMember m{StrCat(s.key, ".", r.ext), 0, r.offset, r.size};
-      const std::string where = StrCat(tar.name(), ", sample '", s.key, "', member '", m.path, "' (", r.size,
-                                       " bytes at byte ", r.offset, ")");
+      const std::string where = StrCat(tar.name(), ", sample '", s.key, "', member '", m.path,
+                                       "' (", r.size, " bytes at byte ", r.offset, ")");
       absl::StatusOr<std::string> facts = probe(tar, m, r.ext, where);
       if (facts.ok()) {
         r.facts = *std::move(facts);

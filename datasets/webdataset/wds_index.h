@@ -49,14 +49,16 @@ struct ShardSetIndex {
 // Probes one member: its facts (any bytes the caller can read back), or why it is unreadable.
 // `shard` is the tar holding it; `where` names the shard, key and member.
 using MemberProber = std::function<absl::StatusOr<std::string>(
-    const RandomAccessFile& shard, const TarMember& member, std::string_view ext, const std::string& where)>;
+    const RandomAccessFile& shard, const TarMember& member, std::string_view ext,
+    const std::string& where)>;
 
 // The index of the shard set `tars` (one per column, all present): from `cache_dir` (empty: none)
 // when an entry for these files is there and intact, else built by listing every tar and probing
 // every member (and then written there). A compressed tar is an error (tar.h); a damaged one
 // lists the samples before the damage and a broken sample that names it.
 absl::StatusOr<ShardSetIndex> IndexShardSet(const std::vector<const RandomAccessFile*>& tars,
-                                            const std::string& cache_dir, const MemberProber& probe);
+                                            const std::string& cache_dir,
+                                            const MemberProber& probe);
 
 // Splits a member path into the WebDataset key and extension: the key is the path up to the
 // first dot of the basename, the extension the rest ("a/b.c.d" -> "a/b", "c.d"). A basename
