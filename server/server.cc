@@ -1244,6 +1244,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   fcc.bytes = o.frame_cache_bytes;
   fcc.policy = o.frame_cache_policy;
   fcc.dir = o.frame_cache_dir;
+  fcc.shared_key = o.frame_cache_shared_key;
   fcc.dir_bytes = o.frame_cache_dir_bytes;
   fcc.compression = o.frame_cache_compression;
   ASSIGN_OR_RETURN(m.frame_cache, MakeFrameCache(fcc));

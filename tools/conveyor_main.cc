@@ -52,12 +52,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // Storage settings for every subcommand, before or after its name; each sets the environment
   // variable of the same meaning (docs/storage.md), so child processes see it too.
-  std::string s3_endpoint, cache_dir, cache_bytes, index_cache_dir;
+  std::string s3_endpoint, cache_dir, cache_shared_key, cache_bytes, index_cache_dir;
   app.add_option("--s3-endpoint", s3_endpoint,
                  "S3 endpoint URL for s3:// datasets (sets AWS_ENDPOINT_URL), e.g. "
                  "http://127.0.0.1:7480 for radosgw or MinIO");
   app.add_option("--cache-dir", cache_dir,
-                 "Node-local cache of remote (HTTP, S3) byte ranges (sets CONVEYOR_CACHE_DIR)");
+                 "Node-local cache of remote (HTTP, S3) byte ranges, private to this user (sets CONVEYOR_CACHE_DIR)");
+  app.add_option("--cache-shared-key", cache_shared_key,
+                 "Share --cache-dir with a group: a node secret file (32+ random bytes, readable by that group only) "
+                 "that authenticates every entry (sets CONVEYOR_CACHE_SHARED_KEY; docs/serving.md \"Shared nodes\")");
   app.add_option("--cache-bytes", cache_bytes,
                  "Bound on the cache's bytes, shared by every process using it (sets "
                  "CONVEYOR_CACHE_BYTES; default 10 GiB)")->transform(CLI::AsSizeValue(true));
@@ -102,6 +105,7 @@ int main(int argc, char** argv) {
   for (const auto& [value, variable] :
        {std::pair<const std::string&, const char*>{s3_endpoint, "AWS_ENDPOINT_URL"},
         {cache_dir, "CONVEYOR_CACHE_DIR"},
+        {cache_shared_key, "CONVEYOR_CACHE_SHARED_KEY"},
         {cache_bytes, "CONVEYOR_CACHE_BYTES"},
         {index_cache_dir, "CONVEYOR_INDEX_CACHE_DIR"}}) {
     if (!value.empty()) setenv(variable, value.c_str(), 1);
