@@ -231,6 +231,29 @@ Fd CacheDir::CreateTemp(int dirfd, std::string* name) const {
   return Fd();
 }
 
+std::optional<std::string> CacheDir::ReadEntry(const std::string& name, uint64_t max_bytes) const {
+  Fd fd = OpenFile(dir_.get(), name, O_RDONLY);
+  struct stat st;
+  if (!fd.ok() || ::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) > max_bytes) return std::nullopt;
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  if (!bytes.empty() && !ReadFull(fd.get(), bytes.data(), bytes.size(), 0)) return std::nullopt;
+  return bytes;
+}
+
+bool CacheDir::WriteEntry(const std::string& name, std::string_view bytes) const {
+  std::string tmp;
+  Fd fd = CreateTemp(dir_.get(), &tmp);
+  if (!fd.ok()) return false;
+  if ((!bytes.empty() && !WriteFull(fd.get(), bytes.data(), bytes.size(), 0)) ||
+      ::renameat(dir_.get(), tmp.c_str(), dir_.get(), name.c_str()) != 0) {
+    const int e = errno;
+    ::unlinkat(dir_.get(), tmp.c_str(), 0);
+    errno = e;
+    return false;
+  }
+  return true;
+}
+
 bool CacheDir::Mac(std::initializer_list<std::string_view> parts, CacheMac* out) const {
   EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
   EVP_MAC_CTX* ctx = mac != nullptr ? EVP_MAC_CTX_new(mac) : nullptr;

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -69,6 +70,12 @@ class CacheDir {
   Fd OpenFile(int dirfd, const std::string& name, int flags, bool create = false) const;
   // A new empty file in `dirfd` with an unpredictable name (returned in *name), mode file_mode().
   Fd CreateTemp(int dirfd, std::string* name) const;
+  // Whole-file entries directly in this directory (the index sidecars): the regular file `name`
+  // (no '/') if it passes OpenFile's checks and has at most `max_bytes`; nullopt otherwise.
+  std::optional<std::string> ReadEntry(const std::string& name, uint64_t max_bytes) const;
+  // Writes `bytes` as `name`: to a CreateTemp name, then renamed over it. False (errno set) when
+  // it cannot.
+  bool WriteEntry(const std::string& name, std::string_view bytes) const;
   // HMAC-SHA256 of the parts (each length-prefixed, so parts cannot be shifted into each other)
   // under the node secret, into *out. False when libcrypto fails (out of memory): the caller
   // treats the entry as unwritable or as a miss, never as a hit. REQUIRES: shared().
