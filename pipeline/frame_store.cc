@@ -209,15 +209,13 @@ absl::StatusOr<std::unique_ptr<FrameStore>> FrameStore::Open(FrameStoreOptions o
         "frame cache directory ", dir, ": cannot open ", name, ": ", std::strerror(e),
         e == ELOOP ? " (a symbolic link: refused, not followed)" : e == EINVAL ? " (not a regular file: refused)" : ""));
   };
-  for (const char* sub : {kFramesDir, "tmp"}) {
-    if (!c.dir->OpenDir(sub, /*create=*/true).ok()) return refuse(sub);
-  }
-  c.tmp_fd = c.dir->OpenDir("tmp", false);
+  if (!c.dir->OpenDir(kFramesDir, /*create=*/true).ok()) return refuse(kFramesDir);
+  c.tmp_fd = c.dir->OpenDir("tmp", /*create=*/true);
+  if (!c.tmp_fd.ok()) return refuse("tmp");
   c.lock_fd = c.dir->OpenFile(c.dir->fd(), "lock", O_RDWR, /*create=*/true);
   if (!c.lock_fd.ok()) return refuse("lock");
   c.usage_fd = c.dir->OpenFile(c.dir->fd(), "usage", O_RDWR, /*create=*/true);
   if (!c.usage_fd.ok()) return refuse("usage");
-  if (!c.tmp_fd.ok()) return refuse("tmp");
   LockedStore lock(&c.mu, c.lock_fd.get());
   if (!lock.ok()) {
     return absl::PermissionDeniedError(StrCat("frame cache directory ", dir, ": cannot lock: ", std::strerror(errno)));
@@ -262,8 +260,8 @@ std::shared_ptr<const RgbImage> FrameStore::Find(const FrameCacheKey& key) const
     c.misses.fetch_add(1, std::memory_order_relaxed);
     const uint64_t n = c.corrupt.fetch_add(1, std::memory_order_relaxed) + 1;
     if (n <= 10 || n % kCorruptLogEvery == 0) {
-      spdlog::warn("frame cache {}: {} is not a regular file of this store ({}); removed, the frame is decoded again",
-                   options_.dir, path, std::strerror(errno));
+      spdlog::warn("frame cache {}: {} is {}; not followed, removed, the frame is decoded again", options_.dir, path,
+                   errno == ELOOP ? "a symbolic link" : errno == EPERM ? "another user's file" : "not a regular file");
     }
     ::unlinkat(dfd.get(), name.c_str(), 0);
     return nullptr;
@@ -551,7 +549,8 @@ FrameStoreStats FrameStore::stats() const {
 
 absl::StatusOr<FrameStoreUsage> FrameStore::Scan(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec)) {
+  // A store of an older release (frames1/ alone) is a store too: empty to this one, and cleared.
+  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec) && !fs::is_directory(fs::path(dir) / kOldFramesDir, ec)) {
     return absl::NotFoundError(StrCat("frame cache directory ", dir, ": no ", kFramesDir, "/ in it (not a frame cache)"));
   }
   FrameStoreUsage u;
@@ -603,7 +602,8 @@ absl::StatusOr<FrameStoreUsage> FrameStore::Scan(const std::string& dir) {
 
 absl::StatusOr<FrameStoreUsage> FrameStore::Clear(const std::string& dir, const std::string& dataset_prefix) {
   std::error_code ec;
-  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec)) {
+  // A store of an older release (frames1/ alone) is a store too: empty to this one, and cleared.
+  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec) && !fs::is_directory(fs::path(dir) / kOldFramesDir, ec)) {
     return absl::NotFoundError(StrCat("frame cache directory ", dir, ": no ", kFramesDir, "/ in it (not a frame cache)"));
   }
   absl::Mutex mu;

@@ -25,6 +25,7 @@
 #include "pipeline/frame_store.h"
 #include "storage/memory_storage.h"
 #include "storage/storage.h"
+#include "tests/support/server_process.h"
 #include "tests/support/test_env.h"
 #include "xxhash.h"
 
@@ -309,6 +310,56 @@ TEST_F(SharedNodeCacheTest, AnEntryForgedInASharedStoreIsNeverAHit) {
   EXPECT_NE(got->pixels, Frame(32, 32, 0).pixels);
 }
 
+// The issue's repro end to end: a group's store warmed by `conveyor cache warm`, every entry then
+// forged by a member without the secret; a server given the store serves batches whose digests
+// equal the offline ones (`conveyor batches`, no cache), and counts the forged entries corrupt.
+TEST_F(SharedNodeCacheTest, AServerGivenAForgedSharedStoreServesTheOfflineBatches) {
+  const std::string cli = CONVEYOR_CLI, ds = dir_.Join("ds"), config = dir_.Join("c.yaml");
+  ASSERT_SH(testing::ShellCommand({cli, "synth", "--out", ds, "--episodes", "2", "--episode-seconds", "1", "--quiet"}));
+  testing::WriteFile(config, R"(anchor: cam0
+streams:
+  cam0:
+    delta_timestamps: [0.0, 0.1]
+    size: [32, 32]
+pipeline:
+  global_batch_size: 8
+  seed: 5
+  schedule: {mode: gop}
+)");
+  const std::string store = SharedDir("frames");
+  int code = 0;
+  const std::string warm = testing::Capture(
+      testing::ShellCommand({cli, "cache", "warm", ds, "--config", config, "--frame-cache-dir", store,
+                             "--frame-cache-shared-key", key_, "--threads", "1"}) + " 2>&1", &code);
+  ASSERT_EQ(code, 0) << warm;
+  const std::vector<std::string> entries = EntryFiles(store, "frames2");
+  ASSERT_GT(entries.size(), 10u) << warm;
+  ASSERT_EQ(AsOtherUser([&] {
+              for (const std::string& f : entries) {
+                if (!ForgeFrameEntry(f)) return 1;
+              }
+              return 0;
+            }),
+            0);
+  const std::string offline = testing::Capture(
+      testing::ShellCommand({cli, "batches", ds, "--config", config, "--steps", "5", "--digest"}), &code);
+  ASSERT_EQ(code, 0) << offline;
+  testing::ServerProcess server(cli,
+                                {ds, "--config", config, "--threads", "1", "--frame-cache-dir", store,
+                                 "--frame-cache-shared-key", key_, "--metrics-listen", "127.0.0.1:0"},
+                                dir_.path());
+  ASSERT_TRUE(server.ok()) << server.log();
+  const std::string served = testing::Capture(
+      testing::ShellCommand({cli, "fetch", "--servers", server.address(), "--steps", "5", "--digest"}), &code);
+  ASSERT_EQ(code, 0) << served << server.log();
+  EXPECT_EQ(testing::SplitLines(served), testing::SplitLines(offline));
+  ASSERT_EQ(testing::SplitLines(offline).size(), 5u);
+  const std::string metrics = testing::Capture("curl -sf http://" + server.metrics_address() + "/metrics", &code);
+  const size_t at = metrics.find("\nconveyor_frame_store_corrupt_total ");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  EXPECT_GT(std::stod(metrics.substr(at + 36)), 0.0) << metrics.substr(at, 60);
+}
+
 TEST_F(SharedNodeCacheTest, AByteCacheEntryForgedInASharedCacheIsNeverServed) {
   const std::string shared = SharedDir("bytes");
   {
@@ -375,12 +426,12 @@ TEST_F(SharedNodeCacheTest, PlantedLinksAndFifosAreRefusedNotFollowedNorHungOn) 
               return ::symlink(victim_.c_str(), entry1.c_str()) == 0 ? 0 : 2;
             }),
             0);
+  EXPECT_TRUE(FrameStore::Scan(store_dir).ok());
   auto s = OpenStore(store_dir, key_);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ((*s)->Find(Key(0)), nullptr);
   EXPECT_EQ((*s)->Find(Key(1)), nullptr);
   EXPECT_EQ((*s)->stats().corrupt, 2u);
-  EXPECT_TRUE(FrameStore::Scan(store_dir).ok());
   EXPECT_EQ(testing::ReadFile(victim_), victim_before) << "a planted link was written through";
 }
 
@@ -409,6 +460,23 @@ TEST_F(SharedNodeCacheTest, TheNodeSecretMustBeAPrivateFileOfEnoughBytes) {
   auto d = OpenStore(open_dir, key_);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("world-writable"), std::string::npos) << d.status();
+}
+
+// Entry formats are versioned: a store of the previous release (frames1/, 64-byte headers, no MAC)
+// is read as empty, misses and no errors, and `conveyor cache clear` removes it.
+TEST_F(SharedNodeCacheTest, AnOlderReleasesStoreIsEmptyToThisOneAndCleared) {
+  const std::string store = node_ + "/old";
+  ASSERT_EQ(::mkdir(store.c_str(), 0700), 0);
+  fs::create_directories(store + "/frames1/ds-1234/000000000000002a/0");
+  testing::WriteFile(store + "/frames1/ds-1234/000000000000002a/0/1.0", std::string(64 + 16 * 16 * 3, 'x'));
+  auto s = OpenStore(store);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->Find(Key(0)), nullptr);
+  EXPECT_EQ((*s)->stats().corrupt, 0u);
+  EXPECT_EQ((*s)->stats().misses, 1u);
+  auto cleared = FrameStore::Clear(store);
+  ASSERT_TRUE(cleared.ok()) << cleared.status();
+  EXPECT_FALSE(fs::exists(store + "/frames1"));
 }
 
 }  // namespace
