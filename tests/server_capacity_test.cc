@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/client.h"
 #include "conveyor/v1/service.grpc.pb.h"
 #include "tests/support/nginx_server.h"
 #include "tests/support/server_process.h"
@@ -266,6 +267,54 @@ TEST_F(ServerCapacityTest, AClientThatStopsTakingBatchesIsEndedCountedAndItsSlot
     EXPECT_GE(std::stod(metrics.substr(at + 32)), 1.0) << metrics.substr(at, 60);
     if (stripes == 0) EXPECT_NE(metrics.find("conveyor_streams_total{outcome=\"stalled\"}"), std::string::npos);
   }
+}
+
+// A trainer that stops taking batches for longer than the progress timeout (a checkpoint, an
+// evaluation) is ended by the server, and its client reconnects when it asks again: the batches
+// are exactly those of a client that never paused.
+TEST_F(ServerCapacityTest, AClientThatPausesPastTheProgressTimeoutContinuesExactly) {
+  ServerProcess server(kCli, Args({"--stream-progress-timeout", "1", "--metrics-listen", "127.0.0.1:0"}),
+                       dir_.path());
+  ASSERT_TRUE(server.ok()) << server.log();
+  auto read = [&](const std::string& job, bool pause, uint64_t* reconnects) {
+    client::ClientOptions o;
+    o.servers = {server.address()};
+    o.job = job;
+    o.max_batches = 12;
+    o.reconnect_timeout_s = 2;  // shorter than the pause: the pause must not count against it
+    o.shared_memory = false;     // payloads in messages, so the server's writes block
+    // Batches of 6 MB: the client's queue and the connection's windows fill within the pause.
+    o.config_yaml = std::string(kConfig).replace(std::string(kConfig).find("[64, 64]"), 8, "[256, 256]");
+    o.prefetch_batches = 1;
+    auto c = client::Client::Create(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    std::vector<std::string> got;
+    for (;;) {
+      absl::StatusOr<std::optional<client::Batch>> next = (*c)->Next();
+      EXPECT_TRUE(next.ok()) << next.status();
+      if (!next.ok() || !next->has_value()) break;
+      std::string line = (**next).cursor.ToString();
+      for (const client::TensorView& t : (**next).tensors) {
+        line += " " + std::to_string(std::hash<std::string_view>()(
+                          std::string_view(reinterpret_cast<const char*>(t.data), t.bytes)));
+      }
+      got.push_back(line);
+      if (pause && got.size() == 2) std::this_thread::sleep_for(std::chrono::seconds(8));
+    }
+    *reconnects = (*c)->stats().reconnects;
+    return got;
+  };
+  uint64_t paused_reconnects = 0, straight_reconnects = 0;
+  const std::vector<std::string> paused = read("paused", true, &paused_reconnects);
+  const std::vector<std::string> straight = read("straight", false, &straight_reconnects);
+  ASSERT_EQ(straight.size(), 12u);
+  EXPECT_EQ(paused, straight);
+  EXPECT_GE(paused_reconnects, 1u) << "the server did not end the paused stream";
+  EXPECT_EQ(straight_reconnects, 0u);
+  const std::string metrics = Metrics(server);
+  const size_t at = metrics.find("\nconveyor_streams_stalled_total ");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GE(std::stod(metrics.substr(at + 32)), 1.0);
 }
 
 // /proc/net/tcp's listening sockets on `port`: their local addresses (hex, e.g. 0100007F).
