@@ -7,7 +7,8 @@
 //   conveyor_streams_stalled_total, and its slot serves the next client;
 // - --metrics-listen PORT binds loopback; --ready-file is not written through a planted link;
 //   --listen unix:PATH is reported as that path; SIGHUP drains; a dataset URL's credentials are
-//   not printed by serve or check; clients trim token files as the server does.
+//   not printed by serve or check nor left in serve's argv; clients trim token files as the server
+//   does.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -395,6 +396,10 @@ TEST_F(ServerCapacityTest, ADatasetUrlsCredentialsAreNotPrinted) {
   ASSERT_TRUE(server.ok()) << server.log();
   EXPECT_NE(server.log().find("serving http://***@127.0.0.1"), std::string::npos) << server.log();
   EXPECT_EQ(server.log().find("s3cr3t"), std::string::npos) << server.log();
+  // Nor left in its argv, which every local user reads.
+  const std::string cmdline = testing::ReadFile("/proc/" + std::to_string(server.pid()) + "/cmdline");
+  EXPECT_NE(cmdline.find("127.0.0.1"), std::string::npos);
+  EXPECT_EQ(cmdline.find("s3cr3t"), std::string::npos) << cmdline;
   int code = 0;
   const std::string check = Capture(ShellCommand({kCli, "check", url, "--json"}) + " 2>&1", &code);
   EXPECT_NE(check.find("***@127.0.0.1"), std::string::npos) << check;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,21 @@ std::string VersionText() {
   return absl::StrCat("conveyor ", CONVEYOR_VERSION, "\nschedule versions: ", versions,
                       " (default ", conveyor::kScheduleVersionCurrent, ")\nprotocol version: ",
                       conveyor::client::ProtocolVersion());
+}
+
+// Blanks the credentials of a URL argument in place (`https://user:secret@host/ds` ->
+// `https://***********@host/ds`): argv is what every local user reads in /proc/PID/cmdline and
+// `ps`. Called once the arguments are parsed (CLI11 keeps copies); the moment between exec and
+// this call remains, so a secret is better given through the environment or a file.
+void BlankUrlCredentials(char* arg) {
+  const std::string_view s(arg);
+  const size_t scheme = s.find("://");
+  if (scheme == std::string_view::npos) return;
+  const size_t host = scheme + 3;
+  const size_t end = s.find_first_of("/?#", host);
+  const size_t at = s.substr(host, end == std::string_view::npos ? s.npos : end - host).rfind('@');
+  if (at == std::string_view::npos) return;
+  for (size_t i = host; i < host + at; ++i) arg[i] = '*';
 }
 
 int Report(const std::string& command, const absl::Status& status) {
@@ -102,6 +118,7 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  for (int i = 1; i < argc; ++i) BlankUrlCredentials(argv[i]);
   for (const auto& [value, variable] :
        {std::pair<const std::string&, const char*>{s3_endpoint, "AWS_ENDPOINT_URL"},
         {cache_dir, "CONVEYOR_CACHE_DIR"},
