@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "sample/augment.h"
+#include "sample/tokenizer.h"
 
 namespace conveyor {
 
@@ -357,6 +358,15 @@ absl::Status SampleAssembler::AddStream(size_t si, Episode& ep, uint64_t seed, u
       return AddAudio(s, *ep.index, ctx, out);
     case pb::TEXT: {
       const std::string& text = stream.text();
+      if (s.tokenizer != nullptr) {
+        // Tokenized here, in the worker that assembles the sample, by the spec's one model.
+        absl::StatusOr<std::vector<int32_t>> ids = s.tokenizer->Encode(text);
+        if (!ids.ok()) return StreamError(ctx, ids.status());
+        OwnedTensor t = MakeTensor(s.name, DType::kInt32, {static_cast<int64_t>(ids->size())});
+        if (!ids->empty()) std::memcpy(t.data.data(), ids->data(), ids->size() * sizeof(int32_t));
+        out->tensors.push_back(std::move(t));
+        return absl::OkStatus();
+      }
       OwnedTensor t = MakeTensor(s.name, DType::kUint8, {static_cast<int64_t>(text.size())});
       if (!text.empty()) std::memcpy(t.data.data(), text.data(), text.size());
       out->tensors.push_back(std::move(t));

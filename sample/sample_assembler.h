@@ -46,7 +46,8 @@ struct OwnedTensor {
 // What one sample holds. Tensors, in spec order, per stream: `<name>` and, except for text,
 // `<name>_is_pad` (bool, one per requested time; per output sample for audio).
 //   video / image: uint8 [T, H, W, 3] (or [T, 3, H, W], or float32) as the spec says
-//   lowdim: float32 [T, D];  audio: float32 [samples, channels];  text: uint8 [bytes] (UTF-8)
+//   lowdim: float32 [T, D];  audio: float32 [samples, channels];  text: uint8 [bytes] (UTF-8),
+//   or int32 [tokens] (token ids) when the stream has a tokenizer (sample/tokenizer.h)
 struct Sample {
   uint64_t index = 0;
   uint64_t episode = 0;

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,8 @@
 #include "datasets/sample_index.h"
 
 namespace conveyor {
+
+class TextTokenizer;  // sample/tokenizer.h
 
 enum class ImageLayout { kHWC, kCHW };
 enum class ImageDType { kUint8, kFloat32 };
@@ -80,6 +83,11 @@ struct StreamSpec {
   // quantile 2 (x - q01) / (q99 - q01 + eps) - 1; quantile10 the same with q10 and q90).
   std::vector<float> norm_offset, norm_scale;
   float norm_bias = 0;
+
+  // TEXT: the `tokenizer:` key's model (sample/tokenizer.h): the stream's tensor is then int32
+  // token ids instead of UTF-8 bytes. Null: bytes. Shared by every copy of the spec and every
+  // worker (encoding is thread-safe).
+  std::shared_ptr<const TextTokenizer> tokenizer;
 };
 
 struct SampleSpec {
