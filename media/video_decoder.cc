@@ -241,12 +241,17 @@ PlaneView WholeFrame(const AVFrame* f) {
   return v;
 }
 
-// `crop` rounded as the CLI's crop filter rounds it (x and y down to the chroma subsampling,
-// FFmpeg 5.1 vf_crop config_output without `exact`).
+// `crop` rounded as the CLI's crop filter rounds it without `exact` (FFmpeg 5.1 vf_crop
+// config_output): x, y, width and height down to the chroma grid, so that the chroma planes are
+// cut on whole samples and cover the luma rectangle. A width or height of less than one chroma
+// sample stays as it is (the filter would refuse it).
 VideoCrop AlignCrop(VideoCrop crop, AVPixelFormat fmt) {
   const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(fmt);
-  crop.x &= ~((1 << d->log2_chroma_w) - 1);
-  crop.y &= ~((1 << d->log2_chroma_h) - 1);
+  const int mw = ~((1 << d->log2_chroma_w) - 1), mh = ~((1 << d->log2_chroma_h) - 1);
+  crop.x &= mw;
+  crop.y &= mh;
+  if ((crop.width & mw) > 0) crop.width &= mw;
+  if ((crop.height & mh) > 0) crop.height &= mh;
   return crop;
 }
 

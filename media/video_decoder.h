@@ -73,8 +73,9 @@ struct VideoOutput {
   // Crop before scaling, in the decoder's pixel format: one libswscale pass from the rectangle
   // of the decoded planes to the output size and RGB, as `ffmpeg -i FILE -vf
   // crop=W:H:X:Y,scale=OW:OH:flags=F -pix_fmt rgb24` does (bit for bit). Like the CLI's crop
-  // filter, x and y are rounded down to the chroma subsampling (even for 4:2:0), so the chroma
-  // planes are cut on whole samples; the width and height are kept. Formats whose planes cannot
+  // filter, x, y, width and height are rounded down to the chroma subsampling (even for 4:2:0),
+  // so the chroma planes are cut on whole samples. With 0x0 output, the output is the rounded
+  // rectangle's size. Formats whose planes cannot
   // be cut that way (bitstream, packed subsampled, or rotated only after conversion) are
   // converted to RGB at full size first and cropped there. The rectangle must lie inside the
   // displayed frame (INVALID_ARGUMENT otherwise, naming both).
