@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     const OrderOptions used = r.resolved.order;
     const EpochOrder order(index->size(), OrderKey((*ds)->manifest().fingerprint, o.seed), 0,
                            used);
-    const ShuffleQuality q = MeasureShuffle(order, *index, o.global_batch_size, 1u << 20);
+    const ShuffleQuality q = MeasureShuffle(order, *index, 0, o.global_batch_size, 1u << 20);
     const std::string name = used.naive() ? "naive" : absl::StrFormat("gop %llu x %llu",
         static_cast<unsigned long long>(used.block_steps), static_cast<unsigned long long>(used.window_blocks));
     std::printf("%-22s %8.3f %10.4f (unif %.4f) %10.2f (unif %.2f) %14.1f\n", name.c_str(),

@@ -110,7 +110,7 @@ absl::StatusOr<WarmProgress> WarmFrameCache(const Source& source, const SampleSp
     absl::Status failed;
     const uint64_t first = m.index.EpisodeStart(item.episode);
     for (uint64_t s = first; s < first + m.index.EpisodeSamples(item.episode) && failed.ok(); ++s) {
-      failed = a->NeededFrames(s, &needed);
+      failed = a->NeededFrames(s, /*epoch=*/0, &needed);  // every anchor step: no clips
       for (FrameRequest& r : needed) {
         FrameRequest& into = requests[r.spec_stream];
         into.episode = r.episode;

@@ -6,7 +6,8 @@
 namespace conveyor {
 
 std::string NaiveOrderWarning(const Source& source, const SampleSpec& spec, const PipelineOptions& options) {
-  if (options.schedule_given || !options.order.naive()) return "";
+  // Clips per video have no decode-once order: the naive one is theirs (shuffle/schedule.h).
+  if (options.schedule_given || !options.order.naive() || spec.clips.enabled()) return "";
   bool video = false;
   for (const StreamSpec& s : spec.streams) video = video || s.kind == format::v1::VIDEO;
   bool whole = false;

@@ -614,7 +614,7 @@ struct Pipeline::Impl {
                            std::vector<FrameRequest>* needed, std::vector<RgbImage>* images) {
     std::map<std::pair<uint64_t, size_t>, FrameRequest> merged;
     for (uint64_t s : task.block_samples) {
-      if (!assembler.NeededFrames(s, needed).ok()) continue;  // the sample task reports it
+      if (!assembler.NeededFrames(s, task.member_epoch, needed).ok()) continue;  // the sample task reports it
       for (FrameRequest& r : *needed) {
         FrameRequest& m = merged[{r.episode, r.spec_stream}];
         m.episode = r.episode;
@@ -933,12 +933,14 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
     mem->bound = std::move(bound[k]);
     ASSIGN_OR_RETURN(std::set<uint64_t> quarantined,
                      QuarantinedEpisodes(mem->bound.spec, *mem->dataset));
+    mem->key = OrderKey(mem->dataset->manifest().fingerprint, o.seed);
     ASSIGN_OR_RETURN(mem->index, SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream,
-                                                    quarantined));
+                                                    quarantined, mem->bound.spec.clips, mem->key));
     if (!quarantined.empty()) {
       // Never silent: the count is in the stats, and the log names the file and the episodes.
       ASSIGN_OR_RETURN(SampleIndex whole,
-                       SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream));
+                       SampleIndex::Build(*mem->dataset, mem->bound.spec.anchor_stream, {},
+                                          mem->bound.spec.clips, mem->key));
       const uint64_t samples = whole.size() - mem->index.size();
       {
         absl::MutexLock lock(&m.mu);
@@ -950,6 +952,13 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
       spdlog::warn("quarantine {}: {} episode(s) of {} left out ({} samples per epoch): {}",
                    mem->bound.spec.quarantine, quarantined.size(), mem->dataset->uri(), samples,
                    list);
+    }
+    if (mem->index.short_episodes() > 0) {
+      const ClipSampling& c = mem->bound.spec.clips;
+      spdlog::warn("clips: {} episode(s) of {} are shorter than a clip ({} anchor steps): their clips "
+                   "start at the first step and are padded (<stream>_is_pad)",
+                   mem->index.short_episodes(), mem->dataset->uri(),
+                   uint64_t{c.back_steps} + c.forward_steps + 1);
     }
     if (source.is_mixture() && mem->index.size() == 0) {
       return absl::InvalidArgumentError(StrCat("mixture dataset '", source.member(k).name,
@@ -963,7 +972,6 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
     // Likewise where video crops are cut: a job resumed under version 1 to 3 crops from RGB.
     mem->bound.spec.crop_method =
         mem->order.version >= 4 ? CropMethod::kInDecoder : CropMethod::kFromRgb;
-    mem->key = OrderKey(mem->dataset->manifest().fingerprint, o.seed);
     mem->scheduled = HasVideo(mem->bound.spec) && !mem->order.naive();
     if (o.frame_cache) {
       mem->frame_cache_key = FrameCacheDatasetKey(mem->dataset->manifest());
@@ -1064,7 +1072,7 @@ absl::StatusOr<std::vector<SampleId>> Pipeline::EpochSequence(const Source& sour
     Impl::Member& mem = *m.members[k];
     absl::MutexLock lock(&m.mu);  // OrderFor's (uncontended: no workers run)
     const uint64_t sample = m.OrderFor(mem, counter / mem.epoch_len).SampleAt(counter % mem.epoch_len);
-    const SampleIndex::Location at = mem.index.Locate(sample);
+    const SampleIndex::Location at = mem.index.Locate(sample, counter / mem.epoch_len);
     return SampleId{sample, at.episode, at.step, k};
   };
   if (!source.is_mixture()) {  // positions do not depend on the batch size: all of them

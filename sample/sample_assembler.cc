@@ -320,7 +320,7 @@ absl::StatusOr<Sample> SampleAssembler::Assemble(uint64_t sample, uint64_t seed,
     return absl::OutOfRangeError(StrCat("sample ", sample, " is past the end of dataset ",
                                         dataset_.uri(), " (", index_.size(), " samples)"));
   }
-  const SampleIndex::Location loc = index_.Locate(sample);
+  const SampleIndex::Location loc = index_.Locate(sample, epoch);
   const std::string ep_ctx =
       StrCat("dataset ", dataset_.uri(), ", shard ",
              dataset_.ShardName(dataset_.episodes().shard(loc.episode)), ", episode ", loc.episode);
@@ -613,12 +613,13 @@ AssemblerStats SampleAssembler::stats() const {
   return s;
 }
 
-absl::Status SampleAssembler::NeededFrames(uint64_t sample, std::vector<FrameRequest>* out) {
+absl::Status SampleAssembler::NeededFrames(uint64_t sample, uint64_t epoch,
+                                           std::vector<FrameRequest>* out) {
   out->clear();
   if (sample >= index_.size()) {
     return absl::OutOfRangeError(StrCat("sample ", sample, " is past the end (", index_.size(), ")"));
   }
-  const SampleIndex::Location loc = index_.Locate(sample);
+  const SampleIndex::Location loc = index_.Locate(sample, epoch);
   return NeededFramesAt(loc.episode, loc.step, out);
 }
 

@@ -115,7 +115,7 @@ class SampleAssembler {
   // The video frames sample `sample` needs, one request per video stream of the spec whose
   // frames a prefetch or frame cache can hold: not the streams cropped in the decoder
   // (CropsInDecoder), whose decoded frames are each sample's own.
-  absl::Status NeededFrames(uint64_t sample, std::vector<FrameRequest>* out);
+  absl::Status NeededFrames(uint64_t sample, uint64_t epoch, std::vector<FrameRequest>* out);
   // The same for the sample at anchor step `step` of `episode` (a SampleId's episode and step).
   absl::Status NeededFramesAt(uint64_t episode, uint32_t step, std::vector<FrameRequest>* out);
 

@@ -251,12 +251,67 @@ absl::Status ParseImageOptions(std::string_view source, const YAML::Node& n, Str
   return absl::OkStatus();
 }
 
+// `clips:` (docs/sampling.md "Clips per video"): samples are K clips per episode, or one every
+// `stride` anchor steps, instead of every anchor step. The clip's window in anchor steps is the
+// spec's reach around the anchor (every stream's deltas, audio windows), at the anchor stream's
+// nominal rate.
+absl::Status ParseClips(std::string_view source, const YAML::Node& c, const Manifest& manifest,
+                        SampleSpec* spec) {
+  if (!c.IsMap()) {
+    return ConfigError(source, c, "clips must be a mapping: {per_video: K} or {stride: N | clip}");
+  }
+  RETURN_IF_ERROR(CheckKeys(source, c, "clips", {"per_video", "stride"}));
+  if (c["per_video"] && c["stride"]) {
+    return ConfigError(source, c, "clips: give per_video (K clips of each video per epoch) or stride "
+                                  "(a clip every N anchor steps), not both");
+  }
+  if (!c["per_video"] && !c["stride"]) {
+    return ConfigError(source, c, "clips needs per_video: K or stride: N (or stride: clip)");
+  }
+  double lo = 0, hi = 0;
+  for (const StreamSpec& s : spec->streams) {
+    if (s.kind == pb::AUDIO) {
+      lo = std::min(lo, s.window_start);
+      hi = std::max(hi, s.window_end);
+    }
+    for (double d : s.deltas) {
+      lo = std::min(lo, d);
+      hi = std::max(hi, d);
+    }
+  }
+  const double rate = manifest.streams[spec->anchor_stream].rate;
+  if (!(rate > 0)) {
+    return ConfigError(source, c, StrCat("clips: the anchor stream '", spec->anchor,
+                                         "' has no rate, so a clip's length in steps is unknown"));
+  }
+  // A delta that lands within 1e-6 s of a step counts as that step (deltas are written as k/fps).
+  const double back = std::ceil(-lo * rate - 1e-6), forward = std::ceil(hi * rate - 1e-6);
+  if (back > (1u << 30) || forward > (1u << 30)) {
+    return ConfigError(source, c, "clips: the spec's delta_timestamps reach too far from the anchor");
+  }
+  ClipSampling& clips = spec->clips;
+  clips.back_steps = static_cast<uint32_t>(std::max(0.0, back));
+  clips.forward_steps = static_cast<uint32_t>(std::max(0.0, forward));
+  if (c["per_video"]) {
+    ASSIGN_OR_RETURN(int64_t k, Integer(source, c["per_video"], "clips.per_video", 1, 1 << 16));
+    clips.per_episode = static_cast<uint32_t>(k);
+  } else if (c["stride"].IsScalar() && c["stride"].Scalar() == "clip") {
+    // Back to back: each clip starts where the previous one ended.
+    clips.stride = clips.back_steps + clips.forward_steps + 1;
+  } else {
+    ASSIGN_OR_RETURN(int64_t n, Integer(source, c["stride"], "clips.stride", 1, 1 << 30));
+    clips.stride = static_cast<uint32_t>(n);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifest,
                                  std::string_view source) {
   SampleSpec spec;
   if (!root.IsMap()) return ConfigError(source, root, "the config must be a mapping with a 'streams' key");
   RETURN_IF_ERROR(CheckKeys(source, root, "the config",
-                            {"anchor", "tolerance_s", "on_error", "quarantine", "limits", "streams", "pipeline", "packing"}));
+                            {"anchor", "tolerance_s", "on_error", "quarantine", "limits", "streams", "pipeline", "packing",
+                             "clips"}));
   // Anchor: explicit, else "action", else the first lowdim stream, else the first video stream.
   if (root["anchor"]) {
     if (!root["anchor"].IsScalar()) return ConfigError(source, root["anchor"], "anchor must be a stream name");
@@ -427,6 +482,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
     }
     spec.streams.push_back(std::move(s));
   }
+  if (root["clips"]) RETURN_IF_ERROR(ParseClips(source, root["clips"], manifest, &spec));
   return spec;
 }
 

@@ -16,6 +16,7 @@
 #include "media/video_decoder.h"
 #include "format/format_fwd.h"
 #include "format/manifest.h"
+#include "datasets/sample_index.h"
 
 namespace conveyor {
 
@@ -103,6 +104,10 @@ struct SampleSpec {
   // `quarantine: FILE`: episodes `conveyor check --write-quarantine` found errors in are left out
   // of the order (sample/quarantine.h). Empty: none.
   std::string quarantine;
+  // `clips:`: a sample is one of each episode's clips of the epoch (K per video, or one every
+  // `stride` anchor steps) at anchors drawn from (seed, epoch, episode), instead of every anchor
+  // step (datasets/sample_index.h; docs/sampling.md "Clips per video").
+  ClipSampling clips;
   // How audio windows are decoded. The pipeline sets it from the job's pipeline version
   // (docs/pipeline.md "Schedule versions"), so a resumed job keeps the method it started with;
   // other users (conveyor sample, benches) get the current one.

@@ -7,8 +7,8 @@
 
 namespace conveyor {
 
-ShuffleQuality MeasureShuffle(const EpochOrder& order, const SampleIndex& index, uint64_t batch,
-                              uint64_t max_positions) {
+ShuffleQuality MeasureShuffle(const EpochOrder& order, const SampleIndex& index, uint64_t epoch,
+                              uint64_t batch, uint64_t max_positions) {
   ShuffleQuality q;
   const uint64_t n = order.size();
   const uint64_t m = std::min(n, max_positions);
@@ -29,7 +29,7 @@ ShuffleQuality MeasureShuffle(const EpochOrder& order, const SampleIndex& index,
   std::unordered_set<uint64_t> episodes;
   SampleIndex::Location prev{};
   for (uint64_t p = 0; p < m; ++p) {
-    const SampleIndex::Location loc = index.Locate(order.SampleAt(p));
+    const SampleIndex::Location loc = index.Locate(order.SampleAt(p), epoch);
     if (p > 0) {
       ++pairs;
       if (loc.episode == prev.episode) {

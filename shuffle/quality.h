@@ -19,9 +19,9 @@ struct ShuffleQuality {
   double mean_abs_step_gap = 0;        // mean |step difference| of same-episode neighbours
 };
 
-// Measures positions [0, min(order.size(), max_positions)) of `order`, cut into batches of
-// `batch` positions.
-ShuffleQuality MeasureShuffle(const EpochOrder& order, const SampleIndex& index, uint64_t batch,
-                              uint64_t max_positions);
+// Measures positions [0, min(order.size(), max_positions)) of `order` (of `epoch`: clips move
+// from epoch to epoch), cut into batches of `batch` positions.
+ShuffleQuality MeasureShuffle(const EpochOrder& order, const SampleIndex& index, uint64_t epoch,
+                              uint64_t batch, uint64_t max_positions);
 
 }  // namespace conveyor

@@ -134,6 +134,18 @@ uint64_t EstimateBlockFrameBytes(const SampleSpec& spec, const Manifest& m, uint
 absl::Status ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
                           OrderOptions* order) {
   const Manifest& manifest = dataset.manifest();
+  if (spec.clips.enabled()) {
+    // A clip's anchor moves every epoch, so there are no fixed runs of consecutive anchor steps
+    // to decode once: the clips are permuted globally, each decoded from its keyframe.
+    if (!order->naive()) {
+      return absl::InvalidArgumentError(
+          "clips: sampling clips per video has its own order (a global permutation of the clips, "
+          "each at an anchor drawn per epoch); the decode-once schedule (pipeline.schedule mode "
+          "gop) cuts runs of consecutive anchor steps and does not apply: remove the schedule "
+          "section or give mode: naive");
+    }
+    return absl::OkStatus();
+  }
   if (order->version >= 2 && !order->naive() && !order->blocks) {
     RETURN_IF_ERROR(ResolveGopBlocks(dataset, spec, order));
   } else if (order->block_steps == 0) {

@@ -205,7 +205,7 @@ class DeviceFramesGpuTest : public DeviceFramesTest {
     EXPECT_TRUE(index.ok());
     std::vector<SampleId> ids;
     for (uint64_t i = 0; i < index->size(); i += 3) {
-      const SampleIndex::Location at = index->Locate(i);
+      const SampleIndex::Location at = index->Locate(i, 0);
       ids.push_back(SampleId{i, at.episode, at.step, 0});
     }
     return ids;

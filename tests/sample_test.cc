@@ -87,10 +87,10 @@ TEST_F(SampleTest, IndexCountsAnchorSteps) {
   Open("streams: {action: {}}");
   // 3 s at 50 Hz per episode.
   EXPECT_EQ(index.size(), 300u);
-  EXPECT_EQ(index.Locate(0).episode, 0u);
-  EXPECT_EQ(index.Locate(149).step, 149u);
-  EXPECT_EQ(index.Locate(150).episode, 1u);
-  EXPECT_EQ(index.Locate(150).step, 0u);
+  EXPECT_EQ(index.Locate(0, 0).episode, 0u);
+  EXPECT_EQ(index.Locate(149, 0).step, 149u);
+  EXPECT_EQ(index.Locate(150, 0).episode, 1u);
+  EXPECT_EQ(index.Locate(150, 0).step, 0u);
   auto past = assembler->Assemble(300, 0, 0);
   EXPECT_EQ(past.status().code(), absl::StatusCode::kOutOfRange);
 }

@@ -87,10 +87,10 @@ TEST(SynthCli, InspectJsonDescribesTheDataset) {
 TEST(SynthCli, VideoModelPresetMakesCaptioned720pClips) {
   TempDir dir;
   const std::string ds = dir.Join("clips");
-  Synth(ds, "--preset video-model --episodes 4 --episode-seconds 1");  // short clips: a fast test
+  Synth(ds, "--preset video-model --episodes 8 --episode-seconds 1");  // short clips: a fast test
   json j = Inspect(ds);
   ASSERT_FALSE(j.is_discarded());
-  EXPECT_EQ(j["episodes"], 4);
+  EXPECT_EQ(j["episodes"], 8);
   EXPECT_EQ(FindStream(j, "cam1"), nullptr);
   EXPECT_EQ(FindStream(j, "audio"), nullptr);
   const json* cam = FindStream(j, "cam0");
@@ -114,12 +114,13 @@ TEST(SynthCli, VideoModelPresetMakesCaptioned720pClips) {
   json two = Inspect(dir.Join("two"));
   ASSERT_NE(FindStream(two, "cam1"), nullptr);
   EXPECT_EQ((*FindStream(two, "cam0"))["shape"], json::array({180, 320, 3}));
-  // The video model's config: 49-frame clips packed with their captions.
+  // The video model's config: one 49-frame clip per video (all 8 padded: 1 s videos), packed.
   CommandResult b = Cli("batches " + ShellQuote(ds) + " --config " +
                         ShellQuote(std::string(CONVEYOR_SOURCE_DIR) + "/examples/video_model.yaml") +
                         " --steps 1 --stats");
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("packing fill ratio"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("8 episode(s) of"), std::string::npos) << b.output;  // short: counted
   CommandResult bad = Cli("synth --quiet --out " + ShellQuote(dir.Join("bad2")) + " --preset film");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--preset"), std::string::npos) << bad.output;

@@ -143,10 +143,11 @@ absl::Status RunBatches(const BatchesOptions& o) {
       // The order these batches came in: without the config's quarantined episodes, as the
       // pipeline built it (else the figures describe episodes that were never served).
       ASSIGN_OR_RETURN(const std::set<uint64_t> quarantined, QuarantinedEpisodes(spec, ds));
-      ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(ds, spec.anchor_stream, quarantined));
-      const EpochOrder order(index.size(), OrderKey(ds.manifest().fingerprint, po.seed), cursor.epoch,
-                             po.order);
-      const ShuffleQuality q = MeasureShuffle(order, index, po.global_batch_size, 1u << 20);
+      const uint64_t key = OrderKey(ds.manifest().fingerprint, po.seed);
+      ASSIGN_OR_RETURN(SampleIndex index,
+                       SampleIndex::Build(ds, spec.anchor_stream, quarantined, spec.clips, key));
+      const EpochOrder order(index.size(), key, cursor.epoch, po.order);
+      const ShuffleQuality q = MeasureShuffle(order, index, cursor.epoch, po.global_batch_size, 1u << 20);
       std::fprintf(stderr,
                    "  order (%s, schedule version %u, block %s%llu steps, window %llu blocks): "
                    "same-episode neighbours %.4f (uniform shuffle %.4f), episodes per batch %.2f "

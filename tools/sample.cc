@@ -16,6 +16,7 @@
 #include "base/worker_pool.h"
 #include "sample/sample_assembler.h"
 #include "pipeline/source.h"
+#include "shuffle/order.h"
 #include "format/npy.h"
 #include "tools/command.h"
 #include "tools/commands.h"
@@ -244,7 +245,11 @@ absl::Status RunSample(const SampleOptions& o) {
   ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source->Bind(shared));
   ASSIGN_OR_RETURN(std::vector<SharedStream> layout, source->Layout(shared, bound));
   const SampleSpec& spec = bound[member].spec;
-  ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(source->dataset(member), spec.anchor_stream));
+  // With clips, sample i of --epoch is the clip a pipeline with this --seed serves as sample i.
+  const Dataset& ds = source->dataset(member);
+  ASSIGN_OR_RETURN(SampleIndex index,
+                   SampleIndex::Build(ds, spec.anchor_stream, {}, spec.clips,
+                                      OrderKey(ds.manifest().fingerprint, o.seed)));
   if (index.size() == 0) return absl::FailedPreconditionError("the dataset has no samples");
   ASSIGN_OR_RETURN(std::vector<uint64_t> picks, PickSamples(o, index, spec));
 
