@@ -59,8 +59,7 @@ absl::StatusOr<std::vector<CoverageSlice>> FromServers(const AuditOptions& o, co
                                                        std::set<std::string>* jobs) {
   std::string token;
   if (!o.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(token, ReadLocalFile(o.auth_token_file, "token file"));
-    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+    ASSIGN_OR_RETURN(token, ReadTokenFile(o.auth_token_file));
   }
   std::vector<CoverageSlice> out;
   for (const std::string& server : o.servers) {
