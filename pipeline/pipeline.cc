@@ -131,8 +131,9 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
           if (v < 1 || v > kScheduleVersionCurrent) {
             return yaml::ConfigError(source, s["version"],
                                      "pipeline.schedule.version must be 1 (blocks of block_steps samples, "
-                                     "as before 2026-11), 2 (whole GOPs per episode) or 3 (version 2's "
-                                     "order, audio decoded in chunks)");
+                                     "as before 2026-11), 2 (whole GOPs per episode), 3 (version 2's "
+                                     "order, audio decoded in chunks) or 4 (version 3, video crops cut "
+                                     "in the decoder)");
           }
           version = static_cast<uint32_t>(v);
         }
@@ -975,6 +976,9 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
     // versions"): a job resumed under version 1 or 2 keeps its per-window audio.
     mem->bound.spec.audio_method =
         mem->order.version >= 3 ? AudioMethod::kChunks : AudioMethod::kPerWindow;
+    // Likewise where video crops are cut: a job resumed under version 1 to 3 crops from RGB.
+    mem->bound.spec.crop_method =
+        mem->order.version >= 4 ? CropMethod::kInDecoder : CropMethod::kFromRgb;
     mem->scheduled = HasVideo(mem->bound.spec) && !mem->order.naive();
     if (o.frame_cache) {
       mem->frame_cache_key = FrameCacheDatasetKey(mem->dataset->manifest());

@@ -90,6 +90,19 @@ struct StreamSpec {
   std::shared_ptr<const TextTokenizer> tokenizer;
 };
 
+// Where the random resized crop of a video stream decoded on the CPU is cut (docs/sampling.md
+// "Augmentation"). The numbers are stable: a job's pipeline version decides the method
+// (docs/pipeline.md "Schedule versions").
+enum class CropMethod : uint32_t {
+  // The frame converted to RGB at full size, then cropped and resized by Conveyor's triangle
+  // filter (sample/augment.h ResizeRgb): pipeline versions 1 to 3.
+  kFromRgb = 1,
+  // Cut in the decoder's pixel format and converted to the output size in one libswscale pass
+  // with the stream's `resize` filter (VideoOutput::crop): version 4. Image streams and NVDEC
+  // streams crop from RGB whatever the method.
+  kInDecoder = 2,
+};
+
 struct SampleSpec {
   std::string anchor;
   int anchor_stream = -1;
@@ -107,6 +120,9 @@ struct SampleSpec {
   // (docs/pipeline.md "Schedule versions"), so a resumed job keeps the method it started with;
   // other users (conveyor sample, benches) get the current one.
   AudioMethod audio_method = AudioMethod::kChunks;
+  // Where a CPU-decoded video stream's random resized crop is cut; the pipeline sets it from the
+  // job's pipeline version like audio_method (kFromRgb before version 4).
+  CropMethod crop_method = CropMethod::kInDecoder;
   // The config text this spec was parsed from: a mixture binds the same text to each of its
   // datasets' streams (pipeline/source.h).
   std::string config_text;

@@ -114,7 +114,7 @@ struct Config {
   uint64_t steps_per_epoch = 0;
 };
 
-// schedule_version: 0 = the config's; 1 to 3 overrides it (a resumed job's recorded version).
+// schedule_version: 0 = the config's; 1 to 4 overrides it (a resumed job's recorded version).
 absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::string name,
                                                       std::string text, std::string_view source,
                                                       uint32_t schedule_version = 0) {

@@ -315,7 +315,7 @@ class AuditCommand final : public Command {
     c->add_option("--job", o_.job, "The job's name (with --servers)")->capture_default_str();
     c->add_option("--trainer-json", o_.trainer_json, "conveyor train --json files: what each rank received");
     c->add_option("--auth-token-file", o_.auth_token_file, "File holding the servers' bearer token");
-    c->add_option("--schedule-version", o_.schedule_version, "1 to 3: the job's schedule version (default: the config's)");
+    c->add_option("--schedule-version", o_.schedule_version, "1 to 4: the job's schedule version (default: the config's)");
     c->add_option("--show-ids", o_.show_ids, "Sample ids to show per offending slice")->capture_default_str();
     return c;
   }

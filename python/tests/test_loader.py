@@ -381,7 +381,7 @@ class StateTest(unittest.TestCase):
         pinned = {k: state.pop(k) for k in ("dataset_fingerprint", "order_digest")}
         self.assertEqual(state, {"version": conveyor.STATE_VERSION, "cursor": [0, 3],
                                  "position": 96, "global_batch_size": 32,
-                                 "schedule_version": 3, "job": "default", "rank": 0,
+                                 "schedule_version": 4, "job": "default", "rank": 0,
                                  "world_size": 1})
         self.assertRegex(pinned["dataset_fingerprint"], "^[0-9a-f]{16}$")
         self.assertRegex(pinned["order_digest"], "^[0-9a-f]{64}$")
