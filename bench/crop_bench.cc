@@ -43,6 +43,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "base/strings.h"
+#include "base/worker_pool.h"
 #include "bench/machine_info.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/dataset.h"
@@ -127,17 +128,14 @@ struct Clip {
 template <typename Work>
 double OnThreads(int threads, int passes, size_t clips, Work work) {
   const double start = Now();
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int p = 0; p < passes; ++p) {
-        for (size_t c = static_cast<size_t>(t); c < clips; c += static_cast<size_t>(threads)) {
-          work(t, c, p);
-        }
+  WorkerPool pool("crop-bench", threads, [&](int t) {
+    for (int p = 0; p < passes; ++p) {
+      for (size_t c = static_cast<size_t>(t); c < clips; c += static_cast<size_t>(threads)) {
+        work(t, c, p);
       }
-    });
-  }
-  for (std::thread& th : pool) th.join();
+    }
+  });
+  pool.Join();
   return Now() - start;
 }
 
