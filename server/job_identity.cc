@@ -41,13 +41,22 @@ absl::StatusOr<JobRegistry::Claim> JobRegistry::Enter(const std::string& job, st
     it = jobs_.emplace(job, Job{digest, 0, now}).first;
   } else if (it->second.secret_digest.size() != digest.size() ||
              CRYPTO_memcmp(it->second.secret_digest.data(), digest.data(), digest.size()) != 0) {
+    if (it->second.streams == 0 && now - it->second.last >= idle_) {
+      // The job of that name ended here: a new job may take the name with its own secret, and
+      // starts with none of the old job's state.
+      claim.reclaimed = job;
+      it->second = Job{digest, 0, now};
+      if (stream) ++it->second.streams;
+      claim.label = job;
+      return claim;
+    }
     return absl::PermissionDeniedError(StrCat(
         "job '", job, "' is held on this server by clients with ",
         it->second.secret_digest == Digest("") ? "no job secret" : "another job secret",
         ", and this call presents ", secret.empty() ? "none" : "a different one",
         ": every rank of a job must share its secret (ClientOptions::job_secret or "
-        "$CONVEYOR_JOB_SECRET, docs/serving.md \"Job identity\"); a job of that name that "
-        "is not yours needs another --job name"));
+        "$CONVEYOR_JOB_SECRET, docs/serving.md \"Job identity\"); the name is free again once "
+        "that job has had no stream and no call for --job-idle-seconds, or use another job name"));
   }
   it->second.last = now;
   if (stream) ++it->second.streams;

@@ -323,7 +323,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
       return claim.status();
     }
     if (!claim->reclaimed.empty()) {
-      spdlog::info("job '{}' idle for {} s: its slot goes to job '{}'", claim->reclaimed, o.job_idle_seconds, job);
+      spdlog::info("job '{}' idle for {} s: its slot goes to {}", claim->reclaimed, o.job_idle_seconds,
+                   claim->reclaimed == job ? "a new job of that name and secret" : StrCat("job '", job, "'"));
       {
         absl::MutexLock lock(&jobs_mu);
         job_totals.erase(claim->reclaimed);

@@ -357,6 +357,17 @@ TEST(JobRegistryTest, SecretsSlotsAndReclaim) {
   EXPECT_EQ(d->reclaimed, "c") << "c was idle longest (since 11 s), a only since 30 s";
   // A reclaimed job comes back as a new job: its old secret went with its slot.
   EXPECT_EQ(jobs.Enter("b", "s", false, t0 + std::chrono::seconds(60))->reclaimed, "a");
+  // A job that ended frees its name for a new job of another secret, which starts afresh; one
+  // still running (or quiet for less than `idle`) does not.
+  EXPECT_EQ(jobs.Enter("b", "t", true, t0 + std::chrono::seconds(65)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  absl::StatusOr<JobRegistry::Claim> again = jobs.Enter("b", "t", true, t0 + std::chrono::seconds(70));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->label, "b");
+  EXPECT_EQ(again->reclaimed, "b");
+  EXPECT_EQ(jobs.Enter("b", "s", false, t0 + std::chrono::seconds(200)).status().code(),
+            absl::StatusCode::kPermissionDenied)
+      << "b's new job has a stream open";
 }
 
 // The socket table lookup itself: this process's own connection, over IPv4 and IPv6, with the

@@ -4,7 +4,9 @@
 //  - A job's ranks share a secret (ClientOptions::job_secret, $CONVEYOR_JOB_SECRET). The first
 //    stream or report of a job name here sets the job's secret (none is a value too); every later
 //    one must present the same, else PERMISSION_DENIED: another client cannot write into the
-//    job's ledger (turning `conveyor audit` EXACT), its metrics or its reports.
+//    job's ledger (turning `conveyor audit` EXACT), its metrics or its reports. Once the job has
+//    had no stream open and no call for `idle`, it has ended here: a call with another secret
+//    starts a new job of that name (Claim::reclaimed names it: its old state is dropped).
 //  - At most `max_jobs` names hold a slot; later ones share the label "_other" and are not
 //    protected (they have no ledger of their own to protect). A slot whose job has had no stream
 //    open and no call for `idle` is reclaimed when a new name needs one, so filling the slots
@@ -31,7 +33,7 @@ class JobRegistry {
 
   struct Claim {
     std::string label;      // the job's name, or kOverflowLabel
-    std::string reclaimed;  // a job whose slot this claim took: drop its state (empty: none)
+    std::string reclaimed;  // a job whose slot (or name) this claim took: drop its state (empty: none)
   };
   // A call of `job` presenting `secret` (empty: none). `stream`: a stream starts, which holds the
   // slot until Release(label). PERMISSION_DENIED, naming the job, when its secret differs.
