@@ -165,7 +165,7 @@ std::string DescribeUid(uid_t uid) {
   return StrCat("uid ", uid);
 }
 
-absl::Status RestrictUnixSocket(const std::string& path, std::optional<gid_t> gid) {
+absl::Status RestrictUnixSocket(const std::string& path, mode_t mode, std::optional<gid_t> gid) {
   struct stat st{};
   if (lstat(path.c_str(), &st) != 0) {
     return absl::InternalError(StrCat("unix socket ", path, ": ", std::strerror(errno)));
@@ -175,7 +175,7 @@ absl::Status RestrictUnixSocket(const std::string& path, std::optional<gid_t> gi
     return absl::PermissionDeniedError(StrCat("cannot give unix socket ", path, " to group ", *gid, ": ",
                                               std::strerror(errno)));
   }
-  if (chmod(path.c_str(), gid ? 0660 : 0600) != 0) {
+  if (chmod(path.c_str(), mode) != 0) {
     return absl::InternalError(StrCat("cannot restrict unix socket ", path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();

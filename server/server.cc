@@ -1255,8 +1255,16 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
         "--listen ", o.listen, ": a unix socket admits by its file's mode, so it takes no --allow-uid "
         "and at most one --allow-group (its group); listen on 127.0.0.1:PORT to admit users by uid"));
   }
-  m.check_local_user = IsLoopbackAddress(o.listen) && !unix_listener && !o.loopback_open &&
-                       o.auth_token_file.empty() && o.tls_client_ca_file.empty();
+  const bool by_credentials = !o.auth_token_file.empty() || !o.tls_client_ca_file.empty();
+  if ((!o.allow_uids.empty() || !o.allow_gids.empty() || o.loopback_open) &&
+      (!IsLoopbackAddress(o.listen) || by_credentials)) {
+    return absl::InvalidArgumentError(StrCat(
+        "--allow-uid, --allow-group and --loopback-open choose the local users of a loopback "
+        "listener without a token or client certificates; this server (--listen ", o.listen, ") admits ",
+        by_credentials ? "whoever presents its token or a client certificate" : "clients beyond this host",
+        ": drop them"));
+  }
+  m.check_local_user = IsLoopbackAddress(o.listen) && !unix_listener && !o.loopback_open && !by_credentials;
   m.local_users.uids.assign(o.allow_uids.begin(), o.allow_uids.end());
   m.local_users.gids.assign(o.allow_gids.begin(), o.allow_gids.end());
   if (!(o.job_idle_seconds >= 0) || o.job_idle_seconds > 1e9) {
@@ -1422,7 +1430,8 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   if (unix_listener) {
     std::optional<gid_t> group;
     if (!o.allow_gids.empty()) group = o.allow_gids.front();
-    if (absl::Status s = server_internal::RestrictUnixSocket(o.listen.substr(5), group); !s.ok()) {
+    const mode_t mode = o.loopback_open ? 0666 : group ? 0660 : 0600;
+    if (absl::Status s = server_internal::RestrictUnixSocket(o.listen.substr(5), mode, group); !s.ok()) {
       m.server->Shutdown();
       return s;
     }

@@ -67,7 +67,9 @@ struct ServerOptions {
   // or client certificates admits the local users of LocalUsers (server/internal/peer_identity.h):
   // its own uid, root, these uids and these groups' members; each call's uid is read from the
   // kernel's socket table. A unix: listener's socket file is 0600, or 0660 owned by the one
-  // group of allow_gids. loopback_open: admit every local user (the old behaviour).
+  // group of allow_gids. loopback_open: admit every local user (the old behaviour; a unix
+  // socket 0666). All three are refused where they choose nothing (beyond loopback, or with a
+  // token or client certificates).
   std::vector<uint32_t> allow_uids;
   std::vector<uint32_t> allow_gids;
   bool loopback_open = false;

@@ -156,6 +156,23 @@ TEST_F(ServerIdentityTest, UnixSocketIsPrivateWhateverTheUmask) {
   EXPECT_EQ(code, 0) << info << shared->log();
 }
 
+// The local-user flags where they would choose nothing are refused, not ignored.
+TEST_F(ServerIdentityTest, LocalUserFlagsAreRefusedWhereTheyChooseNothing) {
+  const std::string token = dir_->Join("flags-token");
+  testing::WriteFile(token, "0123456789abcdef0123456789abcdef\n");
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--auth-token-file", token, "--allow-uid", "65534"},
+        std::vector<std::string>{"--listen", "0.0.0.0:0", "--auth-token-file", token, "--insecure-plaintext-token",
+                                 "--loopback-open"}}) {
+    std::vector<std::string> args = {ds(), "--config", config()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ServerProcess s(kCli, args, dir_->path(), 30);
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.Stop(SIGKILL), 2);  // INVALID_ARGUMENT: a usage error
+    EXPECT_NE(s.log().find("choose the local users of a loopback listener"), std::string::npos) << s.log();
+  }
+}
+
 // Finding 3: a bearer token alone opened a non-loopback listener and travelled in cleartext.
 TEST_F(ServerIdentityTest, TokenBeyondLoopbackNeedsTlsOrALoudOptOut) {
   const std::string token = dir_->Join("token");

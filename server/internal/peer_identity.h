@@ -40,9 +40,9 @@ bool LocalUserAllowed(uid_t uid, const LocalUsers& allowed);
 // "uid 65534 (nobody)", for errors and logs.
 std::string DescribeUid(uid_t uid);
 
-// Makes the unix socket at `path` reachable by its owner only (0600), or by its owner and group
-// `gid` (0660) when one is given, whatever the umask was when it was bound: connecting to a unix
-// socket needs write permission on its file. Refuses a path that is not a socket.
-absl::Status RestrictUnixSocket(const std::string& path, std::optional<gid_t> gid);
+// Sets the mode of the unix socket at `path` (and its group to `gid` when one is given), whatever
+// the umask was when it was bound: connecting to a unix socket needs write permission on its
+// file, so 0600 admits its owner only, 0660 its group too. Refuses a path that is not a socket.
+absl::Status RestrictUnixSocket(const std::string& path, mode_t mode, std::optional<gid_t> gid);
 
 }  // namespace conveyor::server_internal
