@@ -194,7 +194,9 @@ class Bench {
       // A mixture: the whole config through its pipeline and a server; the per-modality rows
       // measure one dataset's decoders (bench each dataset on its own for those).
       Progress(StrCat("mixture of ", source_.size(), " datasets: end-to-end rows only"));
-      for (int t : o_.threads) RETURN_IF_ERROR(AssembleShuffled("all", spec, po, "gop", t));
+      // Clips per video have no decode-once order (docs/sampling.md "Clips per video").
+      const char* order = spec.clips.enabled() ? "naive" : "gop";
+      for (int t : o_.threads) RETURN_IF_ERROR(AssembleShuffled("all", spec, po, order, t));
       if (frame_cache_on()) Progress("frame cache rows: bench each dataset of the mixture on its own for those");
       if (o_.serve) {
         for (int t : o_.threads) RETURN_IF_ERROR(Serve(spec, po, config_text, t));
@@ -213,6 +215,11 @@ class Bench {
       Progress("frame cache rows: measured for video only (--modality video or all)");
     }
     ASSIGN_OR_RETURN(index_, SampleIndex::Build(ds_, spec.anchor_stream));
+    if (spec.clips.enabled()) {
+      Progress("clips per video: the shuffled rows serve the config's clips in their own order; the gop, "
+               "epoch-boundary and frame cache rows (decode-once blocks of consecutive anchor steps) "
+               "do not apply");
+    }
     RETURN_IF_ERROR(MeasureCat());
     for (const std::string& kind : wanted) {
       int stream = -1;
@@ -244,8 +251,10 @@ class Bench {
           // No GOPs to schedule, except a format read an episode at a time (RLDS), whose gop
           // order reads each episode once.
           if (std::string(order) == "gop" && kind != "video" && !ds_.reads_whole_episodes()) continue;
+          if (std::string(order) == "gop" && spec.clips.enabled()) continue;
           RETURN_IF_ERROR(AssembleShuffled(kind, only, po, order, t));
         }
+        if (spec.clips.enabled()) continue;
         if (kind == "video") RETURN_IF_ERROR(EpochBoundary(only, po, t));
         if (kind == "video" && frame_cache_on()) RETURN_IF_ERROR(AssembleWithFrameCache(only, po, t));
       }
@@ -253,7 +262,7 @@ class Bench {
     if (o_.serve) {
       for (int t : o_.threads) {
         RETURN_IF_ERROR(Serve(spec, po, config_text, t));
-        if (frame_cache_on()) RETURN_IF_ERROR(ServeWarm(spec, po, config_text, t));
+        if (frame_cache_on() && !spec.clips.enabled()) RETURN_IF_ERROR(ServeWarm(spec, po, config_text, t));
       }
     }
     return absl::OkStatus();

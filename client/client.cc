@@ -601,6 +601,9 @@ struct Client::Impl {
     p->last_progress = Clock::now();
     p->failures_in_row = 0;
     if (!Enqueue(std::move(cur), in_shared_memory)) end->stopped = true;
+    // Time the consumer kept its queue full (a checkpoint, an evaluation) is not time without a
+    // server: a server that ended the stream meanwhile (its progress timeout) is reconnected to.
+    p->last_progress = Clock::now();
     return absl::OkStatus();
   }
 

@@ -10,6 +10,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -50,6 +51,9 @@ class Doctor {
  private:
   void Add(CheckSeverity severity, int64_t episode, std::string stream, std::string file,
            std::string what, std::string detail) {
+    // A reader's error names its file first ("F: not a Parquet file ..."); the finding already
+    // has F in its own column, so the report would print it twice ("F: F: ...").
+    if (!file.empty() && absl::StartsWith(detail, file + ": ")) detail.erase(0, file.size() + 2);
     report_.findings.push_back(CheckFinding{severity, "", episode, std::move(stream),
                                             std::move(file), std::move(what), std::move(detail)});
     if (severity == CheckSeverity::kError && episode >= 0) with_errors_.insert(episode);

@@ -11,6 +11,7 @@
 #include "datasets/lerobot/lerobot_meta.h"
 #include "datasets/native/native_dataset.h"
 #include "datasets/rlds/rlds_dataset.h"
+#include "datasets/webdataset/wds_dataset.h"
 
 namespace conveyor {
 namespace {
@@ -38,6 +39,8 @@ constexpr DatasetFormat kFormats[] = {
     {"rlds", "dataset_info.json and features.json", rlds::LooksLikeRlds, rlds::OpenDataset},
     {"hdf5", "*.hdf5 / *.h5 files (remote: episode_0.hdf5 or hdf5_files.txt)", hdf5::LooksLikeHdf5,
      hdf5::OpenDataset},
+    {"webdataset", "*.tar shards (remote: shards.txt)", webdataset::LooksLikeWebDataset,
+     webdataset::OpenDataset},
     {"conveyor", "manifest.json", nullptr,
      [](std::unique_ptr<Storage> s, std::string uri, LocationOptions&) {
        return native::OpenDataset(std::move(s), std::move(uri));

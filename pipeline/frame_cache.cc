@@ -244,17 +244,18 @@ absl::StatusOr<std::shared_ptr<DecodedFrameCache>> MakeFrameCache(const FrameCac
   }
   if (!config.dir.empty()) {
     so.dir = config.dir;
+    so.shared_key_file = config.shared_key;
     so.max_bytes = config.dir_bytes;
     so.policy = o.policy == DecodedFrameCache::Policy::kLru ? FrameStoreOptions::Policy::kLru
                                                             : FrameStoreOptions::Policy::kPinWhatFits;
     if (so.max_bytes == 0) {
-      std::error_code ec;
-      std::filesystem::create_directories(config.dir, ec);
-      if (ec) {
-        return absl::PermissionDeniedError(StrCat("frame cache directory ", config.dir, ": cannot create it: ", ec.message()));
-      }
+      // The filesystem the directory is or will be on: its nearest existing ancestor (the store
+      // creates the directory itself, with the mode its sharing asks for).
+      std::filesystem::path on(config.dir);
       struct statvfs vfs;
-      if (::statvfs(config.dir.c_str(), &vfs) != 0) {
+      while (::statvfs(on.c_str(), &vfs) != 0 && on.has_relative_path()) on = on.parent_path();
+      if (on.empty()) on = ".";
+      if (::statvfs(on.c_str(), &vfs) != 0) {
         return absl::InvalidArgumentError(StrCat("frame cache directory ", config.dir,
                                                  ": cannot size its filesystem; give --frame-cache-dir-bytes"));
       }

@@ -147,6 +147,7 @@ struct FrameCacheConfig {
   uint64_t bytes = 0;             // --frame-cache-bytes: the in-memory tier, per process
   std::string policy = "pin";     // --frame-cache-policy: pin | lru (both tiers)
   std::string dir;                // --frame-cache-dir: the node-wide store; empty: none
+  std::string shared_key;         // --frame-cache-shared-key: the store is a group-shared one (FrameStoreOptions)
   uint64_t dir_bytes = 0;         // --frame-cache-dir-bytes; 0: a quarter of dir's filesystem
   std::string compression = "none";  // --frame-cache-compression: none | lz4 | zstd (the store)
 };

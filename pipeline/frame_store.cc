@@ -14,10 +14,10 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "base/cache_dir.h"
 #include "base/posix_file.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -30,9 +30,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[8] = {'C', 'V', 'Y', 'F', 'R', 'A', 'M', '1'};
-constexpr size_t kHeaderBytes = 64;
-constexpr char kFramesDir[] = "frames1";
+// Version 2 (frames2/): the header has room for a MAC. A version-1 store's frames1/ is never read
+// (its entries are misses) and `conveyor cache clear` removes it.
+constexpr char kMagic[8] = {'C', 'V', 'Y', 'F', 'R', 'A', 'M', '2'};
+constexpr size_t kHeaderBytes = 96;
+constexpr size_t kMacAt = 56;   // HMAC-SHA256 of the header's first 56 bytes, the key and the payload (shared stores)
+constexpr size_t kSelfAt = 88;  // XXH3 of the header's first 88 bytes
+constexpr char kFramesDir[] = "frames2";
+constexpr char kOldFramesDir[] = "frames1";
 constexpr double kLowWater = 0.9;         // lru eviction frees down to this share of the bound
 constexpr int kStaleTmpSeconds = 3600;    // tmp/ files older than this belong to a dead writer
 constexpr uint64_t kCorruptLogEvery = 1000;  // after the first 10, one warning per this many
@@ -54,16 +59,20 @@ void EncodeHeader(const Header& h, char* out) {
   std::memcpy(out + 32, &h.raw_bytes, 8);
   std::memcpy(out + 40, &h.payload_bytes, 8);
   std::memcpy(out + 48, &h.payload_xxh3, 8);
-  const uint64_t self = XXH3_64bits(out, 56);
-  std::memcpy(out + 56, &self, 8);
+}
+
+// Seals an encoded header: its own checksum, after the MAC (if any) is in place.
+void SealHeader(char* out) {
+  const uint64_t self = XXH3_64bits(out, kSelfAt);
+  std::memcpy(out + kSelfAt, &self, 8);
 }
 
 // False for a header that is not one of ours or is damaged.
 bool DecodeHeader(const char* in, Header* h) {
   if (std::memcmp(in, kMagic, 8) != 0) return false;
   uint64_t self = 0;
-  std::memcpy(&self, in + 56, 8);
-  if (self != XXH3_64bits(in, 56)) return false;
+  std::memcpy(&self, in + kSelfAt, 8);
+  if (self != XXH3_64bits(in, kSelfAt)) return false;
   std::memcpy(&h->key_hash, in + 8, 8);
   std::memcpy(&h->width, in + 16, 4);
   std::memcpy(&h->height, in + 20, 4);
@@ -74,6 +83,15 @@ bool DecodeHeader(const char* in, Header* h) {
   return h->width > 0 && h->height > 0 &&
          h->raw_bytes == static_cast<uint64_t>(h->width) * static_cast<uint64_t>(h->height) * 3 &&
          h->codec <= static_cast<uint32_t>(FrameStoreOptions::Compression::kZstd);
+}
+
+// The key as the MAC covers it: the dataset key and the numbers, unambiguous.
+std::string KeyBytes(const FrameCacheKey& k) {
+  std::string out = k.dataset;
+  const uint64_t fields[4] = {k.episode, static_cast<uint64_t>(static_cast<int64_t>(k.stream)),
+                              static_cast<uint64_t>(k.frame), k.settings};
+  out.append(reinterpret_cast<const char*>(fields), sizeof fields);
+  return out;
 }
 
 uint64_t KeyHash(const FrameCacheKey& k) {
@@ -125,12 +143,21 @@ std::vector<EntryFile> ListEntries(const std::string& dir) {
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(fs::path(dir) / kFramesDir, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    // lstat: a planted symbolic link is neither counted nor followed (eviction unlinks the link).
     struct stat st;
-    if (!it->is_regular_file(ec) || it->path().filename() == "source") continue;
-    if (::stat(it->path().c_str(), &st) != 0) continue;
+    if (it->path().filename() == "source" || ::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     out.push_back({it->path(), static_cast<uint64_t>(st.st_size), st.st_mtime});
   }
   return out;
+}
+
+// A regular file of the store opened by path for `conveyor cache info|clear`, which look at a store
+// without the key: never through a symbolic link, never blocking on a FIFO; invalid otherwise.
+Fd OpenRegular(const std::string& path, int flags) {
+  Fd fd(::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600));
+  struct stat st;
+  if (!fd.ok() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return Fd();
+  return fd;
 }
 
 // Holds the store's flock (and, within this process, `mu`: flock does not exclude threads that
@@ -154,9 +181,10 @@ class LockedStore {
 struct FrameStore::Counters {
   std::atomic<uint64_t> hits{0}, misses{0}, hit_bytes{0}, published{0}, published_bytes{0},
       already_present{0}, rejected{0}, evicted_bytes{0}, corrupt{0}, write_errors{0}, usage{0};
-  std::atomic<uint64_t> tmp_counter{0};
   std::atomic<bool> warned{false};
   absl::Mutex mu;  // with the flock: one publisher at a time in this process
+  std::unique_ptr<CacheDir> dir;  // checked and opened once (base/cache_dir.h)
+  Fd tmp_fd;                      // DIR/tmp
   Fd lock_fd;
   Fd usage_fd;
 };
@@ -171,23 +199,23 @@ absl::StatusOr<std::unique_ptr<FrameStore>> FrameStore::Open(FrameStoreOptions o
   if (options.max_bytes == 0) {
     return absl::InvalidArgumentError(StrCat("frame cache directory ", options.dir, ": the bound (bytes) must be > 0"));
   }
-  std::error_code ec;
-  for (const char* sub : {kFramesDir, "tmp"}) {
-    fs::create_directories(fs::path(options.dir) / sub, ec);
-    if (ec) {
-      return absl::PermissionDeniedError(
-          StrCat("frame cache directory ", options.dir, ": cannot create ", sub, "/: ", ec.message()));
-    }
-  }
   std::unique_ptr<FrameStore> store(new FrameStore(std::move(options)));
   const std::string& dir = store->options_.dir;
   Counters& c = *store->counters_;
-  c.lock_fd = Fd(::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  c.usage_fd = Fd(::open((dir + "/usage").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (!c.lock_fd.ok() || !c.usage_fd.ok()) {
-    return absl::PermissionDeniedError(
-        StrCat("frame cache directory ", dir, ": cannot open lock or usage: ", std::strerror(errno)));
-  }
+  ASSIGN_OR_RETURN(c.dir, CacheDir::Open({dir, "frame cache directory", store->options_.shared_key_file}));
+  auto refuse = [&](const char* name) {
+    const int e = errno;
+    return absl::PermissionDeniedError(StrCat(
+        "frame cache directory ", dir, ": cannot open ", name, ": ", std::strerror(e),
+        e == ELOOP ? " (a symbolic link: refused, not followed)" : e == EINVAL ? " (not a regular file: refused)" : ""));
+  };
+  if (!c.dir->OpenDir(kFramesDir, /*create=*/true).ok()) return refuse(kFramesDir);
+  c.tmp_fd = c.dir->OpenDir("tmp", /*create=*/true);
+  if (!c.tmp_fd.ok()) return refuse("tmp");
+  c.lock_fd = c.dir->OpenFile(c.dir->fd(), "lock", O_RDWR, /*create=*/true);
+  if (!c.lock_fd.ok()) return refuse("lock");
+  c.usage_fd = c.dir->OpenFile(c.dir->fd(), "usage", O_RDWR, /*create=*/true);
+  if (!c.usage_fd.ok()) return refuse("usage");
   LockedStore lock(&c.mu, c.lock_fd.get());
   if (!lock.ok()) {
     return absl::PermissionDeniedError(StrCat("frame cache directory ", dir, ": cannot lock: ", std::strerror(errno)));
@@ -204,20 +232,40 @@ absl::StatusOr<std::unique_ptr<FrameStore>> FrameStore::Open(FrameStoreOptions o
 }
 
 namespace {
-std::string EntryPath(const std::string& dir, const FrameCacheKey& k) {
-  return StrCat(dir, "/", kFramesDir, "/", DatasetDir(k.dataset), "/", Hex(k.settings), "/", k.episode, "/",
-                k.stream, ".", k.frame);
+// An entry's directory under the store and its file name there.
+std::string EntryDir(const FrameCacheKey& k) {
+  return StrCat(kFramesDir, "/", DatasetDir(k.dataset), "/", Hex(k.settings), "/", k.episode);
+}
+std::string EntryName(const FrameCacheKey& k) { return StrCat(k.stream, ".", k.frame); }
+
+bool IsRegularAt(int dirfd, const std::string& name) {
+  struct stat st;
+  return dirfd >= 0 && ::fstatat(dirfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
 }
 }  // namespace
 
 bool FrameStore::Contains(const FrameCacheKey& key) const {
-  return ::access(EntryPath(options_.dir, key).c_str(), F_OK) == 0;
+  return IsRegularAt(counters_->dir->OpenDir(EntryDir(key), false).get(), EntryName(key));
 }
 
 std::shared_ptr<const RgbImage> FrameStore::Find(const FrameCacheKey& key) const {
   Counters& c = *counters_;
-  const std::string path = EntryPath(options_.dir, key);
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const std::string name = EntryName(key);
+  const std::string path = StrCat(options_.dir, "/", EntryDir(key), "/", name);
+  const Fd dfd = c.dir->OpenDir(EntryDir(key), false);
+  Fd fd = dfd.ok() ? c.dir->OpenFile(dfd.get(), name, O_RDONLY) : Fd();
+  if (!fd.ok() && dfd.ok() && (errno == ELOOP || errno == EINVAL || errno == EPERM)) {
+    // Something that is not our entry (a link, a FIFO, another uid's file) where an entry goes:
+    // not opened, not followed; counted, and removed below when it is still there.
+    c.misses.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t n = c.corrupt.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (n <= 10 || n % kCorruptLogEvery == 0) {
+      spdlog::warn("frame cache {}: {} is {}; not followed, removed, the frame is decoded again", options_.dir, path,
+                   errno == ELOOP ? "a symbolic link" : errno == EPERM ? "another user's file" : "not a regular file");
+    }
+    ::unlinkat(dfd.get(), name.c_str(), 0);
+    return nullptr;
+  }
   if (!fd.ok()) {
     c.misses.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
@@ -234,8 +282,8 @@ std::shared_ptr<const RgbImage> FrameStore::Find(const FrameCacheKey& key) const
     struct stat mine, now;
     if (::fstat(fd.get(), &mine) != 0) return nullptr;
     LockedStore lock(&c.mu, c.lock_fd.get());
-    if (lock.ok() && ::stat(path.c_str(), &now) == 0 && now.st_ino == mine.st_ino && now.st_dev == mine.st_dev &&
-        ::unlink(path.c_str()) == 0) {
+    if (lock.ok() && ::fstatat(dfd.get(), name.c_str(), &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == mine.st_ino &&
+        now.st_dev == mine.st_dev && ::unlinkat(dfd.get(), name.c_str(), 0) == 0) {
       // The entry may have been accounted at another size than it has now (a torn write), so
       // the account is recounted (damage is rare; a scan is milliseconds).
       uint64_t total = 0;
@@ -254,6 +302,14 @@ std::shared_ptr<const RgbImage> FrameStore::Find(const FrameCacheKey& key) const
   }
   if (h.key_hash != KeyHash(key)) return corrupt("belongs to another key");
   if (static_cast<uint64_t>(st.st_size) != kHeaderBytes + h.payload_bytes) return corrupt("is truncated");
+  // A shared store: the entry must carry the MAC of the node secret over its header, key and
+  // payload; anyone who could write the entry without the secret wrote a miss.
+  auto authentic = [&](const char* payload, size_t n) {
+    CacheMac mac;
+    return !c.dir->shared() ||
+           (c.dir->Mac({std::string_view(hbuf, kMacAt), KeyBytes(key), std::string_view(payload, n)}, &mac) &&
+            CacheDir::MacEqual(mac, reinterpret_cast<const uint8_t*>(hbuf + kMacAt)));
+  };
   auto img = std::make_shared<RgbImage>();
   img->width = h.width;
   img->height = h.height;
@@ -265,11 +321,15 @@ std::shared_ptr<const RgbImage> FrameStore::Find(const FrameCacheKey& key) const
       return corrupt("cannot be read");
     }
     if (XXH3_64bits(img->pixels.data(), h.raw_bytes) != h.payload_xxh3) return corrupt("fails its checksum");
+    if (!authentic(reinterpret_cast<const char*>(img->pixels.data()), h.raw_bytes)) {
+      return corrupt("fails its MAC (not written with this store's key)");
+    }
   } else {
     thread_local std::string payload;
     payload.resize(h.payload_bytes);
     if (!ReadFull(fd.get(), payload.data(), h.payload_bytes, kHeaderBytes)) return corrupt("cannot be read");
     if (XXH3_64bits(payload.data(), payload.size()) != h.payload_xxh3) return corrupt("fails its checksum");
+    if (!authentic(payload.data(), payload.size())) return corrupt("fails its MAC (not written with this store's key)");
     size_t got = 0;
     if (codec == FrameStoreOptions::Compression::kLz4) {
       const int r = LZ4_decompress_safe(payload.data(), reinterpret_cast<char*>(img->pixels.data()),
@@ -346,7 +406,7 @@ uint64_t EvictLeastRecentlyUsed(const std::string& dir, uint64_t max_bytes, uint
   for (auto it = fs::directory_iterator(fs::path(dir) / "tmp", ec);
        !ec && it != fs::directory_iterator(); it.increment(ec)) {
     struct stat st;
-    if (::stat(it->path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTmpSeconds) {
+    if (::lstat(it->path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTmpSeconds) {
       ::unlink(it->path().c_str());
     }
   }
@@ -357,8 +417,9 @@ uint64_t EvictLeastRecentlyUsed(const std::string& dir, uint64_t max_bytes, uint
 
 void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
   Counters& c = *counters_;
-  const std::string path = EntryPath(options_.dir, key);
-  if (::access(path.c_str(), F_OK) == 0) {
+  const std::string name = EntryName(key);
+  const std::string path = StrCat(options_.dir, "/", EntryDir(key), "/", name);
+  if (Contains(key)) {
     c.already_present.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -393,32 +454,43 @@ void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
     c.rejected.fetch_add(1, std::memory_order_relaxed);  // checked again under the lock
     return;
   }
-  const std::string tmp = StrCat(options_.dir, "/tmp/", ::getpid(), ".",
-                                 std::hash<std::thread::id>()(std::this_thread::get_id()), ".",
-                                 c.tmp_counter.fetch_add(1, std::memory_order_relaxed));
+  std::string tmp_name;
+  const int tmp_dir = c.tmp_fd.get();
   {
     char hbuf[kHeaderBytes];
     EncodeHeader(h, hbuf);
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (c.dir->shared()) {
+      CacheMac mac;
+      if (!c.dir->Mac({std::string_view(hbuf, kMacAt), KeyBytes(key), std::string_view(payload, payload_bytes)}, &mac)) {
+        return warn_once("cannot compute an entry's MAC (libcrypto failed)");
+      }
+      std::memcpy(hbuf + kMacAt, mac.data(), mac.size());
+    }
+    SealHeader(hbuf);
+    Fd fd = c.dir->CreateTemp(tmp_dir, &tmp_name);
     if (!fd.ok() || !WriteFull(fd.get(), hbuf, kHeaderBytes, 0) ||
         !WriteFull(fd.get(), payload, payload_bytes, kHeaderBytes)) {
-      warn_once(StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-      ::unlink(tmp.c_str());
+      warn_once(StrCat("cannot write ", options_.dir, "/tmp/", tmp_name, ": ", std::strerror(errno)));
+      if (fd.ok()) ::unlinkat(tmp_dir, tmp_name.c_str(), 0);
       return;
     }
   }
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
+  const Fd entry_dir = c.dir->OpenDir(EntryDir(key), /*create=*/true);
+  if (!entry_dir.ok()) {
+    warn_once(StrCat("cannot create ", options_.dir, "/", EntryDir(key), ": ", std::strerror(errno)));
+    ::unlinkat(tmp_dir, tmp_name.c_str(), 0);
+    return;
+  }
   LockedStore lock(&c.mu, c.lock_fd.get());
   if (!lock.ok()) {
     warn_once(StrCat("cannot lock ", options_.dir, "/lock: ", std::strerror(errno)));
-    ::unlink(tmp.c_str());
+    ::unlinkat(tmp_dir, tmp_name.c_str(), 0);
     return;
   }
   // Under the lock: present already, admitted, evicted for, accounted, then published.
-  if (::access(path.c_str(), F_OK) == 0) {
+  if (IsRegularAt(entry_dir.get(), name)) {
     c.already_present.fetch_add(1, std::memory_order_relaxed);
-    ::unlink(tmp.c_str());
+    ::unlinkat(tmp_dir, tmp_name.c_str(), 0);
     return;
   }
   uint64_t usage = ReadUsage(c.usage_fd.get());
@@ -426,7 +498,7 @@ void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
     if (options_.policy == FrameStoreOptions::Policy::kPinWhatFits) {
       c.rejected.fetch_add(1, std::memory_order_relaxed);
       c.usage.store(usage, std::memory_order_relaxed);
-      ::unlink(tmp.c_str());
+      ::unlinkat(tmp_dir, tmp_name.c_str(), 0);
       return;
     }
     uint64_t evicted = 0;
@@ -434,10 +506,10 @@ void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
     c.evicted_bytes.fetch_add(evicted, std::memory_order_relaxed);
   }
   WriteUsage(c.usage_fd.get(), usage + entry_bytes);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::renameat(tmp_dir, tmp_name.c_str(), entry_dir.get(), name.c_str()) != 0) {
     WriteUsage(c.usage_fd.get(), usage);
     warn_once(StrCat("cannot publish ", path, ": ", std::strerror(errno)));
-    ::unlink(tmp.c_str());
+    ::unlinkat(tmp_dir, tmp_name.c_str(), 0);
     return;
   }
   c.usage.store(usage + entry_bytes, std::memory_order_relaxed);
@@ -446,16 +518,14 @@ void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
 }
 
 void FrameStore::NameDataset(const std::string& dataset_key, const std::string& name) const {
-  const fs::path dir = fs::path(options_.dir) / kFramesDir / DatasetDir(dataset_key);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
+  const Counters& c = *counters_;
+  const Fd dir = c.dir->OpenDir(StrCat(kFramesDir, "/", DatasetDir(dataset_key)), /*create=*/true);
   const std::string text = StrCat(dataset_key, "\n", name, "\n");
-  const std::string tmp = StrCat(options_.dir, "/tmp/source.", ::getpid(), ".",
-                                 counters_->tmp_counter.fetch_add(1, std::memory_order_relaxed));
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.ok() || !WriteFull(fd.get(), text.data(), text.size(), 0) ||
-      ::rename(tmp.c_str(), (dir / "source").c_str()) != 0) {
-    ::unlink(tmp.c_str());
+  std::string tmp_name;
+  Fd fd = dir.ok() ? c.dir->CreateTemp(c.tmp_fd.get(), &tmp_name) : Fd();
+  if (fd.ok() && (!WriteFull(fd.get(), text.data(), text.size(), 0) ||
+                  ::renameat(c.tmp_fd.get(), tmp_name.c_str(), dir.get(), "source") != 0)) {
+    ::unlinkat(c.tmp_fd.get(), tmp_name.c_str(), 0);
   }
 }
 
@@ -479,7 +549,8 @@ FrameStoreStats FrameStore::stats() const {
 
 absl::StatusOr<FrameStoreUsage> FrameStore::Scan(const std::string& dir) {
   std::error_code ec;
-  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec)) {
+  // A store of an older release (frames1/ alone) is a store too: empty to this one, and cleared.
+  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec) && !fs::is_directory(fs::path(dir) / kOldFramesDir, ec)) {
     return absl::NotFoundError(StrCat("frame cache directory ", dir, ": no ", kFramesDir, "/ in it (not a frame cache)"));
   }
   FrameStoreUsage u;
@@ -489,21 +560,24 @@ absl::StatusOr<FrameStoreUsage> FrameStore::Scan(const std::string& dir) {
     if (!it->is_directory(ec)) continue;
     FrameStoreUsage::Dataset d;
     d.key = it->path().filename().string();
-    std::FILE* f = std::fopen((it->path() / "source").c_str(), "r");
-    if (f != nullptr) {
-      char line[4096];
-      if (std::fgets(line, sizeof line, f) != nullptr) d.key = std::string(line, strcspn(line, "\n"));
-      if (std::fgets(line, sizeof line, f) != nullptr) d.name = std::string(line, strcspn(line, "\n"));
-      std::fclose(f);
+    if (Fd f = OpenRegular((it->path() / "source").string(), O_RDONLY); f.ok()) {
+      char text[8192];
+      const ssize_t n = ::pread(f.get(), text, sizeof text, 0);
+      const std::string_view all(text, n > 0 ? static_cast<size_t>(n) : 0);
+      const size_t eol = all.find('\n');
+      if (eol != std::string_view::npos) {
+        d.key = std::string(all.substr(0, eol));
+        const std::string_view rest = all.substr(eol + 1);
+        d.name = std::string(rest.substr(0, rest.find('\n')));
+      }
     }
     for (auto e = fs::recursive_directory_iterator(it->path(), ec); !ec && e != fs::recursive_directory_iterator();
          e.increment(ec)) {
-      if (!e->is_regular_file(ec) || e->path().filename() == "source") continue;
       struct stat st;
-      if (::stat(e->path().c_str(), &st) != 0) continue;
+      if (e->path().filename() == "source" || ::lstat(e->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       ++d.entries;
       d.bytes += static_cast<uint64_t>(st.st_size);
-      Fd fd(::open(e->path().c_str(), O_RDONLY | O_CLOEXEC));
+      Fd fd = OpenRegular(e->path().string(), O_RDONLY);
       char hbuf[kHeaderBytes];
       Header h;
       if (fd.ok() && ReadFull(fd.get(), hbuf, kHeaderBytes, 0) && DecodeHeader(hbuf, &h)) d.pixel_bytes += h.raw_bytes;
@@ -517,23 +591,24 @@ absl::StatusOr<FrameStoreUsage> FrameStore::Scan(const std::string& dir) {
   for (auto it = fs::directory_iterator(fs::path(dir) / "tmp", ec); !ec && it != fs::directory_iterator();
        it.increment(ec)) {
     struct stat st;
-    if (::stat(it->path().c_str(), &st) != 0) continue;
+    if (::lstat(it->path().c_str(), &st) != 0) continue;
     ++u.tmp_files;
     u.tmp_bytes += static_cast<uint64_t>(st.st_size);
   }
-  Fd usage(::open((dir + "/usage").c_str(), O_RDONLY | O_CLOEXEC));
+  Fd usage = OpenRegular(dir + "/usage", O_RDONLY);
   u.accounted_bytes = ReadUsage(usage.get());
   return u;
 }
 
 absl::StatusOr<FrameStoreUsage> FrameStore::Clear(const std::string& dir, const std::string& dataset_prefix) {
   std::error_code ec;
-  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec)) {
+  // A store of an older release (frames1/ alone) is a store too: empty to this one, and cleared.
+  if (!fs::is_directory(fs::path(dir) / kFramesDir, ec) && !fs::is_directory(fs::path(dir) / kOldFramesDir, ec)) {
     return absl::NotFoundError(StrCat("frame cache directory ", dir, ": no ", kFramesDir, "/ in it (not a frame cache)"));
   }
   absl::Mutex mu;
-  Fd lock_fd(::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  Fd usage_fd(::open((dir + "/usage").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  Fd lock_fd = OpenRegular(dir + "/lock", O_RDWR | O_CREAT);
+  Fd usage_fd = OpenRegular(dir + "/usage", O_RDWR | O_CREAT);
   LockedStore lock(&mu, lock_fd.get());
   if (!lock.ok() || !usage_fd.ok()) {
     return absl::PermissionDeniedError(StrCat("frame cache directory ", dir, ": cannot lock: ", std::strerror(errno)));
@@ -545,6 +620,7 @@ absl::StatusOr<FrameStoreUsage> FrameStore::Clear(const std::string& dir, const 
     if (ec) return absl::InternalError(StrCat("frame cache directory ", dir, ": cannot remove ", d.key, ": ", ec.message()));
   }
   if (dataset_prefix.empty()) {
+    fs::remove_all(fs::path(dir) / kOldFramesDir, ec);  // a version-1 store's entries, never read
     for (auto it = fs::directory_iterator(fs::path(dir) / "tmp", ec); !ec && it != fs::directory_iterator();
          it.increment(ec)) {
       ::unlink(it->path().c_str());

@@ -4,14 +4,21 @@
 // reading the same dataset with the same decode settings, and `conveyor cache warm` run ahead of
 // them. Under /dev/shm it is shared memory; on a local NVMe disk it outlives a reboot.
 //
-// Layout (version 1):
-//   DIR/frames1/DATASET/SETTINGS/EPISODE/STREAM.FRAME   one entry (a frame)
+// Layout (version 2; a version-1 store's frames1/ is ignored, and removed by `conveyor cache clear`):
+//   DIR/frames2/DATASET/SETTINGS/EPISODE/STREAM.FRAME   one entry (a frame)
 //   DIR/tmp/                                            entries being written
 //   DIR/lock                                            flock'd while the byte account changes
 //   DIR/usage                                           bytes of the entries published (8 bytes)
-// An entry is a 64-byte header (magic, the XXH3 of its full key, width, height, codec, sizes,
-// the payload's XXH3 and the header's own XXH3) and the payload: the RGB pixels as the decoder
-// delivered them, raw or compressed (lz4, zstd).
+// An entry is a 96-byte header (magic, the XXH3 of its full key, width, height, codec, sizes,
+// the payload's XXH3, in a shared store the HMAC-SHA256 of all that, the key and the payload, and
+// the header's own XXH3) and the payload: the RGB pixels as the decoder delivered them, raw or
+// compressed (lz4, zstd).
+//
+// Who can use it (base/cache_dir.h, docs/serving.md "Shared nodes"): by default DIR is private to
+// the uid that opens it (0700, entries 0600; a DIR owned by another user is refused). Several users
+// or jobs share one DIR only through `shared_key_file`: a group directory whose entries carry a MAC
+// under the node secret, so an entry forged by anyone without the secret is counted corrupt, never
+// a hit. No open follows a symbolic link or blocks on a FIFO planted in DIR.
 //
 // Why this shape (the same as the storage cache, storage/caching_storage.cc):
 // - Atomic publish: written whole under tmp/, renamed into place under the lock; a reader sees no
@@ -44,7 +51,10 @@ namespace conveyor {
 struct FrameCacheKey;
 
 struct FrameStoreOptions {
-  std::string dir;         // created if missing
+  std::string dir;         // created if missing; private to this uid unless shared_key_file is given
+  // A node secret (32+ random bytes, readable by the group sharing DIR, not by every user): DIR is
+  // then a group-shared store and every entry is authenticated with it. Empty: private.
+  std::string shared_key_file;
   uint64_t max_bytes = 0;  // > 0: the bound for all processes together (entry files, headers included)
   enum class Policy { kPinWhatFits, kLru } policy = Policy::kPinWhatFits;
   // How the pixels are kept. kNone (default): raw, read back with one copy; kLz4 / kZstd:

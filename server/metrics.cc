@@ -54,6 +54,9 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> registry)
                           "Batch streams started, by transport (grpc or shared_memory)")),
       shm_wait_(Counters(*registry_, "conveyor_shared_memory_wait_seconds_total",
                          "Seconds streams waited for their client to release shared memory").Add({})),
+      stalled_(Counters(*registry_, "conveyor_streams_stalled_total",
+                        "Streams and stripe streams ended because their client took no batch for "
+                        "--stream-progress-timeout").Add({})),
       batches_(Counters(*registry_, "conveyor_batches_total", "Batches sent, by job")),
       job_samples_(Counters(*registry_, "conveyor_job_samples_total", "Samples sent, by job")),
       bytes_(Counters(*registry_, "conveyor_tensor_bytes_total",
@@ -132,8 +135,13 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::
       .Add({{"version", version}, {"protocol", "1"}})
       .Set(1);
   if (!listen.empty()) {
+    // A bare port (or ":PORT") is a loopback address, as the banner says: the exposer would bind
+    // every interface for it. Give HOST:PORT (0.0.0.0:PORT) to expose metrics beyond this host.
+    const std::string bind = listen.find(':') == std::string::npos ? StrCat("127.0.0.1:", listen)
+                             : listen.front() == ':'                ? StrCat("127.0.0.1", listen)
+                                                                    : listen;
     try {
-      m->exposer_ = std::make_unique<prometheus::Exposer>(listen);
+      m->exposer_ = std::make_unique<prometheus::Exposer>(bind);
     } catch (const std::exception& e) {
       const size_t colon = listen.rfind(':');
       const int port = colon == std::string::npos ? 0 : std::atoi(listen.c_str() + colon + 1);
@@ -144,8 +152,8 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(const std::
     }
     m->exposer_->RegisterCollectable(registry);
     const std::vector<int> ports = m->exposer_->GetListeningPorts();
-    const std::string host = listen.substr(0, listen.rfind(':'));
-    m->address_ = ports.empty() ? listen : StrCat(host, ":", ports.front());
+    const std::string host = bind.substr(0, bind.rfind(':'));
+    m->address_ = ports.empty() ? bind : StrCat(host, ":", ports.front());
   }
   return m;
 }
@@ -262,6 +270,7 @@ void ServerMetrics::StreamTransport(const std::string& transport) {
   transport_.Add({{"transport", transport}}).Increment();
 }
 void ServerMetrics::SharedMemoryWait(double seconds) { shm_wait_.Increment(seconds); }
+void ServerMetrics::StreamStalled() { stalled_.Increment(); }
 void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"code", code}}).Increment(); }
 void ServerMetrics::DataPinRefused() {
   rejected_.Add({{"code", "FAILED_PRECONDITION"}, {"reason", "data_pin"}}).Increment();

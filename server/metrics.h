@@ -49,6 +49,8 @@ class ServerMetrics {
   void IdentityRefused(const std::string& reason);
 
   void StreamEnded(const std::string& outcome);          // ok, cancelled, shutdown, error
+  // A stream or stripe stream ended by --stream-progress-timeout (its client took nothing).
+  void StreamStalled();
   void StreamTransport(const std::string& transport);   // a stream started: grpc, shared_memory
   // Seconds a stream waited for its client to release shared memory (the client is behind).
   void SharedMemoryWait(double seconds);
@@ -98,6 +100,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Counter>& transport_;
   prometheus::Counter& shm_wait_;
+  prometheus::Counter& stalled_;
   prometheus::Family<prometheus::Counter>& batches_;
   prometheus::Family<prometheus::Counter>& job_samples_;
   prometheus::Family<prometheus::Counter>& bytes_;

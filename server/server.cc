@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <mutex>  // std::once_flag
 #include <sstream>
 
@@ -154,6 +155,15 @@ struct ActiveStream {
   std::string peer;       // the client (PeerKey), for the per-peer limit
   std::string job_label;  // JobRegistry's label of the stream's job
   std::atomic<uint64_t> queue_bytes{0};  // the pipeline's bytes in flight, after each batch
+  // Since when the stream has waited for its client to take a batch (steady clock, ns; 0: not
+  // waiting), and whether the reaper ended it for waiting longer than the progress timeout.
+  std::atomic<int64_t> blocked_since_ns{0};
+  mutable std::atomic<bool> stalled{false};  // set by the reaper, which sees the registry's const entries
+  void Blocked() {
+    int64_t none = 0;
+    blocked_since_ns.compare_exchange_strong(none, std::chrono::steady_clock::now().time_since_epoch().count());
+  }
+  void Progressed() { blocked_since_ns.store(0); }
 };
 struct Registered {
   Pipeline* pipeline = nullptr;  // while it serves: the reaper cancels it
@@ -227,6 +237,12 @@ struct DataServer::Impl : public RawStreamBatchesService {
   absl::CondVar cv;
   // The open streams; entries removed by StreamSlot's destructor.
   std::map<const ActiveStream*, Registered> streams ABSL_GUARDED_BY(mu);
+  // Stripe calls reserved by open streams. Each holds a handler thread as a stream does, so they
+  // have a pool of their own (stripe_slots <= --max-streams) and the handler quota is sized for
+  // both pools (2 x max_streams + 16): however clients mix streams and stripes, Info, health and
+  // new streams keep threads of their own.
+  int stripe_slots ABSL_GUARDED_BY(mu) = 0;
+  std::set<ActiveStream*> stripe_calls ABSL_GUARDED_BY(mu);  // the stripe calls running
   bool shutting_down ABSL_GUARDED_BY(mu) = false;
   bool reaper_stop ABSL_GUARDED_BY(mu) = false;
   // The server-wide memory budget (ServerLimits::server_memory_bytes, resolved at start) and the
@@ -365,11 +381,23 @@ struct DataServer::Impl : public RawStreamBatchesService {
 
   // The reaper: cancels the pipelines of streams whose client went away, so that a stream
   // blocked in Pipeline::Next() ends promptly, and all of them at shutdown.
+  // It also ends a stream whose client stopped taking batches for --stream-progress-timeout.
   void Reap() {
     absl::MutexLock lock(&mu);
+    const int64_t timeout_ns = static_cast<int64_t>(o.stream_progress_timeout_seconds * 1e9);
     while (!reaper_stop) {
+      const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+      auto check = [&](const ActiveStream* s) {
+        const int64_t since = s->blocked_since_ns.load();
+        if (timeout_ns > 0 && since != 0 && now - since > timeout_ns && !s->stalled.exchange(true)) {
+          metrics->StreamStalled();
+          s->ctx->TryCancel();  // unblocks a Write the client does not read
+        }
+      };
+      for (const ActiveStream* s : stripe_calls) check(s);
       for (const auto& [s, r] : streams) {
-        if (r.pipeline && (shutting_down || s->ctx->IsCancelled())) r.pipeline->Cancel();
+        check(s);
+        if (r.pipeline && (shutting_down || s->stalled || s->ctx->IsCancelled())) r.pipeline->Cancel();
       }
       cv.WaitWithTimeout(&mu, absl::Milliseconds(20));
     }
@@ -560,6 +588,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
       {
         absl::MutexLock lock(&server_->mu);
         server_->streams.erase(entry_);
+        server_->UpdateHealth();
       }
       server_->metrics->streams_active.Decrement();
     }
@@ -595,7 +624,32 @@ struct DataServer::Impl : public RawStreamBatchesService {
     streams.emplace(entry, Registered{});
     metrics->streams_active.Increment();
     slot->emplace(this, entry);
+    UpdateHealth();
     return grpc::Status::OK;
+  }
+
+  // Health says SERVING exactly while a new stream would be admitted (by the stream limit).
+  void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (server == nullptr || shutting_down) return;
+    if (auto* health = server->GetHealthCheckService()) {
+      health->SetServingStatus(static_cast<int>(streams.size()) < o.max_streams);
+    }
+  }
+
+  // Up to `wanted` stripe calls for a stream, as many as the stripe pool has room for (0 when
+  // fewer than 2: the payloads then travel on the stream itself). Returned by ReleaseStripes.
+  uint32_t ReserveStripes(uint32_t wanted) {
+    absl::MutexLock lock(&mu);
+    const int room = o.max_streams - stripe_slots;
+    const uint32_t k = room < 2 ? 0 : std::min<uint32_t>(wanted, static_cast<uint32_t>(room));
+    stripe_slots += static_cast<int>(k);
+    UpdateHealth();
+    return k;
+  }
+  void ReleaseStripes(uint32_t k) {
+    absl::MutexLock lock(&mu);
+    stripe_slots -= static_cast<int>(k);
+    UpdateHealth();
   }
 
   // A stream's share of the server-wide memory budget, returned however the stream ends.
@@ -760,10 +814,10 @@ struct DataServer::Impl : public RawStreamBatchesService {
   }
 
   // True once the call is over for this server: the client cancelled, or the server drains.
-  StopFn StreamOver(grpc::ServerContext* ctx) {
-    return [this, ctx] {
+  StopFn StreamOver(grpc::ServerContext* ctx, const ActiveStream* entry = nullptr) {
+    return [this, ctx, entry] {
       absl::MutexLock lock(&mu);
-      return shutting_down || ctx->IsCancelled();
+      return shutting_down || ctx->IsCancelled() || (entry != nullptr && entry->stalled);
     };
   }
 
@@ -780,9 +834,34 @@ struct DataServer::Impl : public RawStreamBatchesService {
       return Reject(grpc::StatusCode::INVALID_ARGUMENT,
                     StrCat("stripe ", i, " of ", session->streams(), " is out of range or already joined"));
     }
-    const StopFn cancelled = StreamOver(ctx);
+    // Registered while it runs, so that the reaper ends it when its client stops reading (the
+    // progress timeout, as for streams); its slot (ReserveStripes) is released when it ends.
+    ActiveStream call;
+    call.ctx = ctx;
+    struct Registration {
+      Impl* server;
+      ActiveStream* call;
+      ~Registration() {
+        absl::MutexLock lock(&server->mu);
+        server->stripe_calls.erase(call);
+        server->stripe_slots -= 1;
+        server->UpdateHealth();
+      }
+    } registration{this, &call};
+    {
+      absl::MutexLock lock(&mu);
+      stripe_calls.insert(&call);
+    }
+    const StopFn cancelled = StreamOver(ctx, &call);
     while (std::optional<grpc::ByteBuffer> m = session->Pop(i, cancelled)) {
-      if (!writer->Write(*m)) {
+      call.Blocked();
+      const bool written = writer->Write(*m);
+      call.Progressed();
+      if (call.stalled) {
+        session->Fail(i, "its client took nothing for the progress timeout");
+        return Stalled();
+      }
+      if (!written) {
         session->Fail(i, "the client's stripe stream went away");
         return grpc::Status::CANCELLED;
       }
@@ -792,6 +871,12 @@ struct DataServer::Impl : public RawStreamBatchesService {
       return grpc::Status::CANCELLED;
     }
     return grpc::Status::OK;
+  }
+
+  grpc::Status Stalled() const {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                        StrCat("the client took no batch for ", o.stream_progress_timeout_seconds,
+                               " s (--stream-progress-timeout): the stream is ended to free its slot"));
   }
 
   // Resolves an admitted request into a pipeline and serves it.
@@ -986,21 +1071,27 @@ struct DataServer::Impl : public RawStreamBatchesService {
       }
     }
     // Striped payloads, when asked for and the payloads travel in messages.
+    // Each stripe is a call from the stripe pool (stripe_slots): a stream gets as many as are free.
     std::shared_ptr<StripeSession> stripe_session;
     std::string stripe_token;
-    if (!region && req.payload_streams() > 1) {
-      const uint32_t k = std::min(req.payload_streams(), kMaxPayloadStreams);
-      stripe_session = stripes.Create(k, 2 * max_message, &stripe_token);
-      st->set_payload_streams(k);
+    const uint32_t stripe_calls =
+        !region && req.payload_streams() > 1 ? ReserveStripes(std::min(req.payload_streams(), kMaxPayloadStreams)) : 0;
+    if (stripe_calls > 0) {
+      stripe_session = stripes.Create(stripe_calls, 2 * max_message, &stripe_token);
+      st->set_payload_streams(stripe_calls);
       st->set_stripe_token(stripe_token);
     }
+    // When the stream is over no stripe may join any more; the slots of those that never joined are
+    // released here, each joined one's when its call ends (ServeStripe).
     struct Unstripe {
       Impl* server;
       const std::string& token;
+      const std::shared_ptr<StripeSession>& session;
       ~Unstripe() {
         if (!token.empty()) server->stripes.Remove(token);
+        if (session) server->ReleaseStripes(session->StopJoining());
       }
-    } unstripe{this, stripe_token};
+    } unstripe{this, stripe_token, stripe_session};
     PipelineStats last{};
     // This job's series, created at 0 so that increase() and alerts see the first skip.
     const std::string label = entry->job_label;
@@ -1022,7 +1113,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
       return s;
     };
     if (!writer->Write(SerializeMessage(first))) return finish(grpc::Status::CANCELLED, "cancelled");
-    const StopFn stop = StreamOver(ctx);
+    const StopFn stop = StreamOver(ctx, entry);
     std::unique_ptr<PayloadSink> sink;
     if (region) {
       // The client connects as soon as it reads the stream start; meanwhile the workers decode.
@@ -1032,7 +1123,12 @@ struct DataServer::Impl : public RawStreamBatchesService {
                      job, req.consumer(), req.consumers(), std::string(h.message()));
         region.reset();
       } else {
-        pipeline->SetBatchBuffers(region->buffers(stop));
+        // The ring's allocator polls stop() only while it waits for the client to release: that
+        // wait is what the progress timeout measures.
+        pipeline->SetBatchBuffers(region->buffers([entry, stop] {
+          entry->Blocked();
+          return stop();
+        }));
         sink = std::move(region);
       }
     }
@@ -1071,7 +1167,9 @@ struct DataServer::Impl : public RawStreamBatchesService {
                                           cursor.ToString(), " on another server")),
                       "shutdown");
       }
+      if (entry->stalled) return finish(Stalled(), "stalled");
       if (ctx->IsCancelled()) return finish(grpc::Status::CANCELLED, "cancelled");
+      entry->Progressed();
       if (!b.ok()) {
         spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
                       std::string(b.status().message()));
@@ -1081,7 +1179,10 @@ struct DataServer::Impl : public RawStreamBatchesService {
       if (!b->has_value()) return finish(grpc::Status::OK, "ok");  // the real end: max_epochs
       const Batch& batch = **b;
       const auto t1 = Clock::now();
+      entry->Blocked();  // until the client takes the batch
       const absl::Status delivered = SendBatch(writer, batch, *sink, label);
+      if (entry->stalled) return finish(Stalled(), "stalled");
+      entry->Progressed();
       if (absl::IsCancelled(delivered)) return finish(grpc::Status::CANCELLED, "cancelled");
       if (!delivered.ok()) {
         spdlog::error("job={} consumer={}/{}: {}", job, req.consumer(), req.consumers(),
@@ -1283,9 +1384,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
         "every ceiling must be at least 1, and --stream-memory-bytes at least --queue-bytes");
   }
   if (!o.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string t, ReadLocalFile(o.auth_token_file, "token file"));
-    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.front()))) t.erase(t.begin());
+    ASSIGN_OR_RETURN(std::string t, ReadTokenFile(o.auth_token_file));
     if (t.size() < 16) {
       return absl::InvalidArgumentError(StrCat("token file ", o.auth_token_file, " holds ", t.size(),
                                                " characters; use at least 16 (openssl rand -hex 32)"));
@@ -1355,6 +1454,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   fcc.bytes = o.frame_cache_bytes;
   fcc.policy = o.frame_cache_policy;
   fcc.dir = o.frame_cache_dir;
+  fcc.shared_key = o.frame_cache_shared_key;
   fcc.dir_bytes = o.frame_cache_dir_bytes;
   fcc.compression = o.frame_cache_compression;
   ASSIGN_OR_RETURN(m.frame_cache, MakeFrameCache(fcc));
@@ -1384,10 +1484,11 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  // Handler threads are bounded: each open stream holds one (the sync API), plus a few for Info,
-  // health and streams being refused. Past that gRPC answers RESOURCE_EXHAUSTED itself.
+  // Handler threads are bounded: each open stream and each stripe stream holds one (the sync API),
+  // max_streams of each (Impl::stripe_slots), plus a few for Info, health and streams being
+  // refused. Past that gRPC answers RESOURCE_EXHAUSTED itself.
   grpc::ResourceQuota quota("conveyor-server");
-  quota.SetMaxThreads(o.max_streams + 16);
+  quota.SetMaxThreads(2 * o.max_streams + 16);
   builder.SetResourceQuota(quota);
   int port = 0;
   builder.AddListeningPort(o.listen, creds, &port);
@@ -1424,7 +1525,9 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
         " (a server owns its address; to replace one, drain it first or start the new one on "
         "another port and update the job's server list: docs/serving.md \"Restarting a server\")"));
   }
-  m.address = o.listen.substr(0, o.listen.rfind(':') + 1) + std::to_string(port);
+  // A unix socket has no port (gRPC reports 1 for it): its address is the path as given.
+  m.address = o.listen.rfind("unix:", 0) == 0 ? o.listen
+                                              : o.listen.substr(0, o.listen.rfind(':') + 1) + std::to_string(port);
   m.listen_host = o.listen.substr(0, o.listen.rfind(':'));
   m.listen_port = static_cast<uint16_t>(port);
   if (unix_listener) {

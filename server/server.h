@@ -94,6 +94,7 @@ struct ServerOptions {
   // The node-wide tier (pipeline/frame_store.h): decoded frames under this directory, shared by
   // every server on the node given it (/dev/shm: shared memory; a local disk). Empty: none.
   std::string frame_cache_dir;
+  std::string frame_cache_shared_key;          // a group-shared store's node secret (FrameStoreOptions)
   uint64_t frame_cache_dir_bytes = 0;          // its bound for the node; 0: a quarter of its filesystem
   std::string frame_cache_compression = "none";  // none | lz4 | zstd
   // > 0: warm the frame cache in the background from start-up with this many threads
@@ -108,7 +109,15 @@ struct ServerOptions {
   // Accept same-host clients' shared-memory regions (docs/serving.md "Same-host transport"):
   // payloads are written there and only headers travel over gRPC.
   bool shared_memory = true;
+  // Streams at once; health says NOT_SERVING while this many are open. Stripe streams
+  // (--payload-streams) hold a handler thread each as a stream does and have a pool of their own
+  // of the same size: a stream is given as many stripes as the pool has free (none below 2, its
+  // payloads then travel on the stream), so stripes never take a stream's or Info's thread.
   int max_streams = 64;
+  // A stream (or stripe stream) whose client took no batch for this long (its Write blocked, or
+  // its shared region unreleased) is ended with DEADLINE_EXCEEDED, freeing its slot, and counted
+  // in conveyor_streams_stalled_total. 0: never.
+  double stream_progress_timeout_seconds = 300;
   uint64_t max_config_bytes = 1ull << 20;  // inline configs larger than this are refused
   ServerLimits limits;
   std::string version = "dev";

@@ -47,6 +47,13 @@ void StripeSession::Close(bool drain) {
   cv_.SignalAll();
 }
 
+uint32_t StripeSession::StopJoining() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  cv_.SignalAll();
+  return streams_ - joined_;
+}
+
 bool StripeSession::Join(uint32_t i) {
   absl::MutexLock lock(&mu_);
   if (i >= streams_ || queues_[i].joined || closed_) return false;

@@ -1,8 +1,11 @@
 // The node-local cache of byte ranges in front of a remote root (StorageCacheOptions).
 //
-// Layout under the cache directory, shared by every process on the node:
-//   blocks/XX/KEY.BLOCK   one entry: a 24-byte header (magic, payload length, XXH3-64 of the
+// Layout under the cache directory, shared by every process of its uid on the node (or of its
+// group, with a shared-cache key: base/cache_dir.h, docs/serving.md "Shared nodes"):
+//   blocks2/XX/KEY.BLOCK  one entry: a 56-byte header (magic, payload length, XXH3-64 of the
+//                         payload, in a shared cache the HMAC-SHA256 of the key, block and
 //                         payload) and the payload, the file's bytes [BLOCK * B, BLOCK * B + len)
+//                         (version 2; a version-1 cache's blocks/ is never read)
 //   tmp/                  entries being written; renamed into blocks/ when complete
 //   lock                  flock'd while the byte account changes and while evicting
 //   usage                 the bytes of entries published, as this cache's processes counted them
@@ -10,6 +13,10 @@
 // so a rewritten object, a different block size or another dataset never hits a stale entry.
 //
 // Why this shape:
+// - Private unless shared on purpose: the directory is this uid's (0700, entries 0600) and one
+//   owned by another user is refused; a group-shared cache authenticates every entry, so one
+//   written without the node secret is a counted corrupt entry, never a hit. No open follows a
+//   symbolic link or blocks on a FIFO; temporary names are random and created with O_EXCL.
 // - Atomic publish: an entry is written whole under tmp/ and renamed into place, so a reader sees
 //   either no entry or a complete one; a crash leaves only a tmp/ file (removed by a later
 //   eviction once it is an hour old).
@@ -38,12 +45,12 @@
 #include <list>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/base/thread_annotations.h"
+#include "base/cache_dir.h"
 #include "base/cancel.h"
 #include "base/posix_file.h"
 #include "base/status_macros.h"
@@ -58,8 +65,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[8] = {'C', 'V', 'Y', 'C', 'A', 'C', 'H', '1'};
-constexpr size_t kHeaderBytes = 24;
+constexpr char kMagic[8] = {'C', 'V', 'Y', 'C', 'A', 'C', 'H', '2'};
+constexpr size_t kHeaderBytes = 56;
+constexpr size_t kMacAt = 24;
+constexpr char kBlocksDir[] = "blocks2";
 // Eviction frees down to this share of the bound.
 constexpr double kLowWater = 0.9;
 // Blocks fetched past a sequential read (readahead: 8 MiB with the default 1 MiB blocks).
@@ -114,17 +123,15 @@ class CachingStorage final : public Storage {
       : backend_(std::move(backend)), root_(std::move(root)), options_(options) {}
 
   absl::Status Init() {
-    std::error_code ec;
-    fs::create_directories(fs::path(options_.dir) / "tmp", ec);
-    if (!ec) fs::create_directories(fs::path(options_.dir) / "blocks", ec);
-    if (ec) {
-      return absl::FailedPreconditionError(StrCat("storage cache: cannot create ", options_.dir,
-                                                  ": ", ec.message()));
-    }
-    Fd lock(::open(LockPath().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-    if (!lock.ok()) {
-      return absl::FailedPreconditionError(StrCat("storage cache: cannot write in ", options_.dir,
-                                                  ": ", std::strerror(errno)));
+    ASSIGN_OR_RETURN(dir_, CacheDir::Open({options_.dir, "storage cache", options_.shared_key_file}));
+    Fd blocks = dir_->OpenDir(kBlocksDir, /*create=*/true);
+    tmp_fd_ = dir_->OpenDir("tmp", /*create=*/true);
+    Fd lock = dir_->OpenFile(dir_->fd(), "lock", O_RDWR, /*create=*/true);
+    if (!blocks.ok() || !tmp_fd_.ok() || !lock.ok()) {
+      const int e = errno;
+      return absl::FailedPreconditionError(StrCat(
+          "storage cache ", options_.dir, ": cannot create or open its blocks2/, tmp/ or lock: ", std::strerror(e),
+          e == ELOOP ? " (a symbolic link: refused, not followed)" : e == EINVAL ? " (not a regular file: refused)" : ""));
     }
     return absl::OkStatus();
   }
@@ -160,9 +167,17 @@ class CachingStorage final : public Storage {
   // Reads entry (key, block) of `len` bytes into dst; false when absent or corrupt (then
   // removed).
   bool Lookup(const std::string& key, uint64_t block, size_t len, char* dst) const {
-    const std::string path = EntryPath(key, block);
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.ok()) return false;
+    const std::string name = EntryName(key, block);
+    const Fd dfd = dir_->OpenDir(EntryDir(key), /*create=*/false);
+    Fd fd = dfd.ok() ? dir_->OpenFile(dfd.get(), name, O_RDONLY) : Fd();
+    if (!fd.ok()) {
+      if (dfd.ok() && (errno == ELOOP || errno == EINVAL || errno == EPERM)) {
+        // A link, a FIFO or another uid's file where an entry goes: not followed, removed.
+        corrupt_.fetch_add(1, std::memory_order_relaxed);
+        ::unlinkat(dfd.get(), name.c_str(), 0);
+      }
+      return false;
+    }
     char header[kHeaderBytes];
     struct stat st;
     bool good = ::fstat(fd.get(), &st) == 0 &&
@@ -176,10 +191,16 @@ class CachingStorage final : public Storage {
       good = stored_len == len && ReadFull(fd.get(), dst, len, kHeaderBytes) &&
              XXH3_64bits(dst, len) == stored_sum;
     }
+    if (good && dir_->shared()) {
+      // Written by a holder of the node secret, for this key and block: else never served.
+      CacheMac mac;
+      good = EntryMac(key, block, dst, len, &mac) &&
+             CacheDir::MacEqual(mac, reinterpret_cast<const uint8_t*>(header + kMacAt));
+    }
     if (!good) {
-      // Torn or corrupted: never served. Removed so the next reader fetches it again.
+      // Torn, corrupted or forged: never served. Removed so the next reader fetches it again.
       corrupt_.fetch_add(1, std::memory_order_relaxed);
-      ::unlink(path.c_str());
+      ::unlinkat(dfd.get(), name.c_str(), 0);
       return false;
     }
     ::futimens(fd.get(), nullptr);  // recently used: evicted last
@@ -216,34 +237,38 @@ class CachingStorage final : public Storage {
     misses_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t entry_bytes = kHeaderBytes + len;
     if (entry_bytes > options_.max_bytes) return;
-    const std::string tmp = StrCat(options_.dir, "/tmp/", ::getpid(), ".",
-                                   std::hash<std::thread::id>()(std::this_thread::get_id()), ".",
-                                   tmp_counter_.fetch_add(1, std::memory_order_relaxed));
+    std::string tmp;
+    const int tmp_dir = tmp_fd_.get();
     {
-      Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-      char header[kHeaderBytes];
+      char header[kHeaderBytes] = {};
       std::memcpy(header, kMagic, sizeof kMagic);
       const uint64_t len64 = len, sum = XXH3_64bits(data, len);
       std::memcpy(header + 8, &len64, 8);
       std::memcpy(header + 16, &sum, 8);
+      if (dir_->shared()) {
+        CacheMac mac;
+        if (!EntryMac(key, block, data, len, &mac)) return WarnOnce("cannot compute an entry's MAC (libcrypto failed)");
+        std::memcpy(header + kMacAt, mac.data(), mac.size());
+      }
+      Fd fd = dir_->CreateTemp(tmp_dir, &tmp);
       if (!fd.ok() || !WriteFull(fd.get(), header, kHeaderBytes, 0) ||
           !WriteFull(fd.get(), data, len, kHeaderBytes)) {
-        WarnOnce(StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-        ::unlink(tmp.c_str());
+        WarnOnce(StrCat("cannot write ", options_.dir, "/tmp/", tmp, ": ", std::strerror(errno)));
+        if (fd.ok()) ::unlinkat(tmp_dir, tmp.c_str(), 0);
         return;
       }
     }
-    const std::string path = EntryPath(key, block);
-    std::error_code ec;
-    fs::create_directories(fs::path(path).parent_path(), ec);
-    Fd lock(::open(LockPath().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-    if (!lock.ok() || ::flock(lock.get(), LOCK_EX) != 0) {
-      WarnOnce(StrCat("cannot lock ", LockPath(), ": ", std::strerror(errno)));
-      ::unlink(tmp.c_str());
+    const std::string name = EntryName(key, block);
+    const std::string path = StrCat(options_.dir, "/", EntryDir(key), "/", name);
+    const Fd entry_dir = dir_->OpenDir(EntryDir(key), /*create=*/true);
+    Fd lock = dir_->OpenFile(dir_->fd(), "lock", O_RDWR, /*create=*/true);
+    if (!entry_dir.ok() || !lock.ok() || ::flock(lock.get(), LOCK_EX) != 0) {
+      WarnOnce(StrCat("cannot open ", EntryDir(key), "/ or lock ", LockPath(), ": ", std::strerror(errno)));
+      ::unlinkat(tmp_dir, tmp.c_str(), 0);
       return;
     }
     // Under the lock: account for the entry, evict when over the bound, then publish.
-    Fd usage_fd(::open(UsagePath().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+    Fd usage_fd = dir_->OpenFile(dir_->fd(), "usage", O_RDWR, /*create=*/true);
     uint64_t usage = 0;
     if (usage_fd.ok() && !ReadFull(usage_fd.get(), reinterpret_cast<char*>(&usage), 8, 0)) {
       usage = 0;
@@ -251,24 +276,30 @@ class CachingStorage final : public Storage {
     usage += entry_bytes;
     if (usage > options_.max_bytes) usage = Evict(entry_bytes) + entry_bytes;
     if (usage_fd.ok()) WriteFull(usage_fd.get(), reinterpret_cast<const char*>(&usage), 8, 0);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (::renameat(tmp_dir, tmp.c_str(), entry_dir.get(), name.c_str()) != 0) {
       WarnOnce(StrCat("cannot publish ", path, ": ", std::strerror(errno)));
-      ::unlink(tmp.c_str());
+      ::unlinkat(tmp_dir, tmp.c_str(), 0);
       return;
     }
     fill_bytes_.fetch_add(len, std::memory_order_relaxed);
   }
 
   bool Contains(const std::string& key, uint64_t block) const {
-    return ::access(EntryPath(key, block).c_str(), F_OK) == 0;
+    const Fd dfd = dir_->OpenDir(EntryDir(key), /*create=*/false);
+    struct stat st;
+    return dfd.ok() && ::fstatat(dfd.get(), EntryName(key, block).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+           S_ISREG(st.st_mode);
   }
 
  private:
-  std::string EntryPath(const std::string& key, uint64_t block) const {
-    return StrCat(options_.dir, "/blocks/", key.substr(0, 2), "/", key, ".", block);
-  }
+  // An entry's directory under the cache and its file name there.
+  static std::string EntryDir(const std::string& key) { return StrCat(kBlocksDir, "/", key.substr(0, 2)); }
+  static std::string EntryName(const std::string& key, uint64_t block) { return StrCat(key, ".", block); }
   std::string LockPath() const { return options_.dir + "/lock"; }
-  std::string UsagePath() const { return options_.dir + "/usage"; }
+  bool EntryMac(const std::string& key, uint64_t block, const char* data, size_t len, CacheMac* mac) const {
+    const std::string at = StrCat(key, ".", block);
+    return dir_->Mac({at, std::string_view(data, len)}, mac);
+  }
 
   // With the lock held: scans the entries, removes the least recently used until they and
   // `incoming` bytes fit under the low-water mark, and returns the bytes left.
@@ -281,10 +312,10 @@ class CachingStorage final : public Storage {
     std::vector<Entry> entries;
     uint64_t total = 0;
     std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(fs::path(options_.dir) / "blocks", ec);
+    for (auto it = fs::recursive_directory_iterator(fs::path(options_.dir) / kBlocksDir, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      struct stat st;
-      if (!it->is_regular_file(ec) || ::stat(it->path().c_str(), &st) != 0) continue;
+      struct stat st;  // lstat: a planted link is neither counted nor followed
+      if (::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       entries.push_back({it->path(), static_cast<uint64_t>(st.st_size), st.st_mtime});
       total += static_cast<uint64_t>(st.st_size);
     }
@@ -292,7 +323,7 @@ class CachingStorage final : public Storage {
     for (auto it = fs::directory_iterator(fs::path(options_.dir) / "tmp", ec);
          !ec && it != fs::directory_iterator(); it.increment(ec)) {
       struct stat st;
-      if (::stat(it->path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTmpSeconds) {
+      if (::lstat(it->path().c_str(), &st) == 0 && now - st.st_mtime > kStaleTmpSeconds) {
         ::unlink(it->path().c_str());
       }
     }
@@ -318,6 +349,8 @@ class CachingStorage final : public Storage {
   const std::unique_ptr<Storage> backend_;
   const std::string root_;
   const StorageCacheOptions options_;
+  std::unique_ptr<CacheDir> dir_;  // set by Init
+  Fd tmp_fd_;                      // DIR/tmp
 
   struct RamBlock {
     std::string key;
@@ -332,7 +365,6 @@ class CachingStorage final : public Storage {
   mutable std::atomic<uint64_t> fill_bytes_{0};
   mutable std::atomic<uint64_t> corrupt_{0};
   mutable std::atomic<uint64_t> evicted_bytes_{0};
-  mutable std::atomic<uint64_t> tmp_counter_{0};
   mutable std::atomic<bool> warned_{false};
 };
 

@@ -1,5 +1,6 @@
 #include "storage/storage.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -14,10 +15,13 @@ namespace conveyor {
 namespace {
 
 // The cache options with the environment's defaults filled in (CONVEYOR_CACHE_DIR,
-// CONVEYOR_CACHE_BYTES). INVALID_ARGUMENT for a CONVEYOR_CACHE_BYTES that is not a number.
+// CONVEYOR_CACHE_SHARED_KEY, CONVEYOR_CACHE_BYTES). INVALID_ARGUMENT for a CONVEYOR_CACHE_BYTES that is not a number.
 absl::StatusOr<StorageCacheOptions> CacheOptionsWithDefaults(StorageCacheOptions cache) {
   if (cache.dir.empty()) {
     if (const char* dir = std::getenv("CONVEYOR_CACHE_DIR"); dir != nullptr) cache.dir = dir;
+  }
+  if (cache.shared_key_file.empty()) {
+    if (const char* key = std::getenv("CONVEYOR_CACHE_SHARED_KEY"); key != nullptr) cache.shared_key_file = key;
   }
   if (cache.max_bytes == 0) {
     if (const char* bytes = std::getenv("CONVEYOR_CACHE_BYTES"); bytes != nullptr && *bytes) {
@@ -66,6 +70,15 @@ absl::StatusOr<std::string> ReadLocalFile(const std::string& path, std::string_v
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string t, ReadLocalFile(path, "token file"));
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!t.empty() && space(t.back())) t.pop_back();
+  size_t first = 0;
+  while (first < t.size() && space(t[first])) ++first;
+  return t.substr(first);
 }
 
 std::string RedactUri(std::string_view uri) {

@@ -109,8 +109,13 @@ struct S3Options {
 // shared by every process on the node, bounded in bytes (least recently used evicted first),
 // each entry published atomically and checksum-verified on every read. Local roots never use it.
 struct StorageCacheOptions {
-  // Empty: CONVEYOR_CACHE_DIR; when that is empty too there is no cache.
+  // Empty: CONVEYOR_CACHE_DIR; when that is empty too there is no cache. Private to this uid
+  // (0700; one owned by another user is refused) unless shared_key_file is given.
   std::string dir;
+  // Empty: CONVEYOR_CACHE_SHARED_KEY. A node secret (32+ random bytes, readable by the group that
+  // shares `dir`, not by every user): `dir` is then a group-shared cache whose entries carry a MAC
+  // under it (base/cache_dir.h, docs/serving.md "Shared nodes").
+  std::string shared_key_file;
   // The bound on the bytes of entries in `dir`, shared by every process using it. 0:
   // CONVEYOR_CACHE_BYTES, then 10 GiB.
   uint64_t max_bytes = 0;
@@ -168,5 +173,10 @@ absl::StatusOr<std::string> ReadWholeFile(Storage& storage, std::string_view rel
 
 // Reads a small local file (a config, a token, a certificate); NOT_FOUND names `what` and `path`.
 absl::StatusOr<std::string> ReadLocalFile(const std::string& path, std::string_view what);
+
+// A bearer token file (--auth-token-file): its text without leading and trailing whitespace (a
+// final newline, CRLF, spaces). The one rule for the server and every client, so a token file that
+// works for one works for all.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 }  // namespace conveyor

@@ -71,7 +71,7 @@ class CachingStorageTest : public ::testing::Test {
 
   std::vector<fs::path> Entries() {
     std::vector<fs::path> out;
-    for (const auto& e : fs::recursive_directory_iterator(dir_.Join("cache/blocks"))) {
+    for (const auto& e : fs::recursive_directory_iterator(dir_.Join("cache/blocks2"))) {
       if (e.is_regular_file()) out.push_back(e.path());
     }
     return out;
@@ -253,7 +253,7 @@ TEST_F(CachingStorageTest, ACorruptedEntryIsDetectedAndFetchedAgain) {
   {
     // Flip one payload byte: a bad disk, or a torn write on a filesystem that reorders.
     std::fstream f(entries[0], std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(24 + 777);
+    f.seekp(56 + 777);
     f.put('\x5a' ^ files_["a.bin"][777]);
   }
   auto second = Open();
@@ -269,7 +269,7 @@ TEST_F(CachingStorageTest, ACorruptedEntryIsDetectedAndFetchedAgain) {
 
   // A truncated entry (a torn publish) is never served either: another process finds it torn
   // (this one keeps serving the copy it checked, from memory).
-  fs::resize_file(Entries()[0], 24 + 10);
+  fs::resize_file(Entries()[0], 56 + 10);
   ExpectRead(*second, "a.bin", 0, kBlock);
   EXPECT_EQ(second->stats().cache_corrupt, 1u);
   auto third = Open();
@@ -284,7 +284,7 @@ TEST_F(CachingStorageTest, ACorruptedEntryIsDetectedAndFetchedAgain) {
 // entries stay in tmp/), and afterwards every byte a fresh reader gets is still the file's, and
 // the bound holds on disk.
 TEST_F(CachingStorageTest, ForkedProcessesShareTheCacheAndItsBound) {
-  const uint64_t bound = 6 * (kBlock + 24) + 1000;
+  const uint64_t bound = 6 * (kBlock + 56) + 1000;
   const std::string& want = files_["long.bin"];
   auto reader = [&](uint64_t seed, int reads) -> int {
     auto storage = Open(bound);
@@ -325,7 +325,7 @@ TEST_F(CachingStorageTest, ForkedProcessesShareTheCacheAndItsBound) {
 }
 
 TEST_F(CachingStorageTest, TheByteBoundHoldsAcrossProcesses) {
-  const uint64_t bound = 3 * (kBlock + 24) + 1000;  // three blocks and a bit
+  const uint64_t bound = 3 * (kBlock + 56) + 1000;  // three blocks and a bit
   auto a = Open(bound);
   auto b = Open(bound);
   ASSERT_NE(a, nullptr);

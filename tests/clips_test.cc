@@ -247,6 +247,46 @@ TEST_F(ClipsTest, ClipsAreExactAtAnyThreadCountResumeAndConsumerCount) {
   }
 }
 
+// A mixture draws each dataset's clips with that dataset's own anchor rate: at 24 and 12 fps the
+// same 16-frame clip reaches 15 and 8 anchor steps (the spec's deltas are in seconds), and every
+// served clip fits its episode.
+TEST_F(ClipsTest, AMixtureDrawsEachDatasetsClipsAtItsOwnRate) {
+  auto r = RunCommand(std::string(CONVEYOR_CLI) + " synth --quiet --out " +
+                      ShellQuote(dir_->Join("slow")) +
+                      " --episodes 6 --episode-seconds 2 --cameras 1 --fps 12 --size 64x48 --seed 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  testing::WriteFile(dir_->Join("mix.yaml"),
+                     "mixture:\n  datasets:\n"
+                     "    - {name: fast, uri: ds, weight: 1}\n"
+                     "    - {name: slow, uri: slow, weight: 1}\n");
+  auto source = Source::Open(dir_->Join("mix.yaml"));
+  ASSERT_TRUE(source.ok()) << source.status();
+  auto spec = SampleSpec::FromYaml(Config("{per_video: 1}"), (*source)->manifest(), "clips.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto bound = (*source)->Bind(*spec);
+  ASSERT_TRUE(bound.ok()) << bound.status();
+  EXPECT_EQ((*bound)[0].spec.clips.forward_steps, 15u);
+  EXPECT_EQ((*bound)[1].spec.clips.forward_steps, 8u);  // ceil(15 / 24 s * 12 fps)
+  auto p = Pipeline::Create(**source, *spec, Options(2, 4), {0, 0});
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::set<uint32_t> members;
+  for (int step = 0; step < 4; ++step) {
+    auto b = (*p)->Next();
+    ASSERT_TRUE(b.ok() && b->has_value()) << b.status();
+    for (const SampleId& id : (*b)->ids) {
+      members.insert(id.dataset);
+      const uint32_t len = (*source)->dataset(id.dataset).episodes().length(id.episode, 0);
+      EXPECT_LE(id.step + (id.dataset == 0 ? 15u : 8u), len - 1) << "member " << id.dataset;
+    }
+    const TensorView* pad = nullptr;
+    for (const TensorView& t : (*b)->tensors) pad = t.name == "cam0_is_pad" ? &t : pad;
+    ASSERT_NE(pad, nullptr);
+    const uint8_t* bits = (*b)->data(*pad);
+    EXPECT_EQ(std::count(bits, bits + pad->bytes, 0), static_cast<long>(pad->bytes));
+  }
+  EXPECT_EQ(members.size(), 2u);
+}
+
 // The decode-once schedule cuts runs of consecutive anchor steps; clips have none, so asking
 // for both is refused with the reason.
 TEST_F(ClipsTest, AGopScheduleWithClipsIsRefused) {

@@ -538,6 +538,34 @@ TEST_F(LeRobotCheckTest, ADamagedV30) {
   EXPECT_EQ(r.j["by_what"]["video_missing"]["episodes"], 2) << r.j.dump(2);
 }
 
+// Truncated files whose readers name the file in their error: the table's "file: detail" column
+// names each file once (it used to read "F: F: not a Parquet file ...").
+TEST_F(LeRobotCheckTest, ATruncatedFileIsNamedOnce) {
+  const std::string root = CopyOf("v30", "v30_truncated");
+  const std::string data = root + "/data/chunk-000/file-001.parquet";
+  const std::string wrist = root + "/videos/observation.images.wrist/chunk-000/file-000.mp4";
+  fs::resize_file(data, 500);
+  fs::resize_file(wrist, 3000);
+
+  const CheckRun table = Check(root, "");
+  EXPECT_EQ(table.exit_code, 2) << table.output;
+  for (const std::string& file : {data, wrist}) {
+    const size_t first = table.output.find(file);
+    ASSERT_NE(first, std::string::npos) << file << "\n" << table.output;
+    std::istringstream lines(table.output);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find(file) == std::string::npos) continue;
+      EXPECT_EQ(line.find(file, line.find(file) + file.size()), std::string::npos)
+          << "the path twice: " << line;
+    }
+  }
+  EXPECT_TRUE(TableHasRow(table.output, "error", "2", "-", "data_unreadable", data)) << table.output;
+  EXPECT_NE(table.output.find(data + ": not a Parquet file"), std::string::npos) << table.output;
+  EXPECT_TRUE(TableHasRow(table.output, "error", "0", "observation.images.wrist",
+                          "video_unreadable", wrist))
+      << table.output;
+}
+
 // v2.1: episodes.jsonl says episode 1 has 8 frames (its rows and video have 7; info.json agrees
 // with the lie), and episode 2's video is deleted.
 TEST_F(LeRobotCheckTest, ADamagedV21) {

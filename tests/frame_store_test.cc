@@ -50,7 +50,7 @@ std::unique_ptr<FrameStore> OpenStore(const std::string& dir, uint64_t max_bytes
 
 std::vector<fs::path> Entries(const std::string& dir) {
   std::vector<fs::path> out;
-  for (auto& e : fs::recursive_directory_iterator(fs::path(dir) / "frames1")) {
+  for (auto& e : fs::recursive_directory_iterator(fs::path(dir) / "frames2")) {
     if (e.is_regular_file() && e.path().filename() != "source") out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
@@ -109,7 +109,7 @@ TEST(FrameStoreTest, ADamagedEntryIsNeverServed) {
   // 3: another frame's entry copied over it (a misplaced file). 4: left intact.
   {
     std::fstream f(path_of(0), std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(64 + 1000);
+    f.seekp(96 + 1000);
     f.put('\x55');
   }
   fs::resize_file(path_of(1), entry_bytes - 100);
@@ -136,7 +136,7 @@ TEST(FrameStoreTest, ADamagedEntryIsNeverServed) {
   EXPECT_EQ(reader->Find(Key(0))->pixels, Frame(32, 32, 0).pixels);
 }
 
-// A writer killed mid-write leaves its tmp/ file and nothing under frames1/; clear removes it.
+// A writer killed mid-write leaves its tmp/ file and nothing under frames2/; clear removes it.
 TEST(FrameStoreTest, AWriterKilledMidWriteLeavesNoEntry) {
   TempDir dir;
   auto store = OpenStore(dir.path(), 1 << 30);
@@ -176,7 +176,7 @@ TEST(FrameStoreTest, AWriterKilledMidWriteLeavesNoEntry) {
 
 TEST(FrameStoreTest, PinKeepsWhatFitsAndLruEvicts) {
   const RgbImage f = Frame(32, 32, 3);
-  const uint64_t entry = 64 + f.pixels.size();
+  const uint64_t entry = 96 + f.pixels.size();
   {
     TempDir dir;
     auto pin = OpenStore(dir.path(), 3 * entry + 10);
@@ -205,7 +205,7 @@ TEST(FrameStoreTest, TheBoundHoldsForSeveralProcesses) {
   for (auto policy : {FrameStoreOptions::Policy::kPinWhatFits, FrameStoreOptions::Policy::kLru}) {
     TempDir dir;
     const RgbImage f = Frame(64, 64, 9);
-    const uint64_t bound = 20 * (64 + f.pixels.size()) + 5;
+    const uint64_t bound = 20 * (96 + f.pixels.size()) + 5;
     std::vector<pid_t> children;
     for (int p = 0; p < 4; ++p) {
       const pid_t child = ::fork();

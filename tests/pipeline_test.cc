@@ -763,7 +763,7 @@ TEST_F(PipelineTest, ANodeFrameStoreKeepsBatchesBitIdentical) {
 
   // Damage a quarter of the entries: they are found out, decoded again, and the bits hold.
   int damaged = 0, seen = 0;
-  for (auto& e : std::filesystem::recursive_directory_iterator(store.Join("frames1"))) {
+  for (auto& e : std::filesystem::recursive_directory_iterator(store.Join("frames2"))) {
     if (!e.is_regular_file() || e.path().filename() == "source" || seen++ % 4 != 0) continue;
     std::filesystem::resize_file(e.path(), std::filesystem::file_size(e.path()) - 7);
     ++damaged;

@@ -1039,7 +1039,7 @@ TEST_F(ServerE2ETest, TwoServersShareANodeFrameStore) {
   };
   ASSERT_GT(warm(), 0);
   long deleted = 0;
-  for (auto& e : std::filesystem::recursive_directory_iterator(store + "/frames1")) {
+  for (auto& e : std::filesystem::recursive_directory_iterator(store + "/frames2")) {
     if (e.is_regular_file() && e.path().filename() != "source" && deleted++ % 2 == 0) {
       std::filesystem::remove(e.path());
     }

@@ -61,8 +61,7 @@ absl::StatusOr<std::vector<CoverageSlice>> FromServers(const AuditOptions& o, co
                                                        std::set<std::string>* jobs) {
   std::string token;
   if (!o.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(token, ReadLocalFile(o.auth_token_file, "token file"));
-    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+    ASSIGN_OR_RETURN(token, ReadTokenFile(o.auth_token_file));
   }
   std::string tls_ca;
   if (!o.tls_ca.empty()) {

@@ -32,9 +32,14 @@ void AddFrameCacheFlags(CLI::App* c, FrameCacheFlags* f) {
       ->capture_default_str()
       ->check(CLI::IsMember({"pin", "lru"}));
   c->add_option("--frame-cache-dir", f->dir,
-                "Share decoded frames with every process on this node through this directory (/dev/shm/...: "
-                "shared memory; a local disk)")
+                "Share decoded frames with this user's processes on this node through this directory (/dev/shm/...: "
+                "shared memory; a local disk; created 0700)")
       ->envname("CONVEYOR_FRAME_CACHE_DIR");
+  c->add_option("--frame-cache-shared-key", f->shared_key,
+                "Share --frame-cache-dir with a group: a node secret file (32+ random bytes, readable by that group "
+                "only) that authenticates every frame (docs/serving.md \"Shared nodes\"); without it the directory "
+                "is private to this user")
+      ->envname("CONVEYOR_FRAME_CACHE_SHARED_KEY");
   c->add_option("--frame-cache-dir-bytes", f->dir_bytes,
                 "The directory's bound for the whole node (0: a quarter of its filesystem)")->transform(CLI::AsSizeValue(true))
       ->envname("CONVEYOR_FRAME_CACHE_DIR_BYTES");
@@ -52,6 +57,7 @@ FrameCacheConfig ToConfig(const FrameCacheFlags& f) {
   c.bytes = f.bytes;
   c.policy = f.policy;
   c.dir = f.dir;
+  c.shared_key = f.shared_key;
   c.dir_bytes = f.dir_bytes;
   c.compression = f.compression;
   return c;
@@ -61,6 +67,7 @@ void ApplyFrameCache(const FrameCacheFlags& f, ServerOptions* so) {
   so->frame_cache_bytes = f.bytes;
   so->frame_cache_policy = f.policy;
   so->frame_cache_dir = f.dir;
+  so->frame_cache_shared_key = f.shared_key;
   so->frame_cache_dir_bytes = f.dir_bytes;
   so->frame_cache_compression = f.compression;
 }

@@ -16,6 +16,7 @@
 #include "sample/yaml_config.h"
 #include "sample/quarantine.h"
 #include "pipeline/source.h"
+#include "storage/storage.h"
 #include "datasets/dataset_check.h"
 #include "tools/command.h"
 #include "tools/commands.h"
@@ -123,7 +124,7 @@ absl::Status RunCheck(const CheckOptionsCli& o, int* exit_status) {
   bool mixture = false;
   absl::StatusOr<std::unique_ptr<Source>> source = Source::Open(o.dataset);
   if (!source.ok()) {
-    checked.push_back({"", OpenFailureReport(o.dataset, source.status())});
+    checked.push_back({"", OpenFailureReport(RedactUri(o.dataset), source.status())});
   } else {
     mixture = (*source)->is_mixture();
     for (size_t k = 0; k < (*source)->size(); ++k) {
@@ -160,7 +161,7 @@ absl::Status RunCheck(const CheckOptionsCli& o, int* exit_status) {
 
   if (o.json) {
     json j;
-    j["uri"] = o.dataset;
+    j["uri"] = RedactUri(o.dataset);
     j["mixture"] = mixture;
     j["episodes"] = episodes;
     j["episodes_checked"] = episodes_checked;
@@ -205,7 +206,7 @@ absl::Status RunCheck(const CheckOptionsCli& o, int* exit_status) {
   }
   std::printf("check: %s%s: %s; %llu of %llu episodes checked%s, %zu error%s in %zu episode%s, "
               "%zu warning%s\n",
-              o.dataset.c_str(), formats.empty() ? "" : StrCat(" (", formats, ")").c_str(), verdict,
+              RedactUri(o.dataset).c_str(), formats.empty() ? "" : StrCat(" (", formats, ")").c_str(), verdict,
               static_cast<unsigned long long>(episodes_checked),
               static_cast<unsigned long long>(episodes),
               o.decode_ends ? "" : " (ends not decoded)", errors, errors == 1 ? "" : "s",

@@ -27,6 +27,7 @@ struct FrameCacheFlags {
   std::string policy = "pin";        // --frame-cache-policy
   std::string dir;                   // --frame-cache-dir (CONVEYOR_FRAME_CACHE_DIR): node-wide
   uint64_t dir_bytes = 0;            // --frame-cache-dir-bytes (CONVEYOR_FRAME_CACHE_DIR_BYTES)
+  std::string shared_key;            // --frame-cache-shared-key (CONVEYOR_FRAME_CACHE_SHARED_KEY)
   std::string compression = "none";  // --frame-cache-compression
   bool prefault = false;             // --frame-cache-prefault: the memory tier's pages, before the job
 };
@@ -161,13 +162,14 @@ struct ServeOptions {
   uint64_t max_message_bytes = 4ull << 20;
   bool shared_memory = true;  // accept same-host clients' /dev/shm regions
   int max_streams = 64;
+  double stream_progress_timeout_seconds = 300;  // ServerOptions::stream_progress_timeout_seconds
   std::string ready_file;      // written with "ADDRESS [METRICS_ADDRESS]" once serving
   double grace_seconds = 10;
   std::string version;
   ServerLimits limits;
 };
 
-// Serves until SIGTERM or SIGINT, then drains (docs/serving.md).
+// Serves until SIGTERM, SIGINT or SIGHUP, then drains (docs/serving.md).
 absl::Status RunServe(const ServeOptions& options);
 
 struct FetchOptions {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +34,21 @@ std::string VersionText() {
                       conveyor::client::ProtocolVersion());
 }
 
+// Blanks the credentials of a URL argument in place (`https://user:secret@host/ds` ->
+// `https://***********@host/ds`): argv is what every local user reads in /proc/PID/cmdline and
+// `ps`. Called once the arguments are parsed (CLI11 keeps copies); the moment between exec and
+// this call remains, so a secret is better given through the environment or a file.
+void BlankUrlCredentials(char* arg) {
+  const std::string_view s(arg);
+  const size_t scheme = s.find("://");
+  if (scheme == std::string_view::npos) return;
+  const size_t host = scheme + 3;
+  const size_t end = s.find_first_of("/?#", host);
+  const size_t at = s.substr(host, end == std::string_view::npos ? s.npos : end - host).rfind('@');
+  if (at == std::string_view::npos) return;
+  for (size_t i = host; i < host + at; ++i) arg[i] = '*';
+}
+
 int Report(const std::string& command, const absl::Status& status) {
   if (status.ok()) return 0;
   std::fprintf(stderr, "conveyor %s: error: %s\n", command.c_str(),
@@ -52,12 +68,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   // Storage settings for every subcommand, before or after its name; each sets the environment
   // variable of the same meaning (docs/storage.md), so child processes see it too.
-  std::string s3_endpoint, cache_dir, cache_bytes, index_cache_dir;
+  std::string s3_endpoint, cache_dir, cache_shared_key, cache_bytes, index_cache_dir;
   app.add_option("--s3-endpoint", s3_endpoint,
                  "S3 endpoint URL for s3:// datasets (sets AWS_ENDPOINT_URL), e.g. "
                  "http://127.0.0.1:7480 for radosgw or MinIO");
   app.add_option("--cache-dir", cache_dir,
-                 "Node-local cache of remote (HTTP, S3) byte ranges (sets CONVEYOR_CACHE_DIR)");
+                 "Node-local cache of remote (HTTP, S3) byte ranges, private to this user (sets CONVEYOR_CACHE_DIR)");
+  app.add_option("--cache-shared-key", cache_shared_key,
+                 "Share --cache-dir with a group: a node secret file (32+ random bytes, readable by that group only) "
+                 "that authenticates every entry (sets CONVEYOR_CACHE_SHARED_KEY; docs/serving.md \"Shared nodes\")");
   app.add_option("--cache-bytes", cache_bytes,
                  "Bound on the cache's bytes, shared by every process using it (sets "
                  "CONVEYOR_CACHE_BYTES; default 10 GiB)")->transform(CLI::AsSizeValue(true));
@@ -96,12 +115,23 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    // --help and --version are "errors" that CLI11 prints itself, exiting 0.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    // A mistake on the command line reads like every other error of the CLI, naming the
+    // subcommand it was for (docs/check.md), not CLI11's own text and usage dump.
+    std::string name = "conveyor";
+    for (const CLI::App* at = &app; !at->get_subcommands().empty();) {
+      at = at->get_subcommands().front();  // `conveyor cache warm`: as deep as it got
+      name += " " + at->get_name();
+    }
+    std::fprintf(stderr, "%s: error: %s (see %s --help)\n", name.c_str(), e.what(), name.c_str());
+    return 2;
   }
+  for (int i = 1; i < argc; ++i) BlankUrlCredentials(argv[i]);
   for (const auto& [value, variable] :
        {std::pair<const std::string&, const char*>{s3_endpoint, "AWS_ENDPOINT_URL"},
         {cache_dir, "CONVEYOR_CACHE_DIR"},
+        {cache_shared_key, "CONVEYOR_CACHE_SHARED_KEY"},
         {cache_bytes, "CONVEYOR_CACHE_BYTES"},
         {index_cache_dir, "CONVEYOR_INDEX_CACHE_DIR"}}) {
     if (!value.empty()) setenv(variable, value.c_str(), 1);

@@ -44,9 +44,7 @@ absl::Status RunFetch(const FetchOptions& o) {
   }
   c.config_name = o.config_name;
   if (!o.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string t, ReadLocalFile(o.auth_token_file, "token file"));
-    while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
-    c.auth_token = t;
+    ASSIGN_OR_RETURN(c.auth_token, ReadTokenFile(o.auth_token_file));
   }
   c.tls = o.tls || !o.tls_ca.empty() || !o.tls_cert.empty();
   if (!o.tls_ca.empty()) {

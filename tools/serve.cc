@@ -1,19 +1,22 @@
-// `conveyor serve`: runs the data server until SIGTERM or SIGINT, then drains (docs/serving.md).
+// `conveyor serve`: runs the data server until SIGTERM, SIGINT or SIGHUP, then drains (docs/serving.md).
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <grp.h>
 #include <pwd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "server/server.h"
+#include "storage/storage.h"
 #include "tools/command.h"
 #include "tools/commands.h"
 
@@ -55,6 +58,9 @@ absl::Status RunServe(const ServeOptions& o) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  // A hang-up (the launching terminal or ssh session closed) drains as SIGTERM does, rather than
+  // killing the server with its streams mid-batch.
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
   // Logs go to stderr, so stdout stays free for whoever runs the server.
@@ -88,10 +94,11 @@ absl::Status RunServe(const ServeOptions& o) {
   so.max_message_bytes = o.max_message_bytes;
   so.shared_memory = o.shared_memory;
   so.max_streams = o.max_streams;
+  so.stream_progress_timeout_seconds = o.stream_progress_timeout_seconds;
   so.version = o.version;
   so.limits = o.limits;
   ASSIGN_OR_RETURN(std::unique_ptr<DataServer> server, DataServer::Start(so));
-  std::fprintf(stderr, "conveyor serve: serving %s on %s%s%s (%s)\n", o.dataset.c_str(),
+  std::fprintf(stderr, "conveyor serve: serving %s on %s%s%s (%s)\n", RedactUri(o.dataset).c_str(),
                server->address().c_str(),
                server->metrics_address().empty() ? "" : ", metrics on http://",
                server->metrics_address().empty() ? "" : (server->metrics_address() + "/metrics").c_str(),
@@ -105,20 +112,28 @@ absl::Status RunServe(const ServeOptions& o) {
                  "batches cross the network in cleartext\n");
   }
   if (!o.ready_file.empty()) {
-    const std::string tmp = o.ready_file + ".tmp";
-    {
-      std::ofstream f(tmp);
-      f << server->address();
-      if (!server->metrics_address().empty()) f << " " << server->metrics_address();
-      f << "\n";
-      if (!f) return absl::InternalError(StrCat("cannot write ready file ", o.ready_file));
+    // Written whole under a fresh name (mkstemp: O_EXCL, random, never through a link another
+    // user planted beside it), then renamed into place.
+    std::string tmp = o.ready_file + ".XXXXXX";
+    const int fd = ::mkstemp(tmp.data());
+    if (fd < 0) {
+      return absl::InternalError(StrCat("cannot write ready file ", o.ready_file, ": ", std::strerror(errno)));
     }
-    std::filesystem::rename(tmp, o.ready_file);
+    std::string text = server->address();
+    if (!server->metrics_address().empty()) text += " " + server->metrics_address();
+    text += "\n";
+    const bool written = ::fchmod(fd, 0644) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::close(fd);
+    if (!written || ::rename(tmp.c_str(), o.ready_file.c_str()) != 0) {
+      const int e = errno;
+      ::unlink(tmp.c_str());
+      return absl::InternalError(StrCat("cannot write ready file ", o.ready_file, ": ", std::strerror(e)));
+    }
   }
   int sig = 0;
   sigwait(&set, &sig);
   std::fprintf(stderr, "conveyor serve: %s: draining (health NOT_SERVING, streams end with "
-               "UNAVAILABLE, at most %.1f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", o.grace_seconds);
+               "UNAVAILABLE, at most %.1f s)\n", sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP", o.grace_seconds);
   server->Shutdown(o.grace_seconds);
   server->Wait();
   std::fprintf(stderr, "conveyor serve: stopped\n");
@@ -168,7 +183,8 @@ class ServeCommand final : public Command {
     c->add_option("--shared-memory", o_.shared_memory,
                   "Build the batches of clients on this host in a shared region each takes from the server (docs/serving.md)")
         ->capture_default_str();
-    c->add_option("--max-streams", o_.max_streams, "Concurrent streams")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-streams", o_.max_streams, "Concurrent streams (stripe streams, --payload-streams, have a pool of this many of their own)")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--stream-progress-timeout", o_.stream_progress_timeout_seconds, "End a stream (or stripe stream) whose client took no batch for this many seconds, freeing its slot (0: never)")->capture_default_str()->check(CLI::NonNegativeNumber);
     c->add_option("--ready-file", o_.ready_file, "Write the bound address here once serving");
     c->add_option("--grace-seconds", o_.grace_seconds, "Drain time on SIGTERM")->capture_default_str()->check(CLI::NonNegativeNumber);
     // Ceilings no request can raise (docs/serving.md "Ceilings").

@@ -107,8 +107,7 @@ absl::Status RunTop(const TopOptions& o) {
   ASSIGN_OR_RETURN(client::LaunchEnv launch, client::ResolveLaunch(lo));
   std::string token;
   if (!o.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(token, ReadLocalFile(o.auth_token_file, "token file"));
-    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+    ASSIGN_OR_RETURN(token, ReadTokenFile(o.auth_token_file));
   }
   if (o.interval <= 0) return absl::InvalidArgumentError("--interval must be > 0");
   const bool tty = isatty(STDOUT_FILENO);

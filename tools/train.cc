@@ -31,8 +31,7 @@ absl::Status RunTrain(const TrainCliOptions& o) {
   ASSIGN_OR_RETURN(t.client.start, client::Cursor::Parse(o.cursor));
   t.client.config_name = o.config_name;
   if (!o.auth_token_file.empty()) {
-    ASSIGN_OR_RETURN(std::string token, ReadLocalFile(o.auth_token_file, "token file"));
-    t.client.auth_token = token.substr(0, token.find_first_of("\r\n"));
+    ASSIGN_OR_RETURN(t.client.auth_token, ReadTokenFile(o.auth_token_file));
   }
   if (!o.tls_ca.empty()) {
     t.client.tls = true;

@@ -7,17 +7,13 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "base/cache_dir.h"
 #include "base/strings.h"
 #include "format/format.h"
 
 namespace conveyor::hdf5 {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr std::string_view kMagic = "CVYH5IX1";
 constexpr uint64_t kMaxCount = 1ull << 28;  // any count read back: a bound before allocating
@@ -256,17 +252,29 @@ bool DecodeMoments(const std::string& bytes, std::vector<Moments>* out) {
   return r.done();
 }
 
+// The entry's file name in dir_ (opened through base/cache_dir.h, never as a path).
 std::string Sidecars::PathOf(const std::string& key, const std::string& prefix) const {
-  return (fs::path(dir_) / StrCat(prefix, format::ChecksumHex(format::Checksum(key)), ".idx")).string();
+  return StrCat(prefix, format::ChecksumHex(format::Checksum(key)), ".idx");
 }
+
+namespace {
+// The sidecar directory, private to this uid (base/cache_dir.h); null, warned about once, when it
+// is refused (another user's, or writable by others): episodes are then indexed from the file.
+std::unique_ptr<CacheDir> OpenSidecarDir(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<CacheDir>> d = CacheDir::Open({dir, "index cache directory", ""});
+  if (d.ok()) return std::move(*d);
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) spdlog::warn("hdf5: {} (continuing without it)", std::string(d.status().message()));
+  return nullptr;
+}
+}  // namespace
 
 std::optional<std::string> Sidecars::Get(const std::string& key, const std::string& prefix) const {
   if (dir_.empty()) return std::nullopt;
-  std::ifstream in(PathOf(key, prefix), std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string bytes = ss.str();
+  const std::unique_ptr<CacheDir> dir = OpenSidecarDir(dir_);
+  std::optional<std::string> read = dir ? dir->ReadEntry(PathOf(key, prefix), 1ull << 32) : std::nullopt;
+  if (!read) return std::nullopt;
+  const std::string& bytes = *read;
   const size_t head = kMagic.size() + 8;
   if (bytes.size() < head || bytes.compare(0, kMagic.size(), kMagic) != 0) return std::nullopt;
   uint64_t key_size = 0;
@@ -285,31 +293,21 @@ std::optional<std::string> Sidecars::Get(const std::string& key, const std::stri
 void Sidecars::Put(const std::string& key, const std::string& payload,
                    const std::string& prefix) const {
   if (dir_.empty()) return;
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
+  const std::unique_ptr<CacheDir> dir = OpenSidecarDir(dir_);
+  if (!dir) return;
   std::string bytes(kMagic);
   const uint64_t key_size = key.size(), sum = format::Checksum(payload);
   bytes.append(reinterpret_cast<const char*>(&key_size), 8);
   bytes += key;
   bytes.append(reinterpret_cast<const char*>(&sum), 8);
   bytes += payload;
-  const std::string path = PathOf(key, prefix);
-  static std::atomic<uint64_t> serial{0};
-  const std::string tmp = StrCat(path, ".tmp.", ::getpid(), ".", serial.fetch_add(1));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out.good()) {
-      fs::remove(tmp, ec);
-      static std::atomic<bool> warned{false};
-      if (!warned.exchange(true)) {
-        spdlog::warn("hdf5: cannot write the index cache entry {} (continuing without it)", tmp);
-      }
-      return;
+  if (!dir->WriteEntry(PathOf(key, prefix), bytes)) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      spdlog::warn("hdf5: cannot write the index cache entry {}/{}: {} (continuing without it)", dir_,
+                   PathOf(key, prefix), std::strerror(errno));
     }
   }
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
 }
 
 }  // namespace conveyor::hdf5

@@ -17,6 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "base/cache_dir.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
@@ -262,11 +263,10 @@ class SidecarCache {
 
   std::optional<pb::StreamIndex> Get(const std::string& key) const {
     if (dir_.empty()) return std::nullopt;
-    std::ifstream in(PathOf(key), std::ios::binary);
-    if (!in) return std::nullopt;
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string bytes = ss.str();
+    const std::unique_ptr<CacheDir> dir = OpenDir();
+    std::optional<std::string> read = dir ? dir->ReadEntry(NameOf(key), 1ull << 32) : std::nullopt;
+    if (!read) return std::nullopt;
+    const std::string& bytes = *read;
     const size_t head = kSidecarMagic.size() + 4;
     if (bytes.size() < head || bytes.compare(0, kSidecarMagic.size(), kSidecarMagic) != 0) {
       return std::nullopt;
@@ -290,8 +290,8 @@ class SidecarCache {
 
   void Put(const std::string& key, const pb::StreamIndex& index) const {
     if (dir_.empty()) return;
-    std::error_code ec;
-    fs::create_directories(dir_, ec);
+    const std::unique_ptr<CacheDir> dir = OpenDir();
+    if (!dir) return;
     const std::string payload = index.SerializeAsString();
     std::string bytes(kSidecarMagic);
     const uint32_t key_size = static_cast<uint32_t>(key.size());
@@ -300,25 +300,25 @@ class SidecarCache {
     const uint64_t sum = format::Checksum(payload);
     bytes.append(reinterpret_cast<const char*>(&sum), 8);
     bytes += payload;
-    const std::string path = PathOf(key);
-    const std::string tmp = StrCat(path, ".tmp.", ::getpid(), ".", std::hash<std::string>()(key));
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!out.good()) {
-        fs::remove(tmp, ec);
-        spdlog::warn("lerobot: cannot write the packet index cache entry {} (continuing "
-                     "without it)", tmp);
-        return;
-      }
+    if (!dir->WriteEntry(NameOf(key), bytes)) {
+      spdlog::warn("lerobot: cannot write the packet index cache entry {}/{}: {} (continuing without it)", dir_,
+                   NameOf(key), std::strerror(errno));
     }
-    fs::rename(tmp, path, ec);
-    if (ec) fs::remove(tmp, ec);
   }
 
  private:
-  std::string PathOf(const std::string& key) const {
-    return (fs::path(dir_) / StrCat(format::ChecksumHex(format::Checksum(key)), ".idx")).string();
+  std::string NameOf(const std::string& key) const {
+    return StrCat(format::ChecksumHex(format::Checksum(key)), ".idx");
+  }
+  // The directory, private to this uid (base/cache_dir.h): entries are opened in it without
+  // following links, written under random O_EXCL names. Null, warned about once, when it is
+  // refused (another user's, or writable by others): indexes are then built from the files.
+  std::unique_ptr<CacheDir> OpenDir() const {
+    absl::StatusOr<std::unique_ptr<CacheDir>> d = CacheDir::Open({dir_, "index cache directory", ""});
+    if (d.ok()) return std::move(*d);
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) spdlog::warn("lerobot: {} (continuing without it)", std::string(d.status().message()));
+    return nullptr;
   }
   std::string dir_;
 };

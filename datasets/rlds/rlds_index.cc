@@ -1,17 +1,15 @@
 #include "datasets/rlds/rlds_index.h"
 
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
-#include <filesystem>
 #include <optional>
-#include <random>
 
+#include "base/cache_dir.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "format/format.h"
@@ -19,13 +17,19 @@
 namespace conveyor::rlds {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr std::string_view kMagic = "CVYRLDX3";
 constexpr size_t kScanChunk = 8u << 20;
 
-std::string PathOf(const std::string& dir, const std::string& key) {
-  return (fs::path(dir) / StrCat(format::ChecksumHex(format::Checksum(key)), ".rlidx")).string();
+std::string NameOf(const std::string& key) { return StrCat(format::ChecksumHex(format::Checksum(key)), ".rlidx"); }
+
+// The index cache directory, private to this uid (base/cache_dir.h); null, warned about once,
+// when it is refused (another user's, or writable by others): the records are then scanned.
+std::unique_ptr<CacheDir> OpenIndexDir(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<CacheDir>> d = CacheDir::Open({dir, "index cache directory", ""});
+  if (d.ok()) return std::move(*d);
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) spdlog::warn("rlds: {} (continuing without it)", std::string(d.status().message()));
+  return nullptr;
 }
 
 void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
@@ -71,22 +75,10 @@ bool ParseMoments(const std::string& bytes, size_t at, size_t end, std::map<std:
 
 // Entry: magic | u64 key size | key | u64 count | count x (offset, length, steps) | u64 XXH3 of
 // everything before it. A torn, foreign or stale entry fails its checks and is rebuilt.
-std::optional<ShardIndex> ReadEntry(const std::string& path, const std::string& key) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return std::nullopt;
-  struct stat st {};
-  std::string bytes;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size < (1ll << 32)) {
-    bytes.resize(static_cast<size_t>(st.st_size));
-    size_t got = 0;
-    while (got < bytes.size()) {
-      const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
-      if (n <= 0) break;
-      got += static_cast<size_t>(n);
-    }
-    bytes.resize(got);
-  }
-  ::close(fd);
+std::optional<ShardIndex> ReadEntry(const CacheDir& dir, const std::string& key) {
+  std::optional<std::string> read = dir.ReadEntry(NameOf(key), (1ull << 32) - 1);
+  if (!read) return std::nullopt;
+  const std::string& bytes = *read;
   const size_t head = kMagic.size() + 8;
   if (bytes.size() < head + 16 || bytes.compare(0, kMagic.size(), kMagic) != 0) return std::nullopt;
   const uint64_t sum = GetU64(bytes.data() + bytes.size() - 8);
@@ -114,9 +106,7 @@ std::optional<ShardIndex> ReadEntry(const std::string& path, const std::string& 
   return index;
 }
 
-void WriteEntry(const std::string& dir, const std::string& key, const ShardIndex& index) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
+void WriteEntry(const CacheDir& dir, const std::string& key, const ShardIndex& index) {
   std::string bytes(kMagic);
   PutU64(&bytes, key.size());
   bytes += key;
@@ -137,20 +127,9 @@ void WriteEntry(const std::string& dir, const std::string& key, const ShardIndex
     for (const std::vector<double>* v : {&m.mean, &m.m2, &m.min, &m.max}) PutF64s(&bytes, *v);
   }
   PutU64(&bytes, format::Checksum(bytes));
-  const std::string path = PathOf(dir, key);
-  const std::string tmp = StrCat(path, ".tmp.", ::getpid(), ".", std::random_device()());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  size_t put = 0;
-  while (put < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + put, bytes.size() - put);
-    if (n <= 0) break;
-    put += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  if (put != bytes.size() || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    spdlog::warn("rlds: cannot write the record index cache entry {} (continuing without it)", path);
+  if (!dir.WriteEntry(NameOf(key), bytes)) {
+    spdlog::warn("rlds: cannot write the record index cache entry {}/{}: {} (continuing without it)", dir.path(),
+                 NameOf(key), std::strerror(errno));
   }
 }
 
@@ -195,8 +174,9 @@ absl::StatusOr<ShardIndex> IndexShard(const RandomAccessFile& file, const std::s
                                       const RecordVisitor& visit_record) {
   const std::string key = StrCat("rlds-records-v2\n", file.name(), "\n", file.size(), "\n", file.version());
   const bool cacheable = !cache_dir.empty() && !file.version().empty();
-  if (cacheable) {
-    if (std::optional<ShardIndex> hit = ReadEntry(PathOf(cache_dir, key), key)) return *std::move(hit);
+  const std::unique_ptr<CacheDir> dir = cacheable ? OpenIndexDir(cache_dir) : nullptr;
+  if (dir) {
+    if (std::optional<ShardIndex> hit = ReadEntry(*dir, key)) return *std::move(hit);
   }
   ShardIndex index;
   RETURN_IF_ERROR(ScanRecords(file, kScanChunk, [&](const RecordRef& ref, absl::StatusOr<std::string_view> data) -> absl::Status {
@@ -212,7 +192,7 @@ absl::StatusOr<ShardIndex> IndexShard(const RandomAccessFile& file, const std::s
     }
     return absl::OkStatus();
   }));
-  if (cacheable) WriteEntry(cache_dir, key, index);
+  if (dir) WriteEntry(*dir, key, index);
   return index;
 }
 

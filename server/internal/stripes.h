@@ -41,6 +41,9 @@ class StripeSession {
   absl::Status Push(uint32_t i, grpc::ByteBuffer m, uint64_t bytes, const StopFn& stop);
   // The stream is over: its stripes end (after sending what is queued when `drain`).
   void Close(bool drain);
+  // No stripe may join any more (the stream is over); returns how many never joined. Stripes
+  // that joined keep draining as Close said (none queued: they end).
+  uint32_t StopJoining();
 
   // A stripe's side: takes place `i`, false when out of range or taken.
   bool Join(uint32_t i);

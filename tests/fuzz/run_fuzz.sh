@@ -13,6 +13,7 @@
 #     behind the slice-length byte.
 #   dataset_fuzz: a tiny real dataset's manifest, episode table and shard, length-prefixed.
 #   config_fuzz: the configs in examples/ and two low-dim configs for the target's own dataset.
+#   tar_fuzz: small ustar, pax and GNU tars written by Python's tarfile.
 #   parquet_fuzz: the committed seeds in tests/fuzz/seeds/parquet/ (nested lists, nulls, v1 and v2
 #     pages, delta and byte-stream-split encodings, from parquet-wasm and hyparquet-writer), and
 #     when npm is installed every fixture of
@@ -52,6 +53,22 @@ PY
     printf '\x07\x0a\x07\x08\x01\x22\x03abc' > "$WORK/corpus/start"
     printf '\x03\x12\x08\x0a\x04\x08\x03\x10\x04\x38\x10\x22\x100123456789abcdef\x28\x01' \
       > "$WORK/corpus/batch"
+    ;;
+  tar_fuzz)
+    # Small tars in each header dialect Python's tarfile writes (ustar, pax with a long name and
+    # a non-ASCII one, GNU with a long name), with a directory entry and a zero-length member.
+    /usr/bin/python3 - "$WORK/corpus" <<'PY'
+import io, sys, tarfile
+for fmt, name in ((tarfile.USTAR_FORMAT, "ustar"), (tarfile.PAX_FORMAT, "pax"), (tarfile.GNU_FORMAT, "gnu")):
+    with tarfile.open(f"{sys.argv[1]}/{name}.tar", "w", format=fmt) as t:
+        d = tarfile.TarInfo("clips"); d.type = tarfile.DIRTYPE; t.addfile(d)
+        long = "clips/" + ("k" * 120 if fmt != tarfile.USTAR_FORMAT else "key0")
+        for member, data in ((long + ".txt", b"a caption"), (long + ".json", b'{"fps": 24}'),
+                             ("clips/empty.cls", b"")):
+            i = tarfile.TarInfo(member); i.size = len(data); t.addfile(i, io.BytesIO(data))
+        if fmt == tarfile.PAX_FORMAT:
+            i = tarfile.TarInfo("clips/\u00e9t\u00e9.txt"); i.size = 2; t.addfile(i, io.BytesIO(b"ok"))
+PY
     ;;
   parquet_fuzz)
     cp "$ROOT"/tests/fuzz/seeds/parquet/*.parquet "$WORK/corpus/"

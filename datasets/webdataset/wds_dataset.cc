@@ -1,0 +1,1258 @@
+#include "datasets/webdataset/wds_dataset.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <list>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "base/worker_pool.h"
+#include "conveyor/format/v1/shard.pb.h"
+#include "datasets/internal/format_util.h"
+#include "datasets/lerobot/lerobot_dataset.h"
+#include "datasets/webdataset/tar.h"
+#include "datasets/webdataset/wds_index.h"
+#include "format/format.h"
+#include "format/npy.h"
+#include "media/media_demux.h"
+#include "media/video_decoder.h"
+
+namespace conveyor::webdataset {
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = format::v1;
+using json = nlohmann::json;
+
+constexpr std::string_view kShardList = "shards.txt";
+// Members read whole (text, JSON, .npy, images) larger than this are an error, not an allocation.
+constexpr uint64_t kMaxSmallMember = 1ull << 30;
+
+enum class MemberKind { kVideo, kImage, kText, kJson, kNpy, kClass, kUnknown };
+
+// The kind by the extension's last part, case-insensitive ("t5_xxl.npy" is a .npy).
+MemberKind KindOf(std::string_view ext) {
+  const size_t dot = ext.rfind('.');
+  std::string e(dot == std::string_view::npos ? ext : ext.substr(dot + 1));
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (e == "mp4" || e == "m4v" || e == "mov" || e == "webm" || e == "mkv")
+    return MemberKind::kVideo;
+  if (e == "jpg" || e == "jpeg" || e == "png" || e == "ppm") return MemberKind::kImage;
+  if (e == "txt" || e == "text" || e == "caption") return MemberKind::kText;
+  if (e == "json") return MemberKind::kJson;
+  if (e == "npy") return MemberKind::kNpy;
+  if (e == "cls") return MemberKind::kClass;
+  return MemberKind::kUnknown;
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool IsCompressedTarName(std::string_view n) {
+  for (std::string_view e : {".tar.gz", ".tgz", ".tar.zst", ".tar.bz2", ".tar.xz"}) {
+    if (EndsWith(n, e)) return true;
+  }
+  return false;
+}
+
+// "part_2/10.tar" after "part_2/9.tar": digit runs compare as numbers.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
+        std::isdigit(static_cast<unsigned char>(b[j]))) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      std::string_view da = std::string_view(a).substr(i, ie - i),
+                       db = std::string_view(b).substr(j, je - j);
+      while (da.size() > 1 && da[0] == '0') da.remove_prefix(1);
+      while (db.size() > 1 && db[0] == '0') db.remove_prefix(1);
+      if (da.size() != db.size()) return da.size() < db.size();
+      if (da != db) return da < db;
+      i = ie;
+      j = je;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// The local path of a storage root, "" for a remote one.
+std::string LocalRoot(const Storage& storage) {
+  std::string root = storage.Describe("");
+  if (root.find("://") != std::string::npos && root.rfind("file://", 0) != 0) return "";
+  if (root.rfind("file://", 0) == 0) root = root.substr(7);
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root;
+}
+
+// Tar files (and compressed tars) under `dir`, at most `depth` folders down, relative to it.
+std::vector<std::string> ListLocalTars(const std::string& dir, int depth) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    if (it.depth() >= depth) it.disable_recursion_pending();
+    const std::string n = it->path().filename().string();
+    if (!n.empty() && n[0] == '.') {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
+    if ((EndsWith(n, ".tar") || IsCompressedTarName(n)) && it->is_regular_file(ec)) {
+      out.push_back(fs::relative(it->path(), dir, ec).generic_string());
+    }
+  }
+  std::sort(out.begin(), out.end(), NaturalLess);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probing members while the index is built. A member's facts are what the dataset checks every
+// sample by and builds its streams from; they are kept in the index cache.
+
+// Video facts: a fixed head (rate f64, shown frames u64, duration s f64, width i32, height i32,
+// codec and pixel format names in 16 bytes each) that opening checks every sample by, then the
+// serialized StreamIndex (packet offsets absolute in the tar) that only loading a sample needs.
+// Opening cuts the facts to their head once the index file holds them, so the packet tables of a
+// dataset are never in memory together.
+struct VideoFacts {
+  double rate = 0;
+  uint64_t frames = 0;
+  double duration_s = 0;
+  int32_t width = 0, height = 0;
+  std::string codec, pix_fmt;
+  pb::StreamIndex index;  // when decoded with_index
+};
+constexpr size_t kVideoFactsHead = 64;
+
+std::string EncodeVideoFacts(const VideoFacts& v) {
+  std::string out(kVideoFactsHead, '\0');
+  std::memcpy(out.data(), &v.rate, 8);
+  std::memcpy(out.data() + 8, &v.frames, 8);
+  std::memcpy(out.data() + 16, &v.duration_s, 8);
+  std::memcpy(out.data() + 24, &v.width, 4);
+  std::memcpy(out.data() + 28, &v.height, 4);
+  std::memcpy(out.data() + 32, v.codec.data(), std::min<size_t>(v.codec.size(), 15));
+  std::memcpy(out.data() + 48, v.pix_fmt.data(), std::min<size_t>(v.pix_fmt.size(), 15));
+  out += v.index.SerializeAsString();
+  return out;
+}
+
+absl::StatusOr<VideoFacts> DecodeVideoFacts(std::string_view bytes, bool with_index,
+                                            const std::string& where) {
+  VideoFacts v;
+  if (bytes.size() < kVideoFactsHead)
+    return absl::DataLossError(StrCat(where, ": malformed video index"));
+  std::memcpy(&v.rate, bytes.data(), 8);
+  std::memcpy(&v.frames, bytes.data() + 8, 8);
+  std::memcpy(&v.duration_s, bytes.data() + 16, 8);
+  std::memcpy(&v.width, bytes.data() + 24, 4);
+  std::memcpy(&v.height, bytes.data() + 28, 4);
+  v.codec = std::string(bytes.substr(32, 16).substr(0, bytes.substr(32, 16).find('\0')));
+  v.pix_fmt = std::string(bytes.substr(48, 16).substr(0, bytes.substr(48, 16).find('\0')));
+  if (with_index && !v.index.ParseFromArray(bytes.data() + kVideoFactsHead,
+                                            static_cast<int>(bytes.size() - kVideoFactsHead))) {
+    return absl::DataLossError(StrCat(where, ": malformed video index"));
+  }
+  return v;
+}
+
+std::string Hex(std::string_view b) {
+  static const char* d = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : b) {
+    if (!out.empty()) out += ' ';
+    out += d[c >> 4];
+    out += d[c & 15];
+  }
+  return out;
+}
+
+// What bytes look like, for an error about a member whose content is not its extension's.
+std::string ContentGuess(std::string_view b) {
+  auto starts = [&](std::string_view m) { return b.substr(0, m.size()) == m; };
+  if (starts("\xff\xd8\xff")) return "a JPEG image";
+  if (starts("\x89PNG")) return "a PNG image";
+  if (starts("GIF8")) return "a GIF image";
+  if (starts("\x1a\x45\xdf\xa3")) return "a Matroska/WebM file";
+  if (b.size() >= 8 && b.substr(4, 4) == "ftyp") return "an MP4/MOV file";
+  if (starts("\x93NUMPY")) return "a .npy array";
+  const size_t first = b.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && (b[first] == '{' || b[first] == '['))
+    return "JSON text, perhaps";
+  return "";
+}
+
+// Whether a video member's first bytes are its container's: an .mp4 must start with an ISO-BMFF
+// box, a .webm/.mkv with the EBML magic. libavformat probes by content and would demux a JPEG
+// named .mp4 as a one-frame mjpeg "video"; this says what it is instead.
+absl::Status SniffContainer(std::string_view ext, std::string_view head, const std::string& where) {
+  std::string e(ext.substr(ext.rfind('.') == std::string_view::npos ? 0 : ext.rfind('.') + 1));
+  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
+  bool ok = false;
+  if (e == "webm" || e == "mkv") {
+    ok = head.substr(0, 4) == "\x1a\x45\xdf\xa3";
+  } else {
+    static const std::set<std::string_view> kBoxes = {"ftyp", "moov", "mdat", "free",
+                                                      "skip", "wide", "pnot", "uuid"};
+    ok = head.size() >= 8 && kBoxes.count(head.substr(4, 4)) > 0;
+  }
+  if (ok) return absl::OkStatus();
+  const std::string guess = ContentGuess(head);
+  return absl::DataLossError(StrCat(where, ": not a .", e, " file: it starts with ",
+                                    Hex(head.substr(0, 8)),
+                                    guess.empty() ? std::string() : StrCat(" (", guess, ")"),
+                                    "; the member's extension says what it holds"));
+}
+
+absl::StatusOr<std::string> ReadMember(const RandomAccessFile& tar, uint64_t offset, uint64_t size,
+                                       const std::string& where) {
+  if (size > kMaxSmallMember) {
+    return absl::ResourceExhaustedError(StrCat(where, ": ", size, " bytes, over the ",
+                                               kMaxSmallMember,
+                                               "-byte bound for a member read whole"));
+  }
+  std::string bytes(static_cast<size_t>(size), '\0');
+  if (size > 0) RETURN_IF_ERROR(tar.Read(offset, bytes.size(), bytes.data()));
+  return bytes;
+}
+
+// A JSON member's description: per top-level field its kind ("n" a number or bool, "s" a
+// string, an integer N an array of N numbers, "x" anything else) and the numbers' values.
+absl::StatusOr<json> ParseJsonMember(const std::string& bytes, const std::string& where) {
+  json j = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    const std::string guess = ContentGuess(bytes);
+    return absl::DataLossError(StrCat(where, ": not valid JSON",
+                                      guess.empty() ? "" : StrCat(" (it looks like ", guess, ")")));
+  }
+  if (!j.is_object())
+    return absl::DataLossError(StrCat(where, ": a JSON ", j.type_name(), ", not an object"));
+  return j;
+}
+
+json DescribeJson(const json& j) {
+  json kinds = json::object(), nums = json::object();
+  for (const auto& [k, v] : j.items()) {
+    if (v.is_number() || v.is_boolean()) {
+      kinds[k] = "n";
+      nums[k] = v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>();
+    } else if (v.is_string()) {
+      kinds[k] = "s";
+    } else if (v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const json& x) {
+                 return x.is_number() || x.is_boolean();
+               })) {
+      kinds[k] = v.size();
+    } else {
+      kinds[k] = "x";
+    }
+  }
+  return json{{"kinds", kinds}, {"nums", nums}};
+}
+
+absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMember& m,
+                                        std::string_view ext, const std::string& where) {
+  switch (KindOf(ext)) {
+    case MemberKind::kVideo: {
+      std::string head(static_cast<size_t>(std::min<uint64_t>(m.size, 16)), '\0');
+      if (!head.empty()) RETURN_IF_ERROR(tar.Read(m.offset, head.size(), head.data()));
+      RETURN_IF_ERROR(SniffContainer(ext, head, where));
+      std::unique_ptr<RandomAccessFile> sub =
+          SubRangeFile(tar, m.offset, m.size, StrCat(tar.name(), ":", m.path));
+      absl::StatusOr<DemuxedStream> d =
+          DemuxBestStream(*sub, MediaKind::kVideo, std::string(ext), false);
+      if (!d.ok()) return Annotate(d.status(), where);
+      VideoFacts v;
+      v.rate = d->stream.info.rate;
+      pb::StreamIndex& s = v.index;
+      s.set_name(std::string(ext));
+      s.set_kind(pb::VIDEO);
+      *s.mutable_codec() = *d->stream.codec;
+      s.mutable_codec()->set_codec(d->stream.info.codec);
+      s.set_time_base_num(d->stream.time_base_num);
+      s.set_time_base_den(d->stream.time_base_den);
+      s.set_pts_origin(d->stream.pts_origin);
+      s.set_num_frames(d->stream.packets.size());
+      int64_t end_pts = d->stream.pts_origin;
+      pb::PacketTable* t = s.mutable_packets();
+      for (size_t i = 0; i < d->stream.packets.size(); ++i) {
+        const EpisodeData::Packet& p = d->stream.packets[i];
+        t->add_pts(p.pts);
+        t->add_dts(p.dts);
+        t->add_duration(p.duration);
+        t->add_offset(m.offset + d->offsets[i]);
+        t->add_size(d->sizes[i]);
+        t->add_flags(p.key ? format::kPacketKey : 0);
+        t->add_xxh3(d->xxh3[i]);
+        end_pts = std::max(end_pts, p.pts + p.duration);
+      }
+      absl::StatusOr<FrameTable> frames = FrameTable::Build(s);
+      if (!frames.ok()) return Annotate(frames.status(), where);
+      v.frames = frames->size();
+      v.duration_s =
+          static_cast<double>(end_pts - s.pts_origin()) * s.time_base_num() / s.time_base_den();
+      if (v.frames == 0) return absl::DataLossError(StrCat(where, ": the video has no frames"));
+      v.width = s.codec().width();
+      v.height = s.codec().height();
+      v.codec = s.codec().codec();
+      v.pix_fmt = s.codec().pix_fmt();
+      return EncodeVideoFacts(v);
+    }
+    case MemberKind::kImage: {
+      ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, m.offset, m.size, where));
+      absl::StatusOr<pb::CodecParams> p = ProbeImageBytes(bytes, where);
+      if (!p.ok()) {
+        const std::string guess = ContentGuess(bytes);
+        if (guess.empty()) return p.status();
+        return absl::Status(p.status().code(),
+                            StrCat(p.status().message(), " (it looks like ", guess, ")"));
+      }
+      std::string out(8, '\0');
+      const uint64_t sum = format::Checksum(bytes);
+      std::memcpy(out.data(), &sum, 8);
+      return out + p->SerializeAsString();
+    }
+    case MemberKind::kJson: {
+      ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, m.offset, m.size, where));
+      ASSIGN_OR_RETURN(json j, ParseJsonMember(bytes, where));
+      return DescribeJson(j).dump();
+    }
+    case MemberKind::kNpy: {
+      ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, m.offset, m.size, where));
+      ASSIGN_OR_RETURN(NpyArray a, ParseNpy(bytes, where));
+      return json{{"shape", a.shape}, {"dtype", a.source_dtype}}.dump();
+    }
+    case MemberKind::kText:
+    case MemberKind::kClass:
+      if (m.size > kMaxSmallMember) return ReadMember(tar, m.offset, m.size, where).status();
+      return std::string();
+    case MemberKind::kUnknown:
+      return std::string();
+  }
+  return std::string();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+// Where a manifest stream's values come from.
+struct StreamSource {
+  size_t member = 0;     // index into WebDataset::members_
+  std::string field;     // JSON: the field; else empty
+  int64_t elements = 1;  // LOWDIM: values per step
+};
+
+// One member of an episode, as the dataset keeps it after opening.
+struct MemberLoc {
+  uint32_t column = 0;
+  uint64_t offset = 0, size = 0;
+  // VIDEO: where its facts (the packet table) lie in the index cache file, or the facts
+  // themselves when there is no cache file.
+  uint64_t facts_at = 0, facts_size = 0, facts_xxh3 = 0;
+  std::string facts_inline;
+  uint64_t image_xxh3 = 0;  // IMAGE: the member's XXH3-64
+};
+
+struct Episode {
+  uint32_t set = 0;
+  std::string key;
+  std::string error;
+  std::vector<MemberLoc> members;  // per WebDataset::members_
+  uint64_t frames = 1;             // the clip's video frames (1 without a video)
+  double duration_s = 0;
+  uint64_t bytes = 0;  // its members' bytes
+};
+
+// An episode's loaded index and its per-clip values.
+struct Loaded {
+  std::shared_ptr<const pb::EpisodeIndex> index;
+  std::vector<std::vector<float>> rows;  // per manifest stream: LOWDIM's one row
+  uint64_t bytes = 0;
+};
+
+class WebDataset final : public Dataset {
+ public:
+  std::string format() const override { return "webdataset"; }
+  absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> LoadEpisode(
+      size_t episode) const override;
+  absl::Status ReadPacket(const pb::EpisodeIndex& index, int stream, size_t packet,
+                          std::string* out) const override;
+  absl::Status ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first, size_t count,
+                          std::vector<float>* out) const override;
+  absl::Status VerifyShard(uint32_t shard) const override;
+
+  static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::unique_ptr<Storage> storage,
+                                                       std::string uri, LocationOptions& options);
+
+ private:
+  struct Member {  // a member extension every sample has
+    std::string ext;
+    MemberKind kind;
+    std::string facts;  // the first sample's (the reference the others are checked against)
+  };
+  absl::Status Init(LocationOptions& options);
+  absl::Status FindShards(std::optional<std::string> columns);
+  absl::Status IndexAll(std::vector<ShardSetIndex>* out);
+  absl::Status BuildStreams(const SampleEntry& first);
+  std::string CheckSample(const SampleEntry& s, Episode* ep) const;
+  absl::Status BuildTable(const std::string& options_text);
+  absl::StatusOr<std::shared_ptr<const Loaded>> Get(size_t episode) const;
+  absl::StatusOr<std::unique_ptr<Loaded>> Load(size_t episode) const;
+  absl::StatusOr<VideoFacts> Video(size_t episode, size_t member) const;
+  const RandomAccessFile& File(size_t episode, size_t member) const {
+    const Episode& e = episodes_list_[episode];
+    return *files_[e.set][e.members[member].column];
+  }
+  std::string Where(size_t episode) const;
+
+  std::vector<std::string> columns_;  // "" for one column at the root
+  std::vector<std::string> sets_;     // shard paths within each column
+  std::vector<std::vector<std::unique_ptr<RandomAccessFile>>> files_;  // [set][column]
+  std::vector<Member> members_;
+  std::vector<StreamSource> sources_;  // per manifest stream
+  int clock_member_ = -1;              // the video member whose frames time the clip
+  std::vector<Episode> episodes_list_;
+  std::string duration_field_ = "duration";
+  std::optional<double> duration_tolerance_s_;
+  std::vector<std::string> cache_paths_;  // per set: its index cache file ("": none)
+
+  mutable absl::Mutex mu_;
+  uint64_t cache_capacity_ = 64ull << 20;
+  mutable std::list<std::pair<size_t, std::shared_ptr<const Loaded>>> lru_ ABSL_GUARDED_BY(mu_);
+  mutable std::unordered_map<size_t, decltype(lru_)::iterator> pos_ ABSL_GUARDED_BY(mu_);
+  mutable uint64_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+std::string WebDataset::Where(size_t episode) const {
+  const Episode& e = episodes_list_[episode];
+  return StrCat(files_[e.set][0]->name(), ", sample '", e.key, "' (episode ", episode, ")");
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> WebDataset::Open(std::unique_ptr<Storage> storage,
+                                                          std::string uri,
+                                                          LocationOptions& options) {
+  std::unique_ptr<WebDataset> ds(new WebDataset());
+  ds->uri_ = RedactUri(uri);
+  ds->storage_ = std::move(storage);
+  RETURN_IF_ERROR(ds->Init(options));
+  return std::unique_ptr<Dataset>(std::move(ds));
+}
+
+absl::Status WebDataset::Init(LocationOptions& options) {
+  const std::optional<std::string> columns = options.Take("columns");
+  if (std::optional<std::string> f = options.Take("duration_field"))
+    duration_field_ = *f == "none" ? "" : *f;
+  ASSIGN_OR_RETURN(duration_tolerance_s_, options.TakePositive("duration_tolerance_s"));
+  ASSIGN_OR_RETURN(std::optional<double> cache_mb, options.TakePositive("cache_mb"));
+  if (cache_mb) cache_capacity_ = static_cast<uint64_t>(*cache_mb * (1 << 20));
+  RETURN_IF_ERROR(FindShards(columns));
+  std::vector<ShardSetIndex> indexes;
+  RETURN_IF_ERROR(IndexAll(&indexes));
+  // The stream set comes from the first sample that probed cleanly and has a member Conveyor reads.
+  const SampleEntry* first = nullptr;
+  for (const ShardSetIndex& ix : indexes) {
+    for (const SampleEntry& s : ix.samples) {
+      if (first == nullptr && s.error.empty() &&
+          std::any_of(s.members.begin(), s.members.end(),
+                      [](const MemberRef& r) { return KindOf(r.ext) != MemberKind::kUnknown; })) {
+        first = &s;
+      }
+    }
+  }
+  if (first == nullptr) {
+    for (const ShardSetIndex& ix : indexes) {
+      if (!ix.samples.empty() && !ix.samples[0].error.empty()) {
+        return absl::DataLossError(
+            StrCat(uri_, ": no readable sample; the first: ", ix.samples[0].error));
+      }
+    }
+    return absl::InvalidArgumentError(
+        StrCat(uri_,
+               ": the shards hold no sample with a member Conveyor reads "
+               "(video, image, text, json, npy, cls; docs/webdataset.md)"));
+  }
+  RETURN_IF_ERROR(BuildStreams(*first));
+  std::set<std::string> unread;
+  for (uint32_t set = 0; set < indexes.size(); ++set) {
+    ShardSetIndex& ix = indexes[set];
+    for (const std::string& s : ix.skipped)
+      spdlog::warn("webdataset: {} is not a regular file and is not read", s);
+    for (SampleEntry& s : ix.samples) {
+      Episode ep;
+      ep.set = set;
+      ep.key = s.key;
+      ep.error = s.error.empty() ? CheckSample(s, &ep) : s.error;
+      if (!ep.error.empty()) {
+        spdlog::warn(
+            "webdataset: {} (the sample is broken; `conveyor check` lists it and writes a "
+            "quarantine)",
+            ep.error);
+      }
+      for (const MemberRef& r : s.members) {
+        if (std::none_of(members_.begin(), members_.end(),
+                         [&](const Member& m) { return m.ext == r.ext; }))
+          unread.insert(r.ext);
+      }
+      if (!ep.error.empty()) ep.members.clear();
+      episodes_list_.push_back(std::move(ep));
+    }
+  }
+  cache_paths_.clear();
+  for (const ShardSetIndex& ix : indexes) cache_paths_.push_back(ix.cache_path);
+  if (!unread.empty()) {
+    std::string list;
+    for (const std::string& e : unread) StrAppend(&list, list.empty() ? "" : ", ", ".", e);
+    spdlog::warn(
+        "webdataset: {}: members {} are not read (not every sample has them, or no reader knows "
+        "the extension; docs/webdataset.md)",
+        uri_, list);
+  }
+  if (episodes_list_.empty())
+    return absl::InvalidArgumentError(StrCat(uri_, ": the shards hold no samples"));
+  RETURN_IF_ERROR(BuildTable(options.text()));
+  manifest_.name =
+      fs::path(LocalRoot(*storage_).empty() ? std::string("webdataset") : LocalRoot(*storage_))
+          .filename()
+          .string();
+  if (manifest_.name.empty()) manifest_.name = "webdataset";
+  manifest_.created_by = "WebDataset shards (read in place)";
+  return absl::OkStatus();
+}
+
+absl::Status WebDataset::FindShards(std::optional<std::string> columns_option) {
+  std::vector<std::string> paths;
+  const std::string local = LocalRoot(*storage_);
+  if (!local.empty()) {
+    paths = ListLocalTars(local, 4);
+  } else {
+    ASSIGN_OR_RETURN(std::string list, ReadWholeFile(*storage_, kShardList, 64ull << 20));
+    std::istringstream lines(list);
+    for (std::string line; std::getline(lines, line);) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      while (line.rfind("./", 0) == 0) line.erase(0, 2);
+      if (!line.empty() && line[0] != '#') paths.push_back(line);
+    }
+  }
+  for (const std::string& p : paths) {
+    if (IsCompressedTarName(p)) {
+      return absl::FailedPreconditionError(StrCat(
+          storage_->Describe(p),
+          " is a compressed tar: a compressed stream has no byte offsets for its members, so "
+          "a sample cannot be range-read from it. Decompress the shards once (`gzip -d`, `zstd "
+          "-d`; video and image "
+          "members are compressed already, so the shards grow little) and point Conveyor at the "
+          ".tar files"));
+    }
+  }
+  if (paths.empty()) {
+    return absl::NotFoundError(
+        StrCat(uri_, ": no *.tar shards",
+               local.empty() ? StrCat(" listed in ", kShardList) : " within four folder levels"));
+  }
+  std::map<std::string, std::set<std::string>> by_column;  // column -> paths inside it
+  bool all_nested = true;
+  for (const std::string& p : paths) {
+    const size_t slash = p.find('/');
+    if (slash == std::string::npos)
+      all_nested = false;
+    else
+      by_column[p.substr(0, slash)].insert(p.substr(slash + 1));
+  }
+  if (columns_option.has_value()) {
+    std::stringstream ss(*columns_option);
+    for (std::string c; std::getline(ss, c, ',');) {
+      if (!c.empty()) columns_.push_back(c);
+    }
+    for (const std::string& c : columns_) {
+      if (!by_column.count(c)) {
+        return absl::InvalidArgumentError(
+            StrCat(uri_, ": column '", c, "' (location option columns) holds no *.tar"));
+      }
+    }
+  } else if (all_nested && by_column.size() > 1) {
+    for (const auto& [c, _] : by_column) columns_.push_back(c);
+  }
+  if (columns_.empty()) {
+    columns_ = {""};
+    sets_ = paths;
+  } else {
+    const std::set<std::string>& ref = by_column[columns_[0]];
+    for (const std::string& c : columns_) {
+      for (const std::string& p : by_column[c]) {
+        if (!ref.count(p)) {
+          return absl::InvalidArgumentError(StrCat(
+              uri_, ": column '", c, "' has ", c, "/", p, " but column '", columns_[0], "' has no ",
+              columns_[0], "/", p, "; every column holds the same shard names"));
+        }
+      }
+      for (const std::string& p : ref) {
+        if (!by_column[c].count(p)) {
+          return absl::InvalidArgumentError(StrCat(
+              uri_, ": column '", columns_[0], "' has ", columns_[0], "/", p, " but column '", c,
+              "' has no ", c, "/", p, "; every column holds the same shard names"));
+        }
+      }
+    }
+    sets_.assign(ref.begin(), ref.end());
+    std::sort(sets_.begin(), sets_.end(), NaturalLess);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WebDataset::IndexAll(std::vector<ShardSetIndex>* out) {
+  const size_t n = sets_.size();
+  files_.resize(n);
+  out->resize(n);
+  const std::string cache_dir = lerobot::IndexCacheDir({});
+  std::atomic<size_t> built{0};
+  RETURN_IF_ERROR(ParallelFor(
+      "wds-index", static_cast<int>(std::min<size_t>(n, 4)), n, [&](size_t i) -> absl::Status {
+        std::vector<const RandomAccessFile*> tars;
+        for (const std::string& c : columns_) {
+          const std::string path = c.empty() ? sets_[i] : StrCat(c, "/", sets_[i]);
+          absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(path);
+          if (absl::IsNotFound(f.status())) {
+            return absl::NotFoundError(
+                StrCat(storage_->Describe(path), " is missing (shard ", i, " of ", n, ")"));
+          }
+          RETURN_IF_ERROR(f.status());
+          files_[i].push_back(*std::move(f));
+          tars.push_back(files_[i].back().get());
+        }
+        ASSIGN_OR_RETURN((*out)[i], IndexShardSet(tars, cache_dir, ProbeMember));
+        for (SampleEntry& s : (*out)[i].samples) {
+          for (MemberRef& r : s.members) {
+            r.facts_size = r.facts.size();
+            r.facts_xxh3 = format::Checksum(r.facts);
+            // The packet table stays in the index file (read back by position when the sample
+            // loads).
+            if (KindOf(r.ext) == MemberKind::kVideo && r.facts_at != 0 &&
+                r.facts.size() > kVideoFactsHead) {
+              r.facts.resize(kVideoFactsHead);
+            }
+          }
+        }
+        if (!(*out)[i].from_cache) {
+          spdlog::info("webdataset: indexed {} ({} samples); {} of {} shard sets indexed",
+                       tars[0]->name(), (*out)[i].samples.size(), ++built, n);
+        }
+        return absl::OkStatus();
+      }));
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      manifest_.shards.push_back(
+          {columns_[c].empty() ? sets_[i] : StrCat(columns_[c], "/", sets_[i]),
+           files_[i][c]->size(), 0});
+    }
+    manifest_.shards[i * columns_.size()].episodes = (*out)[i].samples.size();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
+  std::vector<MemberRef> refs = first.members;
+  std::sort(refs.begin(), refs.end(),
+            [](const MemberRef& a, const MemberRef& b) { return a.ext < b.ext; });
+  const std::string where = StrCat("sample '", first.key, "'");
+  std::vector<std::pair<StreamInfo, StreamSource>> streams;
+  double clip_rate = 0;
+  for (const MemberRef& r : refs) {
+    const MemberKind kind = KindOf(r.ext);
+    if (kind == MemberKind::kVideo && clip_rate == 0) {
+      ASSIGN_OR_RETURN(VideoFacts v, DecodeVideoFacts(r.facts, false, where));
+      clip_rate = v.rate;
+    }
+  }
+  for (const MemberRef& r : refs) {
+    const MemberKind kind = KindOf(r.ext);
+    if (kind == MemberKind::kUnknown) continue;
+    const size_t mi = members_.size();
+    members_.push_back({r.ext, kind, r.facts});
+    StreamInfo info;
+    info.name = r.ext;
+    info.rate = clip_rate;
+    StreamSource src{mi, "", 1};
+    switch (kind) {
+      case MemberKind::kVideo: {
+        ASSIGN_OR_RETURN(VideoFacts v, DecodeVideoFacts(r.facts, false, where));
+        info.kind = pb::VIDEO;
+        info.codec = v.codec;
+        info.pix_fmt = v.pix_fmt;
+        info.shape = {v.height, v.width, 3};
+        info.rate = v.rate;
+        streams.push_back({info, src});
+        break;
+      }
+      case MemberKind::kImage: {
+        pb::CodecParams p;
+        p.ParseFromArray(r.facts.data() + 8, static_cast<int>(r.facts.size() - 8));
+        info.kind = pb::IMAGE;
+        info.codec = p.codec();
+        info.pix_fmt = p.pix_fmt();
+        info.shape = {p.height(), p.width(), 3};
+        streams.push_back({info, src});
+        break;
+      }
+      case MemberKind::kText:
+        info.kind = pb::TEXT;
+        info.codec = "utf-8";
+        info.rate = 0;
+        streams.push_back({info, src});
+        break;
+      case MemberKind::kClass:
+        info.kind = pb::LOWDIM;
+        info.codec = "wds-cls";
+        info.shape = {1};
+        streams.push_back({info, src});
+        break;
+      case MemberKind::kNpy: {
+        const json f = json::parse(r.facts);
+        int64_t elements = 1;
+        std::string dims;
+        for (const json& d : f["shape"]) {
+          elements *= d.get<int64_t>();
+          StrAppend(&dims, dims.empty() ? "" : "x", d.get<int64_t>());
+        }
+        if (elements <= 0 || elements > (64 << 20)) {
+          return absl::InvalidArgumentError(
+              StrCat(where, ", member '.", r.ext, "': shape ", dims, " (", elements,
+                     " values) cannot be a stream (1 to 64Mi values)"));
+        }
+        info.kind = pb::LOWDIM;
+        // The codec says how the values were stored: the dtype and shape the trainer reshapes by.
+        info.codec =
+            StrCat("npy ", f["dtype"].get<std::string>(), " ", dims.empty() ? "scalar" : dims);
+        info.shape = {elements};
+        src.elements = elements;
+        streams.push_back({info, src});
+        break;
+      }
+      case MemberKind::kJson: {
+        const json f = json::parse(r.facts);
+        std::vector<std::string> skipped;
+        for (const auto& [field, k] : f["kinds"].items()) {
+          StreamInfo fi = info;
+          fi.name = StrCat(r.ext, ".", field);
+          StreamSource fs_src{mi, field, 1};
+          if (k == "n" || k.is_number()) {
+            fi.kind = pb::LOWDIM;
+            fi.codec = "json";
+            fs_src.elements = k.is_number() ? k.get<int64_t>() : 1;
+            fi.shape = {fs_src.elements};
+          } else if (k == "s") {
+            fi.kind = pb::TEXT;
+            fi.codec = "utf-8";
+            fi.rate = 0;
+          } else {
+            skipped.push_back(field);
+            continue;
+          }
+          streams.push_back({fi, fs_src});
+        }
+        if (!skipped.empty()) {
+          std::string list;
+          for (const std::string& s : skipped) StrAppend(&list, list.empty() ? "" : ", ", s);
+          spdlog::info(
+              "webdataset: {}: JSON fields of .{} that are neither numbers, arrays of numbers nor "
+              "strings are not streams: {}",
+              uri_, r.ext, list);
+        }
+        break;
+      }
+      case MemberKind::kUnknown:
+        break;
+    }
+  }
+  std::stable_sort(streams.begin(), streams.end(), [](const auto& a, const auto& b) {
+    const int ka = datasets_internal::StreamKindOrder(a.first.kind),
+              kb = datasets_internal::StreamKindOrder(b.first.kind);
+    return ka != kb ? ka < kb : a.first.name < b.first.name;
+  });
+  for (size_t i = 1; i < streams.size(); ++i) {
+    if (streams[i].first.name == streams[i - 1].first.name) {
+      return absl::InvalidArgumentError(
+          StrCat(uri_, ": two streams named '", streams[i].first.name, "'"));
+    }
+  }
+  if (streams.empty())
+    return absl::InvalidArgumentError(StrCat(uri_, ": ", where, " has no member Conveyor reads"));
+  for (auto& [info, src] : streams) {
+    manifest_.streams.push_back(std::move(info));
+    sources_.push_back(std::move(src));
+  }
+  // The clock: the first video stream in manifest order.
+  for (size_t s = 0; s < manifest_.streams.size(); ++s) {
+    if (manifest_.streams[s].kind == pb::VIDEO) {
+      clock_member_ = static_cast<int>(sources_[s].member);
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checks one sample against the stream set; fills its member locations. Returns why it is broken
+// ("" when it is not).
+std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
+  const std::string& shard = files_[ep->set][0]->name();
+  auto where = [&](const Member& m, const MemberRef* r) {
+    return StrCat(r != nullptr ? files_[ep->set][r->column]->name() : shard, ", sample '", s.key,
+                  "', member '", s.key, ".", m.ext, "'");
+  };
+  ep->members.resize(members_.size());
+  json json_nums;  // the JSON's numbers, for the duration check
+  for (size_t mi = 0; mi < members_.size(); ++mi) {
+    const Member& m = members_[mi];
+    const MemberRef* r = nullptr;
+    for (const MemberRef& x : s.members) {
+      if (x.ext == m.ext) r = &x;
+    }
+    if (r == nullptr) {
+      std::string has;
+      for (const MemberRef& x : s.members) StrAppend(&has, has.empty() ? "" : ", ", ".", x.ext);
+      return StrCat(where(m, nullptr), " is missing (the sample has ",
+                    has.empty() ? "no members" : has,
+                    "; every sample needs the members of the first one)");
+    }
+    MemberLoc& loc = ep->members[mi];
+    ep->bytes += r->size;
+    loc.column = r->column;
+    loc.offset = r->offset;
+    loc.size = r->size;
+    const std::string w = where(m, r);
+    switch (m.kind) {
+      case MemberKind::kVideo: {
+        absl::StatusOr<VideoFacts> ref = DecodeVideoFacts(m.facts, false, w);
+        absl::StatusOr<VideoFacts> got = DecodeVideoFacts(r->facts, false, w);
+        if (!got.ok()) return std::string(got.status().message());
+        if (ref->codec != got->codec || ref->width != got->width || ref->height != got->height) {
+          return StrCat(
+              w, ": ", got->codec, " ", got->width, "x", got->height, ", the dataset's stream is ",
+              ref->codec, " ", ref->width, "x", ref->height,
+              " (its first sample's); every sample must match (split the "
+              "shards by resolution, as Cosmos-Curate's resolution_*/aspect_ratio_* folders do)");
+        }
+        loc.facts_at = r->facts_at;
+        loc.facts_size = r->facts_size;
+        loc.facts_xxh3 = r->facts_xxh3;
+        if (r->facts_at == 0) loc.facts_inline = r->facts;  // no index file: kept in memory
+        if (static_cast<int>(mi) == clock_member_) {
+          ep->frames = got->frames;
+          ep->duration_s = got->duration_s;
+        }
+        break;
+      }
+      case MemberKind::kImage: {
+        pb::CodecParams a, b;
+        a.ParseFromArray(m.facts.data() + 8, static_cast<int>(m.facts.size() - 8));
+        if (r->facts.size() < 8 ||
+            !b.ParseFromArray(r->facts.data() + 8, static_cast<int>(r->facts.size() - 8))) {
+          return StrCat(w, ": malformed image index");
+        }
+        if (a.codec() != b.codec() || a.width() != b.width() || a.height() != b.height()) {
+          return StrCat(w, ": ", b.codec(), " ", b.width(), "x", b.height(),
+                        ", the dataset's stream is ", a.codec(), " ", a.width(), "x", a.height(),
+                        " (its first sample's); every sample must match");
+        }
+        std::memcpy(&loc.image_xxh3, r->facts.data(), 8);
+        break;
+      }
+      case MemberKind::kNpy: {
+        const json a = json::parse(m.facts), b = json::parse(r->facts, nullptr, false);
+        if (b.is_discarded() || a != b) {
+          return StrCat(w, ": a ", b.is_discarded() ? std::string("?") : b["dtype"].dump(),
+                        " array of shape ", b.is_discarded() ? std::string("?") : b["shape"].dump(),
+                        ", the dataset's stream is ", a["dtype"].dump(), " of shape ",
+                        a["shape"].dump(), " (its first sample's); every sample must match");
+        }
+        break;
+      }
+      case MemberKind::kJson: {
+        const json b = json::parse(r->facts, nullptr, false);
+        if (b.is_discarded()) return StrCat(w, ": malformed JSON index");
+        for (size_t st = 0; st < sources_.size(); ++st) {
+          if (sources_[st].member != mi) continue;
+          const std::string& field = sources_[st].field;
+          const json& kinds = b["kinds"];
+          const std::string want =
+              manifest_.streams[st].kind == pb::TEXT ? "a string"
+              : sources_[st].elements == 1 && manifest_.streams[st].codec == "json"
+                  ? "a number (or an array of 1)"
+                  : StrCat("an array of ", sources_[st].elements, " numbers");
+          if (!kinds.contains(field))
+            return StrCat(w, ": no field '", field, "' (the first sample's JSON has it as ", want,
+                          ")");
+          const json& k = kinds[field];
+          const bool ok = manifest_.streams[st].kind == pb::TEXT
+                              ? k == "s"
+                              : (k == "n" && sources_[st].elements == 1) ||
+                                    (k.is_number() && k.get<int64_t>() == sources_[st].elements);
+          if (!ok)
+            return StrCat(w, ": field '", field, "' is not ", want, " as in the first sample");
+        }
+        json_nums = b["nums"];
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  // A JSON duration that disagrees with the video: a clip cut or re-encoded after its metadata
+  // was written, or a member of another sample.
+  if (clock_member_ >= 0 && !duration_field_.empty() && json_nums.is_object() &&
+      json_nums.contains(duration_field_)) {
+    const double said = json_nums[duration_field_].get<double>();
+    const double rate = manifest_.streams[0].rate > 0 ? manifest_.streams[0].rate : 30;
+    const double tol = duration_tolerance_s_.value_or(std::max(2.0 / rate, 0.02 * ep->duration_s));
+    if (!(std::fabs(said - ep->duration_s) <= tol)) {
+      return StrCat(files_[ep->set][0]->name(), ", sample '", s.key, "': its JSON says ",
+                    duration_field_, " ", said, " s, its video ('.",
+                    members_[static_cast<size_t>(clock_member_)].ext, "') lasts ", ep->duration_s,
+                    " s (", ep->frames, " frames), over the tolerance of ", tol,
+                    " s (location options duration_field, duration_tolerance_s)");
+    }
+  }
+  return "";
+}
+
+absl::Status WebDataset::BuildTable(const std::string& options_text) {
+  std::vector<EpisodeRecord> records;
+  records.reserve(episodes_list_.size());
+  std::string files;
+  for (const ShardInfo& s : manifest_.shards) StrAppend(&files, s.path, " ", s.bytes, "\n");
+  for (size_t e = 0; e < episodes_list_.size(); ++e) {
+    const Episode& ep = episodes_list_[e];
+    EpisodeRecord r;
+    r.episode_id = e;
+    r.shard = static_cast<uint32_t>(ep.set * columns_.size());
+    r.duration_s = ep.duration_s;
+    if (!ep.members.empty()) r.data_offset = ep.members[0].offset;
+    r.data_size = ep.bytes;
+    const uint32_t frames =
+        ep.error.empty() ? static_cast<uint32_t>(std::min<uint64_t>(ep.frames, UINT32_MAX)) : 1u;
+    for (const StreamInfo& s : manifest_.streams)
+      r.lengths.push_back(s.kind == pb::TEXT ? 1u : frames);
+    manifest_.total_duration_s += r.duration_s;
+    records.push_back(std::move(r));
+  }
+  std::string table = EpisodeTable::Encode(records, manifest_.streams.size());
+  manifest_.fingerprint = format::ChecksumHex(
+      format::Checksum(StrCat(StreamsFingerprintText(manifest_.streams), "\nwebdataset #",
+                              options_text, "\n", files, table)));
+  manifest_.episode_table_bytes = table.size();
+  manifest_.episode_table_xxh3 = format::ChecksumHex(format::Checksum(table));
+  for (const ShardInfo& s : manifest_.shards) manifest_.total_bytes += s.bytes;
+  ASSIGN_OR_RETURN(episodes_, EpisodeTable::Parse(std::move(table), manifest_.streams.size(),
+                                                  manifest_.shards.size(), uri_));
+  manifest_.num_episodes = episodes_.size();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VideoFacts> WebDataset::Video(size_t episode, size_t member) const {
+  const MemberLoc& m = episodes_list_[episode].members[member];
+  const std::string where = StrCat(Where(episode), ", member '.", members_[member].ext, "'");
+  std::string bytes = m.facts_inline;
+  if (bytes.empty()) {
+    const std::string& path = cache_paths_[episodes_list_[episode].set];
+    bytes.resize(static_cast<size_t>(m.facts_size));
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    const ssize_t got =
+        fd < 0 ? -1 : ::pread(fd, bytes.data(), bytes.size(), static_cast<off_t>(m.facts_at));
+    if (fd >= 0) ::close(fd);
+    if (got != static_cast<ssize_t>(bytes.size()) || format::Checksum(bytes) != m.facts_xxh3) {
+      return absl::DataLossError(
+          StrCat(where, ": its packet index in ", path,
+                 " is gone or changed since the dataset was opened; open it again"));
+    }
+  }
+  return DecodeVideoFacts(bytes, true, where);
+}
+
+absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
+  const Episode& ep = episodes_list_[episode];
+  if (!ep.error.empty()) return absl::DataLossError(StrCat(ep.error, " (episode ", episode, ")"));
+  auto out = std::make_unique<Loaded>();
+  auto index = std::make_shared<pb::EpisodeIndex>();
+  index->set_format_version(format::kFormatVersion);
+  index->set_episode_id(episode);
+  index->set_source(Where(episode));
+  index->set_duration_s(ep.duration_s);
+  // The clip's clock: its video's shown frames, or one instant.
+  std::vector<int64_t> clock_pts = {0};
+  std::vector<double> clock_s = {0.0};
+  int tb_num = 1, tb_den = 1;
+  int64_t origin = 0;
+  std::map<size_t, VideoFacts> videos;
+  if (clock_member_ >= 0) {
+    ASSIGN_OR_RETURN(VideoFacts v, Video(episode, static_cast<size_t>(clock_member_)));
+    ASSIGN_OR_RETURN(FrameTable t, FrameTable::Build(v.index));
+    clock_pts = t.pts;
+    clock_s = t.time_s;
+    tb_num = v.index.time_base_num();
+    tb_den = v.index.time_base_den();
+    origin = v.index.pts_origin();
+    videos[static_cast<size_t>(clock_member_)] = std::move(v);
+  }
+  std::map<size_t, json> jsons;
+  out->rows.resize(manifest_.streams.size());
+  for (size_t s = 0; s < manifest_.streams.size(); ++s) {
+    const StreamInfo& info = manifest_.streams[s];
+    const StreamSource& src = sources_[s];
+    const MemberLoc& loc = ep.members[src.member];
+    const Member& member = members_[src.member];
+    const RandomAccessFile& tar = File(episode, src.member);
+    const std::string where =
+        StrCat(tar.name(), ", sample '", ep.key, "', member '", ep.key, ".", member.ext, "'");
+    pb::StreamIndex* out_s = index->add_streams();
+    if (info.kind == pb::VIDEO) {
+      if (!videos.count(src.member)) {
+        ASSIGN_OR_RETURN(videos[src.member], Video(episode, src.member));
+      }
+      *out_s = videos[src.member].index;
+      out_s->set_name(info.name);
+    } else if (info.kind == pb::IMAGE) {
+      out_s->set_name(info.name);
+      out_s->set_kind(pb::IMAGE);
+      pb::CodecParams p;
+      p.ParseFromArray(member.facts.data() + 8, static_cast<int>(member.facts.size() - 8));
+      *out_s->mutable_codec() = p;
+      out_s->set_time_base_num(tb_num);
+      out_s->set_time_base_den(tb_den);
+      out_s->set_pts_origin(origin);
+      pb::PacketTable* t = out_s->mutable_packets();
+      for (int64_t pts : clock_pts) {
+        t->add_pts(pts);
+        t->add_dts(pts);
+        t->add_duration(0);
+        t->add_offset(loc.offset);
+        t->add_size(static_cast<uint32_t>(loc.size));
+        t->add_flags(format::kPacketKey);
+        t->add_xxh3(loc.image_xxh3);
+      }
+      out_s->set_num_frames(clock_pts.size());
+    } else if (info.kind == pb::TEXT) {
+      out_s->set_name(info.name);
+      out_s->set_kind(pb::TEXT);
+      out_s->mutable_codec()->set_codec("utf-8");
+      out_s->set_time_base_num(1);
+      out_s->set_time_base_den(1);
+      out_s->set_num_frames(1);
+      if (member.kind == MemberKind::kJson) {
+        if (!jsons.count(src.member)) {
+          ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, loc.offset, loc.size, where));
+          ASSIGN_OR_RETURN(jsons[src.member], ParseJsonMember(bytes, where));
+        }
+        const json& v = jsons[src.member][src.field];
+        if (!v.is_string())
+          return absl::DataLossError(
+              StrCat(where, ": field '", src.field, "' is not a string (the shard changed?)"));
+        out_s->set_text(v.get<std::string>());
+      } else {
+        ASSIGN_OR_RETURN(std::string text, ReadMember(tar, loc.offset, loc.size, where));
+        out_s->set_text(std::move(text));
+      }
+      out->bytes += out_s->text().size();
+    } else {
+      out_s->set_name(info.name);
+      out_s->set_kind(pb::LOWDIM);
+      out_s->mutable_codec()->set_codec(info.codec);
+      out_s->set_time_base_num(1);
+      out_s->set_time_base_den(1);
+      for (double t : clock_s) out_s->add_timestamps_s(t);
+      out_s->mutable_blocks()->set_dim(static_cast<int32_t>(src.elements));
+      out_s->set_num_frames(clock_s.size());
+      std::vector<float>& row = out->rows[s];
+      if (member.kind == MemberKind::kNpy) {
+        ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, loc.offset, loc.size, where));
+        ASSIGN_OR_RETURN(NpyArray a, ParseNpy(bytes, where));
+        if (static_cast<int64_t>(a.values.size()) != src.elements) {
+          return absl::DataLossError(StrCat(where, ": ", a.values.size(),
+                                            " values, the stream has ", src.elements,
+                                            " (the shard changed after it was indexed?)"));
+        }
+        row = std::move(a.values);
+      } else if (member.kind == MemberKind::kClass) {
+        ASSIGN_OR_RETURN(std::string text, ReadMember(tar, loc.offset, loc.size, where));
+        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+          text.pop_back();
+        char* end = nullptr;
+        const long long v = text.empty() ? 0 : std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || end != text.c_str() + text.size()) {
+          return absl::DataLossError(
+              StrCat(where, ": '", text.substr(0, 40), "' is not an integer class label"));
+        }
+        row = {static_cast<float>(v)};
+      } else {
+        if (!jsons.count(src.member)) {
+          ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, loc.offset, loc.size, where));
+          ASSIGN_OR_RETURN(jsons[src.member], ParseJsonMember(bytes, where));
+        }
+        const json& v = jsons[src.member][src.field];
+        auto number = [](const json& x) {
+          return x.is_boolean() ? (x.get<bool>() ? 1.0f : 0.0f) : x.get<float>();
+        };
+        if (v.is_number() || v.is_boolean()) {
+          row = {number(v)};
+        } else if (v.is_array() && static_cast<int64_t>(v.size()) == src.elements) {
+          for (const json& x : v) {
+            if (!x.is_number() && !x.is_boolean())
+              return absl::DataLossError(
+                  StrCat(where, ": field '", src.field, "' holds a non-number"));
+            row.push_back(number(x));
+          }
+        } else {
+          return absl::DataLossError(
+              StrCat(where, ": field '", src.field, "' changed since the shard was indexed"));
+        }
+      }
+      out->bytes += row.size() * sizeof(float);
+    }
+    if (out_s->num_frames() != episodes_.length(episode, s)) {
+      return absl::DataLossError(StrCat(Where(episode), ", stream '", info.name,
+                                        "': ", out_s->num_frames(), " frames, the index says ",
+                                        episodes_.length(episode, s)));
+    }
+  }
+  out->bytes += static_cast<uint64_t>(index->ByteSizeLong());
+  out->index = std::move(index);
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const Loaded>> WebDataset::Get(size_t episode) const {
+  if (episode >= episodes_list_.size()) {
+    return absl::OutOfRangeError(
+        StrCat("episode ", episode, " does not exist (", episodes_list_.size(), " samples)"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = pos_.find(episode);
+    if (it != pos_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Loaded> made, Load(episode));
+  std::shared_ptr<const Loaded> loaded(std::move(made));
+  absl::MutexLock lock(&mu_);
+  if (pos_.count(episode)) return loaded;  // another thread loaded it meanwhile
+  lru_.emplace_front(episode, loaded);
+  pos_[episode] = lru_.begin();
+  cached_bytes_ += loaded->bytes;
+  while (cached_bytes_ > cache_capacity_ && lru_.size() > 1) {
+    cached_bytes_ -= lru_.back().second->bytes;
+    pos_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return loaded;
+}
+
+absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> WebDataset::LoadEpisode(
+    size_t episode) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Loaded> l, Get(episode));
+  return std::shared_ptr<const pb::EpisodeIndex>(l, l->index.get());
+}
+
+absl::Status WebDataset::ReadPacket(const pb::EpisodeIndex& index, int stream, size_t packet,
+                                    std::string* out) const {
+  if (stream < 0 || static_cast<size_t>(stream) >= manifest_.streams.size() ||
+      (manifest_.streams[static_cast<size_t>(stream)].kind != pb::VIDEO &&
+       manifest_.streams[static_cast<size_t>(stream)].kind != pb::IMAGE)) {
+    return absl::InvalidArgumentError(StrCat("stream ", stream, " is not a video or image stream"));
+  }
+  const size_t episode = index.episode_id();
+  if (episode >= episodes_list_.size() || !episodes_list_[episode].error.empty()) {
+    return absl::InvalidArgumentError(StrCat("episode ", episode, " is not a readable sample"));
+  }
+  const pb::PacketTable& t = index.streams(stream).packets();
+  if (packet >= static_cast<size_t>(t.offset_size())) {
+    return absl::OutOfRangeError(StrCat(Where(episode), ", stream '",
+                                        manifest_.streams[stream].name, "': no packet ", packet,
+                                        " (", t.offset_size(), " packets)"));
+  }
+  const int p = static_cast<int>(packet);
+  const RandomAccessFile& tar = File(episode, sources_[static_cast<size_t>(stream)].member);
+  out->resize(t.size(p));
+  RETURN_IF_ERROR(tar.Read(t.offset(p), out->size(), out->data()));
+  if (format::Checksum(*out) != t.xxh3(p)) {
+    return absl::DataLossError(StrCat("checksum mismatch in ", tar.name(), " at byte ", t.offset(p),
+                                      " (", Where(episode), ", stream '",
+                                      manifest_.streams[stream].name, "', packet ", packet,
+                                      "): the shard changed after it was indexed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WebDataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first,
+                                    size_t count, std::vector<float>* out) const {
+  if (stream < 0 || static_cast<size_t>(stream) >= manifest_.streams.size() ||
+      manifest_.streams[static_cast<size_t>(stream)].kind != pb::LOWDIM) {
+    return absl::InvalidArgumentError(StrCat("stream ", stream, " is not a lowdim stream"));
+  }
+  const size_t episode = index.episode_id();
+  ASSIGN_OR_RETURN(std::shared_ptr<const Loaded> l, Get(episode));
+  const uint64_t steps = episodes_.length(episode, static_cast<size_t>(stream));
+  if (first > steps || count > steps - first) {
+    return absl::OutOfRangeError(StrCat(Where(episode), ", stream '",
+                                        manifest_.streams[stream].name, "' has ", steps,
+                                        " steps; asked for [", first, ", ", first + count, ")"));
+  }
+  // One value per clip: every step holds it.
+  const std::vector<float>& row = l->rows[static_cast<size_t>(stream)];
+  out->resize(count * row.size());
+  for (size_t i = 0; i < count; ++i)
+    std::copy(row.begin(), row.end(), out->begin() + static_cast<std::ptrdiff_t>(i * row.size()));
+  return absl::OkStatus();
+}
+
+absl::Status WebDataset::VerifyShard(uint32_t shard) const {
+  if (shard >= manifest_.shards.size())
+    return absl::OutOfRangeError(StrCat("shard ", shard, " does not exist in ", uri_));
+  const size_t set = shard / columns_.size();
+  const RandomAccessFile& tar = *files_[set][shard % columns_.size()];
+  ASSIGN_OR_RETURN(TarListing l, ListTar(tar));
+  if (!l.error.empty()) return absl::DataLossError(l.error);
+  for (size_t e = 0; e < episodes_list_.size(); ++e) {
+    if (episodes_list_[e].set != set) continue;
+    if (!episodes_list_[e].error.empty()) return absl::DataLossError(episodes_list_[e].error);
+    RETURN_IF_ERROR(VerifyEpisode(e));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool LooksLikeWebDataset(Storage& storage) {
+  const std::string local = LocalRoot(storage);
+  if (!local.empty()) {
+    struct stat st;
+    return ::stat(local.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+           !ListLocalTars(local, 4).empty();
+  }
+  return storage.Open(kShardList).ok();
+}
+
+absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(std::unique_ptr<Storage> storage,
+                                                     std::string uri, LocationOptions& options) {
+  return WebDataset::Open(std::move(storage), std::move(uri), options);
+}
+
+}  // namespace conveyor::webdataset
