@@ -13,6 +13,8 @@ pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4)
 pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
 pkg_check_modules(TURBOJPEG REQUIRED IMPORTED_TARGET libturbojpeg)
 pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
+# A text stream's tokenizer (sample/tokenizer.h): SentencePiece, Debian's libsentencepiece-dev.
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
 # FFmpeg's nv-codec-headers (Debian: libffmpeg-nvenc-dev): NVCUVID's declarations and a loader
 # that opens the driver's libnvcuvid.so.1 at run time (media/nvdec_decoder.h). Headers only.
 pkg_check_modules(FFNVCODEC IMPORTED_TARGET ffnvcodec)

@@ -1,6 +1,7 @@
 # What `cmake --install` puts where (docs/install.md), and so what the Debian package holds:
 #
 #   bin/conveyor                              the command line
+#   lib/conveyor/libconveyor_sentencepiece.so SentencePiece, loaded by the CLI at run time
 #   lib/<multiarch>/libconveyor_client.so.1   the C++ client, shared, with the project's own static
 #                                             libraries (base, device, the wire protocol) inside
 #   lib/<multiarch>/libconveyor_c.so.1        the C ABI the Python package loads (when built)
@@ -25,6 +26,12 @@ if(CMAKE_LIBRARY_ARCHITECTURE AND NOT DEFINED CMAKE_INSTALL_LIBDIR)
 endif()
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
+
+# SentencePiece's module (sample/CMakeLists.txt says why it is one): beside the executable, in
+# lib/conveyor/, where internal/sentencepiece_model.cc looks for it (../lib/conveyor from bin/).
+if(TARGET conveyor_sentencepiece AND TARGET conveyor)
+  install(TARGETS conveyor_sentencepiece LIBRARY DESTINATION lib/conveyor COMPONENT conveyor)
+endif()
 
 # The shared client. The static conveyor_client stays what the project's own programs and tests
 # link; this one is built from the same objects (whole archive: every client object, then what they

@@ -129,6 +129,19 @@ Rotation RotationOf(double rotation_deg_ccw) {
   return Rotation::kNone;
 }
 
+}  // namespace
+
+DisplayedSize DisplayedSizeOf(const pb::StreamIndex& stream, bool autorotate) {
+  const Rotation r = autorotate ? RotationOf(stream.codec().rotation_deg()) : Rotation::kNone;
+  const bool quarter = r == Rotation::kClockwise || r == Rotation::kCounterClockwise;
+  DisplayedSize d;
+  d.width = quarter ? stream.codec().height() : stream.codec().width();
+  d.height = quarter ? stream.codec().width() : stream.codec().height();
+  return d;
+}
+
+namespace {
+
 // Whether `fmt` can be rotated plane by plane (as FFmpeg's transpose/flip filters do): planar,
 // 1- or 2-byte samples, the same chroma subsampling both ways.
 bool PlanewiseRotatable(AVPixelFormat fmt) {
@@ -197,6 +210,75 @@ void RotateRgb(const RgbImage& in, Rotation r, RgbImage* out) {
                   &in.pixels[(static_cast<size_t>(sy) * w + sx) * 3], 3);
     }
   }
+}
+
+// Whether `fmt`'s planes can be cut at a rectangle by moving their pointers: the formats the
+// CLI's crop filter takes (FFmpeg 5.1 vf_crop query_formats): not hardware or bitstream formats,
+// and chroma subsampling only in planar ones.
+bool PlanewiseCroppable(AVPixelFormat fmt) {
+  const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(fmt);
+  if (d == nullptr) return false;
+  if (d->flags & (AV_PIX_FMT_FLAG_HWACCEL | AV_PIX_FMT_FLAG_BITSTREAM)) return false;
+  return !((d->log2_chroma_w != 0 || d->log2_chroma_h != 0) && !(d->flags & AV_PIX_FMT_FLAG_PLANAR));
+}
+
+// Plane pointers and strides of an image, and its size in pixels.
+struct PlaneView {
+  const uint8_t* data[4] = {nullptr, nullptr, nullptr, nullptr};
+  int linesize[4] = {0, 0, 0, 0};
+  int width = 0;
+  int height = 0;
+};
+
+PlaneView WholeFrame(const AVFrame* f) {
+  PlaneView v;
+  for (int i = 0; i < 4; ++i) {
+    v.data[i] = f->data[i];
+    v.linesize[i] = f->linesize[i];
+  }
+  v.width = f->width;
+  v.height = f->height;
+  return v;
+}
+
+// `crop` rounded as the CLI's crop filter rounds it without `exact` (FFmpeg 5.1 vf_crop
+// config_output): x, y, width and height down to the chroma grid, so that the chroma planes are
+// cut on whole samples and cover the luma rectangle. A width or height of less than one chroma
+// sample stays as it is (the filter would refuse it).
+VideoCrop AlignCrop(VideoCrop crop, AVPixelFormat fmt) {
+  const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(fmt);
+  const int mw = ~((1 << d->log2_chroma_w) - 1), mh = ~((1 << d->log2_chroma_h) - 1);
+  crop.x &= mw;
+  crop.y &= mh;
+  if ((crop.width & mw) > 0) crop.width &= mw;
+  if ((crop.height & mh) > 0) crop.height &= mh;
+  return crop;
+}
+
+// The rectangle `crop` (aligned: AlignCrop) of the planes `data`/`linesize` of format `fmt`,
+// computed as vf_crop's filter_frame moves the pointers. REQUIRES: PlanewiseCroppable(fmt).
+PlaneView CropPlanes(const uint8_t* const data[4], const int linesize[4], AVPixelFormat fmt,
+                     const VideoCrop& crop) {
+  const AVPixFmtDescriptor* d = av_pix_fmt_desc_get(fmt);
+  int max_step[4] = {0, 0, 0, 0};
+  av_image_fill_max_pixsteps(max_step, nullptr, d);
+  PlaneView v;
+  for (int i = 0; i < 4; ++i) {
+    v.data[i] = data[i];
+    v.linesize[i] = linesize[i];
+  }
+  v.width = crop.width;
+  v.height = crop.height;
+  const ptrdiff_t x = crop.x, y = crop.y;
+  v.data[0] += y * linesize[0] + x * max_step[0];
+  if (!(d->flags & AV_PIX_FMT_FLAG_PAL)) {  // a palette is not an image plane
+    for (int i = 1; i < 3; ++i) {
+      if (v.data[i] == nullptr) continue;
+      v.data[i] += (y >> d->log2_chroma_h) * linesize[i] + ((x * max_step[i]) >> d->log2_chroma_w);
+    }
+  }
+  if (v.data[3] != nullptr) v.data[3] += y * linesize[3] + x * max_step[3];
+  return v;
 }
 
 // Kept frames (State::recent): at most this many, and this many bytes.
@@ -274,6 +356,7 @@ struct VideoDecoder::State {
     int64_t frame;
     int width, height, filter;
     bool autorotate;
+    std::optional<VideoCrop> crop;
     RgbImage image;
   };
   std::deque<Recent> recent;
@@ -293,11 +376,20 @@ struct VideoDecoder::State {
   // Sends packet next_packet (for frame k), or signals the end of the stream after the last.
   absl::Status SendNextPacket(int64_t k, const pb::PacketTable& pk, PacketReader read,
                               VideoDecoderStats& stats);
-  // Converts `frame` to RGB into `image` (rotated and resized as `output` asks).
+  // Converts `frame` to RGB into `image` (rotated, cropped and resized as `output` asks).
   absl::Status ConvertFrame(Rotation rotation, const VideoOutput& output, RgbImage* image);
+  // Crops `src` (displayed orientation, pixel format `fmt`) in its own pixel format and converts
+  // the rectangle to the output size in one pass, with the colour matrix and range of `colour`
+  // (null: libswscale's); output.crop is checked against the image. REQUIRES:
+  // PlanewiseCroppable(fmt).
+  absl::Status ConvertCrop(const PlaneView& src, AVPixelFormat fmt, const AVFrame* colour,
+                           const VideoOutput& output, RgbImage* image);
   absl::Status RotatePlanes(const AVFrame* src, Rotation rotation);
-  absl::Status PrepareScaler(const AVFrame* src, int cw, int ch, int flags);
-  void Scale(const AVFrame* src, RgbImage* img);
+  // A scaler from `src` (pixel format `fmt`) to rgb24 cw x ch with `flags`, reusing the cached
+  // one when it fits; with the colour matrix and range of `colour` (null: libswscale's).
+  absl::Status PrepareScaler(const PlaneView& src, AVPixelFormat fmt, const AVFrame* colour,
+                             int cw, int ch, int flags);
+  void Scale(const PlaneView& src, RgbImage* img);
   // Keeps a copy of `image` (frame k of stream `key`) for the next calls.
   void Remember(uint64_t key, int64_t k, const VideoOutput& output, const RgbImage& image);
 };
@@ -367,9 +459,13 @@ absl::Status VideoDecoder::State::UseCodecFor(uint64_t key, const pb::StreamInde
 const RgbImage* VideoDecoder::State::FindRecent(uint64_t key, int64_t k,
                                                 const VideoOutput& output) const {
   for (const Recent& r : recent) {
+    const bool same_crop =
+        r.crop.has_value() == output.crop.has_value() &&
+        (!r.crop || (r.crop->x == output.crop->x && r.crop->y == output.crop->y &&
+                     r.crop->width == output.crop->width && r.crop->height == output.crop->height));
     if (r.stream_key == key && r.frame == k && r.width == output.width &&
         r.height == output.height && r.filter == static_cast<int>(output.filter) &&
-        r.autorotate == output.autorotate) {
+        r.autorotate == output.autorotate && same_crop) {
       return &r.image;
     }
   }
@@ -487,22 +583,71 @@ absl::Status VideoDecoder::State::ConvertFrame(Rotation rotation, const VideoOut
       rgb_rotate = true;
     }
   }
+  if (output.crop && !rgb_rotate && PlanewiseCroppable(static_cast<AVPixelFormat>(src->format))) {
+    const absl::Status st =
+        ConvertCrop(WholeFrame(src), static_cast<AVPixelFormat>(src->format), src, output, image);
+    av_frame_unref(frame.get());
+    return st;
+  }
   const bool quarter_after = rgb_rotate && rotation != Rotation::kHalf;
+  if (output.crop) {
+    // The planes cannot be cut where the crop asks: full size in RGB first, then cropped there.
+    VideoOutput full = output;
+    full.width = full.height = 0;
+    full.crop.reset();
+    RgbImage rgb;
+    RETURN_IF_ERROR(ConvertFrame(rotation, full, &rgb));
+    PlaneView view;
+    view.data[0] = rgb.pixels.data();
+    view.linesize[0] = rgb.width * 3;
+    view.width = rgb.width;
+    view.height = rgb.height;
+    return ConvertCrop(view, AV_PIX_FMT_RGB24, nullptr, output, image);
+  }
   const int ow = output.width > 0 ? output.width : (quarter_after ? src->height : src->width);
   const int oh = output.height > 0 ? output.height : (quarter_after ? src->width : src->height);
   // With an RGB rotation afterwards, convert to the pre-rotation size.
   const int cw = quarter_after ? oh : ow;
   const int ch = quarter_after ? ow : oh;
   const bool scaling = cw != src->width || ch != src->height;
-  RETURN_IF_ERROR(PrepareScaler(src, cw, ch, scaling ? SwsFlagsFor(output.filter) : SWS_BICUBIC));
+  const PlaneView whole = WholeFrame(src);
+  RETURN_IF_ERROR(PrepareScaler(whole, static_cast<AVPixelFormat>(src->format), src, cw, ch,
+                                scaling ? SwsFlagsFor(output.filter) : SWS_BICUBIC));
   RgbImage converted;
   RgbImage& img = rgb_rotate ? converted : *image;
   img.width = cw;
   img.height = ch;
   img.pixels.resize(static_cast<size_t>(cw) * ch * 3);
-  Scale(src, &img);
+  Scale(whole, &img);
   av_frame_unref(frame.get());
   if (rgb_rotate) RotateRgb(converted, rotation, image);
+  return absl::OkStatus();
+}
+
+absl::Status VideoDecoder::State::ConvertCrop(const PlaneView& src, AVPixelFormat fmt,
+                                              const AVFrame* colour, const VideoOutput& output,
+                                              RgbImage* image) {
+  const VideoCrop& want = *output.crop;
+  if (want.x < 0 || want.y < 0 || want.width <= 0 || want.height <= 0 ||
+      want.x > src.width - want.width || want.y > src.height - want.height) {
+    return absl::InvalidArgumentError(
+        StrCat("crop ", want.width, "x", want.height, " at (", want.x, ", ", want.y,
+               ") is not inside the ", src.width, "x", src.height, " frame"));
+  }
+  const VideoCrop crop = AlignCrop(want, fmt);
+  const PlaneView view = CropPlanes(src.data, src.linesize, fmt, crop);
+  const int ow = output.width > 0 ? output.width : crop.width;
+  const int oh = output.height > 0 ? output.height : crop.height;
+  const bool scaling = ow != crop.width || oh != crop.height;
+  int flags = scaling ? SwsFlagsFor(output.filter) : SWS_BICUBIC;
+  // From RGB (the fallback), keep chroma at full resolution through libswscale's internal YUV.
+  const bool from_rgb = fmt == AV_PIX_FMT_RGB24;
+  if (from_rgb) flags |= SWS_FULL_CHR_H_INP | SWS_FULL_CHR_H_INT;
+  RETURN_IF_ERROR(PrepareScaler(view, fmt, colour, ow, oh, flags));
+  image->width = ow;
+  image->height = oh;
+  image->pixels.resize(static_cast<size_t>(ow) * oh * 3);
+  Scale(view, image);
   return absl::OkStatus();
 }
 
@@ -534,16 +679,18 @@ absl::Status VideoDecoder::State::RotatePlanes(const AVFrame* src, Rotation rota
   return absl::OkStatus();
 }
 
-// A scaler from `src` to rgb24 cw x ch with `flags`, reusing the cached one when it fits.
-absl::Status VideoDecoder::State::PrepareScaler(const AVFrame* src, int cw, int ch, int flags) {
-  sws.reset(sws_getCachedContext(sws.release(), src->width, src->height,
-                                 static_cast<AVPixelFormat>(src->format), cw, ch, AV_PIX_FMT_RGB24,
-                                 flags, nullptr, nullptr, nullptr));
+absl::Status VideoDecoder::State::PrepareScaler(const PlaneView& src, AVPixelFormat fmt,
+                                                const AVFrame* colour, int cw, int ch,
+                                                int flags) {
+  sws.reset(sws_getCachedContext(sws.release(), src.width, src.height, fmt, cw, ch,
+                                 AV_PIX_FMT_RGB24, flags, nullptr, nullptr, nullptr));
   if (sws == nullptr) {
-    return absl::UnimplementedError(StrCat(
-        "libswscale cannot convert ", av_get_pix_fmt_name(static_cast<AVPixelFormat>(src->format)),
-        " ", src->width, "x", src->height, " to rgb24 ", cw, "x", ch));
+    return absl::UnimplementedError(StrCat("libswscale cannot convert ", av_get_pix_fmt_name(fmt),
+                                           " ", src.width, "x", src.height, " to rgb24 ", cw, "x",
+                                           ch));
   }
+  if (colour == nullptr) return absl::OkStatus();
+  const AVFrame* src_frame = colour;
   // The CLI's scale filter (colour matrix "auto"): the frame's matrix and range.
   int *inv_table = nullptr, *table_out = nullptr;
   int src_range = 0, dst_range = 0, brightness = 0, contrast = 0, saturation = 0;
@@ -551,8 +698,8 @@ absl::Status VideoDecoder::State::PrepareScaler(const AVFrame* src, int cw, int 
                                &brightness, &contrast, &saturation) >= 0) {
     // Read the enums as ints: a broken stream can carry values outside the enum's range.
     int colorspace = 0, color_range = 0;
-    std::memcpy(&colorspace, &src->colorspace, sizeof(colorspace));
-    std::memcpy(&color_range, &src->color_range, sizeof(color_range));
+    std::memcpy(&colorspace, &src_frame->colorspace, sizeof(colorspace));
+    std::memcpy(&color_range, &src_frame->color_range, sizeof(color_range));
     if (colorspace < 0 || colorspace >= AVCOL_SPC_NB) colorspace = SWS_CS_DEFAULT;
     const int* in_coeffs = sws_getCoefficients(colorspace);
     if (color_range == AVCOL_RANGE_MPEG || color_range == AVCOL_RANGE_JPEG) {
@@ -565,21 +712,21 @@ absl::Status VideoDecoder::State::PrepareScaler(const AVFrame* src, int cw, int 
 }
 
 // Converts `src` into `img` (sized already) with the scaler PrepareScaler set up.
-void VideoDecoder::State::Scale(const AVFrame* src, RgbImage* img) {
+void VideoDecoder::State::Scale(const PlaneView& src, RgbImage* img) {
   const int cw = img->width, ch = img->height;
   if (cw % 16 == 0) {
     // Rows of a multiple of 16 pixels: libswscale's vector code writes whole rows only, so it
     // can write straight into the image (rows 16-byte aligned), saving a copy per frame.
     uint8_t* dst_data[4] = {img->pixels.data(), nullptr, nullptr, nullptr};
     int dst_linesize[4] = {cw * 3, 0, 0, 0};
-    sws_scale(sws.get(), src->data, src->linesize, 0, src->height, dst_data, dst_linesize);
+    sws_scale(sws.get(), src.data, src.linesize, 0, src.height, dst_data, dst_linesize);
   } else {
     // Other widths: libswscale may write past a row's end; convert into padded rows.
     const int stride = FFALIGN(cw * 3, 64);
     scratch.resize(static_cast<size_t>(stride) * ch + 64);
     uint8_t* dst_data[4] = {scratch.data(), nullptr, nullptr, nullptr};
     int dst_linesize[4] = {stride, 0, 0, 0};
-    sws_scale(sws.get(), src->data, src->linesize, 0, src->height, dst_data, dst_linesize);
+    sws_scale(sws.get(), src.data, src.linesize, 0, src.height, dst_data, dst_linesize);
     for (int y = 0; y < ch; ++y) {
       std::memcpy(&img->pixels[static_cast<size_t>(y) * cw * 3],
                   &scratch[static_cast<size_t>(y) * stride], static_cast<size_t>(cw) * 3);
@@ -591,7 +738,7 @@ void VideoDecoder::State::Remember(uint64_t key, int64_t k, const VideoOutput& o
                                    const RgbImage& image) {
   if (!output.keep_recent || image.pixels.size() > kRecentBytes) return;
   recent.push_back(Recent{key, k, output.width, output.height, static_cast<int>(output.filter),
-                          output.autorotate, image});
+                          output.autorotate, output.crop, image});
   recent_bytes += image.pixels.size();
   while (recent.size() > kRecentFrames || recent_bytes > kRecentBytes) {
     recent_bytes -= recent.front().image.pixels.size();

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -42,16 +43,43 @@ struct FrameTable {
   static absl::StatusOr<FrameTable> Build(const format::v1::StreamIndex& stream);
 };
 
+// The size frames of `stream` are delivered at before any resize: the coded size from its codec
+// parameters, width and height swapped when `autorotate` applies a quarter turn. What a crop
+// can be drawn from before decoding.
+struct DisplayedSize {
+  int width = 0;
+  int height = 0;
+};
+DisplayedSize DisplayedSizeOf(const format::v1::StreamIndex& stream, bool autorotate);
+
 // Resizing filter for VideoDecoder and image resizes (libswscale's).
 enum class ResizeFilter { kBilinear, kBicubic, kArea, kNearest, kLanczos };
 int SwsFlagsFor(ResizeFilter f);
 
+// A rectangle of the displayed frame (after rotation), in pixels.
+struct VideoCrop {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+};
+
 struct VideoOutput {
-  // Output size in pixels (after rotation); 0x0 = the frame's own size. Scaling happens in the
-  // same libswscale pass as the RGB conversion.
+  // Output size in pixels (after rotation); 0x0 = the frame's own size (or the crop's). Scaling
+  // happens in the same libswscale pass as the RGB conversion.
   int width = 0;
   int height = 0;
   ResizeFilter filter = ResizeFilter::kBilinear;
+  // Crop before scaling, in the decoder's pixel format: one libswscale pass from the rectangle
+  // of the decoded planes to the output size and RGB, as `ffmpeg -i FILE -vf
+  // crop=W:H:X:Y,scale=OW:OH:flags=F -pix_fmt rgb24` does (bit for bit). Like the CLI's crop
+  // filter, x, y, width and height are rounded down to the chroma subsampling (even for 4:2:0),
+  // so the chroma planes are cut on whole samples. With 0x0 output, the output is the rounded
+  // rectangle's size. Formats whose planes cannot
+  // be cut that way (bitstream, packed subsampled, or rotated only after conversion) are
+  // converted to RGB at full size first and cropped there. The rectangle must lie inside the
+  // displayed frame (INVALID_ARGUMENT otherwise, naming both).
+  std::optional<VideoCrop> crop;
   // Apply the stream's display rotation when it is a multiple of 90 degrees (as the ffmpeg CLI
   // does by default).
   bool autorotate = true;

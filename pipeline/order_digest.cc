@@ -16,7 +16,8 @@ std::string OrderText(const OrderOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<std::string> OrderIdentityText(std::string_view config_text, const PipelineOptions& resolved) {
+absl::StatusOr<std::string> OrderIdentityText(std::string_view config_text, const PipelineOptions& resolved,
+                                              std::string_view files) {
   ASSIGN_OR_RETURN(YAML::Node root, yaml::Load(config_text, "config"));
   std::string spec;
   try {
@@ -30,7 +31,8 @@ absl::StatusOr<std::string> OrderIdentityText(std::string_view config_text, cons
   }
   std::string order = StrCat("seed=", resolved.seed, " ", OrderText(resolved.order));
   for (const OrderOptions& m : resolved.member_orders) StrAppend(&order, "\nmember ", OrderText(m));
-  return StrCat(spec, "\n---\n", order);
+  if (files.empty()) return StrCat(spec, "\n---\n", order);
+  return StrCat(spec, "\n---\n", order, "\n---\n", files);
 }
 
 }  // namespace conveyor

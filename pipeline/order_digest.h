@@ -6,7 +6,9 @@
 // and max_epochs may change on a resume: a job resumes at any batch size and world size), plus
 // what of that section shapes the order once resolved: the seed, the schedule version and mode,
 // block and window sizes (a window follows queue_bytes), per mixture member too. Keys are emitted
-// in the config's order, comments dropped.
+// in the config's order, comments dropped. `files` is what of the files the config names decides
+// the samples' bits (sample/tokenizer.h TokenizerIdentity: a tokenizer model's SHA-256), appended
+// when not empty, so a changed model is a changed digest.
 #pragma once
 
 #include <string>
@@ -17,6 +19,7 @@
 
 namespace conveyor {
 
-absl::StatusOr<std::string> OrderIdentityText(std::string_view config_text, const PipelineOptions& resolved);
+absl::StatusOr<std::string> OrderIdentityText(std::string_view config_text, const PipelineOptions& resolved,
+                                              std::string_view files = {});
 
 }  // namespace conveyor

@@ -33,8 +33,11 @@ using yaml::Integer;
 using yaml::JoinNames;
 constexpr auto& Bad = yaml::ConfigError;
 
-std::string_view UnitKey(pb::StreamKind kind) {
-  switch (kind) {
+// A tokenized text stream's tensor holds token ids, so its cost is per token; raw text's is per
+// byte of UTF-8.
+std::string_view UnitKey(const StreamSpec& s) {
+  if (s.kind == pb::TEXT && s.tokenizer != nullptr) return "per_token";
+  switch (s.kind) {
     case pb::VIDEO:
     case pb::IMAGE:
       return "per_frame";
@@ -123,7 +126,18 @@ absl::StatusOr<PackingSpec> ParsePacking(const YAML::Node& node, const SampleSpe
     }
     const StreamSpec& s = *it;
     const std::string what = StrCat("packing.tokens.", name);
-    const std::string key(UnitKey(s.kind));
+    const std::string key(UnitKey(s));
+    if (s.kind == pb::TEXT && key == "per_byte" && kv.second["per_token"]) {
+      return Bad(source, kv.second["per_token"],
+                 StrCat(what, ".per_token needs a tokenizer on stream '", name,
+                        "' (streams: ", name, ": {tokenizer: {model: ...}}); without one its "
+                        "cost is per_byte"));
+    }
+    if (key == "per_token" && kv.second["per_byte"]) {
+      return Bad(source, kv.second["per_byte"],
+                 StrCat(what, ": '", name, "' has a tokenizer, so its tensor is token ids and "
+                        "its cost is per_token (e.g. {per_token: 1}), not per_byte"));
+    }
     RETURN_IF_ERROR(CheckKeys(source, kv.second, what, {key}));
     if (!kv.second[key]) return Bad(source, kv.second, StrCat(what, " needs ", key));
     StreamTokens& c = p.tokens[static_cast<size_t>(it - spec.streams.begin())];

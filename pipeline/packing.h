@@ -31,7 +31,8 @@ class Node;
 namespace conveyor {
 
 // The token cost of one stream of the sample spec. The unit is the stream kind's: a frame (video,
-// image), a step (lowdim), a second (audio, rounded up per sample), a byte (text).
+// image), a step (lowdim), a second (audio, rounded up per sample), a byte (text), or a token
+// (text with a tokenizer: its tensor's ids, BOS and EOS included).
 struct StreamTokens {
   int64_t per_unit = 0;    // 0: the stream costs nothing (streams not listed in `tokens`)
   int64_t audio_rate = 0;  // audio: samples per second of the assembled window (resolved)
@@ -56,8 +57,9 @@ struct PackingSpec {
   //     window: 0
   //     count_padding: false
   //     tokens: {cam0: {per_frame: 256}, action: {per_step: 1}, audio: {per_second: 50},
-  //              instruction: {per_byte: 1}}
-  // Each stream takes its kind's key (per_frame, per_step, per_second, per_byte; integers >= 0).
+  //              instruction: {per_byte: 1}, caption: {per_token: 1}}
+  // Each stream takes its kind's key (per_frame, per_step, per_second, per_byte; per_token for a
+  // text stream with a tokenizer, which refuses per_byte; integers >= 0).
   // An undefined or null node gives packing disabled. Errors are INVALID_ARGUMENT naming
   // `source`:line:col: unknown keys and streams, a key of the wrong kind, values out of range,
   // and a spec whose fixed-size streams alone cost more than max_tokens. `manifest` supplies the
@@ -74,7 +76,7 @@ struct PackingSpec {
 
 // The tokens `sample` costs: per stream in spec order, video/image frames * per_frame (frames =
 // the tensor's first dimension), lowdim steps * per_step, audio ceil(samples * per_second /
-// rate), text bytes * per_byte; with count_padding false, entries whose `<stream>_is_pad` is true
+// rate), text bytes * per_byte or token ids * per_token; with count_padding false, entries whose `<stream>_is_pad` is true
 // are not counted. Writes the per-stream counts to `per_stream` (resized to spec.streams.size())
 // when it is not null. A tensor missing from the sample counts 0 (CountTokens reports it).
 int64_t TokenCount(const Sample& sample, const SampleSpec& spec, const PackingSpec& packing,

@@ -23,6 +23,7 @@
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "sample/quarantine.h"
+#include "sample/tokenizer.h"
 #include "sample/yaml_config.h"
 #include "shuffle/mixture.h"
 #include "shuffle/schedule.h"
@@ -38,7 +39,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Bytes of one sample's tensors, from the spec and the manifest (text counted as 256 bytes).
+// Bytes of one sample's tensors, from the spec and the manifest (text counted as 256 bytes, or
+// 256 token ids without a max_tokens).
 uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
   uint64_t total = 0;
   for (const StreamSpec& s : spec.streams) {
@@ -66,8 +68,13 @@ uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
         total += n * ch * 4 + n;
         break;
       }
-      default:
-        total += 256;
+      default:  // text: 256 bytes, or its token ids (4 bytes each) up to the tokenizer's cap
+        if (s.tokenizer != nullptr) {
+          const int64_t cap = s.tokenizer->options().max_tokens;
+          total += 4 * static_cast<uint64_t>(cap > 0 ? cap : 256);
+        } else {
+          total += 256;
+        }
     }
   }
   return std::max<uint64_t>(total, 1);
@@ -124,8 +131,9 @@ absl::Status PipelineOptions::MergeYaml(std::string_view yaml, const SampleSpec&
           if (v < 1 || v > kScheduleVersionCurrent) {
             return yaml::ConfigError(source, s["version"],
                                      "pipeline.schedule.version must be 1 (blocks of block_steps samples, "
-                                     "as before 2026-11), 2 (whole GOPs per episode) or 3 (version 2's "
-                                     "order, audio decoded in chunks)");
+                                     "as before 2026-11), 2 (whole GOPs per episode), 3 (version 2's "
+                                     "order, audio decoded in chunks) or 4 (version 3, video crops cut "
+                                     "in the decoder)");
           }
           version = static_cast<uint32_t>(v);
         }
@@ -968,6 +976,9 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
     // versions"): a job resumed under version 1 or 2 keeps its per-window audio.
     mem->bound.spec.audio_method =
         mem->order.version >= 3 ? AudioMethod::kChunks : AudioMethod::kPerWindow;
+    // Likewise where video crops are cut: a job resumed under version 1 to 3 crops from RGB.
+    mem->bound.spec.crop_method =
+        mem->order.version >= 4 ? CropMethod::kInDecoder : CropMethod::kFromRgb;
     mem->scheduled = HasVideo(mem->bound.spec) && !mem->order.naive();
     if (o.frame_cache) {
       mem->frame_cache_key = FrameCacheDatasetKey(mem->dataset->manifest());

@@ -61,8 +61,8 @@ SharedStream OutputOf(const StreamSpec& s, const StreamInfo& info) {
       o.pad_len = n;
       break;
     }
-    default:  // text: variable length
-      o.dtype = DType::kUint8;
+    default:  // text: variable length, UTF-8 bytes or token ids
+      o.dtype = s.tokenizer != nullptr ? DType::kInt32 : DType::kUint8;
       break;
   }
   return o;
@@ -373,8 +373,9 @@ absl::StatusOr<std::vector<BoundMember>> Source::Bind(const SampleSpec& spec) co
     const MixtureMember& mem = members_[k];
     ASSIGN_OR_RETURN(Manifest mm, MemberManifest(k));
     const size_t real = datasets_[k]->manifest().streams.size();
-    absl::StatusOr<SampleSpec> ms = SampleSpec::FromYaml(
-        spec.config_text, mm, StrCat(spec.config_source, " (mixture ", MemberLabel(mem), ")"));
+    // The config's own source, which names its file: paths in it (a tokenizer's model) are
+    // relative to that file's folder. The error below names the member.
+    absl::StatusOr<SampleSpec> ms = SampleSpec::FromYaml(spec.config_text, mm, spec.config_source);
     if (!ms.ok()) {
       return Annotate(ms.status(), StrCat("binding the config to ", MemberLabel(mem),
                                           " (map its streams with 'streams:' or declare them "

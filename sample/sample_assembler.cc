@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "sample/augment.h"
+#include "sample/tokenizer.h"
 
 namespace conveyor {
 
@@ -139,6 +140,11 @@ uint64_t SampleAssembler::DecodeSettingsKey(size_t spec_stream) const {
   return h;
 }
 
+bool SampleAssembler::CropsInDecoder(const StreamSpec& s) const {
+  return spec_.crop_method == CropMethod::kInDecoder && s.kind == pb::VIDEO &&
+         s.augment.crop.has_value() && s.decode != DecodeBackend::kGpu;
+}
+
 VideoOutput SampleAssembler::OutputFor(const StreamSpec& s) const {
   VideoOutput vo;
   vo.autorotate = s.autorotate;
@@ -240,13 +246,12 @@ absl::Status PickTimes(std::span<const double> times, double t, const StreamSpec
   return absl::OkStatus();
 }
 
-// Augments the frames of one camera: one draw per camera and sample, applied to all its frames.
-void AugmentFrames(const StreamSpec& s, uint64_t seed, uint64_t epoch, uint64_t sample,
-                   std::vector<RgbImage>* images) {
-  SampleRng rng(seed, epoch, sample, static_cast<uint64_t>(s.stream));
-  const ImageDraw draw = DrawImageAugment(s.augment, (*images)[0].width, (*images)[0].height, &rng);
+// Applies `draw` (one camera's draw for one sample) to all its frames; `cropped`: the decoder has
+// cut and resized them already (CropMethod::kInDecoder).
+void ApplyDraw(const ImageDraw& draw, const StreamSpec& s, bool cropped,
+               std::vector<RgbImage>* images) {
   for (RgbImage& im : *images) {
-    if (draw.crop) {
+    if (draw.crop && !cropped) {
       RgbImage r;
       ResizeRgb(im, draw.x, draw.y, draw.w, draw.h, draw.flip, s.width, s.height, &r);
       im = std::move(r);
@@ -255,6 +260,13 @@ void AugmentFrames(const StreamSpec& s, uint64_t seed, uint64_t epoch, uint64_t 
     }
     ApplyColorJitter(draw, &im);
   }
+}
+
+// The draw of one camera for one sample, from the size its frames are delivered at.
+ImageDraw DrawFor(const StreamSpec& s, uint64_t seed, uint64_t epoch, uint64_t sample, int width,
+                  int height) {
+  SampleRng rng(seed, epoch, sample, static_cast<uint64_t>(s.stream));
+  return DrawImageAugment(s.augment, width, height, &rng);
 }
 
 // The frames of a video or image stream as its tensor: the prefetched frames in `held` as they are
@@ -357,6 +369,15 @@ absl::Status SampleAssembler::AddStream(size_t si, Episode& ep, uint64_t seed, u
       return AddAudio(s, *ep.index, ctx, out);
     case pb::TEXT: {
       const std::string& text = stream.text();
+      if (s.tokenizer != nullptr) {
+        // Tokenized here, in the worker that assembles the sample, by the spec's one model.
+        absl::StatusOr<std::vector<int32_t>> ids = s.tokenizer->Encode(text);
+        if (!ids.ok()) return StreamError(ctx, ids.status());
+        OwnedTensor t = MakeTensor(s.name, DType::kInt32, {static_cast<int64_t>(ids->size())});
+        if (!ids->empty()) std::memcpy(t.data.data(), ids->data(), ids->size() * sizeof(int32_t));
+        out->tensors.push_back(std::move(t));
+        return absl::OkStatus();
+      }
       OwnedTensor t = MakeTensor(s.name, DType::kUint8, {static_cast<int64_t>(text.size())});
       if (!text.empty()) std::memcpy(t.data.data(), text.data(), text.size());
       out->tensors.push_back(std::move(t));
@@ -412,13 +433,26 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
   RETURN_IF_ERROR(PickTimes(table.time_s, out->time_s, s, ctx, &frames, &pads));
   std::vector<RgbImage> images;
   std::vector<std::shared_ptr<const RgbImage>> held;  // prefetched frames used as they are
+  // Cropped in the decoder: drawn before decoding, from the size the frames are shown at (the
+  // size the crop from RGB draws from).
+  std::optional<ImageDraw> drawn;
+  if (CropsInDecoder(s)) {
+    const DisplayedSize shown = DisplayedSizeOf(ep.index->streams(s.stream), s.autorotate);
+    drawn = DrawFor(s, seed, epoch, out->index, shown.width, shown.height);
+  }
   if (s.kind == pb::VIDEO) {
-    RETURN_IF_ERROR(VideoFrames(si, ep, table, frames, *out, ctx, &images, &held));
+    const std::optional<VideoCrop> crop =
+        drawn ? std::optional<VideoCrop>(VideoCrop{drawn->x, drawn->y, drawn->w, drawn->h})
+              : std::nullopt;
+    RETURN_IF_ERROR(VideoFrames(si, ep, table, frames, crop, *out, ctx, &images, &held));
   } else {
     RETURN_IF_ERROR(DecodeImages(s, *ep.index, table, frames, ctx, &images));
   }
   if (s.augment.enabled() && !images.empty()) {
-    AugmentFrames(s, seed, epoch, out->index, &images);
+    const ImageDraw draw = drawn ? *drawn
+                                 : DrawFor(s, seed, epoch, out->index, images[0].width,
+                                           images[0].height);
+    ApplyDraw(draw, s, drawn.has_value(), &images);
   }
   OwnedTensor t;
   RETURN_IF_ERROR(FrameTensor(s, images, held, spec_.limits, ctx, &t));
@@ -428,12 +462,17 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
 }
 
 absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const FrameTable& table,
-                                          const std::vector<int64_t>& frames, const Sample& sample,
-                                          const std::string& ctx, std::vector<RgbImage>* images,
+                                          const std::vector<int64_t>& frames,
+                                          const std::optional<VideoCrop>& crop,
+                                          const Sample& sample, const std::string& ctx,
+                                          std::vector<RgbImage>* images,
                                           std::vector<std::shared_ptr<const RgbImage>>* held) {
   const StreamSpec& s = spec_.streams[si];
   stats_.frames_delivered += frames.size();
-  if (TakePrefetchedFrames(sample.episode, s, frames, images, held)) return absl::OkStatus();
+  // A sample's own crop is never in the prefetch (NeededFrames leaves such streams out).
+  if (!crop && TakePrefetchedFrames(sample.episode, s, frames, images, held)) {
+    return absl::OkStatus();
+  }
   const pb::EpisodeIndex& index = *ep.index;
   auto read = [&](size_t packet, std::string* bytes) {
     return dataset_.ReadPacket(index, s.stream, packet, bytes);
@@ -450,6 +489,14 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
           ? streams[spec_.anchor_stream].rate
           : 0;
   vo.keep_recent = s.deltas.size() > 1 || anchor_rate > streams[s.stream].rate;
+  if (crop) {
+    // One pass from the crop to the output size. Keeping frames would not pay: a kept frame is
+    // found again only under the same crop, i.e. by the same sample.
+    vo.crop = crop;
+    vo.width = s.width;
+    vo.height = s.height;
+    vo.keep_recent = false;
+  }
   absl::Status st = DecodeVideo(si, key, index.streams(s.stream), table, read, frames, vo,
                                 spec_.limits, images);
   if (!st.ok()) {
@@ -593,7 +640,7 @@ absl::Status SampleAssembler::NeededFramesAt(uint64_t episode, uint32_t step,
   ASSIGN_OR_RETURN(double t, AnchorTime(*ep, step));
   for (size_t si = 0; si < spec_.streams.size(); ++si) {
     const StreamSpec& s = spec_.streams[si];
-    if (s.kind != pb::VIDEO) continue;
+    if (s.kind != pb::VIDEO || CropsInDecoder(s)) continue;
     ASSIGN_OR_RETURN(const FrameTable* table, Table(*ep, s.stream));
     FrameRequest r;
     r.episode = episode;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,7 +47,8 @@ struct OwnedTensor {
 // What one sample holds. Tensors, in spec order, per stream: `<name>` and, except for text,
 // `<name>_is_pad` (bool, one per requested time; per output sample for audio).
 //   video / image: uint8 [T, H, W, 3] (or [T, 3, H, W], or float32) as the spec says
-//   lowdim: float32 [T, D];  audio: float32 [samples, channels];  text: uint8 [bytes] (UTF-8)
+//   lowdim: float32 [T, D];  audio: float32 [samples, channels];  text: uint8 [bytes] (UTF-8),
+//   or int32 [tokens] (token ids) when the stream has a tokenizer (sample/tokenizer.h)
 struct Sample {
   uint64_t index = 0;
   uint64_t episode = 0;
@@ -111,7 +113,9 @@ class SampleAssembler {
   // Frames are looked up in `prefetch` (may be null) before decoding. Not owned.
   void set_window_prefetch(const WindowPrefetch* prefetch) { prefetch_ = prefetch; }
 
-  // The video frames sample `sample` needs, one request per video stream of the spec.
+  // The video frames sample `sample` needs, one request per video stream of the spec whose
+  // frames a prefetch or frame cache can hold: not the streams cropped in the decoder
+  // (CropsInDecoder), whose decoded frames are each sample's own.
   absl::Status NeededFrames(uint64_t sample, uint64_t epoch, std::vector<FrameRequest>* out);
   // The same for the sample at anchor step `step` of `episode` (a SampleId's episode and step).
   absl::Status NeededFramesAt(uint64_t episode, uint32_t step, std::vector<FrameRequest>* out);
@@ -143,6 +147,9 @@ class SampleAssembler {
   // Anchor time of (episode, step).
   absl::StatusOr<double> AnchorTime(Episode& ep, uint32_t step);
   VideoOutput OutputFor(const StreamSpec& s) const;
+  // Whether stream `s`'s random resized crop is cut by its VideoDecoder (CropMethod::kInDecoder):
+  // drawn before decoding, from the stream's displayed size.
+  bool CropsInDecoder(const StreamSpec& s) const;
 
   // Assemble's steps. Each adds to `out` the tensors of one stream of the spec (`si` indexes
   // spec_.streams; `s` is that stream's spec) or gets them ready; errors carry `ctx` (dataset,
@@ -157,8 +164,11 @@ class SampleAssembler {
                         const std::string& ctx, Sample* out);
   // The frames of a video stream for `sample`: from the WindowPrefetch when it has them all (in
   // `held`, or copied into `images` for augmentation), else decoded into `images`.
+  // `crop`: the sample's crop, cut by the decoder (CropsInDecoder); the frames are then decoded
+  // here, at the spec's size.
   absl::Status VideoFrames(size_t si, const Episode& ep, const FrameTable& table,
-                           const std::vector<int64_t>& frames, const Sample& sample,
+                           const std::vector<int64_t>& frames,
+                           const std::optional<VideoCrop>& crop, const Sample& sample,
                            const std::string& ctx, std::vector<RgbImage>* images,
                            std::vector<std::shared_ptr<const RgbImage>>* held);
   // False (and `held` empty) unless the WindowPrefetch holds every one of `frames`.

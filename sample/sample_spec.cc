@@ -12,6 +12,7 @@
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "media/decode_placement.h"
+#include "sample/tokenizer.h"
 #include "sample/yaml_config.h"
 #include "spdlog/spdlog.h"
 
@@ -436,7 +437,8 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
         }
         break;
       case pb::TEXT:
-        RETURN_IF_ERROR(CheckKeys(source, n, what, {}));
+        RETURN_IF_ERROR(CheckKeys(source, n, what, {"tokenizer"}));
+        RETURN_IF_ERROR(ParseTokenizer(source, n, what, &s));
         break;
       default:
         return ConfigError(source, kv.first, StrCat(what, " has an unknown kind"));

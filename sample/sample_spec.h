@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +20,8 @@
 #include "datasets/sample_index.h"
 
 namespace conveyor {
+
+class TextTokenizer;  // sample/tokenizer.h
 
 enum class ImageLayout { kHWC, kCHW };
 enum class ImageDType { kUint8, kFloat32 };
@@ -80,6 +83,24 @@ struct StreamSpec {
   // quantile 2 (x - q01) / (q99 - q01 + eps) - 1; quantile10 the same with q10 and q90).
   std::vector<float> norm_offset, norm_scale;
   float norm_bias = 0;
+
+  // TEXT: the `tokenizer:` key's model (sample/tokenizer.h): the stream's tensor is then int32
+  // token ids instead of UTF-8 bytes. Null: bytes. Shared by every copy of the spec and every
+  // worker (encoding is thread-safe).
+  std::shared_ptr<const TextTokenizer> tokenizer;
+};
+
+// Where the random resized crop of a video stream decoded on the CPU is cut (docs/sampling.md
+// "Augmentation"). The numbers are stable: a job's pipeline version decides the method
+// (docs/pipeline.md "Schedule versions").
+enum class CropMethod : uint32_t {
+  // The frame converted to RGB at full size, then cropped and resized by Conveyor's triangle
+  // filter (sample/augment.h ResizeRgb): pipeline versions 1 to 3.
+  kFromRgb = 1,
+  // Cut in the decoder's pixel format and converted to the output size in one libswscale pass
+  // with the stream's `resize` filter (VideoOutput::crop): version 4. Image streams and NVDEC
+  // streams crop from RGB whatever the method.
+  kInDecoder = 2,
 };
 
 struct SampleSpec {
@@ -99,6 +120,9 @@ struct SampleSpec {
   // (docs/pipeline.md "Schedule versions"), so a resumed job keeps the method it started with;
   // other users (conveyor sample, benches) get the current one.
   AudioMethod audio_method = AudioMethod::kChunks;
+  // Where a CPU-decoded video stream's random resized crop is cut; the pipeline sets it from the
+  // job's pipeline version like audio_method (kFromRgb before version 4).
+  CropMethod crop_method = CropMethod::kInDecoder;
   // The config text this spec was parsed from: a mixture binds the same text to each of its
   // datasets' streams (pipeline/source.h).
   std::string config_text;

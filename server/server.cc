@@ -53,6 +53,7 @@
 #include "pipeline/cache_warm.h"
 #include "pipeline/naive_warning.h"
 #include "pipeline/order_digest.h"
+#include "sample/tokenizer.h"
 #include "pipeline/pipeline.h"
 
 namespace conveyor {
@@ -119,7 +120,7 @@ struct Config {
   uint64_t steps_per_epoch = 0;
 };
 
-// schedule_version: 0 = the config's; 1 to 3 overrides it (a resumed job's recorded version).
+// schedule_version: 0 = the config's; 1 to 4 overrides it (a resumed job's recorded version).
 absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::string name,
                                                       std::string text, std::string_view source,
                                                       uint32_t schedule_version = 0) {
@@ -134,15 +135,20 @@ absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::str
   // is decoded in chunks). A version-1 order, and a naive one of version 2, keep the digest
   // servers gave before versions existed, so old and new servers of one job agree exactly when
   // their samples do.
+  // The tokenizer models the config names go in too (their SHA-256): the same text with another
+  // model gives other ids. A config without one keeps the digest it had.
   const uint32_t version = c->options.order.version;
-  c->digest = version == 1 || (c->options.order.naive() && version == 2)
-                  ? Sha256Hex(c->text)
-                  : Sha256Hex(StrCat(c->text, std::string_view("\0", 1), "schedule_version=",
-                                     c->options.order.version));
+  std::string identity = version == 1 || (c->options.order.naive() && version == 2)
+                             ? c->text
+                             : StrCat(c->text, std::string_view("\0", 1), "schedule_version=",
+                                      c->options.order.version);
+  const std::string files = TokenizerIdentity(c->spec);
+  if (!files.empty()) StrAppend(&identity, std::string_view("\0", 1), files);
+  c->digest = Sha256Hex(identity);
   // The schedule shapes the order: resolve it from the config's own byte budget, before the
   // server's per-stream budget applies, so every server and `conveyor batches` agree.
   RETURN_IF_ERROR(ResolveSchedule(ds, c->spec, &c->options));
-  ASSIGN_OR_RETURN(const std::string order, OrderIdentityText(c->text, c->options));
+  ASSIGN_OR_RETURN(const std::string order, OrderIdentityText(c->text, c->options, files));
   c->order_digest = Sha256Hex(order);
   return c;
 }
@@ -927,8 +933,9 @@ struct DataServer::Impl : public RawStreamBatchesService {
                            o.version, "): it knows 1 to ", kScheduleVersionCurrent));
     }
     if (req.schedule_version() != 0 && req.schedule_version() != config->options.order.version) {
-      absl::StatusOr<std::shared_ptr<Config>> c = ResolveConfig(
-          *source, config->name, config->text, "request config", req.schedule_version());
+      // The config's own source: a file's relative paths (a tokenizer model) resolve from it.
+      absl::StatusOr<std::shared_ptr<Config>> c =
+          ResolveConfig(*source, config->name, config->text, config->spec.config_source, req.schedule_version());
       if (!c.ok()) return Reject(ToGrpc(c.status()).error_code(), std::string(c.status().message()));
       config = *c;
     }

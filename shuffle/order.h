@@ -17,7 +17,8 @@
 // BlockTable (whole GOPs per episode, of varying sizes): every block is permuted, windows are
 // `window_blocks` consecutive permuted blocks, and within a window the samples are permuted
 // again, as in version 1. Version 3 has version 2's order; it differs in how the samples' audio
-// is decoded (AudioMethod::kChunks, docs/pipeline.md "Schedule versions").
+// is decoded (AudioMethod::kChunks, docs/pipeline.md "Schedule versions"). Version 4 has version
+// 3's order and audio; it differs in where video crops are cut (CropMethod::kInDecoder).
 #pragma once
 
 #include <cstdint>
@@ -97,13 +98,14 @@ class BlockTable {
 // GOPs, audio windows decoded one by one) stay selectable: a job that checkpointed under one
 // resumes under it (docs/pipeline.md "Schedule versions"). The version travels with the cursor,
 // so it also versions what else decides a sample's bits: version 3 is version 2's order with
-// audio windows cut from fixed chunks.
-constexpr uint32_t kScheduleVersionCurrent = 3;
+// audio windows cut from fixed chunks, version 4 is version 3 with CPU video crops cut in the
+// decoder's pixel format.
+constexpr uint32_t kScheduleVersionCurrent = 4;
 
 struct OrderOptions {
   uint64_t block_steps = 1;    // samples per block (1: naive); version 2+: at least this many
   uint64_t window_blocks = 1;  // blocks per window (1: naive)
-  uint32_t version = kScheduleVersionCurrent;  // 1 to 3; the naive order is the same in all
+  uint32_t version = kScheduleVersionCurrent;  // 1 to 4; the naive order is the same in all
   // Version 2's blocks, resolved by the pipeline from the dataset (null: version 1's uniform
   // blocks). Shared: every epoch's order uses the same table.
   std::shared_ptr<const BlockTable> blocks;

@@ -351,9 +351,58 @@ TEST_F(PipelineTest, PipelineVersionDecidesTheAudioMethod) {
       }
     }
   }
-  EXPECT_EQ(audio_of_version[0], audio_of_version[3]);  // the default is version 3
+  EXPECT_EQ(audio_of_version[0], audio_of_version[3]);  // the default (4) chunks as 3 does
   std::printf("synthetic AAC audio: versions 2 and 3 %s\n",
               audio_of_version[2] == audio_of_version[3] ? "agree" : "differ (PNS)");
+}
+
+// The pipeline version decides where video crops are cut (docs/pipeline.md "Schedule versions"):
+// versions 1 to 3 from the full-size RGB frame (through the window prefetch in GOP mode, as
+// before), 4 (the default) in the decoder, so a job resumed under version 3 gets the crop bits it
+// started with. Each batch row equals the assembler's with that method; the methods differ.
+TEST_F(PipelineTest, PipelineVersionDecidesTheCropMethod) {
+  auto s = SampleSpec::FromYaml(
+      "streams:\n"
+      "  cam0: {delta_timestamps: [-0.1, 0.0], size: [24, 32], augment: {random_resized_crop: "
+      "{scale: [0.3, 0.9]}, hflip: 0.5}}\n"
+      "  action: {}\n",
+      dataset_->manifest(), "crop.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->crop_method, CropMethod::kInDecoder);
+  const auto index = SampleIndex::Build(*dataset_, s->anchor_stream);
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::map<uint32_t, std::vector<uint8_t>> pixels_of_version;
+  for (uint32_t version : {0u, 3u, 4u}) {
+    SCOPED_TRACE(version);
+    PipelineOptions o = Options(2, true);
+    if (version != 0) o.order.version = version;
+    auto p = Pipeline::Create(*dataset_, *s, o, {0, 5});
+    ASSERT_TRUE(p.ok()) << p.status();
+    SampleSpec direct = *s;
+    direct.crop_method = version == 3 ? CropMethod::kFromRgb : CropMethod::kInDecoder;
+    SampleAssembler assembler(*dataset_, direct, *index);
+    for (int step = 0; step < 2; ++step) {
+      auto next = (*p)->Next();
+      ASSERT_TRUE(next.ok() && next->has_value());
+      const Batch& b = **next;
+      const TensorView* cam = b.Find("cam0");
+      ASSERT_NE(cam, nullptr);
+      const size_t row = cam->bytes / b.ids.size();
+      ASSERT_EQ(row, 2u * 24 * 32 * 3);
+      const uint8_t* got = b.data(*cam);
+      pixels_of_version[version].insert(pixels_of_version[version].end(), got, got + cam->bytes);
+      for (size_t i = 0; i < b.ids.size(); ++i) {
+        auto sample = assembler.Assemble(b.ids[i].index, o.seed, b.cursor.epoch);
+        ASSERT_TRUE(sample.ok()) << sample.status();
+        const OwnedTensor* t = sample->Find("cam0");
+        ASSERT_NE(t, nullptr);
+        ASSERT_EQ(t->data.size(), row);
+        EXPECT_EQ(std::memcmp(t->data.data(), got + i * row, row), 0) << "row " << i;
+      }
+    }
+  }
+  EXPECT_EQ(pixels_of_version[0], pixels_of_version[4]);  // the default is version 4
+  EXPECT_NE(pixels_of_version[3], pixels_of_version[4]);
 }
 
 // 800 samples / 20 = 40 steps an epoch. Breakpoints: start, mid-epoch, the last step, the first

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Public headers must not pull a heavy dependency into whoever includes them: no FFmpeg, gRPC,
-# protobuf (generated .pb.h included), CUDA or yaml-cpp, directly or through the project headers
+# protobuf (generated .pb.h included), CUDA, yaml-cpp or SentencePiece, directly or through the project headers
 # they include. Checked: every public header of the libraries below, without exception (internal/
 # folders are private to their library and exempt). Headers name the shard index messages through
 # format/format_fwd.h, hold a CodecParams by value through format/codec_params_value.h (the
@@ -15,7 +15,7 @@ while IFS= read -r h; do
   HEADERS+=("$h")
 done < <(cd "$ROOT" && find "${LIBRARIES[@]}" -name '*.h' -not -path '*/internal/*' | sort)
 [[ ${#HEADERS[@]} -gt 0 ]] || { echo "FAIL: no public header found under $ROOT"; exit 1; }
-FORBIDDEN='^#include [<"](libav|libsw|grpc|grpcpp/|google/protobuf|cuda|yaml-cpp/|.*\.pb\.h)'
+FORBIDDEN='^#include [<"](libav|libsw|grpc|grpcpp/|google/protobuf|cuda|yaml-cpp/|sentencepiece|.*\.pb\.h)'
 fail=0
 # Follows project includes ("dir/file.h") transitively.
 check() {

@@ -7,8 +7,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "sample/augment.h"
 #include "datasets/dataset.h"
@@ -48,13 +50,15 @@ class SampleTest : public ::testing::Test {
   }
   static std::string ds() { return dir_->Join("ds"); }
 
-  void Open(const std::string& yaml) {
+  void Open(const std::string& yaml, CropMethod crop_method = CropMethod::kInDecoder) {
     auto d = Dataset::Open(ds());
     ASSERT_TRUE(d.ok()) << d.status();
     dataset = std::move(*d);
     auto s = SampleSpec::FromYaml(yaml, dataset->manifest(), "test.yaml");
     ASSERT_TRUE(s.ok()) << s.status();
     spec = std::move(*s);
+    EXPECT_EQ(spec.crop_method, CropMethod::kInDecoder) << "what a spec gets outside a pipeline";
+    spec.crop_method = crop_method;
     auto i = SampleIndex::Build(*dataset, spec.anchor_stream);
     ASSERT_TRUE(i.ok()) << i.status();
     index = std::move(*i);
@@ -255,6 +259,135 @@ TEST_F(SampleTest, AugmentationIsAPureFunctionOfSeedEpochAndIndex) {
   ASSERT_TRUE(c.ok() && d.ok());
   EXPECT_NE(a->Find("cam0")->data, c->Find("cam0")->data);
   EXPECT_NE(a->Find("cam0")->data, d->Find("cam0")->data);
+}
+
+// CropMethod::kInDecoder (pipeline version 4): a video stream's random resized crop is cut from
+// the decoded planes and converted to the output size in one libswscale pass, so a sample's frame
+// equals `ffmpeg -vf crop=W:H:X:Y,scale=OW:OH:flags=F -pix_fmt rgb24` of the same frame, the crop
+// being the one drawn from (seed, epoch, sample). An odd X, Y, W or H is rounded down to even as
+// the CLI's crop filter does (4:2:0). A flip mirrors that output; the crop itself is the same draw.
+TEST_F(SampleTest, CropInDecoderEqualsTheCliCropAndScale) {
+  const std::string base =
+      "anchor: cam0\n"
+      "streams:\n"
+      "  cam0:\n"
+      "    delta_timestamps: [0.0]\n"
+      "    size: [40, 48]\n";
+  const std::string crop = "      random_resized_crop: {scale: [0.2, 0.7], ratio: [0.5, 2.0]}\n";
+  TempDir out;
+  const std::string mp4 = out.Join("cam0.mp4");
+  auto r = RunCommand(kCli + " extract " + ShellQuote(ds()) + " --episode 0 --stream cam0 --out " +
+                      ShellQuote(mp4));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const uint64_t epoch = 1, seed = 9;
+  int checked = 0;
+  for (const char* filter : {"bilinear", "bicubic"}) {
+    const std::string yaml = base + "    resize: " + filter + "\n    augment:\n" + crop;
+    Open(yaml);
+    auto draw = [&](uint64_t sample) {
+      SampleRng rng(seed, epoch, sample, static_cast<uint64_t>(spec.streams[0].stream));
+      return DrawImageAugment(spec.streams[0].augment, 96, 64, &rng);
+    };
+    // Samples (frames of episode 0) whose boxes have an odd x, y, width and height, so that the
+    // rounding to the chroma grid is exercised on each.
+    std::vector<uint64_t> samples = {42};
+    for (int part = 0; part < 4; ++part) {
+      uint64_t k = 0;
+      while (k < 90) {
+        const ImageDraw d = draw(k);
+        if ((part == 0 ? d.x : part == 1 ? d.y : part == 2 ? d.w : d.h) % 2 == 1) break;
+        ++k;
+      }
+      ASSERT_LT(k, 90u) << "no box with an odd " << "xywh"[part] << " among 90 draws";
+      samples.push_back(k);
+    }
+    for (uint64_t sample : samples) {
+      auto got = assembler->Assemble(sample, seed, epoch);
+      ASSERT_TRUE(got.ok()) << got.status();
+      const OwnedTensor* cam = got->Find("cam0");
+      ASSERT_EQ(cam->shape, (std::vector<int64_t>{1, 40, 48, 3}));
+      const ImageDraw d = draw(sample);
+      ASSERT_TRUE(d.crop);
+      // The CLI's frames of the whole episode with that crop; anchored at the camera, sample k of
+      // episode 0 is frame k.
+      const std::vector<std::string> golden = FrameMd5s(
+          mp4, "v",
+          StrCat("-vf crop=", d.w, ":", d.h, ":", d.x, ":", d.y, ",scale=48:40:flags=", filter,
+                 " -pix_fmt rgb24"));
+      ASSERT_EQ(golden.size(), 90u);
+      EXPECT_EQ(Md5Hex(cam->data.data(), cam->data.size()), golden[sample])
+          << filter << ": sample " << sample << ", crop " << d.w << "x" << d.h << " at (" << d.x
+          << ", " << d.y << ")";
+      ++checked;
+    }
+    // hflip: 1.0 draws the same crop (the flip is drawn after it) and mirrors the output.
+    Open(base + "    resize: " + filter + "\n    augment:\n" + crop + "      hflip: 1.0\n");
+    auto flipped = assembler->Assemble(42, 9, 1);
+    Open(yaml);
+    auto plain = assembler->Assemble(42, 9, 1);
+    ASSERT_TRUE(flipped.ok() && plain.ok());
+    const auto& f = flipped->Find("cam0")->data;
+    const auto& p = plain->Find("cam0")->data;
+    for (int y = 0; y < 40; ++y) {
+      for (int x = 0; x < 48; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          ASSERT_EQ(f[(y * 48 + x) * 3 + c], p[(y * 48 + (47 - x)) * 3 + c]) << filter;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 10);
+}
+
+// CropMethod::kFromRgb (pipeline versions 1 to 3, what a resumed job of those versions gets): the
+// frame at full size in RGB (the CLI's), then Conveyor's triangle filter over the drawn box, as
+// before version 4: bit for bit the same as recomputing it here from the full frame. The two
+// methods give different pixels (a job cannot switch between them mid-run).
+TEST_F(SampleTest, CropFromRgbKeepsTheBitsOfVersionsBeforeFour) {
+  const std::string yaml =
+      "anchor: cam0\n"
+      "streams:\n"
+      "  cam0:\n"
+      "    delta_timestamps: [-0.1, 0.0]\n"
+      "    size: [40, 48]\n"
+      "    augment:\n"
+      "      random_resized_crop: {scale: [0.2, 0.7], ratio: [0.5, 2.0]}\n"
+      "      hflip: 0.5\n"
+      "      color_jitter: {brightness: 0.3, contrast: 0.3, saturation: 0.3}\n";
+  Open("anchor: cam0\nstreams:\n  cam0: {delta_timestamps: [-0.1, 0.0]}\n");
+  std::map<uint64_t, Sample> full;
+  for (uint64_t sample : {4u, 30u, 77u, 150u}) {
+    auto s = assembler->Assemble(sample, 3, 2);
+    ASSERT_TRUE(s.ok()) << s.status();
+    full.emplace(sample, std::move(*s));
+  }
+  Open(yaml, CropMethod::kFromRgb);
+  const StreamSpec& cam = spec.streams[0];
+  int differ = 0;
+  for (auto& [sample, f] : full) {
+    auto got = assembler->Assemble(sample, 3, 2);
+    ASSERT_TRUE(got.ok()) << got.status();
+    SampleRng rng(3, 2, sample, static_cast<uint64_t>(cam.stream));
+    const ImageDraw d = DrawImageAugment(cam.augment, 96, 64, &rng);
+    std::vector<uint8_t> want;
+    const std::vector<uint8_t>& px = f.Find("cam0")->data;
+    for (int i = 0; i < 2; ++i) {
+      RgbImage frame{96, 64, std::vector<uint8_t>(px.begin() + i * 96 * 64 * 3,
+                                                  px.begin() + (i + 1) * 96 * 64 * 3)};
+      RgbImage r;
+      ResizeRgb(frame, d.x, d.y, d.w, d.h, d.flip, 48, 40, &r);
+      ApplyColorJitter(d, &r);
+      want.insert(want.end(), r.pixels.begin(), r.pixels.end());
+    }
+    EXPECT_EQ(got->Find("cam0")->data, want) << "sample " << sample;
+    SampleSpec v4 = spec;
+    v4.crop_method = CropMethod::kInDecoder;
+    SampleAssembler in_decoder(*dataset, v4, index);
+    auto other = in_decoder.Assemble(sample, 3, 2);
+    ASSERT_TRUE(other.ok()) << other.status();
+    differ += other->Find("cam0")->data != want;
+  }
+  EXPECT_GT(differ, 0);
 }
 
 TEST_F(SampleTest, FlipMirrorsTheUnaugmentedFrame) {

@@ -326,7 +326,7 @@ class AuditCommand final : public Command {
     c->add_option("--auth-token-file", o_.auth_token_file, "File holding the servers' bearer token");
     c->add_option("--tls-ca", o_.tls_ca, "Use TLS and verify the servers with these roots (PEM)");
     c->add_option("--tls-server-name", o_.tls_server_name, "Name to check in the servers' certificate");
-    c->add_option("--schedule-version", o_.schedule_version, "1 to 3: the job's schedule version (default: the config's)");
+    c->add_option("--schedule-version", o_.schedule_version, "1 to 4: the job's schedule version (default: the config's)");
     c->add_option("--show-ids", o_.show_ids, "Sample ids to show per offending slice")->capture_default_str();
     return c;
   }

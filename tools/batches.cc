@@ -228,7 +228,7 @@ class BatchesCommand final : public Command {
     c->add_option("--schedule", o_.schedule, "naive or gop (overrides the config)");
     AddFrameCacheFlags(c, &o_.frame_cache);
     c->add_option("--schedule-version", o_.schedule_version,
-                  "1 to 3: the schedule's version (overrides the config's; docs/pipeline.md)");
+                  "1 to 4: the schedule's version (overrides the config's; docs/pipeline.md)");
     c->add_flag("--digest", o_.digest, "Print the SHA-256 of each batch's tensors");
     c->add_flag("--ids", o_.ids, "Print every sample id (episode/step)");
     c->add_flag("--stats", o_.stats, "Print amplification, shuffle quality, fill ratio and stage times");

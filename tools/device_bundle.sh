@@ -74,7 +74,15 @@ if [[ -e "$capi" ]]; then
 else
   echo "device_bundle: no Python package ($capi not built)" >&2
 fi
-for f in "$B"/lib/*.so*; do strip --strip-unneeded "$f" 2>/dev/null || true; done
+# SentencePiece's module, loaded by a config with a tokenizer from lib/conveyor/ (the bundled
+# loader is the running executable, in lib/; docs/sampling.md "Tokenized text").
+spm="$BUILD/lib/conveyor/libconveyor_sentencepiece.so"
+if [[ -e "$spm" ]]; then
+  mkdir -p "$B/lib/conveyor"
+  cp -L "$spm" "$B/lib/conveyor/"
+  copy_libraries "$spm"
+fi
+for f in "$B"/lib/*.so* "$B"/lib/conveyor/*.so; do strip --strip-unneeded "$f" 2>/dev/null || true; done
 loader="$(basename "$(ls "$B"/lib/ld-linux-x86-64.so.* | head -1)")"
 
 cat > "$B/run" <<RUN

@@ -10,6 +10,7 @@
 #include "base/strings.h"
 #include "client/client.h"
 #include "client/launch_env.h"
+#include "shuffle/order.h"
 #include "conveyor/v1/service.pb.h"
 #include "storage/storage.h"
 #include "tools/batch_line.h"
@@ -34,8 +35,9 @@ absl::Status RunFetch(const FetchOptions& o) {
   c.consumers = launch.world_size;
   ASSIGN_OR_RETURN(c.start, client::Cursor::Parse(o.cursor));
   // 0 to 3 (docs/pipeline.md "Schedule versions"); a server that does not know a version says so.
-  if (o.schedule_version < 0 || o.schedule_version > 3) {
-    return absl::InvalidArgumentError(StrCat("--schedule-version ", o.schedule_version, ": expected 1 to 3"));
+  if (o.schedule_version < 0 || o.schedule_version > static_cast<int>(kScheduleVersionCurrent)) {
+    return absl::InvalidArgumentError(StrCat("--schedule-version ", o.schedule_version, ": expected 1 to ",
+                                             kScheduleVersionCurrent));
   }
   c.schedule_version = static_cast<uint32_t>(o.schedule_version);
   c.max_batches = static_cast<uint64_t>(o.steps);

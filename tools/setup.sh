@@ -40,6 +40,9 @@ PACKAGES=(
   # fixtures written by the tools those communities use (tf.train.Example through python3-protobuf,
   # TFRecord framing checked with python3-crc32c, HDF5 episodes through h5py)
   libhdf5-dev python3-h5py python3-protobuf python3-crc32c
+  # a text stream's tokenizer (sample/tokenizer.h): SentencePiece's library; its spm_train makes
+  # the tests' models and python3-sentencepiece gives the ids they are checked against
+  libsentencepiece-dev sentencepiece python3-sentencepiece
 )
 
 # tests/k8s/kubectl_dry_run_test.py: Debian's kubectl, unless a kubectl is there already (another

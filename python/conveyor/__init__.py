@@ -62,7 +62,7 @@ __all__ = ["Loader", "Client", "ConveyorError", "Tensor", "METADATA_KEYS", "tens
 STATE_VERSION = 3
 # Schedule versions this Loader can ask for (0: the config's); the server refuses ones it does not
 # know. 3 is version 2's order with audio decoded in chunks (docs/pipeline.md "Schedule versions").
-_SCHEDULE_VERSIONS = (0, 1, 2, 3)
+_SCHEDULE_VERSIONS = (0, 1, 2, 3, 4)
 
 try:  # A torch IterableDataset when torch is there, so DataLoader and Stateful loaders accept it.
     from torch.utils.data import IterableDataset as _Base
@@ -241,8 +241,8 @@ class Loader(_Base):
         DataLoader workers needed). prefetch_bytes bounds them in bytes.
       auth_token: bearer token, when the server asks for one (--auth-token-file).
       reconnect_timeout_s: give up after this long without a batch from any server.
-      schedule_version: the order's schedule version, 1 to 3 (docs/pipeline.md "Schedule
-        versions"; 3 also decodes audio in chunks); None: the config's. load_state_dict() sets the one the state was saved under.
+      schedule_version: the order's schedule version, 1 to 4 (docs/pipeline.md "Schedule
+        versions"; 3 also decodes audio in chunks, 4 also cuts video crops in the decoder); None: the config's. load_state_dict() sets the one the state was saved under.
       device: "cpu" (default): numpy arrays as described in the module's doc. "cuda:N" (or
         "cuda", a torch.device): torch tensors on that GPU (needs torch and a CUDA build of
         conveyor with a usable GPU; otherwise ConveyorError FAILED_PRECONDITION here, naming the
@@ -306,7 +306,7 @@ class Loader(_Base):
         self._global_batch_size = 0  # the server's, from the first batch (or a loaded state)
         self._schedule_version = 0 if schedule_version is None else int(schedule_version)
         if self._schedule_version not in _SCHEDULE_VERSIONS:
-            raise ValueError(f"schedule_version {schedule_version!r}: expected 1 to 3")
+            raise ValueError(f"schedule_version {schedule_version!r}: expected 1 to 4")
         self._iterator = None   # the running iteration's generator, closed by the next one
         self._client = None     # its client, for stats()
         self._last_stats = {}
@@ -504,7 +504,7 @@ class Loader(_Base):
         self._global_batch_size = batch_size
         schedule = 1 if version == 1 else int(state_dict.get("schedule_version", 0))
         if schedule not in _SCHEDULE_VERSIONS:
-            raise ValueError(f"conveyor.Loader state: schedule_version {schedule!r}, expected 1 to 3")
+            raise ValueError(f"conveyor.Loader state: schedule_version {schedule!r}, expected 1 to 4")
         self._schedule_version = schedule
         fingerprint, digest = state_dict.get("dataset_fingerprint"), state_dict.get("order_digest")
         self._data = {"dataset_fingerprint": fingerprint, "order_digest": digest}

@@ -381,7 +381,7 @@ class StateTest(unittest.TestCase):
         pinned = {k: state.pop(k) for k in ("dataset_fingerprint", "order_digest")}
         self.assertEqual(state, {"version": conveyor.STATE_VERSION, "cursor": [0, 3],
                                  "position": 96, "global_batch_size": 32,
-                                 "schedule_version": 3, "job": "default", "rank": 0,
+                                 "schedule_version": 4, "job": "default", "rank": 0,
                                  "world_size": 1})
         self.assertRegex(pinned["dataset_fingerprint"], "^[0-9a-f]{16}$")
         self.assertRegex(pinned["order_digest"], "^[0-9a-f]{64}$")
@@ -957,6 +957,47 @@ class JaxTest(unittest.TestCase):
         for name, a in conveyor.tensors(batch).items():
             self.assertEqual(g[name].shape, a.shape, name)
             np.testing.assert_array_equal(np.asarray(g[name]), a)
+
+
+class TokenizerTest(unittest.TestCase):
+    def test_token_ids_of_a_tokenized_text_stream(self):
+        """A text stream with a tokenizer arrives as int32 ids with its mask, python3-sentencepiece's."""
+        import sentencepiece as spm
+
+        d = ENV["dir"] / "spm"
+        d.mkdir(exist_ok=True)
+        words = ["pick", "place", "push", "the", "red", "green", "blue", "cube", "ball", "bowl",
+                 "drawer", "open", "close", "stack", "blocks", "café", "机器人", "🤖"]
+        (d / "corpus.txt").write_text("\n".join(" ".join(words[(i * 7 + k) % len(words)]
+                                                             for k in range(6)) for i in range(200)),
+                                      encoding="utf-8")
+        subprocess.run(["spm_train", f"--input={d / 'corpus.txt'}", f"--model_prefix={d / 'm'}",
+                        "--vocab_size=60", "--hard_vocab_limit=false", "--minloglevel=2"],
+                       check=True, capture_output=True)
+        model = d / "m.model"
+        sp = spm.SentencePieceProcessor(model_file=str(model))
+        # The same order both times (the seed and schedule decide it); one config sends the
+        # instruction's bytes, the other its ids. The model's path is absolute: the config is
+        # sent inline, so it has no folder of its own on the server.
+        head = "anchor: action\npipeline: {global_batch_size: 8, seed: 2}\nstreams:\n"
+        raw = list(loader(config=head + "  instruction: {}\n", max_batches=2))
+        tok = list(loader(config=head + f"  instruction: {{tokenizer: {{model: {model}, add_eos: true}}}}\n",
+                          max_batches=2))
+        self.assertEqual(len(raw), 2)
+        self.assertEqual(len(tok), 2)
+        for r, t in zip(raw, tok):
+            np.testing.assert_array_equal(r["_ids"], t["_ids"])
+            ids, mask = t["instruction"], t["instruction_mask"]
+            self.assertEqual(ids.dtype, np.int32)
+            self.assertEqual(mask.dtype, np.bool_)
+            self.assertEqual(ids.shape, mask.shape)
+            for row in range(ids.shape[0]):
+                text = bytes(r["instruction"][row][r["instruction_mask"][row]]).decode("utf-8")
+                self.assertEqual(ids[row][mask[row]].tolist(), sp.encode(text, add_eos=True), text)
+        with self.assertRaises(conveyor.ConveyorError) as e:
+            next(iter(loader(config=head + "  instruction: {tokenizer: {model: m.model}}\n")))
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        self.assertIn("absolute path", str(e.exception))
 
 
 if __name__ == "__main__":
