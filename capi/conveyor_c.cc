@@ -151,6 +151,7 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
     else if (key == "pin_from_environment") s = Get(v, key, &o->pin_from_environment);
     else if (key == "max_batch_bytes") s = Get(v, key, &o->max_batch_bytes);
     else if (key == "auth_token") s = Get(v, key, &o->auth_token);
+    else if (key == "job_secret") s = Get(v, key, &o->job_secret);
     else if (key == "tls") s = Get(v, key, &tls);
     else if (key == "tls_ca_pem") s = Get(v, key, &o->tls_ca_pem);
     else if (key == "tls_cert_pem") s = Get(v, key, &o->tls_cert_pem);

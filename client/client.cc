@@ -127,6 +127,7 @@ size_t FirstServer(const ClientOptions& o) {
 void AddMetadata(const ClientOptions& o, grpc::ClientContext* ctx) {
   ctx->AddMetadata("conveyor-protocol", std::to_string(ProtocolVersion()));
   if (!o.auth_token.empty()) ctx->AddMetadata("authorization", "Bearer " + o.auth_token);
+  if (!o.job_secret.empty()) ctx->AddMetadata("conveyor-job-secret", o.job_secret);
 }
 
 // One 64-byte aligned block per batch, which the payload is parsed into, kept for reuse
@@ -813,6 +814,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
                             std::pair{"CONVEYOR_ORDER_DIGEST", &options.expect_order_digest}}) {
     const char* v = std::getenv(var);
     if (options.pin_from_environment && field->empty() && v != nullptr) *field = v;
+  }
+  if (const char* v = std::getenv("CONVEYOR_JOB_SECRET"); options.job_secret.empty() && v != nullptr) {
+    options.job_secret = v;
+  }
+  if (options.job_secret.size() > 256 ||
+      std::any_of(options.job_secret.begin(), options.job_secret.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job secret (ClientOptions::job_secret or $CONVEYOR_JOB_SECRET) has ", options.job_secret.size(),
+        " characters: give 1 to 256 printable ASCII characters without spaces (openssl rand -hex 16)"));
   }
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(options);

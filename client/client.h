@@ -145,6 +145,13 @@ struct ClientOptions {
   // larger one ends the stream with RESOURCE_EXHAUSTED instead of exhausting memory.
   uint64_t max_batch_bytes = 8ull << 30;
   std::string auth_token;            // sent as "authorization: Bearer TOKEN"
+  // The job's secret, shared by all its ranks (docs/serving.md "Job identity"): the first stream
+  // or report of a job name on a server sets the job's secret there, and a call that presents
+  // another is refused with PERMISSION_DENIED, so another client cannot stream under the job's
+  // name into its coverage ledger, metrics or reports. Empty: $CONVEYOR_JOB_SECRET, which a
+  // launcher exports per job (docs/launch.md); none when that is unset. 1 to 256 printable ASCII
+  // characters (openssl rand -hex 16).
+  std::string job_secret;
   // TLS: any of these set switches the channel to TLS.
   bool tls = false;
   std::string tls_ca_pem;            // roots to verify the server (empty: system roots)

@@ -275,14 +275,42 @@ void ServerMetrics::RequestRejected(const std::string& code) { rejected_.Add({{"
 void ServerMetrics::DataPinRefused() {
   rejected_.Add({{"code", "FAILED_PRECONDITION"}, {"reason", "data_pin"}}).Increment();
 }
-std::string ServerMetrics::JobLabel(const std::string& job) {
-  // Bounded label cardinality: the first kMaxJobLabels job names get series of their own, later
-  // ones share "_other" (a client inventing a job name per request cannot grow the registry).
-  absl::MutexLock lock(&mu_);
-  if (jobs_.count(job)) return job;
-  if (jobs_.size() >= kMaxJobLabels) return "_other";
-  jobs_.insert(job);
-  return job;
+namespace {
+
+// Removes the series of `family` whose job label is `label`. `args`: what Add needs to make a
+// metric of the family (Add returns the existing one, which Remove takes).
+template <typename T, typename... Args>
+void RemoveJobSeries(prometheus::Family<T>& family, const std::string& label, Args&&... args) {
+  for (const prometheus::MetricFamily& f : family.Collect()) {
+    for (const prometheus::ClientMetric& m : f.metric) {
+      prometheus::Labels labels;
+      bool ours = false;
+      for (const prometheus::ClientMetric::Label& l : m.label) {
+        labels[l.name] = l.value;
+        ours |= l.name == "job" && l.value == label;
+      }
+      if (ours && family.Has(labels)) family.Remove(&family.Add(labels, std::forward<Args>(args)...));
+    }
+  }
+}
+
+}  // namespace
+
+void ServerMetrics::ForgetJob(const std::string& job_label) {
+  for (prometheus::Family<prometheus::Counter>* f :
+       {&batches_, &job_samples_, &errors_, &skipped_, &frames_decoded_, &frames_delivered_, &pipeline_wait_,
+        &consumer_wait_, &client_steps_, &client_step_seconds_, &client_wait_seconds_}) {
+    RemoveJobSeries(*f, job_label);
+  }
+  for (prometheus::Family<prometheus::Gauge>* f :
+       {&quarantined_episodes_, &quarantined_samples_, &coverage_epoch_, &coverage_samples_, &coverage_slices_,
+        &step_wait_window_, &slowest_rank_, &slowest_rank_share_}) {
+    RemoveJobSeries(*f, job_label);
+  }
+  RemoveJobSeries(step_wait_, job_label, prometheus::Histogram::BucketBoundaries{});
+}
+void ServerMetrics::IdentityRefused(const std::string& reason) {
+  rejected_.Add({{"code", "PERMISSION_DENIED"}, {"reason", reason}}).Increment();
 }
 void ServerMetrics::Batch(const std::string& job_label, uint64_t samples) {
   batches_.Add({{"job", job_label}}).Increment();

@@ -40,10 +40,13 @@ class ServerMetrics {
   prometheus::Gauge& cpu_slots_in_use;       // workers computing now, all streams
   prometheus::Histogram& batch_send_seconds;
 
-  // The label a job's series carry: its name for the first kMaxJobLabels names seen, "_other"
-  // after that (a client inventing a job name per request cannot grow the registry). Call once
-  // per stream or report; the per-job methods below take the label.
-  std::string JobLabel(const std::string& job);
+  // The per-job methods below take the label a job's series carry: its name while it holds one
+  // of the server's job slots, "_other" when all are taken (server/internal/job_identity.h), so
+  // a client inventing a job name per request cannot grow the registry. ForgetJob drops every
+  // series of a job whose slot was reclaimed.
+  void ForgetJob(const std::string& job_label);
+  // A call refused for who it is (PERMISSION_DENIED): reason local_user or job_secret.
+  void IdentityRefused(const std::string& reason);
 
   void StreamEnded(const std::string& outcome);          // ok, cancelled, shutdown, error
   // A stream or stripe stream ended by --stream-progress-timeout (its client took nothing).
@@ -93,9 +96,6 @@ class ServerMetrics {
   std::shared_ptr<prometheus::Collectable> storage_;
   std::shared_ptr<prometheus::Collectable> frame_cache_;
   std::string address_;
-  absl::Mutex mu_;  // Family::Add is thread-safe; this guards jobs_
-  static constexpr size_t kMaxJobLabels = 256;
-  std::set<std::string> jobs_ ABSL_GUARDED_BY(mu_);  // job names with series of their own
   prometheus::Family<prometheus::Counter>& streams_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Counter>& transport_;

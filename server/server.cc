@@ -9,6 +9,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,7 +41,9 @@
 #include "format/format.h"
 #include "storage/storage.h"
 #include "server/internal/batch_encoder.h"
+#include "server/internal/job_identity.h"
 #include "server/internal/listen_holder.h"
+#include "server/internal/peer_identity.h"
 #include "server/job_waits.h"
 #include "server/metrics.h"
 #include "base/shm_layout.h"
@@ -60,6 +64,8 @@ using Clock = std::chrono::steady_clock;
 constexpr char kServiceName[] = "conveyor.v1.Conveyor";
 constexpr uint64_t kMaxMessageCap = 64ull << 20;  // gRPC handles larger, but memory per write grows
 constexpr uint64_t kMinMessageBytes = 64ull << 10;
+// Job names with series, a ledger and a secret of their own (server/internal/job_identity.h).
+constexpr size_t kMaxJobSlots = 256;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -152,7 +158,8 @@ absl::StatusOr<std::shared_ptr<Config>> ResolveConfig(const Source& ds, std::str
 // What the registry (DataServer::Impl::streams, under its mutex) keeps of it is in Registered.
 struct ActiveStream {
   grpc::ServerContext* ctx = nullptr;
-  std::string peer;                      // client IP address (no port), for the per-peer limit
+  std::string peer;       // the client (PeerKey), for the per-peer limit
+  std::string job_label;  // JobRegistry's label of the stream's job
   std::atomic<uint64_t> queue_bytes{0};  // the pipeline's bytes in flight, after each batch
   // Since when the stream has waited for its client to take a batch (steady clock, ns; 0: not
   // waiting), and whether the reaper ended it for waiting longer than the progress timeout.
@@ -219,6 +226,13 @@ struct DataServer::Impl : public RawStreamBatchesService {
   std::unique_ptr<Source> source;  // a dataset or a mixture (pipeline/source.h)
   std::vector<std::shared_ptr<Config>> configs;
   std::string token;  // empty: no token required
+  // Loopback TCP without a token or client certificates: each call's local user is checked
+  // against local_users (docs/serving.md "Who may connect").
+  bool check_local_user = false;
+  server_internal::LocalUsers local_users;
+  std::string listen_host;   // the bound address, for finding a same-host client's socket
+  uint16_t listen_port = 0;
+  std::unique_ptr<server_internal::JobRegistry> jobs;  // who speaks for each job name
   std::unique_ptr<ServerMetrics> metrics;
   std::shared_ptr<DecodedFrameCache> frame_cache;  // shared by every stream; null: none
   std::shared_ptr<CpuSlots> cpu_slots;             // shared by every stream; null: no bound
@@ -272,6 +286,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
   }
 
   grpc::Status Authorize(grpc::ServerContext* ctx) {
+    if (check_local_user) return AuthorizeLocalUser(ctx);
     if (token.empty()) return grpc::Status::OK;
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
@@ -286,6 +301,61 @@ struct DataServer::Impl : public RawStreamBatchesService {
       return Reject(grpc::StatusCode::UNAUTHENTICATED, "the bearer token does not match the server's");
     }
     return grpc::Status::OK;
+  }
+
+  // The local user of a loopback call, from the kernel's socket table: admitted when it is one
+  // of local_users, refused (and counted) otherwise, or when the user cannot be told.
+  grpc::Status AuthorizeLocalUser(grpc::ServerContext* ctx) {
+    const std::optional<uid_t> uid = server_internal::LocalPeerUid(ctx->peer(), listen_host, listen_port);
+    if (uid && server_internal::LocalUserAllowed(*uid, local_users)) return grpc::Status::OK;
+    metrics->IdentityRefused("local_user");
+    if (!uid) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          StrCat("this server admits local users by uid, and the local user of connection ",
+                                 ctx->peer(), " cannot be told (not in this host's socket table)"));
+    }
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        StrCat("local user ", server_internal::DescribeUid(*uid),
+                               " may not use this server: it admits its own user (",
+                               server_internal::DescribeUid(geteuid()),
+                               "), root, and those its operator names with --allow-uid / --allow-group "
+                               "(docs/serving.md \"Who may connect\"); run a server of your own"));
+  }
+
+  // The client a per-peer limit counts: its local user when it is on this host, its address
+  // otherwise (every same-host client shares 127.0.0.1).
+  std::string PeerKey(grpc::ServerContext* ctx) {
+    if (const std::optional<uid_t> uid = server_internal::LocalPeerUid(ctx->peer(), listen_host, listen_port)) {
+      return StrCat("local user ", server_internal::DescribeUid(*uid));
+    }
+    return PeerHost(ctx->peer());
+  }
+
+  // A call of `job` (a stream when `stream`): its label, once the secret it presents
+  // (metadata conveyor-job-secret) matches the job's. A slot taken from an idle job drops that
+  // job's ledger, totals and series.
+  absl::StatusOr<std::string> EnterJob(grpc::ServerContext* ctx, const std::string& job, bool stream) {
+    std::string_view secret;
+    const auto& md = ctx->client_metadata();
+    if (auto it = md.find("conveyor-job-secret"); it != md.end()) secret = {it->second.data(), it->second.size()};
+    absl::StatusOr<server_internal::JobRegistry::Claim> claim = jobs->Enter(job, secret, stream);
+    if (!claim.ok()) {
+      metrics->IdentityRefused("job_secret");
+      spdlog::warn("refused a call of job '{}' from {}: its job secret differs", job, ctx->peer());
+      return claim.status();
+    }
+    if (!claim->reclaimed.empty()) {
+      spdlog::info("job '{}' idle for {} s: its slot goes to {}", claim->reclaimed, o.job_idle_seconds,
+                   claim->reclaimed == job ? "a new job of that name and secret" : StrCat("job '", job, "'"));
+      {
+        absl::MutexLock lock(&jobs_mu);
+        job_totals.erase(claim->reclaimed);
+        coverage.erase(claim->reclaimed);
+        refused_data_pin.erase(claim->reclaimed);
+      }
+      metrics->ForgetJob(claim->reclaimed);
+    }
+    return claim->label;
   }
 
   // The background warm-up (ServerOptions::frame_cache_warm_threads): each config in turn.
@@ -365,7 +435,9 @@ struct DataServer::Impl : public RawStreamBatchesService {
                            step, " s of steps, consumer ", req->consumer(), " of ",
                            req->consumers(), ", ", req->step_wait_seconds_size(), " step waits"));
     }
-    const std::string label = metrics->JobLabel(job);
+    absl::StatusOr<std::string> entered = EnterJob(ctx, job, /*stream=*/false);
+    if (!entered.ok()) return ToGrpc(entered.status());
+    const std::string& label = *entered;
     metrics->ClientReport(label, req->steps(), step, std::min(wait, step));
     const std::vector<float> step_waits(req->step_wait_seconds().begin(), req->step_wait_seconds().end());
     metrics->StepWaits(label, step_waits);
@@ -551,7 +623,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (from_peer >= o.limits.max_streams_per_peer) {
       return Reject(grpc::StatusCode::RESOURCE_EXHAUSTED,
                     StrCat("client ", entry->peer, " already has ", from_peer,
-                           " streams open, the limit per client address "
+                           " streams open, the limit per client (its local user on this host, its "
+                           "address otherwise) "
                            "(--max-streams-per-peer ", o.limits.max_streams_per_peer, ")"));
     }
     streams.emplace(entry, Registered{});
@@ -710,9 +783,17 @@ struct DataServer::Impl : public RawStreamBatchesService {
                            " bytes; this server accepts at most ", o.max_config_bytes,
                            ": send a sample spec, not data"));
     }
+    absl::StatusOr<std::string> label = EnterJob(ctx, job, /*stream=*/true);
+    if (!label.ok()) return ToGrpc(label.status());
+    struct JobStream {  // the job's slot is held while its stream runs
+      server_internal::JobRegistry* jobs;
+      const std::string& label;
+      ~JobStream() { jobs->Release(label); }
+    } job_stream{jobs.get(), *label};
     ActiveStream entry;
     entry.ctx = ctx;
-    entry.peer = PeerHost(ctx->peer());
+    entry.peer = PeerKey(ctx);
+    entry.job_label = *label;
     std::optional<StreamSlot> slot;
     if (grpc::Status s = Admit(&entry, &slot); !s.ok()) return s;
     std::string outcome = "ok";
@@ -732,7 +813,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     }
     slot.reset();
     metrics->StreamEnded(outcome);
-    if (!result.ok() && outcome == "error") metrics->Error(metrics->JobLabel(job), CodeName(result.error_code()));
+    if (!result.ok() && outcome == "error") metrics->Error(*label, CodeName(result.error_code()));
     spdlog::info("stream job={} consumer={}/{} from {} ended: {} {}", job, req->consumer(),
                  req->consumers(), ctx->peer(), CodeName(result.error_code()), result.error_message());
     return result;
@@ -869,9 +950,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
                    config->order_digest.substr(0, 12));
       metrics->DataPinRefused();
       {
-        const std::string label = metrics->JobLabel(req.job());
         absl::MutexLock lock(&jobs_mu);
-        ++refused_data_pin[label];
+        ++refused_data_pin[entry->job_label];
       }
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, StrCat(
           "this server serves dataset ", source->manifest().name, " (fingerprint ", source->manifest().fingerprint,
@@ -1021,7 +1101,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     } unstripe{this, stripe_token, stripe_session};
     PipelineStats last{};
     // This job's series, created at 0 so that increase() and alerts see the first skip.
-    const std::string label = metrics->JobLabel(job);
+    const std::string label = entry->job_label;
     metrics->Skipped(label, 0);
     {
       const PipelineStats at_start = pipeline->stats();
@@ -1269,6 +1349,37 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
           "--auth-token-file FILE"));
     }
   }
+  if (!IsLoopbackAddress(o.listen) && !o.auth_token_file.empty() && !tls && !o.plaintext_token) {
+    return absl::FailedPreconditionError(StrCat(
+        "refusing to listen on ", o.listen, " with a bearer token but without TLS: the token and "
+        "the batches would cross the network in cleartext, and whoever sees the token can read the "
+        "dataset. Add --tls-cert and --tls-key (clients: --tls-ca), or, on a network that is "
+        "private or encrypted below gRPC, --insecure-plaintext-token (docs/serving.md \"Who may "
+        "connect\")"));
+  }
+  const bool unix_listener = o.listen.rfind("unix:", 0) == 0;
+  if (unix_listener && (!o.allow_uids.empty() || o.allow_gids.size() > 1)) {
+    return absl::InvalidArgumentError(StrCat(
+        "--listen ", o.listen, ": a unix socket admits by its file's mode, so it takes no --allow-uid "
+        "and at most one --allow-group (its group); listen on 127.0.0.1:PORT to admit users by uid"));
+  }
+  const bool by_credentials = !o.auth_token_file.empty() || !o.tls_client_ca_file.empty();
+  if ((!o.allow_uids.empty() || !o.allow_gids.empty() || o.loopback_open) &&
+      (!IsLoopbackAddress(o.listen) || by_credentials)) {
+    return absl::InvalidArgumentError(StrCat(
+        "--allow-uid, --allow-group and --loopback-open choose the local users of a loopback "
+        "listener without a token or client certificates; this server (--listen ", o.listen, ") admits ",
+        by_credentials ? "whoever presents its token or a client certificate" : "clients beyond this host",
+        ": drop them"));
+  }
+  m.check_local_user = IsLoopbackAddress(o.listen) && !unix_listener && !o.loopback_open && !by_credentials;
+  m.local_users.uids.assign(o.allow_uids.begin(), o.allow_uids.end());
+  m.local_users.gids.assign(o.allow_gids.begin(), o.allow_gids.end());
+  if (!(o.job_idle_seconds >= 0) || o.job_idle_seconds > 1e9) {
+    return absl::InvalidArgumentError(StrCat("--job-idle-seconds must be at least 0, not ", o.job_idle_seconds));
+  }
+  m.jobs = std::make_unique<server_internal::JobRegistry>(
+      kMaxJobSlots, std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.job_idle_seconds)));
   if (o.limits.max_streams_per_peer < 1) {
     return absl::InvalidArgumentError("--max-streams-per-peer must be at least 1");
   }
@@ -1404,7 +1515,12 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   // taken port would start and the kernel would split new connections between the two (a job's
   // ranks training on two datasets without an error). Off, the second one fails to bind.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // A unix socket is created by the bind inside BuildAndStart with the umask's mode: a private
+  // umask for that moment, so that no one else can connect before RestrictUnixSocket sets its
+  // final mode (start-up: no stream thread creates files yet).
+  const mode_t umask_before = unix_listener ? umask(0077) : 0;
   m.server = builder.BuildAndStart();
+  if (unix_listener) umask(umask_before);
   if (!m.server || port == 0) {
     const size_t colon = o.listen.rfind(':');
     const int asked = colon == std::string::npos ? 0 : std::atoi(o.listen.c_str() + colon + 1);
@@ -1419,6 +1535,17 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(ServerOptions o) {
   // A unix socket has no port (gRPC reports 1 for it): its address is the path as given.
   m.address = o.listen.rfind("unix:", 0) == 0 ? o.listen
                                               : o.listen.substr(0, o.listen.rfind(':') + 1) + std::to_string(port);
+  m.listen_host = o.listen.substr(0, o.listen.rfind(':'));
+  m.listen_port = static_cast<uint16_t>(port);
+  if (unix_listener) {
+    std::optional<gid_t> group;
+    if (!o.allow_gids.empty()) group = o.allow_gids.front();
+    const mode_t mode = o.loopback_open ? 0666 : group ? 0660 : 0600;
+    if (absl::Status s = server_internal::RestrictUnixSocket(o.listen.substr(5), mode, group); !s.ok()) {
+      m.server->Shutdown();
+      return s;
+    }
+  }
   if (auto* health = m.server->GetHealthCheckService()) {
     health->SetServingStatus(true);
     health->SetServingStatus(kServiceName, true);

@@ -8,9 +8,10 @@
 //  - Flow control: each stream has one write outstanding and a pipeline bounded by
 //    `queue_bytes`; a consumer that stops reading stops its own pipeline (backpressure to the
 //    readers) and costs at most queue_bytes + one message, without slowing other streams.
-//  - Security: listening beyond loopback (127.0.0.0/8, ::1) requires a bearer token or TLS with
-//    verified client certificates; TLS alone encrypts but lets anyone in, so it is refused like
-//    no protection. The token is checked on every Conveyor call (UNAUTHENTICATED otherwise).
+//  - Security: listening beyond loopback (127.0.0.0/8, ::1) requires a bearer token over TLS
+//    or TLS with verified client certificates; TLS alone encrypts but lets anyone in, so it is
+//    refused like no protection, and a token without TLS travels in cleartext. On loopback the
+//    local user is the identity (ServerOptions::allow_uids). A job's ranks share its secret. The token is checked on every Conveyor call (UNAUTHENTICATED otherwise).
 //    grpc.health.v1 and reflection stay open so that load balancers and kubelet can probe (they
 //    reveal no data).
 //  - Hostile input: nothing a request asks for can crash the server or take more than its
@@ -49,7 +50,9 @@ struct ServerLimits {
   // an unavailable server, failing over or waiting until its reconnect timeout). 0: three
   // quarters of the machine's memory or its cgroup's limit, less the frame cache's bytes.
   uint64_t server_memory_bytes = 0;
-  int max_streams_per_peer = 16;             // by client IP address
+  // By client: the local user (uid) for a client on this host, its IP address otherwise
+  // (docs/serving.md "Who may connect").
+  int max_streams_per_peer = 16;
 };
 
 struct ServerOptions {
@@ -60,6 +63,23 @@ struct ServerOptions {
   std::string auth_token_file;
   std::string tls_cert_file, tls_key_file;
   std::string tls_client_ca_file;         // require and verify client certificates
+  // Who may connect (docs/serving.md "Who may connect"). A loopback TCP listener without a token
+  // or client certificates admits the local users of LocalUsers (server/internal/peer_identity.h):
+  // its own uid, root, these uids and these groups' members; each call's uid is read from the
+  // kernel's socket table. A unix: listener's socket file is 0600, or 0660 owned by the one
+  // group of allow_gids. loopback_open: admit every local user (the old behaviour; a unix
+  // socket 0666). All three are refused where they choose nothing (beyond loopback, or with a
+  // token or client certificates).
+  std::vector<uint32_t> allow_uids;
+  std::vector<uint32_t> allow_gids;
+  bool loopback_open = false;
+  // A bearer token beyond loopback travels in cleartext without TLS: refused unless this is set
+  // (a network that is private or encrypted below gRPC).
+  bool plaintext_token = false;
+  // A job's slot (its own metrics series, coverage ledger and secret; server/internal/
+  // job_identity.h) may be given to a new job name once the job has had no stream and no call
+  // for this long, when all 256 slots are taken.
+  double job_idle_seconds = 600;
   int threads = 2;                        // decode workers per stream
   // How many of all streams' decode workers compute at once (base/cpu_slots.h): N streams of
   // `threads` workers share this many CPU slots, so that many streams do not bury the threads

@@ -37,6 +37,8 @@ struct AuditOptions {
   std::string job = "default";
   std::vector<std::string> trainer_json;
   std::string auth_token_file;
+  std::string tls_ca;           // PEM roots to verify the servers; giving it switches to TLS
+  std::string tls_server_name;
   int schedule_version = 0;
   int64_t show_ids = 5;
 };
@@ -61,11 +63,18 @@ absl::StatusOr<std::vector<CoverageSlice>> FromServers(const AuditOptions& o, co
   if (!o.auth_token_file.empty()) {
     ASSIGN_OR_RETURN(token, ReadTokenFile(o.auth_token_file));
   }
+  std::string tls_ca;
+  if (!o.tls_ca.empty()) {
+    ASSIGN_OR_RETURN(tls_ca, ReadLocalFile(o.tls_ca, "TLS CA"));
+  }
   std::vector<CoverageSlice> out;
   for (const std::string& server : o.servers) {
     client::ClientOptions c;
     c.servers = {server};
     c.auth_token = token;
+    c.tls = !tls_ca.empty();
+    c.tls_ca_pem = tls_ca;
+    c.tls_server_name = o.tls_server_name;
     absl::StatusOr<pb::InfoResponse> info = client::GetInfo(c);
     if (!info.ok()) return Annotate(info.status(), StrCat("server ", server));
     if (info->dataset_fingerprint() != fingerprint) {
@@ -315,6 +324,8 @@ class AuditCommand final : public Command {
     c->add_option("--job", o_.job, "The job's name (with --servers)")->capture_default_str();
     c->add_option("--trainer-json", o_.trainer_json, "conveyor train --json files: what each rank received");
     c->add_option("--auth-token-file", o_.auth_token_file, "File holding the servers' bearer token");
+    c->add_option("--tls-ca", o_.tls_ca, "Use TLS and verify the servers with these roots (PEM)");
+    c->add_option("--tls-server-name", o_.tls_server_name, "Name to check in the servers' certificate");
     c->add_option("--schedule-version", o_.schedule_version, "1 to 4: the job's schedule version (default: the config's)");
     c->add_option("--show-ids", o_.show_ids, "Sample ids to show per offending slice")->capture_default_str();
     return c;

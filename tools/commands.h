@@ -150,6 +150,10 @@ struct ServeOptions {
   std::string metrics_listen;
   std::string auth_token_file;
   std::string tls_cert, tls_key, tls_client_ca;
+  std::vector<std::string> allow_users, allow_groups;  // names or numbers: ServerOptions::allow_*
+  bool loopback_open = false;
+  bool plaintext_token = false;
+  double job_idle_seconds = 600;
   int threads = 2;
   int cpu_slots = -1;  // ServerOptions::cpu_slots
   uint64_t queue_bytes = 256ull << 20;
@@ -209,6 +213,8 @@ struct TrainCliOptions {
   std::string config;         // sent inline
   std::string config_name;
   std::string auth_token_file;
+  std::string tls_ca;           // PEM roots to verify the servers; giving it switches to TLS
+  std::string tls_server_name;  // the name checked in their certificate (default: the address's host)
   int64_t steps = 200;
   double lr = 3e-3;
   int64_t shift_frames = 0;   // anchor steps

@@ -5,8 +5,12 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <grp.h>
+#include <pwd.h>
+
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/status_macros.h"
@@ -17,6 +21,35 @@
 #include "tools/commands.h"
 
 namespace conveyor::tools {
+
+namespace {
+
+// A user or group named by name or number (--allow-uid, --allow-group).
+absl::StatusOr<uint32_t> ResolveId(const std::string& what, const std::string& flag, bool group) {
+  char* end = nullptr;
+  const unsigned long n = std::strtoul(what.c_str(), &end, 10);
+  if (!what.empty() && *end == '\0') return static_cast<uint32_t>(n);
+  if (group) {
+    if (const struct group* g = getgrnam(what.c_str())) return static_cast<uint32_t>(g->gr_gid);
+  } else if (const passwd* p = getpwnam(what.c_str())) {
+    return static_cast<uint32_t>(p->pw_uid);
+  }
+  return absl::InvalidArgumentError(StrCat(flag, " ", what, ": no such ", group ? "group" : "user", " on this host"));
+}
+
+// Who the banner says may connect.
+std::string Protection(const ServeOptions& o) {
+  if (!o.tls_cert.empty()) return o.tls_client_ca.empty() ? "TLS, bearer token" : "TLS, client certificates";
+  if (!o.auth_token_file.empty()) return o.plaintext_token ? "bearer token WITHOUT TLS" : "bearer token";
+  if (o.loopback_open) return "loopback, OPEN TO EVERY LOCAL USER";
+  if (o.listen.rfind("unix:", 0) == 0) {
+    return o.allow_groups.empty() ? "unix socket, its owner only" : "unix socket, its owner and group";
+  }
+  return o.allow_users.empty() && o.allow_groups.empty() ? "loopback, this user only"
+                                                         : "loopback, this user and those allowed";
+}
+
+}  // namespace
 
 absl::Status RunServe(const ServeOptions& o) {
   // Signals are taken by sigwait below; block them before any server thread starts so that
@@ -41,6 +74,17 @@ absl::Status RunServe(const ServeOptions& o) {
   so.tls_cert_file = o.tls_cert;
   so.tls_key_file = o.tls_key;
   so.tls_client_ca_file = o.tls_client_ca;
+  for (const std::string& u : o.allow_users) {
+    ASSIGN_OR_RETURN(const uint32_t uid, ResolveId(u, "--allow-uid", false));
+    so.allow_uids.push_back(uid);
+  }
+  for (const std::string& g : o.allow_groups) {
+    ASSIGN_OR_RETURN(const uint32_t gid, ResolveId(g, "--allow-group", true));
+    so.allow_gids.push_back(gid);
+  }
+  so.loopback_open = o.loopback_open;
+  so.plaintext_token = o.plaintext_token;
+  so.job_idle_seconds = o.job_idle_seconds;
   so.threads = o.threads;
   so.cpu_slots = o.cpu_slots;
   so.queue_bytes = o.queue_bytes;
@@ -58,9 +102,15 @@ absl::Status RunServe(const ServeOptions& o) {
                server->address().c_str(),
                server->metrics_address().empty() ? "" : ", metrics on http://",
                server->metrics_address().empty() ? "" : (server->metrics_address() + "/metrics").c_str(),
-               o.auth_token_file.empty() && o.tls_cert.empty() ? "loopback, no auth"
-               : o.tls_cert.empty()                              ? "bearer token"
-                                                                 : "TLS");
+               Protection(o).c_str());
+  if (o.loopback_open) {
+    std::fprintf(stderr, "conveyor serve: WARNING: --loopback-open: every user of this host may read the "
+                 "dataset and write into any job's ledger and metrics\n");
+  }
+  if (o.plaintext_token) {
+    std::fprintf(stderr, "conveyor serve: WARNING: --insecure-plaintext-token: the bearer token and the "
+                 "batches cross the network in cleartext\n");
+  }
   if (!o.ready_file.empty()) {
     // Written whole under a fresh name (mkstemp: O_EXCL, random, never through a link another
     // user planted beside it), then renamed into place.
@@ -99,9 +149,21 @@ class ServeCommand final : public Command {
     CLI::App* c = app.add_subcommand("serve", "Serve batches over gRPC to training workers (docs/serving.md)");
     c->add_option("dataset", o_.dataset, "Dataset path or URL")->required();
     c->add_option("--config", o_.configs, "Config (YAML); repeat for several, named by file stem; the first is the default")->required();
-    c->add_option("--listen", o_.listen, "Address to listen on (port 0: pick a free one); beyond loopback needs --auth-token-file or TLS with --tls-client-ca")->capture_default_str();
+    c->add_option("--listen", o_.listen, "Address to listen on (port 0: pick a free one); beyond loopback needs TLS with --auth-token-file or --tls-client-ca")->capture_default_str();
     c->add_option("--metrics-listen", o_.metrics_listen, "Serve Prometheus metrics on http://ADDR/metrics");
     c->add_option("--auth-token-file", o_.auth_token_file, "File holding the bearer token clients must send");
+    c->add_option("--allow-uid", o_.allow_users,
+                  "On loopback: also admit this local user (name or uid; repeat). The server's own user and root always may");
+    c->add_option("--allow-group", o_.allow_groups,
+                  "On loopback: also admit this group's members (name or gid; repeat); for unix:PATH, the socket's group (0660)");
+    c->add_flag("--loopback-open", o_.loopback_open,
+                "On loopback: admit every local user (no identity check; warned at start)");
+    c->add_flag("--insecure-plaintext-token", o_.plaintext_token,
+                "Beyond loopback: allow a bearer token without TLS (cleartext; for networks private or encrypted below gRPC)");
+    c->add_option("--job-idle-seconds", o_.job_idle_seconds,
+                  "A job with no stream or call for this long gives up its slot (metrics series, ledger, secret) to a new job when all 256 are taken")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     c->add_option("--tls-cert", o_.tls_cert, "TLS certificate chain (PEM)");
     c->add_option("--tls-key", o_.tls_key, "TLS private key (PEM)");
     c->add_option("--tls-client-ca", o_.tls_client_ca, "Require client certificates signed by this CA (PEM)");
@@ -134,7 +196,7 @@ class ServeCommand final : public Command {
     c->add_option("--max-audio-samples", o_.limits.max_audio_samples, "Longest audio window, in samples per channel")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-sample-bytes", o_.limits.max_sample_bytes, "Largest sample (all its tensors)")->transform(CLI::AsSizeValue(true))->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--max-batch-bytes", o_.limits.max_batch_bytes, "Largest consumer batch")->transform(CLI::AsSizeValue(true))->capture_default_str()->check(CLI::PositiveNumber);
-    c->add_option("--max-streams-per-peer", o_.limits.max_streams_per_peer, "Concurrent streams per client address")->capture_default_str()->check(CLI::PositiveNumber);
+    c->add_option("--max-streams-per-peer", o_.limits.max_streams_per_peer, "Concurrent streams per client: its local user on this host, its address otherwise")->capture_default_str()->check(CLI::PositiveNumber);
     return c;
   }
   absl::Status Run() override {

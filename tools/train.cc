@@ -33,6 +33,11 @@ absl::Status RunTrain(const TrainCliOptions& o) {
   if (!o.auth_token_file.empty()) {
     ASSIGN_OR_RETURN(t.client.auth_token, ReadTokenFile(o.auth_token_file));
   }
+  if (!o.tls_ca.empty()) {
+    t.client.tls = true;
+    ASSIGN_OR_RETURN(t.client.tls_ca_pem, ReadLocalFile(o.tls_ca, "TLS CA"));
+  }
+  t.client.tls_server_name = o.tls_server_name;
   if (!o.config.empty()) {
     ASSIGN_OR_RETURN(t.config_yaml, ReadLocalFile(o.config, "config"));
   }
@@ -100,6 +105,8 @@ class TrainCommand final : public Command {
     auto* config = c->add_option("--config", o_.config, "Config (YAML) to send");
     c->add_option("--config-name", o_.config_name, "The server's config of this name")->excludes(config);
     c->add_option("--auth-token-file", o_.auth_token_file, "Bearer token file");
+    c->add_option("--tls-ca", o_.tls_ca, "Use TLS and verify the servers with these roots (PEM)");
+    c->add_option("--tls-server-name", o_.tls_server_name, "Name to check in the servers' certificate");
     c->add_option("--steps", o_.steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
     c->add_option("--lr", o_.lr, "Adam learning rate")->capture_default_str();
     c->add_option("--shift-frames", o_.shift_frames, "Deliberately shift the cameras by this many anchor steps (misalignment check)");

@@ -12,7 +12,11 @@
 # FAILOVER=1: the ranks also list the other nodes' servers at their NodeAddr (CONVEYOR_SERVERS=
 #   127.0.0.1:7700,10.1.0.12:7700,...) and fail over to them. Those must be reachable over the
 #   network, so every server listens on 0.0.0.0:7700, and a non-loopback listener needs a bearer
-#   token: it is generated per job into SHARED_DIR and every client (the local one too) presents it.
+#   token over TLS: the token and a self-signed certificate for the name conveyor-job-JOBID are
+#   generated per job into SHARED_DIR and every client (the local one too) presents the token and
+#   checks the certificate (docs/serving.md "Security").
+# Either way the job's ranks share a job secret (CONVEYOR_JOB_SECRET, docs/launch.md), so no
+# other client can stream under the job's name into its ledger and metrics.
 #
 #SBATCH --job-name=conveyor-train
 #SBATCH --time=12:00:00
@@ -62,10 +66,18 @@ if [[ $FAILOVER == 1 ]]; then
   export LISTEN="0.0.0.0:$PORT" TOKEN_FILE="$RUN_DIR/token"
   openssl rand -hex 32 > "$TOKEN_FILE"
   chmod 600 "$TOKEN_FILE"
-  export CONVEYOR_AUTH_TOKEN_FILE="$TOKEN_FILE"   # for the training script's client
+  export TLS_CERT="$RUN_DIR/tls.crt" TLS_KEY="$RUN_DIR/tls.key" TLS_NAME="conveyor-job-$SLURM_JOB_ID"
+  openssl req -x509 -newkey rsa:3072 -nodes -days 30 -keyout "$TLS_KEY" -out "$TLS_CERT" \
+    -subj "/CN=$TLS_NAME" -addext "subjectAltName=DNS:$TLS_NAME" 2>/dev/null
+  # For the training script's client: the token, the roots and the name to check.
+  export CONVEYOR_AUTH_TOKEN_FILE="$TOKEN_FILE" CONVEYOR_TLS_CA_FILE="$TLS_CERT" CONVEYOR_TLS_SERVER_NAME="$TLS_NAME"
 else
-  export LISTEN="127.0.0.1:$PORT" TOKEN_FILE=""
+  # 127.0.0.1: the server admits this job's user (and root) only, by uid (docs/serving.md
+  # "Who may connect").
+  export LISTEN="127.0.0.1:$PORT" TOKEN_FILE="" TLS_CERT="" TLS_KEY="" TLS_NAME=""
 fi
+CONVEYOR_JOB_SECRET=$(openssl rand -hex 16)
+export CONVEYOR_JOB_SECRET
 
 SERVERS_PID=""
 stop_servers() {
@@ -96,7 +108,8 @@ srun --overlap --job-name=conveyor-servers --nodes="$SLURM_NNODES" --ntasks-per-
   --kill-on-bad-exit=0 \
   --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
   bash -c 'exec "$CONVEYOR" serve "$DATASET" --config "$CONFIG" --listen "$LISTEN" \
-    ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"} --threads "$THREADS" --grace-seconds "$GRACE" \
+    ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"} ${TLS_CERT:+--tls-cert "$TLS_CERT" --tls-key "$TLS_KEY"} \
+    --threads "$THREADS" --grace-seconds "$GRACE" \
     --ready-file "$RUN_DIR/ready.$SLURM_NODEID"' &
 SERVERS_PID=$!
 
@@ -126,6 +139,6 @@ srun --nodes="$SLURM_NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \
     fi
     # Consumer SLURM_PROCID of SLURM_STEP_NUM_TASKS: the client reads them (docs/launch.md).
     exec "$CONVEYOR" fetch --job "job-$SLURM_JOB_ID" --steps "$STEPS" --digest \
-      ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"}' || rc=$?
+      ${TOKEN_FILE:+--auth-token-file "$TOKEN_FILE"} ${TLS_CERT:+--tls-ca "$TLS_CERT" --tls-server-name "$TLS_NAME"}' || rc=$?
 echo "conveyor: trainers exited with $rc"
 exit "$rc"   # the EXIT trap drains the servers and removes the job directory

@@ -32,6 +32,8 @@ Semantics (what kubectl would accept but would not work as meant):
     (and --metrics-listen) port as a containerPort; has a readinessProbe that is a native gRPC
     probe (grpc.health.v1, which conveyor serve answers unauthenticated) on its --listen port
     and a livenessProbe; its --grace-seconds is below the pod's terminationGracePeriodSeconds;
+    a bearer token (--auth-token-file) goes with TLS (--tls-cert), as conveyor serve demands
+    beyond loopback unless --insecure-plaintext-token;
   - volumeMounts name volumes of the pod; probes' named ports are container ports; a file a
     command reads from a ConfigMap or Secret volume is a key that volume has;
   - a workload's selector matches its pod template's labels; a Service's or a
@@ -416,6 +418,13 @@ def check_containers(doc, f, spec_path, labels, pod, configmaps):
             if port is not None and port not in port_numbers:
                 f.error(doc.where, f"{cpath}.ports",
                         f"conveyor serve's --listen port {port} is not a containerPort{cname}")
+            argv = [str(a) for a in lst(c.get("command")) + lst(c.get("args"))]
+            if ("--auth-token-file" in serve and "--tls-cert" not in serve
+                    and "--insecure-plaintext-token" not in argv):
+                f.error(doc.where, f"{cpath}.command",
+                        f"conveyor serve takes a bearer token without TLS{cname}: the token would cross "
+                        "the network in cleartext, and conveyor serve refuses to start; add --tls-cert "
+                        "and --tls-key (a Secret of type kubernetes.io/tls)")
             if "--metrics-listen" in serve:
                 _, mport = split_host_port(serve["--metrics-listen"])
                 if mport is not None and mport not in port_numbers:
