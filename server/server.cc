@@ -634,13 +634,18 @@ struct DataServer::Impl : public RawStreamBatchesService {
     return grpc::Status::OK;
   }
 
-  // Health says SERVING exactly while a new stream would be admitted (by the stream limit).
+  // Health says SERVING exactly while a new stream would be admitted (by the stream limit). Set
+  // only when it changes: every SetServingStatus call is a message to each Watch.
   void UpdateHealth() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (server == nullptr || shutting_down) return;
+    const bool serving = static_cast<int>(streams.size()) < o.max_streams;
+    if (health_serving == serving) return;
     if (auto* health = server->GetHealthCheckService()) {
-      health->SetServingStatus(static_cast<int>(streams.size()) < o.max_streams);
+      health->SetServingStatus(serving);
+      health_serving = serving;
     }
   }
+  bool health_serving ABSL_GUARDED_BY(mu) = true;  // what was last set (Start sets SERVING)
 
   // Up to `wanted` stripe calls for a stream, as many as the stripe pool has room for (0 when
   // fewer than 2: the payloads then travel on the stream itself). Returned by ReleaseStripes.
