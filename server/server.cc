@@ -985,7 +985,7 @@ struct DataServer::Impl : public RawStreamBatchesService {
     // The same-host ring, when the client offers to take one: its pages are the stream's too, so
     // it is admitted with the stream, or the stream goes without it.
     absl::StatusOr<uint64_t> ring = absl::FailedPreconditionError("");
-    if (req.has_shared_memory()) ring = SharedMemoryRing(req.shared_memory(), po, batch_bytes);
+    if (req.has_shared_memory()) ring = SharedMemoryRing(ctx, req.shared_memory(), po, batch_bytes);
     std::optional<MemoryReservation> reservation;  // held until the stream ends
     if (ring.ok() && !TryReserveMemory(stream_bytes + *ring, &reservation)) {
       ring = absl::ResourceExhaustedError(StrCat("this server's memory budget has no room for a shared ring of ",
@@ -1004,8 +1004,8 @@ struct DataServer::Impl : public RawStreamBatchesService {
   // (StreamStart.shared_memory_refused). Room for the batches the client may hold unreleased,
   // the one being built and one skipped at the ring's end, from the config's estimate of a
   // batch; at most what the client accepts and the stream's byte budget.
-  absl::StatusOr<uint64_t> SharedMemoryRing(const pb::SharedMemoryOffer& offer, const PipelineOptions& po,
-                                            uint64_t batch_bytes) {
+  absl::StatusOr<uint64_t> SharedMemoryRing(grpc::ServerContext* ctx, const pb::SharedMemoryOffer& offer,
+                                            const PipelineOptions& po, uint64_t batch_bytes) {
     if (!o.shared_memory) return absl::FailedPreconditionError("the server runs with --shared-memory=false");
     if (!offer.server_region()) {
       return absl::FailedPreconditionError(
@@ -1015,6 +1015,16 @@ struct DataServer::Impl : public RawStreamBatchesService {
     if (host.empty() || offer.host() != host) {
       return absl::FailedPreconditionError(StrCat("the client runs on another host or with another /dev/shm (client ",
                                                   offer.host().substr(0, 128), ", server ", host, ")"));
+    }
+    // The region's socket is private to this server's user (0600): a client of another user
+    // (admitted by --allow-uid, --allow-group or --loopback-open) could not open it, and the
+    // stream would wait for it in vain before its payloads came in messages.
+    if (const std::optional<uid_t> uid = server_internal::LocalPeerUid(ctx->peer(), listen_host, listen_port);
+        uid && *uid != geteuid() && *uid != 0) {
+      return absl::FailedPreconditionError(
+          StrCat("the client runs as local user ", server_internal::DescribeUid(*uid),
+                 " and a same-host region's socket is private to this server's user (",
+                 server_internal::DescribeUid(geteuid()), "): payloads come in messages"));
     }
     if (offer.capacity() < shm::kAlign) {
       return absl::FailedPreconditionError(StrCat("the client accepts a ring of ", offer.capacity(), " bytes"));
