@@ -13,7 +13,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "base/strings.h"
 
@@ -65,9 +70,15 @@ struct Fd {
 };
 
 // One exact sock_diag lookup: the socket whose local end is `src` and remote end `dst`.
-std::optional<uid_t> SocketUid(const Endpoint& src, const unsigned char* dst_addr, uint16_t dst_port) {
+// *unavailable is set when the kernel could not be asked at all (no sock_diag here).
+std::optional<uid_t> SocketUid(const Endpoint& src, const unsigned char* dst_addr, uint16_t dst_port,
+                               bool* unavailable) {
+  *unavailable = false;
   Fd nl{socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)};
-  if (nl.fd < 0) return std::nullopt;
+  if (nl.fd < 0) {
+    *unavailable = true;
+    return std::nullopt;
+  }
   struct {
     nlmsghdr nlh;
     inet_diag_req_v2 req;
@@ -88,15 +99,25 @@ std::optional<uid_t> SocketUid(const Endpoint& src, const unsigned char* dst_add
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   if (sendto(nl.fd, &msg, sizeof(msg), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+    *unavailable = true;
     return std::nullopt;
   }
   alignas(nlmsghdr) char buf[8192];
   const ssize_t got = recv(nl.fd, buf, sizeof(buf), 0);
-  if (got <= 0) return std::nullopt;
+  if (got <= 0) {
+    *unavailable = true;
+    return std::nullopt;
+  }
   int n = static_cast<int>(got);
   for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, n);
        h = NLMSG_NEXT(h, n)) {
-    if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) return std::nullopt;  // NLMSG_ERROR: no such socket
+    if (h->nlmsg_type == NLMSG_ERROR) {
+      // ENOENT: no such socket. Anything else: the kernel lacks TCP's sock_diag (no tcp_diag).
+      const auto* err = static_cast<const nlmsgerr*>(NLMSG_DATA(h));
+      *unavailable = h->nlmsg_len >= NLMSG_LENGTH(sizeof(nlmsgerr)) && err->error != -ENOENT;
+      return std::nullopt;
+    }
+    if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) return std::nullopt;
     if (h->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) return std::nullopt;
     const auto* d = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
     // The kernel matched the four-tuple; check it anyway, so that a reply about another socket
@@ -115,7 +136,68 @@ std::optional<uid_t> SocketUid(const Endpoint& src, const unsigned char* dst_add
   return std::nullopt;
 }
 
+// The same lookup through /proc/net/tcp and /proc/net/tcp6 (what `ss` read before sock_diag),
+// for a kernel without TCP's sock_diag: a line per socket, "sl local rem st queues timers
+// retransmits uid ...", addresses as the kernel's 32-bit words in hex and ports in hex. An IPv4
+// client may own a dual-stack socket, listed in tcp6 as ::ffff:A.B.C.D.
+std::string ProcAddress(int family, const unsigned char* addr, uint16_t port) {
+  std::string out;
+  char word[16];
+  const int words = family == AF_INET ? 1 : 4;
+  for (int i = 0; i < words; ++i) {
+    uint32_t w = 0;
+    std::memcpy(&w, addr + 4 * i, 4);
+    std::snprintf(word, sizeof word, "%08X", w);
+    out += word;
+  }
+  std::snprintf(word, sizeof word, ":%04X", port);
+  return out + word;
+}
+
+std::optional<uid_t> ProcSocketUid(const Endpoint& src, const unsigned char* dst_addr, uint16_t dst_port) {
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> wanted;  // file, (local, remote)
+  if (src.family == AF_INET) {
+    wanted.push_back({"/proc/net/tcp", {ProcAddress(AF_INET, src.addr, src.port),
+                                        ProcAddress(AF_INET, dst_addr, dst_port)}});
+    unsigned char mapped_src[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    unsigned char mapped_dst[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    std::memcpy(mapped_src + 12, src.addr, 4);
+    std::memcpy(mapped_dst + 12, dst_addr, 4);
+    wanted.push_back({"/proc/net/tcp6", {ProcAddress(AF_INET6, mapped_src, src.port),
+                                         ProcAddress(AF_INET6, mapped_dst, dst_port)}});
+  } else {
+    wanted.push_back({"/proc/net/tcp6", {ProcAddress(AF_INET6, src.addr, src.port),
+                                         ProcAddress(AF_INET6, dst_addr, dst_port)}});
+  }
+  for (const auto& [file, ends] : wanted) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string sl, local, remote, state, queues, timers, retransmits;
+      uint64_t uid = 0;
+      if (!(fields >> sl >> local >> remote >> state >> queues >> timers >> retransmits >> uid)) continue;
+      if (local == ends.first && remote == ends.second) return static_cast<uid_t>(uid);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<uid_t> LocalPeerUidFromProc(const std::string& grpc_peer, const std::string& server_host,
+                                          uint16_t server_port) {
+  std::optional<Endpoint> peer = ParsePeer(grpc_peer);
+  if (!peer) return std::nullopt;
+  unsigned char server_addr[16] = {};
+  std::string host = server_host;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.empty() || host == "0.0.0.0" || host == "::" || inet_pton(peer->family, host.c_str(), server_addr) != 1) {
+    std::memcpy(server_addr, peer->addr, sizeof(server_addr));
+  }
+  return ProcSocketUid(*peer, server_addr, server_port);
+}
 
 std::optional<uid_t> LocalPeerUid(const std::string& grpc_peer, const std::string& server_host,
                                   uint16_t server_port) {
@@ -131,7 +213,10 @@ std::optional<uid_t> LocalPeerUid(const std::string& grpc_peer, const std::strin
     // and the kernel gives its socket that same address as source.
     std::memcpy(server_addr, peer->addr, sizeof(server_addr));
   }
-  return SocketUid(*peer, server_addr, server_port);
+  bool unavailable = false;
+  std::optional<uid_t> uid = SocketUid(*peer, server_addr, server_port, &unavailable);
+  if (!uid && unavailable) uid = ProcSocketUid(*peer, server_addr, server_port);
+  return uid;
 }
 
 bool LocalUserAllowed(uid_t uid, const LocalUsers& allowed) {

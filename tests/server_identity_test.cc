@@ -435,6 +435,10 @@ TEST(LocalPeerUidTest, FindsTheUidOfASameHostConnection) {
     EXPECT_EQ(server_internal::LocalPeerUid(peer, wildcard, server_port), std::optional<uid_t>(geteuid())) << peer;
     EXPECT_EQ(server_internal::LocalPeerUid(peer, host, static_cast<uint16_t>(server_port + 1)), std::nullopt);
     EXPECT_EQ(server_internal::LocalPeerUid("unix:/tmp/x", host, server_port), std::nullopt);
+    // The /proc/net fallback (kernels without TCP's sock_diag) finds the same socket.
+    EXPECT_EQ(server_internal::LocalPeerUidFromProc(peer, host, server_port), std::optional<uid_t>(geteuid())) << peer;
+    EXPECT_EQ(server_internal::LocalPeerUidFromProc(peer, wildcard, server_port), std::optional<uid_t>(geteuid())) << peer;
+    EXPECT_EQ(server_internal::LocalPeerUidFromProc(peer, host, static_cast<uint16_t>(server_port + 1)), std::nullopt);
     if (family == AF_INET) {
       // gRPC's clients connect to an IPv4 address from a dual-stack IPv6 socket: the kernel
       // answers about it as ::ffff:127.0.0.1, the server sees ipv4:127.0.0.1.
@@ -449,6 +453,7 @@ TEST(LocalPeerUidTest, FindsTheUidOfASameHostConnection) {
       ASSERT_EQ(getsockname(dual, reinterpret_cast<sockaddr*>(&dual_local), &dual_len), 0);
       const std::string dual_peer = "ipv4:127.0.0.1:" + std::to_string(ntohs(dual_local.sin6_port));
       EXPECT_EQ(server_internal::LocalPeerUid(dual_peer, host, server_port), std::optional<uid_t>(geteuid()));
+      EXPECT_EQ(server_internal::LocalPeerUidFromProc(dual_peer, host, server_port), std::optional<uid_t>(geteuid()));
       close(dual);
     }
     close(client);

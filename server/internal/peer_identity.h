@@ -28,6 +28,10 @@ namespace conveyor::server_internal {
 // socket), or the kernel would not say.
 std::optional<uid_t> LocalPeerUid(const std::string& grpc_peer, const std::string& server_host,
                                   uint16_t server_port);
+// The same from /proc/net/tcp{,6}, which LocalPeerUid falls back to where the kernel has no TCP
+// sock_diag (a scan of every socket of the namespace, so not the first choice).
+std::optional<uid_t> LocalPeerUidFromProc(const std::string& grpc_peer, const std::string& server_host,
+                                          uint16_t server_port);
 
 // The local users a loopback server lets in: its own uid and root (who can read its memory
 // anyway), the uids listed, and the members (primary or supplementary) of the groups listed.
