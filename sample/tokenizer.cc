@@ -1,6 +1,5 @@
 #include "sample/tokenizer.h"
 
-#include <openssl/evp.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "base/sha256.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "sample/internal/sentencepiece_model.h"
@@ -24,19 +24,6 @@ using yaml::ConfigError;
 // A text of one sample is never near this; the bound keeps int32 sizes and the packing's
 // int32 offsets safe whatever the config says.
 constexpr int64_t kMaxTokens = int64_t{1} << 24;
-
-std::string Sha256Hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < len; ++i) {
-    s.push_back(kHex[md[i] >> 4]);
-    s.push_back(kHex[md[i] & 15]);
-  }
-  return s;
-}
 
 // `model` as the config wrote it, made a path this process can open: absolute stays; relative is
 // joined to the config file's folder. A source that is not a file (an inline config) has no

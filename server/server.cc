@@ -4,7 +4,6 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <arpa/inet.h>
@@ -31,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/coverage.h"
+#include "base/sha256.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/system_memory.h"
@@ -93,19 +93,6 @@ const char* CodeName(grpc::StatusCode c) {
     case grpc::StatusCode::INTERNAL: return "INTERNAL";
     default: return "UNKNOWN";
   }
-}
-
-std::string Sha256Hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < len; ++i) {
-    s.push_back(kHex[md[i] >> 4]);
-    s.push_back(kHex[md[i] & 15]);
-  }
-  return s;
 }
 
 // A resolved config: the sample spec and pipeline options of one config text.
