@@ -9,6 +9,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "datasets/internal/format_util.h"
 
 namespace conveyor::hdf5 {
 namespace {
@@ -546,27 +547,7 @@ absl::StatusOr<std::vector<std::string>> File::ReadStrings(const std::string& pa
 }
 
 bool NaturalLess(const std::string& a, const std::string& b) {
-  size_t i = 0, j = 0;
-  auto digit = [](char c) { return c >= '0' && c <= '9'; };
-  while (i < a.size() && j < b.size()) {
-    if (digit(a[i]) && digit(b[j])) {
-      size_t ie = i, je = j;
-      while (ie < a.size() && digit(a[ie])) ++ie;
-      while (je < b.size() && digit(b[je])) ++je;
-      std::string_view x(a.data() + i, ie - i), y(b.data() + j, je - j);
-      while (x.size() > 1 && x[0] == '0') x.remove_prefix(1);
-      while (y.size() > 1 && y[0] == '0') y.remove_prefix(1);
-      if (x.size() != y.size()) return x.size() < y.size();
-      if (x != y) return x < y;
-      i = ie;
-      j = je;
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      ++i;
-      ++j;
-    }
-  }
-  return a.size() - i < b.size() - j;
+  return datasets_internal::NaturalLess(a, b);
 }
 
 }  // namespace conveyor::hdf5

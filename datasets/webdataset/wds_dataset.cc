@@ -33,6 +33,8 @@
 #include "media/video_decoder.h"
 
 namespace conveyor::webdataset {
+using datasets_internal::NaturalLess;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -70,32 +72,6 @@ bool IsCompressedTarName(std::string_view n) {
     if (EndsWith(n, e)) return true;
   }
   return false;
-}
-
-// "part_2/10.tar" after "part_2/9.tar": digit runs compare as numbers.
-bool NaturalLess(const std::string& a, const std::string& b) {
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) &&
-        std::isdigit(static_cast<unsigned char>(b[j]))) {
-      size_t ie = i, je = j;
-      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
-      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
-      std::string_view da = std::string_view(a).substr(i, ie - i),
-                       db = std::string_view(b).substr(j, je - j);
-      while (da.size() > 1 && da[0] == '0') da.remove_prefix(1);
-      while (db.size() > 1 && db[0] == '0') db.remove_prefix(1);
-      if (da.size() != db.size()) return da.size() < db.size();
-      if (da != db) return da < db;
-      i = ie;
-      j = je;
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      ++i;
-      ++j;
-    }
-  }
-  return a.size() - i < b.size() - j;
 }
 
 // The local path of a storage root, "" for a remote one.
