@@ -13,6 +13,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PB="${1:-${CONVEYOR_BUILD_DIR:-$ROOT/build}-package}"
 JOBS="${CONVEYOR_JOBS:-$(nproc)}"
 export CCACHE_DIR="${CCACHE_DIR:-$ROOT/.cache/ccache}"
+# Paths under the checkout are hashed relative to the build directory, so build/ and
+# build-package/ (siblings, the same flags but their own generated headers) share compiled objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
 if [[ ! -f "$PB/build.ninja" ]]; then
   cmake -S "$ROOT" -B "$PB" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
