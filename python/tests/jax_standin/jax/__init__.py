@@ -40,7 +40,12 @@ def process_count():
 
 def devices():
     n = _local_device_count()
-    return [Device(p * n + i, p) for p in range(process_count()) for i in range(n)]
+    out = [Device(p * n + i, p) for p in range(process_count()) for i in range(n)]
+    # A test's knob: devices listed last process first, as a mesh built in another order than
+    # the processes' would be; the global array's rows then are not the consumer slices' order.
+    if os.environ.get("JAX_STANDIN_DEVICES_REVERSED") == "1":
+        out.reverse()
+    return out
 
 
 def local_devices():
