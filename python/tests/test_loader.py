@@ -347,7 +347,11 @@ class DeviceFramesTest(unittest.TestCase):
                  "libcurl", "libyaml-cpp", "libcudart")
 
     def test_import_conveyor_loads_only_the_client(self):
-        script = ("import sys, conveyor\n"
+        # torch is kept out: `import conveyor` imports it where it is installed (a torch
+        # IterableDataset), and Debian's torch itself maps FFmpeg and curl.
+        script = ("import sys\n"
+                  "sys.modules['torch'] = None\n"
+                  "import conveyor\n"
                   "print(open('/proc/self/maps').read())\n"
                   "print('=====')\n"
                   "from conveyor import video\n"
@@ -374,8 +378,10 @@ class DeviceFramesTest(unittest.TestCase):
             env = {k: v for k, v in os.environ.items()
                    if k not in ("CONVEYOR_LIBRARY", "CONVEYOR_VIDEO_LIBRARY")}
             env["PYTHONPATH"] = d
+            # In `d`: the working directory comes first on sys.path, and ctest's holds the build
+            # tree's package.
             out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
-                                 text=True, timeout=120, env=env).stdout
+                                 text=True, timeout=120, env=env, cwd=d).stdout
         if not out.startswith("FAILED_PRECONDITION"):
             self.skipTest(f"libconveyor_video.so.1 is on this machine's loader path: {out[:200]}")
         self.assertIn("cannot load libconveyor_video.so.1", out)
