@@ -69,14 +69,14 @@ done
 capi="$BUILD/python/conveyor/lib/libconveyor_c.so.1"
 if [[ -e "$capi" ]]; then
   cp "$BUILD"/python/conveyor/*.py "$B/python/conveyor/"
-  for lib in libconveyor_c.so.1 libconveyor_video.so.1; do
-    if [[ ! -e "$BUILD/python/conveyor/lib/$lib" ]]; then
-      echo "device_bundle: no $lib (not built)" >&2
+  for so in libconveyor_c.so.1 libconveyor_video.so.1; do
+    if [[ ! -e "$BUILD/python/conveyor/lib/$so" ]]; then
+      echo "device_bundle: no $so (not built)" >&2
       continue
     fi
-    cp -L "$BUILD/python/conveyor/lib/$lib" "$B/lib/$lib"
-    copy_libraries "$BUILD/python/conveyor/lib/$lib"
-    ln -s "../../../lib/$lib" "$B/python/conveyor/lib/$lib"
+    cp -L "$BUILD/python/conveyor/lib/$so" "$B/lib/$so"
+    copy_libraries "$BUILD/python/conveyor/lib/$so"
+    ln -s "../../../lib/$so" "$B/python/conveyor/lib/$so"
   done
   cp -r "$ROOT/python/tests" "$ROOT/python/examples" "$B/python/"
 else
