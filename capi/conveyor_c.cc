@@ -9,15 +9,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "capi/internal/c_status.h"
 #include "client/client.h"
-#include "pipeline/device_frames.h"
 #include "client/launch_env.h"
 #include "conveyor/v1/service.pb.h"
 #include "nlohmann/json.hpp"
@@ -33,40 +34,25 @@ struct conveyor_client {
   std::unique_ptr<cc::Client> client;
 };
 
-struct conveyor_device_frames {
-  std::unique_ptr<conveyor::DeviceFrames> frames;
-};
-
 namespace {
+
+using ::conveyor::capi::Dup;
+using ::conveyor::capi::Fail;
 
 // A received batch, shared by its handle and its DLPack exports. When the last owner is gone the
 // batch records its use on every stream a consumer ordered after it, then returns its memory.
 struct SharedBatch {
   cc::Batch batch;
   std::vector<std::vector<int64_t>> shapes;  // stable copies for conveyor_tensor::shape
-  std::mutex mu;
-  std::vector<void*> streams;
+  // The streams its exports were ordered on: the exports outlive the handle and may be consumed
+  // on other threads than the one holding it.
+  absl::Mutex mu;
+  std::vector<void*> streams ABSL_GUARDED_BY(mu);
   ~SharedBatch() {
+    absl::MutexLock lock(&mu);  // uncontended: the last owner is going
     for (void* s : streams) (void)batch.RecordUse(s).ok();  // nobody left to tell of a failure
   }
 };
-
-thread_local std::string g_last_error;
-
-int Fail(const absl::Status& s) {
-  g_last_error = std::string(absl::StatusCodeToString(s.code())) + ": " + std::string(s.message());
-  return static_cast<int>(s.code());
-}
-
-int Fail(absl::StatusCode code, const std::string& message) {
-  return Fail(absl::Status(code, message));
-}
-
-char* Dup(const std::string& s) {
-  char* out = static_cast<char*>(std::malloc(s.size() + 1));
-  if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
-  return out;
-}
 
 absl::Status ParseJson(const char* text, const char* what, json* out) {
   if (text == nullptr) return absl::InvalidArgumentError(std::string(what) + ": NULL");
@@ -210,7 +196,7 @@ extern "C" {
 uint32_t conveyor_abi_version(void) { return CONVEYOR_C_ABI_VERSION; }
 const char* conveyor_version(void) { return CONVEYOR_VERSION; }
 uint32_t conveyor_protocol_version(void) { return cc::ProtocolVersion(); }
-const char* conveyor_last_error(void) { return g_last_error.c_str(); }
+const char* conveyor_last_error(void) { return ::conveyor::capi::LastError().c_str(); }
 void conveyor_string_free(char* s) { std::free(s); }
 int conveyor_device_supported(void) { return cc::Client::device_supported() ? 1 : 0; }
 
@@ -432,7 +418,7 @@ int conveyor_batch_ids(const conveyor_batch* b, int64_t* ids, int32_t* datasets)
 
 int conveyor_batch_wait_on_stream(conveyor_batch* b, void* cuda_stream) {
   SharedBatch* s = Shared(b);
-  std::lock_guard<std::mutex> lock(s->mu);
+  absl::MutexLock lock(&s->mu);
   if (std::find(s->streams.begin(), s->streams.end(), cuda_stream) != s->streams.end()) {
     return CONVEYOR_OK;  // already ordered after the copy
   }
@@ -490,100 +476,5 @@ int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, int on_device, int 
 }
 
 void conveyor_batch_free(conveyor_batch* b) { delete b; }
-
-
-int conveyor_device_frames_create(const char* options_json, conveyor_device_frames** out) {
-  if (out == nullptr) return Fail(absl::StatusCode::kInvalidArgument, "out is NULL");
-  *out = nullptr;
-  conveyor::DeviceFramesOptions o;
-  try {
-    const json j = json::parse(options_json != nullptr ? options_json : "{}");
-    if (!j.is_object()) return Fail(absl::StatusCode::kInvalidArgument, "options: not an object");
-    for (const auto& [key, value] : j.items()) {
-      if (key == "dataset") {
-        o.dataset = value.get<std::string>();
-      } else if (key == "config") {
-        o.config = value.get<std::string>();
-      } else if (key == "streams") {
-        o.streams = value.get<std::vector<std::string>>();
-      } else if (key == "device") {
-        o.device = value.get<int>();
-      } else if (key == "sessions") {
-        o.sessions = value.get<int>();
-      } else if (key == "cache_bytes") {
-        o.cache_bytes = value.get<int64_t>();
-      } else {
-        return Fail(absl::StatusCode::kInvalidArgument,
-                    "options: unknown key '" + key +
-                        "'; expected dataset, config, streams, device, sessions, cache_bytes");
-      }
-    }
-  } catch (const json::exception& e) {
-    return Fail(absl::StatusCode::kInvalidArgument, std::string("options: ") + e.what());
-  }
-  auto frames = conveyor::DeviceFrames::Open(o);
-  if (!frames.ok()) return Fail(frames.status());
-  *out = new conveyor_device_frames{std::move(*frames)};
-  return CONVEYOR_OK;
-}
-
-int conveyor_device_frames_describe(const conveyor_device_frames* f, char** result_json) {
-  if (f == nullptr || result_json == nullptr) {
-    return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
-  }
-  json out = json::array();
-  for (const conveyor::DeviceFramesTensor& t : f->frames->tensors()) {
-    out.push_back({{"name", t.name},
-                   {"dtype", t.dtype == conveyor::DType::kFloat32 ? "float32" : "uint8"},
-                   {"sample_shape", t.sample_shape},
-                   {"sample_bytes", t.sample_bytes},
-                   {"frames_per_sample", t.frames_per_sample}});
-  }
-  *result_json = Dup(out.dump());
-  return CONVEYOR_OK;
-}
-
-int conveyor_device_frames_decode(conveyor_device_frames* f, uint32_t tensor, const int64_t* ids,
-                                  const int32_t* datasets, uint64_t n, void* dst, uint8_t* pads,
-                                  void* cuda_stream) {
-  if (f == nullptr || (n > 0 && ids == nullptr)) {
-    return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
-  }
-  std::vector<conveyor::SampleId> samples(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    if (ids[3 * i] < 0 || ids[3 * i + 1] < 0 || ids[3 * i + 2] < 0 ||
-        ids[3 * i + 2] > INT64_C(0xffffffff) || (datasets != nullptr && datasets[i] < 0)) {
-      return Fail(absl::StatusCode::kInvalidArgument,
-                  "sample " + std::to_string(i) + ": a negative or oversized id");
-    }
-    samples[i].index = static_cast<uint64_t>(ids[3 * i]);
-    samples[i].episode = static_cast<uint64_t>(ids[3 * i + 1]);
-    samples[i].step = static_cast<uint32_t>(ids[3 * i + 2]);
-    samples[i].dataset = datasets != nullptr ? static_cast<uint32_t>(datasets[i]) : 0;
-  }
-  if (absl::Status st = f->frames->Decode(tensor, samples, dst, pads, cuda_stream); !st.ok()) {
-    return Fail(st);
-  }
-  return CONVEYOR_OK;
-}
-
-int conveyor_device_frames_stats(const conveyor_device_frames* f, char** result_json) {
-  if (f == nullptr || result_json == nullptr) {
-    return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
-  }
-  const conveyor::DeviceFramesStats s = f->frames->stats();
-  const json out = {{"calls", s.calls},
-                    {"samples", s.samples},
-                    {"frames", s.frames},
-                    {"frames_decoded", s.frames_decoded},
-                    {"seeks", s.seeks},
-                    {"cache_hits", s.cache_hits},
-                    {"frames_cached", s.frames_cached},
-                    {"seconds", s.seconds}};
-  *result_json = Dup(out.dump());
-  return CONVEYOR_OK;
-}
-
-void conveyor_device_frames_destroy(conveyor_device_frames* f) { delete f; }
 
 }  // extern "C"

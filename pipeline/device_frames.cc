@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "base/strings.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
@@ -80,6 +81,8 @@ struct DeviceFrames::Impl {
     std::vector<std::unique_ptr<SampleAssembler>> members;  // per mixture member
     std::vector<FrameRequest> requests;                      // reused
   };
+  // Used by Decode's ParallelFor workers while Decode holds `mu` for the whole call (a worker's
+  // lambda holds no lock of its own, so this cannot be annotated); each worker uses its own.
   std::vector<Session> sessions;
 
   // Decoded frames kept on the device, per tensor: a ring of frame slots in one allocation,
@@ -91,12 +94,12 @@ struct DeviceFrames::Impl {
     std::vector<std::optional<FrameKey>> owner;  // per slot
     std::map<FrameKey, size_t> where;            // cached frame -> slot
   };
-  std::vector<Cache> caches;    // per tensor; slots == 0 without a cache
-  void* copy_stream = nullptr;  // cudaStream_t of the cache-to-batch copies
-
   absl::Mutex mu;  // one Decode at a time
+  std::vector<Cache> caches ABSL_GUARDED_BY(mu);    // per tensor; slots == 0 without a cache
+  void* copy_stream ABSL_GUARDED_BY(mu) = nullptr;  // cudaStream_t of the cache-to-batch copies
+
   mutable absl::Mutex stats_mu;
-  DeviceFramesStats stats;
+  DeviceFramesStats stats ABSL_GUARDED_BY(stats_mu);
 
   ~Impl();
 
@@ -121,7 +124,8 @@ struct DeviceFrames::Impl {
   // directly).
   absl::Status DecodeCached(size_t tensor, std::span<const SampleId> ids, uint8_t* base,
                             uint8_t* pads, void* cuda_stream, void* queued,
-                            std::atomic<bool>* zeroed, bool* done);
+                            std::atomic<bool>* zeroed, bool* done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 DeviceFrames::Impl::~Impl() {
@@ -224,6 +228,8 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
           impl->source->dataset(k), impl->bound[k].spec, impl->indexes[k]));
     }
   }
+  // Not yet shared: held so that the analysis sees the guarded fields written under their lock.
+  absl::MutexLock lock(&impl->mu);
   impl->caches.resize(impl->tensors.size());
 #if CONVEYOR_HAVE_CUDA
   if (o.cache_bytes > 0) {

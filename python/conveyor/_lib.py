@@ -1,5 +1,7 @@
 """libconveyor_c (capi/include/conveyor/conveyor_c.h) loaded with ctypes: the one native part of
-the package, compiled against no Python, so the package works in any CPython 3.9+.
+the package, compiled against no Python, so the package works in any CPython 3.9+. It links the
+client only; libconveyor_video.so.1 (DeviceFrames, which carries the data path) is loaded by
+conveyor.video when it is used, through load_library below.
 
 Where the library is looked for, first found wins:
   1. $CONVEYOR_LIBRARY, a path to libconveyor_c.so.1;
@@ -78,18 +80,6 @@ class BatchInfo(ctypes.Structure):  # conveyor_batch_info
 NO_POSITION = (1 << 64) - 1  # CONVEYOR_NO_POSITION: a server that predates position cursors
 
 
-def _candidates():
-    # Resolved: the library finds its dependencies through $ORIGIN, the directory it really is in.
-    env = os.environ.get("CONVEYOR_LIBRARY")
-    if env:
-        yield str(Path(env).resolve())
-    here = Path(__file__).resolve().parent / "lib"
-    for name in (_SONAME, "libconveyor_c.so"):
-        if (here / name).exists():
-            yield str((here / name).resolve())
-    yield _SONAME  # the dynamic loader's path
-
-
 def _preload_system_runtime():
     """The interpreter's own C++ runtime, loaded by name before the library: the library's
     $ORIGIN path (the device bundle, docs/device.md) carries an older libstdc++ that must not
@@ -101,18 +91,38 @@ def _preload_system_runtime():
             pass
 
 
-def _load():
+def load_library(soname, env_var, beside=None):
+    """(ctypes.CDLL, path) of `soname`: $env_var, else beside the library at path `beside`, else
+    conveyor/lib/, else the dynamic loader's path. OSError listing every place tried."""
     _preload_system_runtime()
     tried = []
-    for path in _candidates():
+    # Resolved: the library finds its dependencies through $ORIGIN, the directory it really is in.
+    candidates = [str(Path(os.environ[env_var]).resolve())] if os.environ.get(env_var) else []
+    dirs = [Path(beside).parent] if beside and os.sep in beside else []
+    dirs.append(Path(__file__).resolve().parent / "lib")
+    unversioned = soname[:soname.index(".so") + 3]
+    for directory in dict.fromkeys(dirs):
+        found = [directory / n for n in (soname, unversioned) if (directory / n).exists()]
+        candidates += [str(f.resolve()) for f in found]
+        if not found:
+            tried.append(f"{directory}/: no {soname}")
+    candidates.append(soname)  # the dynamic loader's path
+    for candidate in dict.fromkeys(candidates):
         try:
-            return ctypes.CDLL(path), path
+            return ctypes.CDLL(candidate), candidate
         except OSError as e:
-            tried.append(f"{path}: {e}")
-    raise ImportError("conveyor: cannot load its native library libconveyor_c.so.1; tried\n  " +
-                      "\n  ".join(tried) + "\nBuild it (`./run build` puts it in "
-                      "build/python/conveyor/lib/), install the package (pip install ./python, "
-                      "or the Debian package), or set CONVEYOR_LIBRARY to its path.")
+            tried.append(f"{candidate}: {e}")
+    raise OSError(f"cannot load {soname}; tried\n  " + "\n  ".join(tried))
+
+
+def _load():
+    try:
+        return load_library(_SONAME, "CONVEYOR_LIBRARY")
+    except OSError as e:
+        raise ImportError(f"conveyor: {e}\nBuild it (`./run build` puts it "
+                          "in build/python/conveyor/lib/), install the package (pip install "
+                          "./python, or the Debian package), or set CONVEYOR_LIBRARY to its "
+                          "path.") from None
 
 
 lib, path = _load()
@@ -161,10 +171,12 @@ if lib.conveyor_abi_version() != ABI_VERSION:
 VERSION = lib.conveyor_version().decode()
 
 
-def error(code):
-    """The ConveyorError for a failed call's status code, with the thread's last message."""
+def error(code, last_error=None):
+    """The ConveyorError for a failed call's status code, with the thread's last message (from
+    `last_error`, the library's *_last_error function; default libconveyor_c's)."""
     name = CODE_NAMES.get(code, str(code))
-    message = lib.conveyor_last_error().decode(errors="replace") or name
+    last_error = last_error or lib.conveyor_last_error
+    message = last_error().decode(errors="replace") or name
     return ConveyorError(message, name)
 
 
@@ -173,12 +185,13 @@ def check(code):
         raise error(code)
 
 
-def take_string(pointer):
-    """A char* this library returned, as str; freed."""
+def take_string(pointer, free=None):
+    """A char* a library returned, as str; freed with `free` (default libconveyor_c's
+    conveyor_string_free)."""
     try:
         return ctypes.string_at(pointer.value).decode()
     finally:
-        lib.conveyor_string_free(pointer)
+        (free or lib.conveyor_string_free)(pointer)
 
 
 def call_json(function, request):

@@ -20,6 +20,7 @@ import shutil
 import socket
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -339,6 +340,52 @@ class DeviceFramesTest(unittest.TestCase):
         except conveyor.ConveyorError as e:
             self.assertEqual(e.code, "FAILED_PRECONDITION")
             self.assertIn("NVDEC cannot be used on device 0", str(e))
+
+    # What libconveyor_c.so.1 must not bring into a trainer (tests/capi_needed_test.sh reads the
+    # same from the library's DT_NEEDED); here, what the process really maps.
+    DATA_PATH = ("libconveyor_video", "libavcodec", "libavformat", "libswscale", "libturbojpeg",
+                 "libcurl", "libyaml-cpp", "libcudart")
+
+    def test_import_conveyor_loads_only_the_client(self):
+        # torch is kept out: `import conveyor` imports it where it is installed (a torch
+        # IterableDataset), and Debian's torch itself maps FFmpeg and curl.
+        script = ("import sys\n"
+                  "sys.modules['torch'] = None\n"
+                  "import conveyor\n"
+                  "print(open('/proc/self/maps').read())\n"
+                  "print('=====')\n"
+                  "from conveyor import video\n"
+                  "video._library()\n"
+                  "print(open('/proc/self/maps').read())\n")
+        out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                             text=True, timeout=120).stdout
+        after_import, after_video = out.split("=====")
+        for name in self.DATA_PATH:
+            self.assertNotIn(name, after_import, f"import conveyor mapped {name}")
+        self.assertIn("libconveyor_video.so.1", after_video)
+
+    def test_without_the_video_library_says_where_it_looked(self):
+        package = Path(conveyor.__file__).resolve().parent
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copytree(package, Path(d) / "conveyor", symlinks=False,
+                            ignore=shutil.ignore_patterns("libconveyor_video*", "__pycache__"))
+            script = ("import conveyor\n"
+                      "from conveyor import video\n"
+                      "try:\n"
+                      "    video.DeviceFrames('ds', 'c.yaml')\n"
+                      "except conveyor.ConveyorError as e:\n"
+                      "    print(e.code); print(e)\n")
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("CONVEYOR_LIBRARY", "CONVEYOR_VIDEO_LIBRARY")}
+            env["PYTHONPATH"] = d
+            # In `d`: the working directory comes first on sys.path, and ctest's holds the build
+            # tree's package.
+            out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                                 text=True, timeout=120, env=env, cwd=d).stdout
+        if not out.startswith("FAILED_PRECONDITION"):
+            self.skipTest(f"libconveyor_video.so.1 is on this machine's loader path: {out[:200]}")
+        self.assertIn("cannot load libconveyor_video.so.1", out)
+        self.assertIn(str(Path(d).resolve() / "conveyor" / "lib"), out)
 
     def test_served_batches_decoded_on_the_device(self):
         from conveyor import video
