@@ -181,8 +181,10 @@ class Pipeline {
 };
 
 // Fills in the automatic schedule values (order.block_steps, order.window_blocks = 0) by
-// shuffle/schedule.h's ResolveOrder with options->queue_bytes. A server resolves them from the
-// config before it applies its own, smaller byte budget, so it serves the order the config names.
+// shuffle/schedule.h's ResolveOrder with options->queue_bytes, from the figures measured here on
+// the dataset (its first episode's keyframes, its sample index; pipeline/schedule_inputs.cc). A
+// server resolves them from the config before it applies its own, smaller byte budget, so it
+// serves the order the config names.
 absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec, PipelineOptions* options);
 // A mixture resolves each member's schedule (options->member_orders) with an equal share of
 // queue_bytes.
