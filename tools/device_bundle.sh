@@ -66,7 +66,7 @@ done
 # lib/, resolved by the package before loading, so $ORIGIN is the bundle's lib/).
 capi="$BUILD/python/conveyor/lib/libconveyor_c.so.1"
 if [[ -e "$capi" ]]; then
-  cp "$BUILD"/python/conveyor/*.py "$B/python/conveyor/"
+  cp "$BUILD"/python/conveyor/*.py "$BUILD"/python/conveyor/py.typed "$B/python/conveyor/"
   cp -L "$capi" "$B/lib/libconveyor_c.so.1"
   copy_libraries "$capi"
   ln -s ../../../lib/libconveyor_c.so.1 "$B/python/conveyor/lib/libconveyor_c.so.1"
