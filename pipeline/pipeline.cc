@@ -807,6 +807,7 @@ struct Pipeline::Impl {
       if (!a) continue;
       const AssemblerStats s = a->stats();
       sum.frames_decoded += s.frames_decoded;
+      sum.frames_decoded_nvdec += s.frames_decoded_nvdec;
       sum.frames_delivered += s.frames_delivered;
       sum.prefetch_hits += s.prefetch_hits;
       sum.prefetch_misses += s.prefetch_misses;
@@ -1224,6 +1225,7 @@ PipelineStats Pipeline::stats() const {
   }
   for (const AssemblerStats& a : m.worker_stats) {
     s.frames_decoded += a.frames_decoded;
+    s.frames_decoded_nvdec += a.frames_decoded_nvdec;
     s.frames_delivered += a.frames_delivered;
     s.prefetch_hits += a.prefetch_hits;
     s.prefetch_misses += a.prefetch_misses;

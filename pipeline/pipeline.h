@@ -79,6 +79,7 @@ struct PipelineStats {
   uint64_t quarantined_samples = 0;
   uint64_t bytes = 0;            // tensor bytes handed out
   uint64_t frames_decoded = 0;   // video
+  uint64_t frames_decoded_nvdec = 0;  // of frames_decoded, on NVDEC (`decode: gpu`)
   uint64_t frames_delivered = 0;
   uint64_t prefetch_hits = 0;    // frames served from the window prefetch (pre-decoded blocks)
   uint64_t prefetch_misses = 0;

@@ -616,6 +616,7 @@ AssemblerStats SampleAssembler::stats() const {
   }
   if (nvdec_ != nullptr) {
     s.frames_decoded += nvdec_->stats().frames_decoded;
+    s.frames_decoded_nvdec = nvdec_->stats().frames_decoded;
     s.video_seeks += nvdec_->stats().seeks;
   }
   // Delivered = frames that went into samples, decoded for them or found in the window prefetch.

@@ -85,6 +85,9 @@ struct AssemblerStats {
   uint64_t bytes = 0;
   uint64_t frames_delivered = 0;  // video
   uint64_t frames_decoded = 0;    // video, references and skipped-over frames included
+  // Of frames_decoded, those NVDEC decoded (`decode: gpu`): what shows a served stream's frames
+  // came from the GPU and not the CPU.
+  uint64_t frames_decoded_nvdec = 0;
   uint64_t video_seeks = 0;
   uint64_t images_decoded = 0;
   uint64_t audio_windows = 0;

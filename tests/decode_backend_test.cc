@@ -134,6 +134,30 @@ TEST_F(DecodeBackendTest, AutoAndCpuGiveTodaysBatches) {
   EXPECT_EQ(Batches(Config("auto"), "auto.yaml"), want);
 }
 
+// The pipeline's per-backend decode counter (PipelineStats::frames_decoded_nvdec), which the GPU
+// test below reads to know its frames came from NVDEC: on the CPU path the CPU's count grows and
+// NVDEC's stays 0, for `decode: cpu` and for `auto` (served frames decode on the CPU).
+TEST_F(DecodeBackendTest, CpuDecodesAreCountedAsTheCpusNotNvdecs) {
+  auto d = Dataset::Open(ds());
+  ASSERT_TRUE(d.ok()) << d.status();
+  for (const std::string decode : {"cpu", "auto"}) {
+    absl::StatusOr<SampleSpec> spec = SampleSpec::FromYaml(Config(decode), (*d)->manifest(), "t.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    PipelineOptions o;
+    o.global_batch_size = 4;
+    o.threads = 2;
+    auto p = Pipeline::Create(**d, *spec, o, Cursor{});
+    ASSERT_TRUE(p.ok()) << p.status();
+    for (int i = 0; i < 3; ++i) {
+      auto b = (*p)->Next();
+      ASSERT_TRUE(b.ok() && b->has_value()) << b.status();
+    }
+    const PipelineStats s = (*p)->stats();
+    EXPECT_GT(s.frames_decoded, 0u) << decode;
+    EXPECT_EQ(s.frames_decoded_nvdec, 0u) << decode;
+  }
+}
+
 
 // Placement (media/decode_placement.h) on the facts of an H200 (cuvidGetDecoderCaps as measured
 // there, bench/RESULTS.md "NVDEC on an H200") and of a machine without NVDEC: every rule, first
@@ -230,7 +254,8 @@ TEST_F(DecodeBackendTest, GpuServedBatchesAreNvdecFramesTheSameAtAnyThreadCount)
 
   auto d = Dataset::Open(ds());
   ASSERT_TRUE(d.ok()) << d.status();
-  auto cam0 = [&](const std::string& decode) {
+  // cam0's frames of each run, and how many pictures NVDEC decoded for them.
+  auto cam0 = [&](const std::string& decode, uint64_t* nvdec_decoded) {
     absl::StatusOr<SampleSpec> spec = SampleSpec::FromYaml(Config(decode), (*d)->manifest(), "t.yaml");
     EXPECT_TRUE(spec.ok()) << spec.status();
     PipelineOptions o;
@@ -249,11 +274,18 @@ TEST_F(DecodeBackendTest, GpuServedBatchesAreNvdecFramesTheSameAtAnyThreadCount)
         if (t.name == "cam0") out.insert(out.end(), (*b)->data(t), (*b)->data(t) + t.bytes);
       }
     }
+    *nvdec_decoded = (*p)->stats().frames_decoded_nvdec;
     return out;
   };
-  const std::vector<uint8_t> gpu = cam0("gpu"), cpu = cam0("cpu");
+  uint64_t gpu_nvdec = 0, cpu_nvdec = 0;
+  const std::vector<uint8_t> gpu = cam0("gpu", &gpu_nvdec), cpu = cam0("cpu", &cpu_nvdec);
   ASSERT_EQ(gpu.size(), cpu.size());
   ASSERT_FALSE(gpu.empty());
+  // The frames came from NVDEC (its decoder counted pictures), and none for `decode: cpu`: a
+  // served path that fell back to the CPU fails here, however close its pixels.
+  RecordProperty("nvdec_frames_decoded", std::to_string(gpu_nvdec));
+  EXPECT_GT(gpu_nvdec, 0u);
+  EXPECT_EQ(cpu_nvdec, 0u);
   double sq = 0;
   int worst = 0;
   for (size_t i = 0; i < gpu.size(); ++i) {

@@ -228,7 +228,7 @@ TEST_P(NvdecGpuTest, EqualsTheCpuPathWithinTolerance) {
   auto gpu = Gpu(frames);
   auto cpu = Cpu(frames);
   ASSERT_EQ(gpu.size(), cpu.size());
-  double sq = 0, sum = 0;
+  double sq = 0, sum = 0, worst_frame = 99;
   size_t n = 0;
   for (size_t i = 0; i < gpu.size(); ++i) {
     ASSERT_EQ(gpu[i].size(), cpu[i].pixels.size());
@@ -241,15 +241,22 @@ TEST_P(NvdecGpuTest, EqualsTheCpuPathWithinTolerance) {
     sq += fsq;
     n += gpu[i].size();
     // Every frame close to its CPU twin: a wrong frame (selection off by one) is far below this.
+    // The bars are what the H200 measured through NVDEC against the CPU path (bench/RESULTS.md
+    // "NVDEC on an H200": H.264 46.0 dB, worst frame 43.9; HEVC 45.9, worst 43.8) less a margin
+    // of 3 dB, so a kernel that gets worse fails rather than hiding 11-14 dB under the bar.
     const double psnr = 10 * std::log10(255.0 * 255.0 / std::max(fsq / gpu[i].size(), 1e-9));
-    EXPECT_GT(psnr, 30.0) << "frame " << i;
+    worst_frame = std::min(worst_frame, psnr);
+    EXPECT_GT(psnr, 43.8 - 3.0) << "frame " << i;
   }
   const double mean = sum / n;
   const double psnr = 10 * std::log10(255.0 * 255.0 / std::max(sq / n, 1e-9));
   RecordProperty("mean_abs_diff", std::to_string(mean));
   RecordProperty("psnr_db", std::to_string(psnr));
+  RecordProperty("worst_frame_psnr_db", std::to_string(worst_frame));
+  std::cout << GetParam() << " NVDEC against the CPU path: " << psnr << " dB, worst frame "
+            << worst_frame << " dB, mean difference " << mean << "\n";
   EXPECT_LT(mean, 2.0);
-  EXPECT_GT(psnr, 35.0);
+  EXPECT_GT(psnr, 45.9 - 3.0);
   EXPECT_EQ(nv_->stats().frames_delivered, frames.size());
 }
 

@@ -119,12 +119,13 @@ absl::Status RunBatches(const BatchesOptions& o) {
     }
     std::fprintf(stderr,
                  "  video: %llu frames decoded for %llu delivered: amplification %.3f; frame cache "
-                 "hits %llu, misses %llu; peak cache %.1f MB, peak queue %.1f MB\n",
+                 "hits %llu, misses %llu; peak cache %.1f MB, peak queue %.1f MB; %llu frames "
+                 "decoded on NVDEC\n",
                  static_cast<unsigned long long>(s.frames_decoded),
                  static_cast<unsigned long long>(s.frames_delivered), s.amplification(),
                  static_cast<unsigned long long>(s.prefetch_hits),
                  static_cast<unsigned long long>(s.prefetch_misses), s.prefetch_bytes_peak / 1e6,
-                 s.queue_bytes_peak / 1e6);
+                 s.queue_bytes_peak / 1e6, static_cast<unsigned long long>(s.frames_decoded_nvdec));
     if (po.frame_cache) {
       // Decoding saved: the hits at this run's own decode seconds per frame (when it decoded any).
       const std::string saved =

@@ -18,7 +18,8 @@ jax (and orbax) are imported when a helper is called, so `import conveyor` never
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING, Any, Deque, Dict, Iterable, Iterator, Mapping, Optional, Union
+from typing import (TYPE_CHECKING, Any, Deque, Dict, Iterable, Iterator, List, Mapping, Optional,
+                    Tuple, Union)
 
 if TYPE_CHECKING:
     from ._loader import Loader
@@ -50,6 +51,23 @@ def _is_device_tensor(value: Any) -> bool:
     return isinstance(value, Tensor) and value.__dlpack_device__()[0] == 2
 
 
+# NamedSharding per (mesh, spec), made once: building one per tensor per batch was part of the
+# per-batch host cost make_global_batch adds to a step (bench/jax_global_batch_bench.py).
+_SHARDINGS: Dict[Tuple[Any, Any], Any] = {}
+
+
+def _sharding(mesh: Any, spec: Any) -> Any:
+    key = (mesh, spec)
+    s = _SHARDINGS.get(key)
+    if s is None:
+        from jax.sharding import NamedSharding
+
+        if len(_SHARDINGS) > 64:  # a job uses a few; a caller making meshes per batch stays bounded
+            _SHARDINGS.clear()
+        s = _SHARDINGS[key] = NamedSharding(mesh, spec)
+    return s
+
+
 def make_global_batch(local_batch: Mapping[str, Any], mesh: Any,
                       pspec: Union[Any, Mapping[str, Any]]) -> Dict[str, Any]:
     """{name: jax.Array} from one process's batch (a conveyor.Loader dict with this process as
@@ -60,31 +78,45 @@ def make_global_batch(local_batch: Mapping[str, Any], mesh: Any,
     concatenation of every process's slice in process order, which is how Conveyor's consumer
     slices make up the global batch. The "_" metadata keys are left out.
 
-    Host batches (numpy views) go through jax.make_array_from_process_local_data, which copies
-    each device's shard asynchronously (jax keeps the numpy view, and so the received batch,
-    alive until its copy is done). Batches a Client with device delivery made (conveyor.Tensor on
-    a GPU, one device per process) are taken without a copy through jax.dlpack, ordered after the
-    client's upload on the stream jax gives, and assembled with
+    Host batches (numpy views) are copied to the devices asynchronously (jax keeps the numpy
+    view, and so the received batch, alive until its copy is done): in one process, the whole
+    batch in one jax.device_put (one dispatch for every tensor, where one
+    make_array_from_process_local_data per tensor cost a dispatch each); across processes, one
+    jax.make_array_from_process_local_data per tensor. Batches a Client with device delivery made
+    (conveyor.Tensor on a GPU, one device per process) are taken without a copy through
+    jax.dlpack, ordered after the client's upload on the stream jax gives, and assembled with
     jax.make_array_from_single_device_arrays.
     """
     import jax  # lazy: an optional dependency
-    from jax.sharding import NamedSharding, PartitionSpec
+    from jax.sharding import PartitionSpec
 
     from . import METADATA_KEYS
 
     out: Dict[str, Any] = {}
+    host_names: List[str] = []
+    host_arrays: List[Any] = []
+    host_shardings: List[Any] = []
     for name, array in local_batch.items():
         if name in METADATA_KEYS:
             continue
         spec = pspec.get(name, PartitionSpec()) if isinstance(pspec, Mapping) else pspec
-        sharding = NamedSharding(mesh, spec)
+        sharding = _sharding(mesh, spec)
         if _is_device_tensor(array):
             local = jax.dlpack.from_dlpack(array)
             global_shape = (local.shape[0] * jax.process_count(),) + tuple(local.shape[1:])
             out[name] = jax.make_array_from_single_device_arrays(global_shape, sharding, [local])
         else:
-            out[name] = jax.make_array_from_process_local_data(sharding, array)
-    return out
+            host_names.append(name)
+            host_arrays.append(array)
+            host_shardings.append(sharding)
+    if host_arrays:
+        if jax.process_count() == 1:  # this process's slice is the global batch
+            arrays = jax.device_put(host_arrays, host_shardings)
+        else:
+            arrays = [jax.make_array_from_process_local_data(s, a)
+                      for a, s in zip(host_arrays, host_shardings)]
+        out.update(zip(host_names, arrays))
+    return {name: out[name] for name in local_batch if name in out}  # the batch's order
 
 
 def prefetch_to_device(batches: Iterable[Mapping[str, Any]], mesh: Any,

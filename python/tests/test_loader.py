@@ -907,31 +907,48 @@ class ErrorTest(unittest.TestCase):
 class JaxTest(unittest.TestCase):
     def test_make_global_batch_calls_jax(self):
         """The helper's calls, against a stand-in jax module (the real one is tested below when
-        installed): one make_array_from_process_local_data per tensor, metadata left out."""
+        installed): across processes one make_array_from_process_local_data per tensor, in one
+        process one device_put for the whole batch; metadata left out, one NamedSharding per
+        spec however many batches."""
         import sys
         import types
 
-        calls = []
+        import conveyor.jax as cj
+
+        calls, puts, made = [], [], []
         fake = types.ModuleType("jax")
+        fake.process_count = lambda: 2
         fake.make_array_from_process_local_data = lambda sharding, a: calls.append(
             (sharding, a)) or ("global", a.shape)
+        fake.device_put = lambda arrays, shardings: puts.append((arrays, shardings)) or [
+            ("put", a.shape) for a in arrays]
         sharding_mod = types.ModuleType("jax.sharding")
-        sharding_mod.NamedSharding = lambda mesh, spec: ("named", mesh, spec)
+        sharding_mod.NamedSharding = lambda mesh, spec: made.append(spec) or ("named", mesh, spec)
         sharding_mod.PartitionSpec = lambda *axes: ("pspec",) + axes
         fake.sharding = sharding_mod
         batch = {"cam0": np.zeros((4, 2), np.uint8), "action": np.zeros((4, 3), np.float32),
                  "_cursor": (0, 0), "_ids": np.zeros((4, 3), np.int64)}
+        cj._SHARDINGS.clear()
         with mock.patch.dict(sys.modules, {"jax": fake, "jax.sharding": sharding_mod}):
-            from conveyor.jax import make_global_batch
-
-            g = make_global_batch(batch, "mesh", ("pspec", "data"))
+            g = cj.make_global_batch(batch, "mesh", ("pspec", "data"))
             self.assertEqual(g, {"cam0": ("global", (4, 2)), "action": ("global", (4, 3))})
+            self.assertEqual(list(g), ["cam0", "action"])  # the batch's order
             self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data"))] * 2)
             self.assertIs(calls[0][1], batch["cam0"])
             calls.clear()
-            g = make_global_batch(batch, "mesh", {"cam0": ("pspec", "data")})
+            g = cj.make_global_batch(batch, "mesh", {"cam0": ("pspec", "data")})
             self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data")),
                                                      ("named", "mesh", ("pspec",))])
+            self.assertEqual(made, [("pspec", "data"), ("pspec",)])  # made once each, then cached
+            fake.process_count = lambda: 1
+            calls.clear()
+            g = cj.make_global_batch(batch, "mesh", ("pspec", "data"))
+            self.assertEqual(calls, [])
+            self.assertEqual(len(puts), 1)
+            self.assertEqual([a is b for a, b in zip(puts[0][0], (batch["cam0"], batch["action"]))],
+                             [True, True])
+            self.assertEqual(g, {"cam0": ("put", (4, 2)), "action": ("put", (4, 3))})
+        cj._SHARDINGS.clear()
 
     def test_prefetch_carries_the_position_and_a_restore_takes_another_batch_size(self):
         """prefetch_to_device (a stand-in jax) keeps each global batch's cursor and positions;
@@ -941,12 +958,17 @@ class JaxTest(unittest.TestCase):
         import types
 
         fake = types.ModuleType("jax")
+        fake.process_count = lambda: 2
         fake.make_array_from_process_local_data = lambda sharding, a: a
         sharding_mod = types.ModuleType("jax.sharding")
         sharding_mod.NamedSharding = lambda mesh, spec: ("named", mesh, spec)
         sharding_mod.PartitionSpec = lambda *axes: ("pspec",) + axes
         fake.sharding = sharding_mod
         text = support.PIPELINE_YAML.read_text()
+        import conveyor.jax as cj
+
+        cj._SHARDINGS.clear()
+        self.addCleanup(cj._SHARDINGS.clear)
         with mock.patch.dict(sys.modules, {"jax": fake, "jax.sharding": sharding_mod}):
             from conveyor.jax import prefetch_to_device, restore_loader
 
