@@ -163,6 +163,73 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
   return absl::OkStatus();
 }
 
+// ParseClientOptions' inverse, for conveyor_client_defaults: the same names, so that a binding
+// passing this object back is accepted as is. Keep the two lists together.
+json ClientOptionsJson(const cc::ClientOptions& o) {
+  return {{"servers", o.servers},
+          {"job", o.job},
+          {"dataset", o.dataset},
+          {"consumer", o.consumer},
+          {"consumers", o.consumers},
+          {"start", o.start.ToString()},
+          {"config_yaml", o.config_yaml},
+          {"config_name", o.config_name},
+          {"max_batches", o.max_batches},
+          {"prefetch_batches", o.prefetch_batches},
+          {"prefetch_bytes", o.prefetch_bytes},
+          {"max_message_bytes", o.max_message_bytes},
+          {"schedule_version", o.schedule_version},
+          {"expect_dataset_fingerprint", o.expect_dataset_fingerprint},
+          {"expect_order_digest", o.expect_order_digest},
+          {"pin_from_environment", o.pin_from_environment},
+          {"max_batch_bytes", o.max_batch_bytes},
+          {"auth_token", o.auth_token},
+          {"job_secret", o.job_secret},
+          {"tls", o.tls},
+          {"tls_ca_pem", o.tls_ca_pem},
+          {"tls_cert_pem", o.tls_cert_pem},
+          {"tls_key_pem", o.tls_key_pem},
+          {"tls_server_name", o.tls_server_name},
+          {"reconnect_timeout_s", o.reconnect_timeout_s},
+          {"report_interval_s", o.report_interval_s},
+          {"shared_memory", o.shared_memory},
+          {"shared_memory_bytes", o.shared_memory_bytes},
+          {"payload_streams", o.payload_streams},
+          {"device_buffers", o.device_buffers},
+          {"device", o.device ? o.device_index : -1}};
+}
+
+// The proto3 JSON mapping writes 64-bit integers as strings (for JavaScript's doubles); a binding
+// would then have to know which fields are 64-bit. They are turned back into numbers here, field
+// by field from the message's descriptor, so every 64-bit field of every nested message is
+// covered, including ones added later.
+void Int64sAsNumbers(const google::protobuf::Descriptor& message, json* j) {
+  using FD = google::protobuf::FieldDescriptor;
+  auto convert = [](const FD& f, json* v) {
+    if (f.cpp_type() == FD::CPPTYPE_MESSAGE) {
+      Int64sAsNumbers(*f.message_type(), v);
+    } else if (v->is_string() && f.cpp_type() == FD::CPPTYPE_INT64) {
+      *v = std::stoll(v->get<std::string>());  // the printer wrote it: always a valid integer
+    } else if (v->is_string() && f.cpp_type() == FD::CPPTYPE_UINT64) {
+      *v = std::stoull(v->get<std::string>());
+    }
+  };
+  if (!j->is_object()) return;
+  for (int i = 0; i < message.field_count(); ++i) {
+    const FD& f = *message.field(i);
+    auto it = j->find(f.name());
+    if (it == j->end()) continue;
+    if (f.is_map()) {  // an object of values; keys stay strings in JSON
+      const FD& value = *f.message_type()->map_value();
+      for (auto& [key, v] : it->items()) convert(value, &v);
+    } else if (f.is_repeated() && it->is_array()) {
+      for (json& v : *it) convert(f, &v);
+    } else {
+      convert(f, &*it);
+    }
+  }
+}
+
 }  // namespace
 
 // A handle: one reference to the shared batch.
@@ -249,7 +316,12 @@ int conveyor_get_info(const char* options_json, char** result_json) {
   if (!google::protobuf::util::MessageToJsonString(*info, &text, jo).ok()) {
     return Fail(absl::StatusCode::kInternal, "InfoResponse could not be written as JSON");
   }
-  *result_json = Dup(text);
+  json out = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded()) {
+    return Fail(absl::StatusCode::kInternal, "InfoResponse's JSON could not be read back");
+  }
+  Int64sAsNumbers(*conveyor::v1::InfoResponse::descriptor(), &out);
+  *result_json = Dup(out.dump());
   return CONVEYOR_OK;
 }
 
@@ -476,5 +548,29 @@ int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, int on_device, int 
 }
 
 void conveyor_batch_free(conveyor_batch* b) { delete b; }
+
+}  // extern "C"
+
+extern "C" {
+
+int conveyor_parse_cursor(const char* text, uint64_t* epoch, uint64_t* step, uint64_t* position) {
+  if (text == nullptr || epoch == nullptr || step == nullptr || position == nullptr) {
+    return Fail(absl::StatusCode::kInvalidArgument, "conveyor_parse_cursor: a NULL argument");
+  }
+  absl::StatusOr<cc::Cursor> c = cc::Cursor::Parse(text);
+  if (!c.ok()) return Fail(c.status());
+  *epoch = c->epoch;
+  *step = c->step;
+  *position = c->position.value_or(CONVEYOR_NO_POSITION);
+  return CONVEYOR_OK;
+}
+
+int conveyor_client_defaults(char** result_json) {
+  if (result_json == nullptr) {
+    return Fail(absl::StatusCode::kInvalidArgument, "conveyor_client_defaults: result_json is NULL");
+  }
+  *result_json = Dup(ClientOptionsJson(cc::ClientOptions{}).dump());
+  return CONVEYOR_OK;
+}
 
 }  // extern "C"

@@ -109,7 +109,7 @@ set(CONVEYOR_PYTHON_INSTALL_DIR lib/python3/dist-packages/conveyor CACHE STRING
 configure_file(${CMAKE_CURRENT_LIST_DIR}/_version.py.in
                ${CMAKE_BINARY_DIR}/python/conveyor/_version.py @ONLY)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/conveyor/ DESTINATION ${CONVEYOR_PYTHON_INSTALL_DIR}
-  COMPONENT conveyor FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+  COMPONENT conveyor FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE)
 install(FILES ${CMAKE_BINARY_DIR}/python/conveyor/_version.py
   DESTINATION ${CONVEYOR_PYTHON_INSTALL_DIR} COMPONENT conveyor)
 

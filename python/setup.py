@@ -89,4 +89,4 @@ except ImportError:  # pragma: no cover - wheel not installed: pip install still
     pass
 
 setup(version=version(), cmdclass=cmdclass, distclass=BinaryDistribution,
-      package_data={"conveyor": ["lib/*.so*"]})
+      package_data={"conveyor": ["lib/*.so*", "py.typed"]})

@@ -68,7 +68,7 @@ done
 # lib/ because libconveyor_video and the binaries link it.
 capi="$BUILD/python/conveyor/lib/libconveyor_c.so.1"
 if [[ -e "$capi" ]]; then
-  cp "$BUILD"/python/conveyor/*.py "$B/python/conveyor/"
+  cp "$BUILD"/python/conveyor/*.py "$BUILD"/python/conveyor/py.typed "$B/python/conveyor/"
   for so in libconveyor_c.so.1 libconveyor_video.so.1; do
     if [[ ! -e "$BUILD/python/conveyor/lib/$so" ]]; then
       echo "device_bundle: no $so (not built)" >&2

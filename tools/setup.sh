@@ -52,6 +52,8 @@ PACKAGES=(
   # the Python package (python/, pure Python over libconveyor_c; docs/python.md), its tests, and
   # its install tested in a venv with pip and a wheel (no package index needed)
   python3-venv python3-pip python3-setuptools python3-wheel python3-torch python3-av
+  # the package's annotations checked with --strict (python_mypy_test)
+  python3-mypy
   # plots (conveyor bench --plot, bench/peers)
   python3-matplotlib
   # robot formats read in place (datasets/rlds, datasets/hdf5): the tests' fixtures written by the

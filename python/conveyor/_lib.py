@@ -9,10 +9,13 @@ Where the library is looked for, first found wins:
   3. the dynamic loader's path (the Debian package installs it in /usr/lib/x86_64-linux-gnu).
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
 from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 _SONAME = "libconveyor_c.so.1"
 ABI_VERSION = 1
@@ -31,7 +34,7 @@ class ConveyorError(RuntimeError):
     """An error from the Conveyor client or a data server; `.code` is the status code name
     (INVALID_ARGUMENT, UNAVAILABLE, ...)."""
 
-    def __init__(self, message, code="UNKNOWN"):
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
         super().__init__(message)
         self.code = code
 
@@ -80,7 +83,7 @@ class BatchInfo(ctypes.Structure):  # conveyor_batch_info
 NO_POSITION = (1 << 64) - 1  # CONVEYOR_NO_POSITION: a server that predates position cursors
 
 
-def _preload_system_runtime():
+def _preload_system_runtime() -> None:
     """The interpreter's own C++ runtime, loaded by name before the library: the library's
     $ORIGIN path (the device bundle, docs/device.md) carries an older libstdc++ that must not
     shadow the one torch or jax need once its soname is taken."""
@@ -91,13 +94,14 @@ def _preload_system_runtime():
             pass
 
 
-def load_library(soname, env_var, beside=None):
+def load_library(soname: str, env_var: str,
+                 beside: Optional[str] = None) -> Tuple[ctypes.CDLL, str]:
     """(ctypes.CDLL, path) of `soname`: $env_var, else beside the library at path `beside`, else
     conveyor/lib/, else the dynamic loader's path. OSError listing every place tried."""
     _preload_system_runtime()
-    tried = []
+    tried: List[str] = []
     # Resolved: the library finds its dependencies through $ORIGIN, the directory it really is in.
-    candidates = [str(Path(os.environ[env_var]).resolve())] if os.environ.get(env_var) else []
+    candidates: List[str] = [str(Path(os.environ[env_var]).resolve())] if os.environ.get(env_var) else []
     dirs = [Path(beside).parent] if beside and os.sep in beside else []
     dirs.append(Path(__file__).resolve().parent / "lib")
     unversioned = soname[:soname.index(".so") + 3]
@@ -115,7 +119,7 @@ def load_library(soname, env_var, beside=None):
     raise OSError(f"cannot load {soname}; tried\n  " + "\n  ".join(tried))
 
 
-def _load():
+def _load() -> Tuple[ctypes.CDLL, str]:
     try:
         return load_library(_SONAME, "CONVEYOR_LIBRARY")
     except OSError as e:
@@ -129,7 +133,7 @@ lib, path = _load()
 
 _c = ctypes
 _P = ctypes.POINTER
-_FUNCTIONS = {
+_FUNCTIONS: Dict[str, Tuple[Optional[type], List[type]]] = {
     "conveyor_abi_version": (_c.c_uint32, []),
     "conveyor_version": (_c.c_char_p, []),
     "conveyor_protocol_version": (_c.c_uint32, []),
@@ -158,6 +162,9 @@ _FUNCTIONS = {
     "conveyor_batch_dlpack": (_c.c_int, [_c.c_void_p, _c.c_uint32, _c.c_int, _c.c_int,
                                          _P(_P(DLManagedTensor))]),
     "conveyor_batch_free": (None, [_c.c_void_p]),
+    "conveyor_parse_cursor": (_c.c_int, [_c.c_char_p, _P(_c.c_uint64), _P(_c.c_uint64),
+                                         _P(_c.c_uint64)]),
+    "conveyor_client_defaults": (_c.c_int, [_P(_c.c_void_p)]),
 }
 for _name, (_restype, _argtypes) in _FUNCTIONS.items():
     _f = getattr(lib, _name)  # AttributeError names a symbol an older library lacks
@@ -168,10 +175,10 @@ if lib.conveyor_abi_version() != ABI_VERSION:
     raise ImportError(f"conveyor: {path} speaks C ABI {lib.conveyor_abi_version()}, this package "
                       f"{ABI_VERSION}: install matching versions")
 
-VERSION = lib.conveyor_version().decode()
+VERSION: str = lib.conveyor_version().decode()
 
 
-def error(code, last_error=None):
+def error(code: int, last_error: Optional[Callable[[], bytes]] = None) -> ConveyorError:
     """The ConveyorError for a failed call's status code, with the thread's last message (from
     `last_error`, the library's *_last_error function; default libconveyor_c's)."""
     name = CODE_NAMES.get(code, str(code))
@@ -180,22 +187,23 @@ def error(code, last_error=None):
     return ConveyorError(message, name)
 
 
-def check(code):
+def check(code: int) -> None:
     if code != 0:
         raise error(code)
 
 
-def take_string(pointer, free=None):
+def take_string(pointer: ctypes.c_void_p, free: Optional[Callable[[ctypes.c_void_p], None]] = None) -> str:
     """A char* a library returned, as str; freed with `free` (default libconveyor_c's
     conveyor_string_free)."""
     try:
-        return ctypes.string_at(pointer.value).decode()
+        return ctypes.string_at(pointer.value or 0).decode()
     finally:
         (free or lib.conveyor_string_free)(pointer)
 
 
-def call_json(function, request):
-    """function(request JSON, &result JSON) -> the result, parsed."""
+def call_json(function: Callable[..., int], request: Dict[str, Any]) -> Any:
+    """function(request JSON, &result JSON) -> the result, parsed (JSON's types: the caller
+    knows the shape)."""
     out = ctypes.c_void_p()
     check(function(json.dumps(request).encode(), ctypes.byref(out)))
     return json.loads(take_string(out))
@@ -215,8 +223,7 @@ _py.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _py.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 
 
-@_CapsuleDestructor
-def _free_unconsumed_capsule(capsule):
+def _free_unconsumed(capsule: int) -> None:
     # A consumer renames the capsule "used_dltensor" and calls the deleter itself when done; a
     # capsule nobody consumed still owns its tensor.
     if _py.PyCapsule_IsValid(capsule, ctypes.addressof(_CAPSULE_NAME)):
@@ -225,7 +232,14 @@ def _free_unconsumed_capsule(capsule):
         managed.contents.deleter(managed)
 
 
-def dlpack_capsule(managed):
+# Wrapped by a call rather than used as a decorator: typeshed types a CFUNCTYPE class as no
+# decorator, which would leave the function untyped. Kept at module level for the process's life:
+# a capsule may run it at any time.
+_free_unconsumed_capsule = _CapsuleDestructor(_free_unconsumed)
+
+
+def dlpack_capsule(managed: Any) -> object:
     """A "dltensor" PyCapsule owning `managed` (a POINTER(DLManagedTensor))."""
-    return _py.PyCapsule_New(ctypes.cast(managed, ctypes.c_void_p),
-                             ctypes.addressof(_CAPSULE_NAME), _free_unconsumed_capsule)
+    capsule: object = _py.PyCapsule_New(ctypes.cast(managed, ctypes.c_void_p),
+                                        ctypes.addressof(_CAPSULE_NAME), _free_unconsumed_capsule)
+    return capsule

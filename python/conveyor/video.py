@@ -16,9 +16,12 @@ docs/nvdec.md measures. The config's video streams need a ``size`` and no ``augm
 or float32 chw (normalised on the GPU).
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -40,11 +43,11 @@ _FUNCTIONS = {
     "conveyor_device_frames_stats": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
     "conveyor_device_frames_destroy": (None, [_c.c_void_p]),
 }
-_video = None
+_video: Optional[ctypes.CDLL] = None
 _video_lock = threading.Lock()
 
 
-def _library():
+def _library() -> ctypes.CDLL:
     """libconveyor_video.so.1 (capi/include/conveyor/conveyor_video.h), loaded on first use: it
     carries the data path (datasets, FFmpeg, NVDEC, the CUDA runtime), which `import conveyor`
     does not load. Looked for in $CONVEYOR_VIDEO_LIBRARY, beside libconveyor_c.so.1, in
@@ -71,16 +74,16 @@ def _library():
         return _video
 
 
-def _check(code):
+def _check(code: int) -> None:
     if code != 0:
         raise _lib.error(code, _library().conveyor_video_last_error)
 
 
-def _take_string(pointer):
+def _take_string(pointer: ctypes.c_void_p) -> str:
     return _lib.take_string(pointer, _library().conveyor_video_string_free)
 
 
-def _device_index(device):
+def _device_index(device: Any) -> int:
     text = str(device)
     if text == "cuda":
         return 0
@@ -106,32 +109,34 @@ class DeviceFrames:
         overlap, so each frame is decoded once while it stays); 0 for none.
     """
 
-    def __init__(self, dataset, config, streams=None, device="cuda:0", sessions=7,
-                 cache_bytes=1 << 30):
+    def __init__(self, dataset: Any, config: Any, streams: Union[str, Sequence[str], None] = None,
+                 device: Any = "cuda:0", sessions: int = 7, cache_bytes: int = 1 << 30) -> None:
         self.device_index = _device_index(device)
         self.device = f"cuda:{self.device_index}"
-        options = {"dataset": str(dataset), "config": str(config), "device": self.device_index,
-                   "sessions": int(sessions), "cache_bytes": int(cache_bytes)}
+        options: Dict[str, Any] = {"dataset": str(dataset), "config": str(config),
+                                   "device": self.device_index, "sessions": int(sessions),
+                                   "cache_bytes": int(cache_bytes)}
         if streams is not None:
             options["streams"] = [streams] if isinstance(streams, str) else list(streams)
         lib = _library()
         handle = ctypes.c_void_p()
         _check(lib.conveyor_device_frames_create(json.dumps(options).encode(),
                                                  ctypes.byref(handle)))
-        self._handle = handle
+        self._handle: Optional[ctypes.c_void_p] = handle
         out = ctypes.c_void_p()
         _check(lib.conveyor_device_frames_describe(self._handle, ctypes.byref(out)))
-        self.tensors = json.loads(_take_string(out))
-        self._side_stream = None
+        self.tensors: List[Dict[str, Any]] = json.loads(_take_string(out))
+        self._side_stream: Any = None
 
-    def _stream(self, torch):
+    def _stream(self, torch: Any) -> Any:
         # The frames are written on a side stream of our own, so that decoding never waits for
         # the model's queued work; the caller's stream takes them with record_stream.
         if self._side_stream is None:
             self._side_stream = torch.cuda.Stream(device=self.device)
         return self._side_stream
 
-    def decode(self, batch, out=None, stream=None):
+    def decode(self, batch: Any, out: Optional[Mapping[str, Any]] = None,
+               stream: Any = None) -> Dict[str, Any]:
         """The video streams of ``batch`` (a Loader's dict, or an (N, 3) int64 array of sample
         ids: index, episode, step) as torch tensors on the device: {name: tensor [N, T, ...]},
         plus {name + "_is_pad": bool [N, T]} on the host.
@@ -153,7 +158,7 @@ class DeviceFrames:
             datasets = np.ascontiguousarray(datasets, np.int32)
         n = ids.shape[0]
         consumer = stream if stream is not None else torch.cuda.current_stream(self.device)
-        result = {}
+        result: Dict[str, Any] = {}
         for i, t in enumerate(self.tensors):
             dtype = torch.uint8 if t["dtype"] == "uint8" else torch.float32
             shape = (n, *t["sample_shape"])
@@ -180,23 +185,24 @@ class DeviceFrames:
             result[t["name"] + "_is_pad"] = pads.astype(bool)
         return result
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """{calls, samples, frames, frames_decoded, seeks, cache_hits, frames_cached, seconds}
         since creation."""
         out = ctypes.c_void_p()
         _check(_library().conveyor_device_frames_stats(self._handle, ctypes.byref(out)))
-        return json.loads(_take_string(out))
+        stats: Dict[str, Any] = json.loads(_take_string(out))
+        return stats
 
-    def close(self):
+    def close(self) -> None:
         if getattr(self, "_handle", None):
             _library().conveyor_device_frames_destroy(self._handle)
             self._handle = None
 
-    def __enter__(self):
+    def __enter__(self) -> DeviceFrames:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.close()

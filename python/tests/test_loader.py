@@ -16,6 +16,7 @@ import gc
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import signal
@@ -137,6 +138,54 @@ class BatchesTest(unittest.TestCase):
         self.assertEqual(info["episodes"], 2)
         self.assertEqual(info["configs"][0]["global_batch_size"], 32)
         self.assertEqual(info["configs"][0]["name"], "pipeline")
+        # 64-bit fields are ints as the library writes them (no list of them kept in Python).
+        self.assertIsInstance(info["max_message_bytes"], int)
+        self.assertIsInstance(info["configs"][0]["samples_per_epoch"], int)
+        self.assertTrue(all(isinstance(d, int) for s in info["streams"] for d in s["shape"]))
+
+
+class TypedPackageTest(unittest.TestCase):
+    """The package's layout and what it takes from the C library instead of restating it."""
+
+    def test_layout_and_py_typed(self):
+        from conveyor import Client, ConveyorError, Loader, Tensor  # noqa: F401  (documented)
+        self.assertEqual(Loader.__module__, "conveyor._loader")
+        self.assertIs(conveyor.Loader, Loader)
+        for name in conveyor.__all__:
+            self.assertTrue(hasattr(conveyor, name), name)
+        self.assertTrue((Path(conveyor.__file__).parent / "py.typed").is_file(),
+                        "py.typed beside the package (PEP 561)")
+
+    def test_defaults_come_from_the_library(self):
+        import inspect
+        defaults = conveyor.client_defaults()
+        self.assertEqual(defaults["job"], "default")
+        self.assertEqual(defaults["device"], -1)
+        self.assertIsInstance(defaults["reconnect_timeout_s"], float)
+        # Every option Client names is one the library has a default for (dlpack is Python's).
+        named = [p.name for p in inspect.signature(conveyor.Client).parameters.values()
+                 if p.kind == p.KEYWORD_ONLY]
+        self.assertEqual([n for n in named if n not in defaults], ["dlpack"])
+        # A Loader given none of them holds the library's values.
+        l = conveyor.Loader(servers=[ENV["address"]])
+        self.assertEqual((l.job, l.max_batches, l.prefetch, l.prefetch_bytes,
+                          l.reconnect_timeout_s),
+                         (defaults["job"], defaults["max_batches"], defaults["prefetch_batches"],
+                          defaults["prefetch_bytes"], defaults["reconnect_timeout_s"]))
+        # The whole object is accepted back as options, and streams (a numpy integer coerced).
+        options = dict(defaults, servers=[ENV["address"]], max_batches=np.int64(1))
+        with conveyor.Client(**options) as c:
+            self.assertEqual(support.summary(c.next()), ENV["ref"][0])
+
+    def test_cursor_text_is_the_librarys_parser(self):
+        l = loader(start="0@64")
+        self.assertEqual((l.cursor, l.position), ((0, 0), 64))
+        l = loader(start="1:2")
+        self.assertEqual((l.cursor, l.position), ((1, 2), None))
+        # 20 digits overflow 64 bits: refused here as by `conveyor batches --cursor`.
+        for bad in ("0:10000000000000000000", "0:1:2", "+1:0", "1@"):
+            with self.assertRaisesRegex(ValueError, f"cursor '{re.escape(bad)}'"):
+                loader(start=bad)
 
 
 class ZeroCopyTest(unittest.TestCase):

@@ -24,6 +24,7 @@ venv = Path(sys.argv[1]).resolve()
 where = Path(conveyor.__file__).resolve()
 assert venv in where.parents, f"conveyor imported from {where}, not from the venv {venv}"
 assert venv in Path(lib.path).resolve().parents, f"library from {lib.path}, not the venv's"
+assert (where.parent / "py.typed").is_file(), f"no py.typed in {where.parent}: not typed for users"
 print(f"venv: conveyor {conveyor.__version__} from {where.parent}, library {lib.path}")
 # conveyor.video's library is installed too, and loaded only when DeviceFrames is used.
 assert "libconveyor_video" not in Path("/proc/self/maps").read_text(), "loaded by import"

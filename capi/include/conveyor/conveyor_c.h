@@ -146,7 +146,8 @@ CONVEYOR_C_EXPORT int conveyor_check_device(int index);
  * bool, "from_jax": bool}; *result: {"rank", "world_size", "local_rank", "local_world_size",
  * "source", "servers": [...], "servers_source"}. */
 CONVEYOR_C_EXPORT int conveyor_resolve_launch(const char* request_json, char** result_json);
-/* conveyor.v1.InfoResponse of the first server that answers, as JSON (proto field names).
+/* conveyor.v1.InfoResponse of the first server that answers, as JSON (proto field names, every
+ * field present; 64-bit integers as JSON numbers, not the proto3 mapping's strings).
  * options: {"servers": [...], "auth_token": "..."}. */
 CONVEYOR_C_EXPORT int conveyor_get_info(const char* options_json, char** result_json);
 
@@ -218,6 +219,18 @@ CONVEYOR_C_EXPORT int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, i
                                             int as_uint8, conveyor_dl_managed_tensor** out);
 /* Releases the handle; the batch's memory goes back to its client once no export holds it. */
 CONVEYOR_C_EXPORT void conveyor_batch_free(conveyor_batch* b);
+
+/* --- for bindings: one definition of what the client parses and defaults to -------------- */
+/* A cursor's text, "EPOCH:STEP" or "EPOCH@POSITION", read by the client's own parser
+ * (base/types.h Cursor::Parse), so a binding accepts exactly what conveyor_client_create's
+ * "start" does. *position is CONVEYOR_NO_POSITION for EPOCH:STEP and *step 0 for
+ * EPOCH@POSITION. INVALID_ARGUMENT naming the text otherwise; nothing is written then. */
+CONVEYOR_C_EXPORT int conveyor_parse_cursor(const char* text, uint64_t* epoch, uint64_t* step,
+                                            uint64_t* position);
+/* Every option conveyor_client_create takes, at the value it has when left out (client/client.h
+ * ClientOptions), as a JSON object with the same names: {"job": "default", "prefetch_batches": 4,
+ * "start": "0:0", "device": -1, ...}, so a binding restates none of them. */
+CONVEYOR_C_EXPORT int conveyor_client_defaults(char** result_json);
 
 #ifdef __cplusplus
 }
