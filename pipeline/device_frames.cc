@@ -48,6 +48,7 @@ absl::StatusOr<GpuFrameOutput> OutputFor(const StreamSpec& s, const std::string&
   GpuFrameOutput out;
   out.resize_width = s.width;
   out.resize_height = s.height;
+  out.autorotate = s.autorotate;
   if (s.dtype == ImageDType::kUint8 && s.layout == ImageLayout::kHWC) {
     out.layout = GpuFrameOutput::Layout::kHwcU8;
   } else if (s.dtype == ImageDType::kFloat32 && s.layout == ImageLayout::kCHW) {
@@ -185,7 +186,7 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
     if (!o.streams.empty() && std::find(o.streams.begin(), o.streams.end(), s.name) == o.streams.end()) {
       continue;
     }
-    if (s.decode == DecodeBackend::kCpu) {
+    if (ChooseDecodeBackend(s.decode, DecodeSite::kTrainerDevice) != DecodeBackend::kGpu) {
       return absl::InvalidArgumentError(StrCat(o.config, ": stream '", s.name,
                                                "' says decode: cpu; DeviceFrames decodes on NVDEC"));
     }

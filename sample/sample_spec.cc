@@ -4,17 +4,14 @@
 
 #include <cmath>
 #include <fstream>
-#include <mutex>
 #include <set>
 #include <sstream>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "media/decode_placement.h"
 #include "sample/tokenizer.h"
 #include "sample/yaml_config.h"
-#include "spdlog/spdlog.h"
 
 namespace conveyor {
 
@@ -104,56 +101,16 @@ absl::Status ResolveNormalization(const Manifest& manifest, StreamSpec* s, std::
   return absl::OkStatus();
 }
 
-// A video stream's `decode: auto | cpu | gpu` (media/decode_backend.h). Served batches decode on
-// the CPU unless a stream asks for `gpu`: NVDEC's pixels are not libswscale's bits (docs/nvdec.md
-// "Pixel tolerance"), so a choice the host made (`auto`) would give a job different bits on
-// different servers. `gpu` is checked here against this host (NVDEC usable, the codec, pixel
-// format and size its decoder takes, a bilinear resize) and is an error naming the stream and
-// why when it cannot be honoured; an explicit `auto` says once per process where video decodes.
-absl::Status ParseDecode(std::string_view source, const YAML::Node& n, std::string_view what,
-                         const StreamInfo& info, StreamSpec* s) {
+// A video stream's `decode: auto | cpu | gpu` (media/decode_backend.h). Only the word is read
+// here, with where it was written: what it means and whether this machine can honour it are asked
+// where a pipeline opens (CheckVideoBackends, sample/sample_assembler.h), so parsing a config gives
+// the same spec on every machine.
+absl::Status ParseDecode(std::string_view source, const YAML::Node& n, StreamSpec* s) {
   if (!n["decode"]) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string v, Word(source, n["decode"], "decode", {"auto", "cpu", "gpu"}));
   s->decode = v == "gpu" ? DecodeBackend::kGpu : v == "cpu" ? DecodeBackend::kCpu : DecodeBackend::kAuto;
-  const std::string& unavailable = GpuDecodeUnavailable();
-  if (s->decode == DecodeBackend::kGpu) {
-    std::string why;
-    if (!unavailable.empty()) {
-      why = StrCat("video cannot be decoded on the GPU here: ", unavailable,
-                   " (decode: auto decodes on the CPU)");
-    } else {
-      VideoStreamInfo vs;
-      vs.codec = info.codec;
-      vs.pix_fmt = info.pix_fmt;
-      if (info.shape.size() >= 2) {
-        vs.height = static_cast<int>(info.shape[0]);
-        vs.width = static_cast<int>(info.shape[1]);
-      }
-      const Placement p = PlaceVideoStream(vs, DecodeBackend::kGpu, ProbeNvdecHost());
-      if (p.where != DecodeBackend::kGpu) {
-        why = StrCat("NVDEC cannot decode it here: ", p.reason, " (decode: cpu)");
-      } else if (s->width > 0 && s->resize != ResizeFilter::kBilinear) {
-        why = "the NVDEC kernel resizes bilinearly (resize: bilinear, or decode: cpu)";
-      }
-    }
-    if (why.empty()) return absl::OkStatus();
-    const YAML::Mark mark = n["decode"].Mark();
-    return absl::FailedPreconditionError(
-        StrCat(source, ":", mark.line + 1, ":", mark.column + 1, ": ", what, ": decode: gpu, but ", why));
-  }
-  if (s->decode == DecodeBackend::kAuto) {
-    static std::once_flag logged;
-    std::call_once(logged, [&] {
-      if (unavailable.empty()) {
-        spdlog::info("decode: auto: served batches decode video on the CPU, the same bits on every "
-                     "server; decode: gpu puts a stream on NVDEC (its own bits, docs/nvdec.md); "
-                     "first asked for by {} in {}", what, source);
-      } else {
-        spdlog::info("decode: auto: video streams decode on the CPU here ({}); first asked for by {} in {}",
-                     unavailable, what, source);
-      }
-    });
-  }
+  const YAML::Mark mark = n["decode"].Mark();
+  s->decode_at = StrCat(source, ":", mark.line + 1, ":", mark.column + 1);
   return absl::OkStatus();
 }
 
@@ -402,7 +359,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
                                    "dtype", "resize", "normalize", "augment", "autorotate",
                                    "decode"}));
         RETURN_IF_ERROR(ParseImageOptions(source, n, &s));
-        RETURN_IF_ERROR(ParseDecode(source, n, what, info, &s));
+        RETURN_IF_ERROR(ParseDecode(source, n, &s));
         break;
       case pb::IMAGE:
         RETURN_IF_ERROR(CheckKeys(source, n, what,
