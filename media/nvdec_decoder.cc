@@ -599,18 +599,13 @@ absl::StatusOr<std::unique_ptr<NvdecDecoder>> NvdecDecoder::Create(int device) {
   return std::unique_ptr<NvdecDecoder>(new NvdecDecoder(std::move(impl)));
 }
 
-absl::Status NvdecDecoder::DecodeToDevice(uint64_t stream_key, const pb::StreamIndex& stream,
-                                          const FrameTable& table, PacketReader read,
-                                          std::span<const int64_t> frames,
-                                          const GpuFrameOutput& output, const DecodeLimits& limits,
-                                          void* dst, size_t dst_stride) {
-  Impl& m = *impl_;
-  RETURN_IF_ERROR(RefuseRotation(stream, output.autorotate));
-  if (static_cast<int64_t>(frames.size()) > limits.max_frames_per_sample) {
-    return absl::ResourceExhaustedError(StrCat(frames.size(), " frames requested, over the limit of ",
-                                               limits.max_frames_per_sample));
-  }
-  if (frames.empty()) return absl::OkStatus();
+namespace {
+
+// DecodeToDevice's request against the stream: a codec the path decodes, an output inside the
+// resized frame and the limits, a stride of at least one frame, frames the table has.
+absl::Status CheckDeviceRequest(const pb::StreamIndex& stream, const FrameTable& table,
+                                std::span<const int64_t> frames, const GpuFrameOutput& output,
+                                const DecodeLimits& limits, size_t dst_stride) {
   const std::string& name = stream.codec().codec();
   if (name != "h264" && name != "hevc") {
     return absl::FailedPreconditionError(
@@ -625,9 +620,10 @@ absl::Status NvdecDecoder::DecodeToDevice(uint64_t stream_key, const pb::StreamI
                                              output.crop_y, " of a ", rw, "x", rh,
                                              " resize of ", width, "x", height, " is invalid"));
   }
-  if (dst_stride < FrameBytes(output, width, height)) {
-    return absl::InvalidArgumentError(StrCat("dst_stride ", dst_stride, " is under one frame (",
-                                             FrameBytes(output, width, height), " bytes)"));
+  const size_t frame_bytes = NvdecDecoder::FrameBytes(output, width, height);
+  if (dst_stride < frame_bytes) {
+    return absl::InvalidArgumentError(
+        StrCat("dst_stride ", dst_stride, " is under one frame (", frame_bytes, " bytes)"));
   }
   for (int64_t f : frames) {
     if (f < 0 || f >= static_cast<int64_t>(table.size())) {
@@ -635,7 +631,25 @@ absl::Status NvdecDecoder::DecodeToDevice(uint64_t stream_key, const pb::StreamI
                                           " frames"));
     }
   }
-  ASSIGN_OR_RETURN(const cudaVideoCodec codec, CodecFor(name));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status NvdecDecoder::DecodeToDevice(uint64_t stream_key, const pb::StreamIndex& stream,
+                                          const FrameTable& table, PacketReader read,
+                                          std::span<const int64_t> frames,
+                                          const GpuFrameOutput& output, const DecodeLimits& limits,
+                                          void* dst, size_t dst_stride) {
+  Impl& m = *impl_;
+  RETURN_IF_ERROR(RefuseRotation(stream, output.autorotate));
+  if (static_cast<int64_t>(frames.size()) > limits.max_frames_per_sample) {
+    return absl::ResourceExhaustedError(StrCat(frames.size(), " frames requested, over the limit of ",
+                                               limits.max_frames_per_sample));
+  }
+  if (frames.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckDeviceRequest(stream, table, frames, output, limits, dst_stride));
+  ASSIGN_OR_RETURN(const cudaVideoCodec codec, CodecFor(stream.codec().codec()));
   ScopedContext scoped(*m.d, m.ctx);
 
   m.wanted.clear();
