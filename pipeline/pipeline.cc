@@ -180,6 +180,11 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
                                                            PipelineOptions options, Cursor start) {
   ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Prepare(source, spec, std::move(options), start));
   Impl& m = *impl;
+  // Parsing the config asked nothing of this machine; whether it can decode each video stream
+  // where the config puts it is asked here, before any work.
+  for (const auto& mem : m.members) {
+    RETURN_IF_ERROR(CheckVideoBackends(mem->bound.spec, mem->dataset->manifest()));
+  }
   PipelineOptions& o = m.opt;
   const uint64_t sample_bytes = EstimateSampleBytes(m.spec, source.manifest());
   bool scheduled = false;

@@ -189,7 +189,8 @@ class NvdecGpuTest : public ::testing::TestWithParam<std::string> {
     void* dev = nullptr;
     EXPECT_EQ(cudaMalloc(&dev, bytes * frames.size()), cudaSuccess);
     auto read = [&](size_t p, std::string* b) { return s_.Read(p, b); };
-    absl::Status s = nv_->Decode(key, s_.st(), s_.table, read, frames, out, DecodeLimits{}, dev, bytes);
+    absl::Status s =
+        nv_->DecodeToDevice(key, s_.st(), s_.table, read, frames, out, DecodeLimits{}, dev, bytes);
     if (status != nullptr) *status = s;
     else EXPECT_TRUE(s.ok()) << s;
     std::vector<std::vector<uint8_t>> result(frames.size(), std::vector<uint8_t>(bytes));
@@ -341,8 +342,8 @@ TEST_P(NvdecGpuTest, BadRequestsAreRefused) {
   pb::StreamIndex av1 = s_.st();
   av1.mutable_codec()->set_codec("av1");
   auto read = [&](size_t p, std::string* b) { return s_.Read(p, b); };
-  s = nv_->Decode(6, av1, s_.table, read, std::vector<int64_t>{0}, {}, DecodeLimits{}, nullptr,
-                  1 << 20);
+  s = nv_->DecodeToDevice(6, av1, s_.table, read, std::vector<int64_t>{0}, {}, DecodeLimits{},
+                          nullptr, 1 << 20);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(std::string(s.message()).find("av1"), std::string::npos) << s;
 }
