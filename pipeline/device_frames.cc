@@ -151,21 +151,24 @@ struct DeviceFrames::Impl {
   // (`queued`, a cudaEvent_t) and before new frames may overwrite their slots; the others go to
   // *missing. Returns how many were copied.
   absl::StatusOr<uint64_t> CopyCachedFrames(size_t tensor, const std::vector<Want>& wants,
-                                            uint8_t* base, void* queued, Places* missing);
+                                            uint8_t* base, void* queued, Places* missing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The missing frames as units, and how many frames they decode: per (member, episode) every
   // frame of their span (later samples of the same clips want the frames between) unless the
   // span is sparse, cut where the keyframe changes, so each unit decodes from its own keyframe
   // on any session.
   absl::Status PlanUnits(size_t tensor, const Places& missing,
                          const std::vector<int>& member_stream_of, std::vector<Unit>* units,
-                         size_t* total);
+                         size_t* total) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Gives each unit's frames consecutive slots of the ring of `c`, overwriting the oldest.
   static void AssignSlots(Cache& c, std::vector<Unit>* units);
   // Decodes the units into their slots, spread over the sessions; on an error the slots of this
   // call are emptied (they hold nothing usable).
-  absl::Status DecodeUnits(size_t tensor, const std::vector<Unit>& units);
+  absl::Status DecodeUnits(size_t tensor, const std::vector<Unit>& units)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Copies the newly cached frames to their places in the batch and waits for the copies.
-  absl::Status CopyMissingFrames(size_t tensor, const Places& missing, uint8_t* base);
+  absl::Status CopyMissingFrames(size_t tensor, const Places& missing, uint8_t* base)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 DeviceFrames::Impl::~Impl() {
