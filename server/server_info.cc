@@ -1,5 +1,5 @@
 // Info and Report: what a server tells about what it serves and about its jobs, and the data
-// waits its clients report (docs/serving.md "Jobs").
+// waits its clients report (docs/serving.md "The protocol" and "`conveyor top`").
 #include <cmath>
 #include <map>
 #include <vector>
