@@ -31,6 +31,7 @@ namespace conveyor::client {
 namespace {
 
 namespace pb = ::conveyor::v1;
+using wire::FromProto;
 using wire::Message;
 using wire::ParseMessage;
 using Clock = std::chrono::steady_clock;
@@ -56,31 +57,6 @@ bool Retryable(grpc::StatusCode code) {
       return false;
     default:
       return true;
-  }
-}
-
-DType FromProto(pb::DType t) {
-  switch (t) {
-    case pb::BOOL: return DType::kBool;
-    case pb::FLOAT32: return DType::kFloat32;
-    case pb::INT32: return DType::kInt32;
-    default: return DType::kUint8;
-  }
-}
-
-Cursor FromProto(const pb::Cursor& c) {
-  Cursor out{c.epoch(), c.step()};
-  if (c.has_position()) out.position = c.position();
-  return out;
-}
-
-TensorRole FromProto(pb::TensorRole r) {
-  switch (r) {
-    case pb::PADDING_MASK: return TensorRole::kPaddingMask;
-    case pb::SEGMENT_IDS: return TensorRole::kSegmentIds;
-    case pb::POSITIONS: return TensorRole::kPositions;
-    case pb::SAMPLE_INFO: return TensorRole::kSampleInfo;
-    default: return TensorRole::kData;
   }
 }
 
