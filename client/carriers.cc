@@ -5,6 +5,8 @@
 
 #include "base/status_macros.h"
 #include "client/internal/message_source.h"
+#include "client/internal/shm_region.h"
+#include "client/internal/stripes.h"
 
 namespace conveyor::client {
 namespace {

@@ -2,6 +2,8 @@
 // the same-host region first (no payload byte crosses a socket), then stripes (several
 // connections), then messages on the stream itself. A new carrier is one row here.
 #include "server/internal/carrier.h"
+#include "server/internal/shm_sink.h"
+#include "server/internal/stripes.h"
 
 namespace conveyor {
 namespace {

@@ -6,7 +6,8 @@
 //
 // A new carrier is a file pair here (its PayloadSource, its Offer and Accept), its fields in
 // proto/conveyor/v1/service.proto (and, when batch messages carry a flag of its own, that field
-// in the hand parser client/wire.cc), and a row in kCarriers.
+// in the hand parser client/wire.cc), and a row in kCarriers (its two functions declared in its
+// own header, as AcceptSharedMemory is in shm_region.h).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -54,13 +55,5 @@ std::vector<const Carrier*> OfferCarriers(const ClientOptions& o, v1::StreamBatc
 absl::StatusOr<std::vector<std::shared_ptr<PayloadSource>>> AcceptCarriers(
     const std::vector<const Carrier*>& offered, const CarrierStream& stream, const v1::StreamStart& start,
     std::string* refused);
-
-// The rows of kCarriers, each defined beside its source.
-bool OfferSharedMemory(const ClientOptions& o, v1::StreamBatchesRequest* request, std::string* refused);
-absl::StatusOr<std::shared_ptr<PayloadSource>> AcceptSharedMemory(const CarrierStream& stream,
-                                                                  const v1::StreamStart& start, std::string* refused);
-bool OfferStripes(const ClientOptions& o, v1::StreamBatchesRequest* request, std::string* refused);
-absl::StatusOr<std::shared_ptr<PayloadSource>> AcceptStripes(const CarrierStream& stream, const v1::StreamStart& start,
-                                                             std::string* refused);
 
 }  // namespace conveyor::client

@@ -15,7 +15,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
+namespace conveyor::v1 {
+class StreamBatchesRequest;
+class StreamStart;
+}  // namespace conveyor::v1
+
 namespace conveyor::client {
+
+struct CarrierStream;
+struct ClientOptions;
+class PayloadSource;
 
 class ShmRegion {
  public:
@@ -60,5 +69,12 @@ class ShmRegion {
   uint64_t head_ ABSL_GUARDED_BY(mu_) = 0;      // end of the last accepted payload
   uint64_t released_ ABSL_GUARDED_BY(mu_) = 0;  // what the header says
 };
+
+// The carrier's row in kCarriers (client/internal/carrier.h): offered when the options ask
+// for shared memory and this host has a /dev/shm; accepted by receiving and mapping the region the
+// stream start names, or refused saying why (ClientStats::shared_memory_refused).
+bool OfferSharedMemory(const ClientOptions& o, v1::StreamBatchesRequest* request, std::string* refused);
+absl::StatusOr<std::shared_ptr<PayloadSource>> AcceptSharedMemory(const CarrierStream& stream,
+                                                                  const v1::StreamStart& start, std::string* refused);
 
 }  // namespace conveyor::client

@@ -11,7 +11,8 @@
 //
 // The first carrier asked for that grants carries the stream; one that refuses leaves the next
 // its turn. A new carrier (CUDA IPC, RDMA) is a file pair here (its sink and its Grant), the
-// request and StreamStart fields in proto/conveyor/v1/service.proto, and a row in kCarriers;
+// request and StreamStart fields in proto/conveyor/v1/service.proto, and a row in kCarriers
+// (its two functions declared in its own header, as GrantSharedMemory is in shm_sink.h);
 // its client side is a PayloadSource and a row in client/carriers.cc.
 #pragma once
 
@@ -80,14 +81,6 @@ struct Carrier {
 // The carriers of kCarriers that `request` asks for, in turn: the first grant, or null (the
 // payloads go in messages, MakeGrpcSink).
 std::unique_ptr<CarrierGrant> GrantCarrier(const CarrierRequest& request, CarrierServer& server,
-                                           v1::StreamStart* start);
-
-// The rows of kCarriers, each defined beside its sink.
-bool AsksSharedMemory(const v1::StreamBatchesRequest& request);
-std::unique_ptr<CarrierGrant> GrantSharedMemory(const CarrierRequest& request, CarrierServer& server,
-                                                v1::StreamStart* start);
-bool AsksStripes(const v1::StreamBatchesRequest& request);
-std::unique_ptr<CarrierGrant> GrantStripes(const CarrierRequest& request, CarrierServer& server,
                                            v1::StreamStart* start);
 
 }  // namespace conveyor
