@@ -25,6 +25,7 @@
 #include "sample/quarantine.h"
 #include "sample/tokenizer.h"
 #include "sample/yaml_config.h"
+#include "shuffle/buckets.h"
 #include "shuffle/mixture.h"
 #include "shuffle/schedule.h"
 
@@ -52,6 +53,9 @@ uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
         if (h == 0 && info.shape.size() >= 2) {
           h = std::max(info.shape[0], info.shape[1]);  // rotation may swap them
           w = h;
+        }
+        for (const BucketSize& b : spec.buckets.sizes) {  // the largest bucket
+          if (int64_t{b.height} * b.width > h * w) h = b.height, w = b.width;
         }
         total += s.deltas.size() * static_cast<uint64_t>(h * w * 3) *
                  (s.dtype == ImageDType::kFloat32 ? 4 : 1);
@@ -836,8 +840,32 @@ bool HasVideo(const SampleSpec& spec) {
 
 }  // namespace
 
+// Buckets (shuffle/buckets.h): the group is the spec's, else the global batch size; a batch must
+// lie inside a group. A mixture lays every batch out across its members by weight, which would
+// mix buckets in a batch.
+absl::Status ResolveBucketGroup(const Source& source, const SampleSpec& spec, PipelineOptions* o) {
+  if (source.is_mixture()) {
+    return absl::InvalidArgumentError(
+        "buckets: a mixture puts every dataset's share in each global batch, so its batches cannot "
+        "hold one bucket; bucket one dataset (a WebDataset folder of mixed resolutions), or mix "
+        "datasets without buckets");
+  }
+  const uint64_t group = spec.buckets.group > 0 ? spec.buckets.group : o->global_batch_size;
+  if (o->global_batch_size == 0 || group % o->global_batch_size != 0) {
+    return absl::InvalidArgumentError(StrCat(
+        "buckets.group ", group, " is not a multiple of global_batch_size ", o->global_batch_size,
+        ": a global batch must lie inside one group of one bucket"));
+  }
+  if (o->order.bucket_group != 0 && o->order.bucket_group != group) {
+    o->order.buckets.reset();  // resolved for another group size
+  }
+  o->order.bucket_group = group;
+  return absl::OkStatus();
+}
+
 absl::Status ResolveSchedule(const Source& source, const SampleSpec& spec, PipelineOptions* options) {
   PipelineOptions& o = *options;
+  if (spec.buckets.enabled()) RETURN_IF_ERROR(ResolveBucketGroup(source, spec, &o));
   if (!source.is_mixture()) return ResolveOrder(source.dataset(0), spec, o.queue_bytes, &o.order);
   if (o.member_orders.size() == source.size()) return absl::OkStatus();  // resolved before
   ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(spec));
@@ -998,6 +1026,24 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
   // member runs through all of its samples, epoch after epoch; so does a single dataset, whose
   // walk skips an epoch's last positions that do not fill a batch (NextStep).
   for (auto& mem : m.members) mem->epoch_len = mem->index.size();
+  if (o.order.buckets) {
+    // The whole groups of each bucket (shuffle/buckets.h): an epoch is a whole number of batches.
+    m.n = o.order.buckets->EpochSize(o.order.bucket_group);
+    m.members[0]->epoch_len = m.n;
+    m.steps = m.n / m.batch;
+    if (m.steps == 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "buckets: no bucket has a whole group of ", o.order.bucket_group, " samples (",
+          m.members[0]->index.size(), " samples in ", o.order.buckets->num_buckets(),
+          " buckets): use fewer buckets or a smaller group"));
+    }
+    if (start.position && *start.position % m.batch != 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "cursor ", start.ToString(), " is not at a batch boundary (global_batch_size ", m.batch,
+          "): with buckets a batch must lie inside one group; resume at a position that is a "
+          "multiple of a global_batch_size dividing buckets.group (docs/sampling.md \"Buckets\")"));
+    }
+  }
   if (start.position) {
     if (*start.position > m.n) {
       return absl::OutOfRangeError(StrCat("cursor ", start.ToString(), " is past the end of the "

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <mutex>
@@ -306,13 +307,52 @@ absl::Status ParseClips(std::string_view source, const YAML::Node& c, const Mani
   return absl::OkStatus();
 }
 
+// `shape: stored` (docs/sampling.md "Low-dim"): a per-clip tensor in the shape
+// its `.npy` stored, read from the stream's codec ("npy <f2 77x4096"), asked for once.
+absl::Status ParseStoredShape(std::string_view source, const YAML::Node& n, const StreamInfo& info,
+                              StreamSpec* s) {
+  ASSIGN_OR_RETURN(std::string v, Word(source, n["shape"], "shape", {"stored", "flat"}));
+  if (v == "flat") return absl::OkStatus();
+  // "npy DTYPE SHAPE", SHAPE "77x4096" or "scalar" (datasets/webdataset/wds_dataset.cc).
+  std::istringstream words(info.codec);
+  std::string format, dtype, dims, extra;
+  words >> format >> dtype >> dims;
+  if (format != "npy" || dims.empty() || (words >> extra)) {
+    return ConfigError(source, n["shape"],
+                       StrCat("shape: stored needs a per-clip tensor (a WebDataset .npy member); "
+                              "stream '", s->name, "' is ", info.codec.empty() ? "lowdim" : info.codec,
+                              ", served [steps, dim]"));
+  }
+  if (s->deltas.size() != 1) {
+    return ConfigError(source, n["shape"],
+                       StrCat("shape: stored serves one tensor per clip; stream '", s->name,
+                              "' asks for ", s->deltas.size(), " times: give delta_timestamps: [0.0]"));
+  }
+  s->stored_shape.clear();
+  if (dims != "scalar") {
+    std::istringstream parts(dims);
+    std::string d;
+    while (std::getline(parts, d, 'x')) {
+      int64_t value = 0;
+      const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), value);
+      if (ec != std::errc() || end != d.data() + d.size() || value <= 0) {
+        return ConfigError(source, n["shape"], StrCat("stream '", s->name, "': its codec '",
+                                                      info.codec, "' names no shape"));
+      }
+      s->stored_shape.push_back(value);
+    }
+  }
+  if (s->stored_shape.empty()) s->stored_shape.push_back(1);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifest,
                                  std::string_view source) {
   SampleSpec spec;
   if (!root.IsMap()) return ConfigError(source, root, "the config must be a mapping with a 'streams' key");
   RETURN_IF_ERROR(CheckKeys(source, root, "the config",
                             {"anchor", "tolerance_s", "on_error", "quarantine", "limits", "streams", "pipeline", "packing",
-                             "clips"}));
+                             "clips", "buckets"}));
   // Anchor: explicit, else "action", else the first lowdim stream, else the first video stream.
   if (root["anchor"]) {
     if (!root["anchor"].IsScalar()) return ConfigError(source, root["anchor"], "anchor must be a stream name");
@@ -412,7 +452,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
         break;
       case pb::LOWDIM:
         RETURN_IF_ERROR(CheckKeys(source, n, what,
-                                  {"delta_timestamps", "tolerance_s", "match", "normalize"}));
+                                  {"delta_timestamps", "tolerance_s", "match", "normalize", "shape"}));
         if (n["normalize"]) {
           ASSIGN_OR_RETURN(std::string v,
                            Word(source, n["normalize"], "normalize",
@@ -482,9 +522,11 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
                                 "limits.max_frames_per_sample (", spec.limits.max_frames_per_sample, ")"));
       }
     }
+    if (s.kind == pb::LOWDIM && n["shape"]) RETURN_IF_ERROR(ParseStoredShape(source, n, info, &s));
     spec.streams.push_back(std::move(s));
   }
   if (root["clips"]) RETURN_IF_ERROR(ParseClips(source, root["clips"], manifest, &spec));
+  if (root["buckets"]) RETURN_IF_ERROR(ParseBuckets(source, root["buckets"], &spec));
   return spec;
 }
 

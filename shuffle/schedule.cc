@@ -15,6 +15,7 @@
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/sample_index.h"
 #include "sample/quarantine.h"
+#include "shuffle/buckets.h"
 
 namespace conveyor {
 
@@ -134,6 +135,26 @@ uint64_t EstimateBlockFrameBytes(const SampleSpec& spec, const Manifest& m, uint
 absl::Status ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
                           OrderOptions* order) {
   const Manifest& manifest = dataset.manifest();
+  if (spec.buckets.enabled()) {
+    // One bucket per batch is an order of its own (shuffle/buckets.h): groups of one bucket,
+    // permuted; the decode-once windows would mix buckets in a batch.
+    if (!order->naive()) {
+      return absl::InvalidArgumentError(
+          "buckets: a bucketed order is groups of one bucket's samples, permuted (docs/sampling.md "
+          "\"Buckets\"); the decode-once schedule (pipeline.schedule mode gop) does not apply: "
+          "remove the schedule section or give mode: naive");
+    }
+    if (order->bucket_group == 0) {
+      return absl::InternalError("buckets: the group size is resolved by the pipeline first");
+    }
+    if (!order->buckets) {
+      ASSIGN_OR_RETURN(std::set<uint64_t> quarantined, QuarantinedEpisodes(spec, dataset));
+      // Clip counts per episode do not depend on the clips' key, only the anchors do.
+      ASSIGN_OR_RETURN(SampleIndex index,
+                       SampleIndex::Build(dataset, spec.anchor_stream, quarantined, spec.clips));
+      ASSIGN_OR_RETURN(order->buckets, BucketTable::Build(dataset, spec, index));
+    }
+  }
   if (spec.clips.enabled()) {
     // A clip's anchor moves every epoch, so there are no fixed runs of consecutive anchor steps
     // to decode once: the clips are permuted globally, each decoded from its keyframe.
@@ -146,6 +167,7 @@ absl::Status ResolveOrder(const Dataset& dataset, const SampleSpec& spec, uint64
     }
     return absl::OkStatus();
   }
+  if (spec.buckets.enabled()) return absl::OkStatus();
   if (order->version >= 2 && !order->naive() && !order->blocks) {
     RETURN_IF_ERROR(ResolveGopBlocks(dataset, spec, order));
   } else if (order->block_steps == 0) {
