@@ -35,10 +35,10 @@ namespace conveyor {
 // (text with a tokenizer: its tensor's ids, BOS and EOS included).
 struct StreamTokens {
   int64_t per_unit = 0;    // 0: the stream costs nothing (streams not listed in `tokens`)
+  int64_t audio_rate = 0;  // audio: samples per second of the assembled window (resolved)
   // Video, image (`per_patch: P`): a frame costs ceil(H / P) * ceil(W / P) tokens at its own
   // output size (a bucket's, with buckets: sample/buckets.h), per_unit is then 1. 0: per_frame.
   int64_t patch = 0;
-  int64_t audio_rate = 0;  // audio: samples per second of the assembled window (resolved)
 };
 
 struct PackingSpec {
