@@ -244,6 +244,11 @@ TEST_F(BucketsTest, AnEpochIsWholeGroupsOfOneBucket) {
       EpochOrder again(index->size(), 77, epoch, o);
       for (uint64_t p = 0; p < order.size(); ++p) ASSERT_EQ(again.SampleAt(p), order.SampleAt(p));
     }
+    // Another epoch, another order.
+    EpochOrder next_epoch(index->size(), 77, 1, o);
+    std::vector<uint64_t> second;
+    for (uint64_t p = 0; p < next_epoch.size(); ++p) second.push_back(next_epoch.SampleAt(p));
+    EXPECT_NE(second, first_epoch) << g;
     EpochOrder other_key(index->size(), 78, 0, o);
     std::vector<uint64_t> other;
     for (uint64_t p = 0; p < other_key.size(); ++p) other.push_back(other_key.SampleAt(p));
