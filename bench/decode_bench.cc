@@ -624,7 +624,7 @@ absl::StatusOr<OpenedEpisode> OpenEpisode(const std::string& dir, const std::str
 // Decodes every frame of `table` in order, `passes` times, one frame per Decode call (as the
 // sample assembler calls it), at the frames' own size. Returns seconds.
 absl::StatusOr<double> ConveyorSequential(const OpenedEpisode& e, const FrameTable& table,
-                                          int passes, VideoDecoderStats* stats) {
+                                          int passes, FrameDecoderStats* stats) {
   const pb::StreamIndex& stream = e.index->streams(e.stream);
   auto read = [&](size_t packet, std::string* bytes) {
     return e.dataset->ReadPacket(*e.index, e.stream, packet, bytes);
@@ -651,7 +651,7 @@ absl::StatusOr<double> ConveyorSequential(const OpenedEpisode& e, const FrameTab
 
 // `count` single frames uniform over the episode (seed fixed), one Decode call each.
 absl::StatusOr<double> ConveyorRandom(const OpenedEpisode& e, const FrameTable& table, int count,
-                                      VideoDecoderStats* stats) {
+                                      FrameDecoderStats* stats) {
   const pb::StreamIndex& stream = e.index->streams(e.stream);
   auto read = [&](size_t packet, std::string* bytes) {
     return e.dataset->ReadPacket(*e.index, e.stream, packet, bytes);
@@ -795,7 +795,7 @@ absl::Status Bench::VideoSize(const std::string& label, const std::string& datas
   const std::vector<std::string> rgb_cmd =
       FfmpegCommand(mp4, passes, {"-pix_fmt", "rgb24", "-f", "null", "-"});
   const std::vector<std::string> dec_cmd = FfmpegCommand(mp4, passes, {"-f", "null", "-"});
-  VideoDecoderStats seq_stats;
+  FrameDecoderStats seq_stats;
   ASSIGN_OR_RETURN(Timings t, Alternate(policy_,
                                         [&]() -> absl::StatusOr<double> {
                                           return ConveyorSequential(e, table, passes, &seq_stats);
@@ -863,7 +863,7 @@ absl::Status Bench::VideoSize(const std::string& label, const std::string& datas
   }
 
   // Random access.
-  VideoDecoderStats rnd_stats;
+  FrameDecoderStats rnd_stats;
   ASSIGN_OR_RETURN(Timings rt, Alternate(policy_,
                                          [&]() -> absl::StatusOr<double> {
                                            return ConveyorRandom(e, table, random_accesses,

@@ -200,9 +200,10 @@ absl::StatusOr<double> NvdecRate(const Data& d, const std::vector<Window>& windo
   return RunWindows(d, windows, sessions, seconds,
                     [&](size_t t, size_t episode, const Episode& ep,
                         const std::vector<int64_t>& frames, PacketReader read) {
-                      return decoders[t]->Decode(episode + 1, ep.index->streams(ep.stream),
-                                                 ep.table, read, frames, out, limits,
-                                                 buffers[t]->p, frame);
+                      return decoders[t]->DecodeToDevice(episode + 1,
+                                                         ep.index->streams(ep.stream), ep.table,
+                                                         read, frames, out, limits,
+                                                         buffers[t]->p, frame);
                     });
 }
 
@@ -239,7 +240,7 @@ absl::StatusOr<Json> Pixels(const Data& d, std::vector<int64_t> frames, int devi
   const size_t bytes = NvdecDecoder::FrameBytes(out, d.width, d.height);
   DeviceBuffer buf(bytes * frames.size());
   if (buf.p == nullptr) return absl::ResourceExhaustedError("cudaMalloc");
-  RETURN_IF_ERROR(nv->Decode(1, st, ep.table, read, frames, out, limits, buf.p, bytes));
+  RETURN_IF_ERROR(nv->DecodeToDevice(1, st, ep.table, read, frames, out, limits, buf.p, bytes));
   std::vector<uint8_t> host(bytes * frames.size());
   if (cudaMemcpy(host.data(), buf.p, host.size(), cudaMemcpyDeviceToHost) != cudaSuccess) {
     return absl::InternalError("cudaMemcpy back");

@@ -9,15 +9,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "capi/internal/c_status.h"
 #include "client/client.h"
-#include "pipeline/device_frames.h"
 #include "client/launch_env.h"
 #include "conveyor/v1/service.pb.h"
 #include "nlohmann/json.hpp"
@@ -33,40 +34,25 @@ struct conveyor_client {
   std::unique_ptr<cc::Client> client;
 };
 
-struct conveyor_device_frames {
-  std::unique_ptr<conveyor::DeviceFrames> frames;
-};
-
 namespace {
+
+using ::conveyor::capi::Dup;
+using ::conveyor::capi::Fail;
 
 // A received batch, shared by its handle and its DLPack exports. When the last owner is gone the
 // batch records its use on every stream a consumer ordered after it, then returns its memory.
 struct SharedBatch {
   cc::Batch batch;
   std::vector<std::vector<int64_t>> shapes;  // stable copies for conveyor_tensor::shape
-  std::mutex mu;
-  std::vector<void*> streams;
+  // The streams its exports were ordered on: the exports outlive the handle and may be consumed
+  // on other threads than the one holding it.
+  absl::Mutex mu;
+  std::vector<void*> streams ABSL_GUARDED_BY(mu);
   ~SharedBatch() {
+    absl::MutexLock lock(&mu);  // uncontended: the last owner is going
     for (void* s : streams) (void)batch.RecordUse(s).ok();  // nobody left to tell of a failure
   }
 };
-
-thread_local std::string g_last_error;
-
-int Fail(const absl::Status& s) {
-  g_last_error = std::string(absl::StatusCodeToString(s.code())) + ": " + std::string(s.message());
-  return static_cast<int>(s.code());
-}
-
-int Fail(absl::StatusCode code, const std::string& message) {
-  return Fail(absl::Status(code, message));
-}
-
-char* Dup(const std::string& s) {
-  char* out = static_cast<char*>(std::malloc(s.size() + 1));
-  if (out != nullptr) std::memcpy(out, s.c_str(), s.size() + 1);
-  return out;
-}
 
 absl::Status ParseJson(const char* text, const char* what, json* out) {
   if (text == nullptr) return absl::InvalidArgumentError(std::string(what) + ": NULL");
@@ -177,6 +163,73 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
   return absl::OkStatus();
 }
 
+// ParseClientOptions' inverse, for conveyor_client_defaults: the same names, so that a binding
+// passing this object back is accepted as is. Keep the two lists together.
+json ClientOptionsJson(const cc::ClientOptions& o) {
+  return {{"servers", o.servers},
+          {"job", o.job},
+          {"dataset", o.dataset},
+          {"consumer", o.consumer},
+          {"consumers", o.consumers},
+          {"start", o.start.ToString()},
+          {"config_yaml", o.config_yaml},
+          {"config_name", o.config_name},
+          {"max_batches", o.max_batches},
+          {"prefetch_batches", o.prefetch_batches},
+          {"prefetch_bytes", o.prefetch_bytes},
+          {"max_message_bytes", o.max_message_bytes},
+          {"schedule_version", o.schedule_version},
+          {"expect_dataset_fingerprint", o.expect_dataset_fingerprint},
+          {"expect_order_digest", o.expect_order_digest},
+          {"pin_from_environment", o.pin_from_environment},
+          {"max_batch_bytes", o.max_batch_bytes},
+          {"auth_token", o.auth_token},
+          {"job_secret", o.job_secret},
+          {"tls", o.tls},
+          {"tls_ca_pem", o.tls_ca_pem},
+          {"tls_cert_pem", o.tls_cert_pem},
+          {"tls_key_pem", o.tls_key_pem},
+          {"tls_server_name", o.tls_server_name},
+          {"reconnect_timeout_s", o.reconnect_timeout_s},
+          {"report_interval_s", o.report_interval_s},
+          {"shared_memory", o.shared_memory},
+          {"shared_memory_bytes", o.shared_memory_bytes},
+          {"payload_streams", o.payload_streams},
+          {"device_buffers", o.device_buffers},
+          {"device", o.device ? o.device_index : -1}};
+}
+
+// The proto3 JSON mapping writes 64-bit integers as strings (for JavaScript's doubles); a binding
+// would then have to know which fields are 64-bit. They are turned back into numbers here, field
+// by field from the message's descriptor, so every 64-bit field of every nested message is
+// covered, including ones added later.
+void Int64sAsNumbers(const google::protobuf::Descriptor& message, json* j) {
+  using FD = google::protobuf::FieldDescriptor;
+  auto convert = [](const FD& f, json* v) {
+    if (f.cpp_type() == FD::CPPTYPE_MESSAGE) {
+      Int64sAsNumbers(*f.message_type(), v);
+    } else if (v->is_string() && f.cpp_type() == FD::CPPTYPE_INT64) {
+      *v = std::stoll(v->get<std::string>());  // the printer wrote it: always a valid integer
+    } else if (v->is_string() && f.cpp_type() == FD::CPPTYPE_UINT64) {
+      *v = std::stoull(v->get<std::string>());
+    }
+  };
+  if (!j->is_object()) return;
+  for (int i = 0; i < message.field_count(); ++i) {
+    const FD& f = *message.field(i);
+    auto it = j->find(f.name());
+    if (it == j->end()) continue;
+    if (f.is_map()) {  // an object of values; keys stay strings in JSON
+      const FD& value = *f.message_type()->map_value();
+      for (auto& [key, v] : it->items()) convert(value, &v);
+    } else if (f.is_repeated() && it->is_array()) {
+      for (json& v : *it) convert(f, &v);
+    } else {
+      convert(f, &*it);
+    }
+  }
+}
+
 }  // namespace
 
 // A handle: one reference to the shared batch.
@@ -210,7 +263,7 @@ extern "C" {
 uint32_t conveyor_abi_version(void) { return CONVEYOR_C_ABI_VERSION; }
 const char* conveyor_version(void) { return CONVEYOR_VERSION; }
 uint32_t conveyor_protocol_version(void) { return cc::ProtocolVersion(); }
-const char* conveyor_last_error(void) { return g_last_error.c_str(); }
+const char* conveyor_last_error(void) { return ::conveyor::capi::LastError().c_str(); }
 void conveyor_string_free(char* s) { std::free(s); }
 int conveyor_device_supported(void) { return cc::Client::device_supported() ? 1 : 0; }
 
@@ -263,7 +316,12 @@ int conveyor_get_info(const char* options_json, char** result_json) {
   if (!google::protobuf::util::MessageToJsonString(*info, &text, jo).ok()) {
     return Fail(absl::StatusCode::kInternal, "InfoResponse could not be written as JSON");
   }
-  *result_json = Dup(text);
+  json out = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (out.is_discarded()) {
+    return Fail(absl::StatusCode::kInternal, "InfoResponse's JSON could not be read back");
+  }
+  Int64sAsNumbers(*conveyor::v1::InfoResponse::descriptor(), &out);
+  *result_json = Dup(out.dump());
   return CONVEYOR_OK;
 }
 
@@ -432,7 +490,7 @@ int conveyor_batch_ids(const conveyor_batch* b, int64_t* ids, int32_t* datasets)
 
 int conveyor_batch_wait_on_stream(conveyor_batch* b, void* cuda_stream) {
   SharedBatch* s = Shared(b);
-  std::lock_guard<std::mutex> lock(s->mu);
+  absl::MutexLock lock(&s->mu);
   if (std::find(s->streams.begin(), s->streams.end(), cuda_stream) != s->streams.end()) {
     return CONVEYOR_OK;  // already ordered after the copy
   }
@@ -491,99 +549,28 @@ int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, int on_device, int 
 
 void conveyor_batch_free(conveyor_batch* b) { delete b; }
 
+}  // extern "C"
 
-int conveyor_device_frames_create(const char* options_json, conveyor_device_frames** out) {
-  if (out == nullptr) return Fail(absl::StatusCode::kInvalidArgument, "out is NULL");
-  *out = nullptr;
-  conveyor::DeviceFramesOptions o;
-  try {
-    const json j = json::parse(options_json != nullptr ? options_json : "{}");
-    if (!j.is_object()) return Fail(absl::StatusCode::kInvalidArgument, "options: not an object");
-    for (const auto& [key, value] : j.items()) {
-      if (key == "dataset") {
-        o.dataset = value.get<std::string>();
-      } else if (key == "config") {
-        o.config = value.get<std::string>();
-      } else if (key == "streams") {
-        o.streams = value.get<std::vector<std::string>>();
-      } else if (key == "device") {
-        o.device = value.get<int>();
-      } else if (key == "sessions") {
-        o.sessions = value.get<int>();
-      } else if (key == "cache_bytes") {
-        o.cache_bytes = value.get<int64_t>();
-      } else {
-        return Fail(absl::StatusCode::kInvalidArgument,
-                    "options: unknown key '" + key +
-                        "'; expected dataset, config, streams, device, sessions, cache_bytes");
-      }
-    }
-  } catch (const json::exception& e) {
-    return Fail(absl::StatusCode::kInvalidArgument, std::string("options: ") + e.what());
+extern "C" {
+
+int conveyor_parse_cursor(const char* text, uint64_t* epoch, uint64_t* step, uint64_t* position) {
+  if (text == nullptr || epoch == nullptr || step == nullptr || position == nullptr) {
+    return Fail(absl::StatusCode::kInvalidArgument, "conveyor_parse_cursor: a NULL argument");
   }
-  auto frames = conveyor::DeviceFrames::Open(o);
-  if (!frames.ok()) return Fail(frames.status());
-  *out = new conveyor_device_frames{std::move(*frames)};
+  absl::StatusOr<cc::Cursor> c = cc::Cursor::Parse(text);
+  if (!c.ok()) return Fail(c.status());
+  *epoch = c->epoch;
+  *step = c->step;
+  *position = c->position.value_or(CONVEYOR_NO_POSITION);
   return CONVEYOR_OK;
 }
 
-int conveyor_device_frames_describe(const conveyor_device_frames* f, char** result_json) {
-  if (f == nullptr || result_json == nullptr) {
-    return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
+int conveyor_client_defaults(char** result_json) {
+  if (result_json == nullptr) {
+    return Fail(absl::StatusCode::kInvalidArgument, "conveyor_client_defaults: result_json is NULL");
   }
-  json out = json::array();
-  for (const conveyor::DeviceFramesTensor& t : f->frames->tensors()) {
-    out.push_back({{"name", t.name},
-                   {"dtype", t.dtype == conveyor::DType::kFloat32 ? "float32" : "uint8"},
-                   {"sample_shape", t.sample_shape},
-                   {"sample_bytes", t.sample_bytes},
-                   {"frames_per_sample", t.frames_per_sample}});
-  }
-  *result_json = Dup(out.dump());
+  *result_json = Dup(ClientOptionsJson(cc::ClientOptions{}).dump());
   return CONVEYOR_OK;
 }
-
-int conveyor_device_frames_decode(conveyor_device_frames* f, uint32_t tensor, const int64_t* ids,
-                                  const int32_t* datasets, uint64_t n, void* dst, uint8_t* pads,
-                                  void* cuda_stream) {
-  if (f == nullptr || (n > 0 && ids == nullptr)) {
-    return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
-  }
-  std::vector<conveyor::SampleId> samples(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    if (ids[3 * i] < 0 || ids[3 * i + 1] < 0 || ids[3 * i + 2] < 0 ||
-        ids[3 * i + 2] > INT64_C(0xffffffff) || (datasets != nullptr && datasets[i] < 0)) {
-      return Fail(absl::StatusCode::kInvalidArgument,
-                  "sample " + std::to_string(i) + ": a negative or oversized id");
-    }
-    samples[i].index = static_cast<uint64_t>(ids[3 * i]);
-    samples[i].episode = static_cast<uint64_t>(ids[3 * i + 1]);
-    samples[i].step = static_cast<uint32_t>(ids[3 * i + 2]);
-    samples[i].dataset = datasets != nullptr ? static_cast<uint32_t>(datasets[i]) : 0;
-  }
-  if (absl::Status st = f->frames->Decode(tensor, samples, dst, pads, cuda_stream); !st.ok()) {
-    return Fail(st);
-  }
-  return CONVEYOR_OK;
-}
-
-int conveyor_device_frames_stats(const conveyor_device_frames* f, char** result_json) {
-  if (f == nullptr || result_json == nullptr) {
-    return Fail(absl::StatusCode::kInvalidArgument, "a NULL argument");
-  }
-  const conveyor::DeviceFramesStats s = f->frames->stats();
-  const json out = {{"calls", s.calls},
-                    {"samples", s.samples},
-                    {"frames", s.frames},
-                    {"frames_decoded", s.frames_decoded},
-                    {"seeks", s.seeks},
-                    {"cache_hits", s.cache_hits},
-                    {"frames_cached", s.frames_cached},
-                    {"seconds", s.seconds}};
-  *result_json = Dup(out.dump());
-  return CONVEYOR_OK;
-}
-
-void conveyor_device_frames_destroy(conveyor_device_frames* f) { delete f; }
 
 }  // extern "C"

@@ -20,10 +20,8 @@
 #include "base/block_pool.h"
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
-#include "base/shm_layout.h"
+#include "client/internal/carrier.h"
 #include "client/internal/raw_stream.h"
-#include "client/internal/shm_region.h"
-#include "client/internal/stripes.h"
 #include "client/internal/wire.h"
 #include "device/gpu.h"
 #include "device/upload.h"
@@ -33,6 +31,7 @@ namespace conveyor::client {
 namespace {
 
 namespace pb = ::conveyor::v1;
+using wire::FromProto;
 using wire::Message;
 using wire::ParseMessage;
 using Clock = std::chrono::steady_clock;
@@ -58,31 +57,6 @@ bool Retryable(grpc::StatusCode code) {
       return false;
     default:
       return true;
-  }
-}
-
-DType FromProto(pb::DType t) {
-  switch (t) {
-    case pb::BOOL: return DType::kBool;
-    case pb::FLOAT32: return DType::kFloat32;
-    case pb::INT32: return DType::kInt32;
-    default: return DType::kUint8;
-  }
-}
-
-Cursor FromProto(const pb::Cursor& c) {
-  Cursor out{c.epoch(), c.step()};
-  if (c.has_position()) out.position = c.position();
-  return out;
-}
-
-TensorRole FromProto(pb::TensorRole r) {
-  switch (r) {
-    case pb::PADDING_MASK: return TensorRole::kPaddingMask;
-    case pb::SEGMENT_IDS: return TensorRole::kSegmentIds;
-    case pb::POSITIONS: return TensorRole::kPositions;
-    case pb::SAMPLE_INFO: return TensorRole::kSampleInfo;
-    default: return TensorRole::kData;
   }
 }
 
@@ -129,66 +103,6 @@ void AddMetadata(const ClientOptions& o, grpc::ClientContext* ctx) {
   if (!o.auth_token.empty()) ctx->AddMetadata("authorization", "Bearer " + o.auth_token);
   if (!o.job_secret.empty()) ctx->AddMetadata("conveyor-job-secret", o.job_secret);
 }
-
-// One 64-byte aligned block per batch, which the payload is parsed into, kept for reuse
-// (base/block_pool.h): a fresh block of tens or hundreds of MB per batch costs a page fault per
-// 4 KiB, which halved the throughput of large batches. With device delivery the blocks are pinned
-// (kind kPinnedBlock), so each batch's copy to the GPU is asynchronous and needs no staging copy.
-constexpr int kPinnedBlock = 1;
-
-void FreeBlock(uint8_t* p, int kind) {
-  if (kind == kPinnedBlock) {
-    FreePinned(p);
-  } else {
-    std::free(p);
-  }
-}
-
-// A kept block of at least `bytes`, or a new one, pinned (with that device current) when
-// `pinned_for_device` >= 0 and possible; {nullptr} when the allocation fails.
-BlockPool::Block TakeBlock(BlockPool& pool, size_t bytes, int pinned_for_device) {
-  if (pinned_for_device >= 0) {
-    BlockPool::Block b = pool.Take(bytes, kPinnedBlock);
-    if (b.data != nullptr) return b;
-    b.capacity = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
-    // Pinned memory is limited (RLIMIT_MEMLOCK in containers): pageable memory still works, its
-    // copies are only synchronous (Uploader::Stats::pageable_batches counts them).
-    absl::StatusOr<void*> memory = AllocatePinned(b.capacity, pinned_for_device);
-    if (memory.ok()) {
-      b.data = static_cast<uint8_t*>(*memory);
-      b.kind = kPinnedBlock;
-      return b;
-    }
-  }
-  BlockPool::Block b = pool.Take(bytes, 0);
-  if (b.data != nullptr) return b;
-  b.capacity = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-  b.data = static_cast<uint8_t*>(std::aligned_alloc(64, b.capacity));
-  return b;
-}
-
-// This host as the same-host transport sees it (base/shm_layout.h), read once.
-const std::string& HostId() {
-  static const std::string* id = new std::string(shm::HostId());
-  return *id;
-}
-
-// What a Batch's views point into: its payload block (back to the pool when released), or its
-// place in the stream's payload source, the same-host region (released there).
-struct BatchStorage {
-  std::shared_ptr<BlockPool> pool;
-  BlockPool::Block block;
-  std::shared_ptr<PayloadSource> source;
-  uint64_t source_position = 0;
-  const uint8_t* source_data = nullptr;
-  std::unique_ptr<DeviceBatch> device;  // device delivery: the batch's copy on the GPU
-  const uint8_t* data() const { return source ? source_data : block.data; }
-  ~BatchStorage() {
-    device.reset();  // waits for the copy out of the block, then frees the device buffer
-    if (source) source->Release(source_position);
-    if (block.data != nullptr) pool->Give(block);
-  }
-};
 
 // The batch's copy on the GPU, or null (no device delivery).
 DeviceBatch* DeviceOf(const Batch& b) {
@@ -365,16 +279,20 @@ struct Client::Impl {
     bool got_batch = false;
     grpc::Status retry;  // not OK: a stripe stream failed; the stream ends with this, and reconnects
   };
-  // One batch being reassembled from its header and payload messages.
+  // One stream's carriers, and the batch being received.
   struct Reassembly {
-    bool started = false;  // the stream start arrived
-    bool offered = false;               // the request offers to take a same-host region
-    std::shared_ptr<PayloadSource> source;  // where payloads outside the messages lie, if any
-    std::unique_ptr<StripeReceiver> stripes;  // striped payloads, when the server granted them
-    uint64_t batches = 0;                     // completed on this stream
+    CarrierStream carrier;                 // what the carriers are given
+    std::vector<const Carrier*> offered;   // the carriers the request offers
+    // Made from the stream start: the granted carrier, if any, then the messages. Empty before.
+    std::vector<std::shared_ptr<PayloadSource>> sources;
+    uint64_t batches = 0;             // completed on this stream
+    PayloadSource* source = nullptr;  // the batch being received: its source, while it lasts
     pb::BatchHeader header;
-    std::shared_ptr<BatchStorage> storage;
-    uint64_t filled = 0;
+    InboundPayload payload;
+    void EndBatch() {
+      source = nullptr;
+      payload = InboundPayload{};
+    }
   };
 
   // Runs in the background: one stream at a time, reconnecting on transport failures.
@@ -417,7 +335,7 @@ struct Client::Impl {
     }
   }
 
-  pb::StreamBatchesRequest Request(const Progress& p, bool offer_shared_memory) const {
+  pb::StreamBatchesRequest Request(const Progress& p) const {
     pb::StreamBatchesRequest req;
     req.set_protocol_version(ProtocolVersion());
     req.set_job(o.job);
@@ -434,18 +352,10 @@ struct Client::Impl {
     if (!o.config_name.empty()) req.set_config_name(o.config_name);
     if (o.max_batches) req.set_max_batches(o.max_batches - p.received);
     req.set_max_message_bytes(o.max_message_bytes);
-    if (o.payload_streams > 1) req.set_payload_streams(o.payload_streams);
     // After the first start, every server is asked for the order that stream began with.
     req.set_schedule_version(p.first ? p.first->schedule_version() : o.schedule_version);
     req.set_expect_dataset_fingerprint(o.expect_dataset_fingerprint);
     req.set_expect_order_digest(o.expect_order_digest);
-    if (offer_shared_memory) {
-      req.mutable_shared_memory()->set_server_region(true);
-      req.mutable_shared_memory()->set_host(HostId());
-      req.mutable_shared_memory()->set_capacity(o.shared_memory_bytes);
-      // What this client holds unreleased in steady state: its prefetch and the trainer's batch.
-      req.mutable_shared_memory()->set_batches_ahead(static_cast<uint32_t>(o.prefetch_batches + 1));
-    }
     return req;
   }
 
@@ -466,18 +376,28 @@ struct Client::Impl {
       if (!p->first_stream) ++stats.reconnects;
     }
     p->first_stream = false;
-    // A new region per stream (the server creates it): a server that went away can never write
-    // into the next stream's.
     Reassembly r;
-    if (o.shared_memory) {
-      r.offered = !HostId().empty();
-      if (!r.offered) {
-        absl::MutexLock lock(&mu);
-        stats.shared_memory_refused = "this host has no /dev/shm";
-      }
+    r.carrier = CarrierStream{
+        .options = &o,
+        .target = target,
+        .channel = [this, &target](uint32_t i) { return MakeChannel(o, target, static_cast<int>(i)); },
+        .prepare = [this](grpc::ClientContext* c) { AddMetadata(o, c); },
+        .allocate = [this, &target, p](uint64_t bytes) { return AllocateBlock(target, p->expected, bytes); },
+        .stopped =
+            [this] {
+              absl::MutexLock lock(&mu);
+              return stop;
+            },
+    };
+    pb::StreamBatchesRequest request = Request(*p);
+    std::string refused;
+    r.offered = OfferCarriers(o, &request, &refused);
+    if (!refused.empty()) {
+      absl::MutexLock lock(&mu);
+      stats.shared_memory_refused = refused;
     }
     // Raw messages: the payload is parsed straight into the batch block (client/internal/raw_stream.h).
-    RawStream call(channels[server], &ctx, Request(*p, r.offered).SerializeAsString());
+    RawStream call(channels[server], &ctx, request.SerializeAsString());
     std::vector<grpc::Slice> slices;
     while (call.ok() && end.local.ok() && end.retry.ok() && !end.stopped) {
       grpc::ByteBuffer bb;
@@ -493,53 +413,25 @@ struct Client::Impl {
     if (!end.local.ok() || !end.retry.ok()) ctx.TryCancel();
     end.status = call.Finish();
     if (!end.retry.ok()) end.status = end.retry;
-    r.stripes.reset();  // cancels and joins the stripe streams
+    {
+      absl::MutexLock lock(&mu);
+      live_source.reset();
+    }
+    // Outside `mu`: a stripe source cancels and joins its stripe streams, whose waits take `mu`.
+    r.EndBatch();
+    r.sources.clear();
     absl::MutexLock lock(&mu);
     active = nullptr;
-    live_source.reset();
     if (stop) end.stopped = true;
     return end;
   }
 
-  // One message of a stream: the start, or part of a batch. An error is final; a batch once
-  // whole is queued (end->stopped when the client stopped while the queue was full).
+  // One message of a stream: the start, or part of a batch, which the batch's source places. An
+  // error is final; a batch once whole is queued (end->stopped when the client stopped while the
+  // queue was full).
   absl::Status Receive(const std::string& target, Message& m, Progress* p, Reassembly* r, StreamEnd* end) {
-    if (m.start) {
-      RETURN_IF_ERROR(CheckStart(target, *m.start, p));
-      r->started = true;
-      // The server made a region for this stream: take it now, before its first batch (the
-      // server waits for the answer; without the region its payloads come in messages).
-      std::string refused = m.start->shared_memory_refused();
-      if (r->offered && m.start->shared_memory()) {
-        absl::StatusOr<std::shared_ptr<ShmRegion>> region =
-            ShmRegion::Receive(m.start->shared_memory_socket(), m.start->shared_memory_token(),
-                               m.start->shared_memory_ring(), o.shared_memory_bytes);
-        if (region.ok()) {
-          r->source = std::move(*region);
-        } else {
-          refused = std::string(region.status().message());
-        }
-      }
-      if (!r->source && m.start->payload_streams() > 0) {
-        if (m.start->payload_streams() > o.payload_streams || m.start->stripe_token().empty()) {
-          return absl::DataLossError(absl::StrCat("server ", target, " grants ", m.start->payload_streams(),
-                                                  " stripe streams; this client asked for ", o.payload_streams));
-        }
-        pb::StreamBatchesRequest stripe;
-        stripe.set_protocol_version(ProtocolVersion());
-        stripe.set_stripe_token(m.start->stripe_token());
-        r->stripes = std::make_unique<StripeReceiver>(
-            m.start->payload_streams(), stripe.SerializeAsString(),
-            [&](uint32_t i) { return MakeChannel(o, target, static_cast<int>(i)); },
-            [&](grpc::ClientContext* c) { AddMetadata(o, c); });
-      }
-      absl::MutexLock lock(&mu);
-      live_source = r->source;
-      stats.transport = r->source ? std::string(r->source->transport()) : r->stripes ? "grpc_striped" : "grpc";
-      if (!refused.empty()) stats.shared_memory_refused = refused;
-      return absl::OkStatus();
-    }
-    if (!r->started) {
+    if (m.start) return Start(target, *m.start, p, r);
+    if (r->sources.empty()) {
       return absl::DataLossError(absl::StrCat("server ", target, " sent data before the stream start"));
     }
     {
@@ -547,52 +439,30 @@ struct Client::Impl {
       ++stats.messages;
     }
     if (m.header) RETURN_IF_ERROR(BeginBatch(target, std::move(*m.header), p->expected, m, r));
-    if (!r->storage) {
+    if (r->source == nullptr) {
       return absl::DataLossError(absl::StrCat("server ", target, " sent batch data without a header"));
     }
-    if (m.payload_striped) {
-      // The payload comes on the stripe streams: wait here until every byte of it did.
-      if (!r->stripes || !m.header || !m.last || m.data_at || r->storage->source) {
-        return absl::DataLossError(absl::StrCat("server ", target, " sent a striped batch ",
-                                                r->stripes ? "with payload messages" : "on a stream without stripes"));
-      }
-      absl::Status filled = r->stripes->Fill(r->batches, r->storage->block.data, r->header.payload_bytes(), [this] {
-        absl::MutexLock lock(&mu);
-        return stop;
-      });
-      if (absl::IsUnavailable(filled)) {
-        end->retry = grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(filled.message()));
-        r->storage.reset();
-        return absl::OkStatus();
-      }
-      if (absl::IsCancelled(filled)) {
-        end->stopped = true;
-        return absl::OkStatus();
-      }
-      if (!filled.ok()) return absl::DataLossError(absl::StrCat("server ", target, ": ", filled.message()));
-      r->filled = r->header.payload_bytes();
+    const absl::Status taken = r->source->Take(m, &r->payload);
+    if (absl::IsUnavailable(taken)) {  // the carrier failed: the stream reconnects
+      end->retry = grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(taken.message()));
+      r->EndBatch();
+      return absl::OkStatus();
     }
-    if (m.data_size > 0 || m.data_at) {
-      if (m.offset != r->filled || r->filled + m.data_size > r->header.payload_bytes()) {
-        return absl::DataLossError(absl::StrCat(
-            "server ", target, ": payload bytes [", m.offset, ", ", m.offset + m.data_size,
-            ") where offset ", r->filled, " of ", r->header.payload_bytes(), " was due"));
-      }
-      if (r->storage->source || (m.data_size > 0 && !m.data_at->Copy(r->storage->block.data + r->filled, m.data_size))) {
-        return absl::DataLossError(absl::StrCat("server ", target, " sent a truncated message"));
-      }
-      r->filled += m.data_size;
+    if (absl::IsCancelled(taken)) {
+      end->stopped = true;
+      return absl::OkStatus();
     }
+    RETURN_IF_ERROR(taken);
     if (!m.last) return absl::OkStatus();
-    if (r->filled != r->header.payload_bytes()) {
+    if (r->payload.filled != r->payload.bytes) {
       return absl::DataLossError(absl::StrCat("server ", target, ": batch ", p->expected.ToString(),
-                                              " carried ", r->filled, " payload bytes, its header says ",
-                                              r->header.payload_bytes()));
+                                              " carried ", r->payload.filled, " payload bytes, its header says ",
+                                              r->payload.bytes));
     }
     Batch cur;
-    const bool in_shared_memory = r->storage->source != nullptr;
-    absl::Status st = Assemble(target, r->header, r->storage, &cur);
-    r->storage.reset();
+    const bool in_shared_memory = r->payload.storage->source != nullptr;
+    absl::Status st = Assemble(target, r->header, r->payload.storage, &cur);
+    r->EndBatch();
     RETURN_IF_ERROR(st);
     p->expected = cur.next;
     ++p->received;
@@ -604,6 +474,19 @@ struct Client::Impl {
     // Time the consumer kept its queue full (a checkpoint, an evaluation) is not time without a
     // server: a server that ended the stream meanwhile (its progress timeout) is reconnected to.
     p->last_progress = Clock::now();
+    return absl::OkStatus();
+  }
+
+  // The stream start: checked, then the carrier the server granted taken (before the first
+  // batch: a server waits for the same-host region to be taken) and the stream's sources made.
+  absl::Status Start(const std::string& target, const pb::StreamStart& s, Progress* p, Reassembly* r) {
+    RETURN_IF_ERROR(CheckStart(target, s, p));
+    std::string refused;
+    ASSIGN_OR_RETURN(r->sources, AcceptCarriers(r->offered, r->carrier, s, &refused));
+    absl::MutexLock lock(&mu);
+    live_source = r->sources.front();
+    stats.transport = std::string(r->sources.front()->transport());
+    if (!refused.empty()) stats.shared_memory_refused = refused;
     return absl::OkStatus();
   }
 
@@ -663,7 +546,8 @@ struct Client::Impl {
     return absl::OkStatus();
   }
 
-  // A batch header: the batch due next, within the client's cap; its block taken from the pool.
+  // A batch header: the batch due next, within the client's cap; the first source that carries it
+  // places its payload.
   absl::Status BeginBatch(const std::string& target, pb::BatchHeader header, const Cursor& expected,
                           const Message& m, Reassembly* r) {
     const Cursor c = FromProto(header.cursor());
@@ -679,30 +563,30 @@ struct Client::Impl {
           " bytes; this client accepts at most ", o.max_batch_bytes, " (ClientOptions::max_batch_bytes)"));
     }
     r->header = std::move(header);
-    r->storage = std::make_shared<BatchStorage>();
-    if (m.in_shared_memory) {
-      // The whole payload is in the stream's source: nothing to allocate or copy.
-      if (!r->source || !m.last || m.data_at) {
-        return absl::DataLossError(absl::StrCat("server ", target, " sent a shared-memory batch ",
-                                                r->source ? "with payload messages" : "on a stream without a region"));
+    r->payload = InboundPayload{};
+    r->payload.index = r->batches;
+    r->payload.bytes = r->header.payload_bytes();
+    r->source = nullptr;
+    for (const std::shared_ptr<PayloadSource>& source : r->sources) {
+      if (source->Carries(m)) {
+        r->source = source.get();
+        break;
       }
-      absl::StatusOr<const uint8_t*> at = r->source->Accept(m.shm_position, r->header.payload_bytes());
-      if (!at.ok()) return absl::DataLossError(absl::StrCat("server ", target, ": ", at.status().message()));
-      r->storage->source = r->source;
-      r->storage->source_position = m.shm_position;
-      r->storage->source_data = *at;
-      r->filled = r->header.payload_bytes();
-      return absl::OkStatus();
     }
-    r->storage->pool = pool;
-    r->storage->block = TakeBlock(*pool, r->header.payload_bytes(), uploader != nullptr ? uploader->device() : -1);
-    if (r->storage->block.data == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "cannot allocate ", r->header.payload_bytes(), " bytes for batch ", expected.ToString(),
-          " from server ", target));
-    }
-    r->filled = 0;
     return absl::OkStatus();
+  }
+
+  // A block of the pool for batch `batch`'s payload (MessageSource, stripes).
+  absl::StatusOr<std::shared_ptr<BatchStorage>> AllocateBlock(const std::string& target, const Cursor& batch,
+                                                              uint64_t bytes) {
+    auto storage = std::make_shared<BatchStorage>();
+    storage->pool = pool;
+    storage->block = TakeBlock(*pool, bytes, uploader != nullptr ? uploader->device() : -1);
+    if (storage->block.data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes for batch ",
+                                                       batch.ToString(), " from server ", target));
+    }
+    return storage;
   }
 
   // Hands a whole batch to Next(); waits while the prefetch bound is reached (gRPC flow control

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/fd_passing.h"
 #include "base/shm_layout.h"
+#include "client/internal/carrier.h"
 
 namespace conveyor::client {
 
@@ -146,6 +147,78 @@ void ShmRegion::Release(uint64_t pos) {
 uint64_t ShmRegion::released() const {
   absl::MutexLock lock(&mu_);
   return released_;
+}
+
+namespace {
+
+// This host as the same-host transport sees it (base/shm_layout.h), read once.
+const std::string& HostId() {
+  static const std::string* id = new std::string(shm::HostId());
+  return *id;
+}
+
+// The stream's batches placed in its region: each is one message (its header, its position,
+// last) and viewed where it lies.
+class RegionSource final : public PayloadSource, public std::enable_shared_from_this<RegionSource> {
+ public:
+  RegionSource(std::shared_ptr<ShmRegion> region, std::string target)
+      : region_(std::move(region)), target_(std::move(target)) {}
+  std::string_view transport() const override { return "shared_memory"; }
+  bool Carries(const wire::Message& m) const override { return m.in_shared_memory; }
+
+  absl::Status Take(wire::Message& m, InboundPayload* p) override {
+    if (!m.header || !m.last || m.data_at || !m.in_shared_memory) {
+      return absl::DataLossError(absl::StrCat("server ", target_, " sent a shared-memory batch with payload messages"));
+    }
+    absl::StatusOr<const uint8_t*> at = region_->Accept(m.shm_position, p->bytes);
+    if (!at.ok()) return absl::DataLossError(absl::StrCat("server ", target_, ": ", at.status().message()));
+    p->storage = std::make_shared<BatchStorage>();
+    p->storage->source = shared_from_this();
+    p->storage->source_position = m.shm_position;
+    p->storage->source_data = *at;
+    p->filled = p->bytes;
+    return absl::OkStatus();
+  }
+  void Release(uint64_t pos) override { region_->Release(pos); }
+  void SetStarved(bool starved) override { region_->SetStarved(starved); }
+
+ private:
+  std::shared_ptr<ShmRegion> region_;
+  std::string target_;
+};
+
+}  // namespace
+
+bool OfferSharedMemory(const ClientOptions& o, v1::StreamBatchesRequest* request, std::string* refused) {
+  if (!o.shared_memory) return false;
+  if (HostId().empty()) {
+    *refused = "this host has no /dev/shm";
+    return false;
+  }
+  v1::SharedMemoryOffer* offer = request->mutable_shared_memory();
+  offer->set_server_region(true);
+  offer->set_host(HostId());
+  offer->set_capacity(o.shared_memory_bytes);
+  // What this client holds unreleased in steady state: its prefetch and the trainer's batch.
+  offer->set_batches_ahead(static_cast<uint32_t>(o.prefetch_batches + 1));
+  return true;
+}
+
+// A new region per stream (the server creates it): a server that went away can never write into
+// the next stream's. Taken now, before the first batch: the server waits for the answer, and
+// without the region its payloads come in messages.
+absl::StatusOr<std::shared_ptr<PayloadSource>> AcceptSharedMemory(const CarrierStream& stream,
+                                                                  const v1::StreamStart& start, std::string* refused) {
+  *refused = start.shared_memory_refused();
+  if (!start.shared_memory()) return nullptr;
+  absl::StatusOr<std::shared_ptr<ShmRegion>> region =
+      ShmRegion::Receive(start.shared_memory_socket(), start.shared_memory_token(), start.shared_memory_ring(),
+                         stream.options->shared_memory_bytes);
+  if (!region.ok()) {
+    *refused = std::string(region.status().message());
+    return nullptr;
+  }
+  return std::make_shared<RegionSource>(*std::move(region), stream.target);
 }
 
 }  // namespace conveyor::client

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "client/internal/carrier.h"
 #include "client/internal/raw_stream.h"
 #include "client/internal/wire.h"
 #include "conveyor/v1/service.pb.h"
@@ -134,6 +136,60 @@ absl::Status StripeReceiver::Fill(uint64_t n, uint8_t* dst, uint64_t size, const
   next_ = n + 1;
   cv_.SignalAll();
   return result;
+}
+
+namespace {
+
+// The stream's striped batches: each header comes alone on the stream (payload_striped, last),
+// and the receiving thread waits here until the stripes delivered every byte of its payload.
+class StripeSource final : public PayloadSource {
+ public:
+  StripeSource(std::unique_ptr<StripeReceiver> stripes, const CarrierStream& stream)
+      : stripes_(std::move(stripes)), target_(stream.target), allocate_(stream.allocate), stopped_(stream.stopped) {}
+  std::string_view transport() const override { return "grpc_striped"; }
+  bool Carries(const wire::Message& m) const override { return m.payload_striped; }
+
+  absl::Status Take(wire::Message& m, InboundPayload* p) override {
+    if (!m.header || !m.last || m.data_at || !m.payload_striped) {
+      return absl::DataLossError(absl::StrCat("server ", target_, " sent a striped batch with payload messages"));
+    }
+    ASSIGN_OR_RETURN(p->storage, allocate_(p->bytes));
+    absl::Status filled = stripes_->Fill(p->index, p->storage->block.data, p->bytes, stopped_);
+    if (absl::IsUnavailable(filled) || absl::IsCancelled(filled)) return filled;
+    if (!filled.ok()) return absl::DataLossError(absl::StrCat("server ", target_, ": ", filled.message()));
+    p->filled = p->bytes;
+    return absl::OkStatus();
+  }
+
+ private:
+  std::unique_ptr<StripeReceiver> stripes_;  // destroyed with the stream: cancels and joins its stripes
+  std::string target_;
+  BlockAllocator allocate_;
+  std::function<bool()> stopped_;
+};
+
+}  // namespace
+
+bool OfferStripes(const ClientOptions& o, v1::StreamBatchesRequest* request, std::string*) {
+  if (o.payload_streams <= 1) return false;
+  request->set_payload_streams(o.payload_streams);
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<PayloadSource>> AcceptStripes(const CarrierStream& stream, const v1::StreamStart& start,
+                                                             std::string*) {
+  if (start.payload_streams() == 0) return nullptr;
+  if (start.payload_streams() > stream.options->payload_streams || start.stripe_token().empty()) {
+    return absl::DataLossError(absl::StrCat("server ", stream.target, " grants ", start.payload_streams(),
+                                            " stripe streams; this client asked for ", stream.options->payload_streams));
+  }
+  v1::StreamBatchesRequest stripe;
+  stripe.set_protocol_version(ProtocolVersion());
+  stripe.set_stripe_token(start.stripe_token());
+  return std::make_shared<StripeSource>(
+      std::make_unique<StripeReceiver>(start.payload_streams(), stripe.SerializeAsString(), stream.channel,
+                                       stream.prepare),
+      stream);
 }
 
 }  // namespace conveyor::client

@@ -128,4 +128,29 @@ std::optional<std::string> CheckTensor(const v1::TensorHeader& t, uint64_t paylo
   return std::nullopt;
 }
 
+DType FromProto(v1::DType t) {
+  switch (t) {
+    case v1::BOOL: return DType::kBool;
+    case v1::FLOAT32: return DType::kFloat32;
+    case v1::INT32: return DType::kInt32;
+    default: return DType::kUint8;
+  }
+}
+
+Cursor FromProto(const v1::Cursor& c) {
+  Cursor out{c.epoch(), c.step()};
+  if (c.has_position()) out.position = c.position();
+  return out;
+}
+
+TensorRole FromProto(v1::TensorRole r) {
+  switch (r) {
+    case v1::PADDING_MASK: return TensorRole::kPaddingMask;
+    case v1::SEGMENT_IDS: return TensorRole::kSegmentIds;
+    case v1::POSITIONS: return TensorRole::kPositions;
+    case v1::SAMPLE_INFO: return TensorRole::kSampleInfo;
+    default: return TensorRole::kData;
+  }
+}
+
 }  // namespace conveyor::client::wire

@@ -4,15 +4,18 @@
 #   lib/conveyor/libconveyor_sentencepiece.so SentencePiece, loaded by the CLI at run time
 #   lib/<multiarch>/libconveyor_client.so.1   the C++ client, shared, with the project's own static
 #                                             libraries (base, device, the wire protocol) inside
-#   lib/<multiarch>/libconveyor_c.so.1        the C ABI the Python package loads (when built)
+#   lib/<multiarch>/libconveyor_c.so.1        the C ABI the Python package loads (when built):
+#                                             the client only, no FFmpeg, curl, yaml-cpp or CUDA
+#   lib/<multiarch>/libconveyor_video.so.1    DeviceFrames' C ABI, loaded by conveyor.video when
+#                                             used (the data path: FFmpeg, NVDEC)
 #   include/conveyor/{client,base}/*.h        the client's public headers ("client/client.h")
 #   lib/<multiarch>/cmake/Conveyor/           find_package(Conveyor): Conveyor::client
 #   lib/python3/dist-packages/conveyor/       the Python package (Debian's place for it)
 #   share/doc/conveyor/, share/conveyor/      docs, example configs, deploy recipes
 #
 # Included at the end of the top-level CMakeLists.txt, after every add_subdirectory, so the
-# targets it refers to (by name only: conveyor, conveyor_client, conveyor_c) exist or
-# are known not to.
+# targets it refers to (by name only: conveyor, conveyor_client, conveyor_c, conveyor_video)
+# exist or are known not to.
 # The fuzz tree (clang, sanitizers, no tools) installs nothing; a shared library there would need
 # the sanitizer runtimes that only executables link.
 if(CONVEYOR_BUILD_FUZZ)
@@ -87,17 +90,18 @@ if(TARGET conveyor)
   install(TARGETS conveyor RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT conveyor)
 endif()
 
-# The C ABI (capi/): the library the pure-Python package loads with ctypes, and its header.
+# The C ABI (capi/): the libraries the pure-Python package loads with ctypes (libconveyor_video
+# only when conveyor.video is used), and their headers.
 if(TARGET conveyor_c)
-  install(TARGETS conveyor_c
+  install(TARGETS conveyor_c conveyor_video
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT conveyor NAMELINK_COMPONENT conveyor)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/capi/include/conveyor/
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/conveyor COMPONENT conveyor FILES_MATCHING PATTERN "*.h")
 endif()
 
 # The Python package, where Debian's python3 looks (no version in the path: pure Python over
-# libconveyor_c.so.1, docs/python.md). It finds the library through the dynamic loader's path, so
-# the library is not copied here.
+# libconveyor_c.so.1, docs/python.md). It finds the libraries through the dynamic loader's path,
+# so they are not copied here.
 set(CONVEYOR_PYTHON_INSTALL_DIR lib/python3/dist-packages/conveyor CACHE STRING
     "Where the Python package is installed, relative to the prefix")
 # __version__ comes from project(VERSION) like `conveyor --version`: _version.py is written here and
@@ -105,7 +109,7 @@ set(CONVEYOR_PYTHON_INSTALL_DIR lib/python3/dist-packages/conveyor CACHE STRING
 configure_file(${CMAKE_CURRENT_LIST_DIR}/_version.py.in
                ${CMAKE_BINARY_DIR}/python/conveyor/_version.py @ONLY)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/conveyor/ DESTINATION ${CONVEYOR_PYTHON_INSTALL_DIR}
-  COMPONENT conveyor FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
+  COMPONENT conveyor FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE)
 install(FILES ${CMAKE_BINARY_DIR}/python/conveyor/_version.py
   DESTINATION ${CONVEYOR_PYTHON_INSTALL_DIR} COMPONENT conveyor)
 

@@ -51,6 +51,23 @@ Placement PlaceVideoStream(const VideoStreamInfo& s, DecodeBackend asked, const 
                    StrCat("NVDEC decodes ", s.codec, " ", Size(s.width, s.height), " here")};
 }
 
+absl::Status NvdecRefusal(const VideoStreamInfo& stream, bool resized, ResizeFilter filter) {
+  if (const std::string& unavailable = GpuDecodeUnavailable(); !unavailable.empty()) {
+    return absl::FailedPreconditionError(StrCat("video cannot be decoded on the GPU here: ",
+                                                unavailable, " (decode: auto decodes on the CPU)"));
+  }
+  const Placement p = PlaceVideoStream(stream, DecodeBackend::kGpu, ProbeNvdecHost());
+  if (p.where != DecodeBackend::kGpu) {
+    return absl::FailedPreconditionError(
+        StrCat("NVDEC cannot decode it here: ", p.reason, " (decode: cpu)"));
+  }
+  if (resized && filter != ResizeFilter::kBilinear) {
+    return absl::FailedPreconditionError(
+        "the NVDEC kernel resizes bilinearly (resize: bilinear, or decode: cpu)");
+  }
+  return absl::OkStatus();
+}
+
 const NvdecHost& ProbeNvdecHost(int device) {
   static absl::Mutex mu(absl::kConstInit);
   static auto* hosts = new std::map<int, NvdecHost>;

@@ -13,15 +13,18 @@
 //                                                            -> CPU
 //   both rates measured at this size and NVDEC's not higher  -> CPU
 //   otherwise                                                -> NVDEC
-// Served batches do not take NVDEC frames in this release (media/decode_backend.h); nvdec_bench
-// reports the placement it measures. docs/nvdec.md "Placement".
+// Host batches under `decode: auto` stay on the CPU (ChooseDecodeBackend, media/decode_backend.h);
+// a `decode: gpu` stream is checked against these rules where its pipeline opens (NvdecRefusal);
+// nvdec_bench reports the placement it measures. docs/nvdec.md "Placement".
 #pragma once
 
 #include <map>
 #include <string>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "media/decode_backend.h"
+#include "media/frame_decoder.h"
 #include "media/nvdec_decoder.h"
 
 namespace conveyor {
@@ -52,6 +55,14 @@ Placement PlaceVideoStream(const VideoStreamInfo& stream, DecodeBackend asked, c
 // This process's NVDEC on `device`: NvdecUnavailable()'s reason and the caps of h264, hevc, av1
 // and vp9; no rates. Asked once and remembered; thread-safe.
 const NvdecHost& ProbeNvdecHost(int device = 0);
+
+// Whether a stream that asks for NVDEC (`decode: gpu`) can be decoded on it in this process:
+// OK, or FAILED_PRECONDITION saying why and what to write instead: NVDEC unusable here
+// (GpuDecodeUnavailable), a rule of PlaceVideoStream on this host's decoder caps (codec, pixel
+// format, size), or a resize (`resized`: the spec gives an output size) with a filter other than
+// bilinear, the kernel's only one. Probes the GPU once per process, so it is asked where a
+// pipeline opens, never while a config is parsed.
+absl::Status NvdecRefusal(const VideoStreamInfo& stream, bool resized, ResizeFilter filter);
 
 // Logs `placement` for `stream_name` at info level, once per process for each distinct
 // (codec, pixel format, size, where, reason). Thread-safe.

@@ -1,6 +1,7 @@
 #include "media/nvdec_decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -56,7 +57,37 @@ OutputDims DimsOf(const GpuFrameOutput& o, int width, int height) {
   return {rw, rh, o.width > 0 ? o.width : rw, o.height > 0 ? o.height : rh};
 }
 
+// FAILED_PRECONDITION for a stream the CPU path would turn upright (VideoDecoder applies a
+// rotation that is a multiple of 90 degrees and ignores any other) when `autorotate` asks for it:
+// the kernel does not rotate.
+absl::Status RefuseRotation(const pb::StreamIndex& stream, bool autorotate) {
+  const double rotation = stream.codec().rotation_deg();
+  const double turn = std::fmod(std::fabs(rotation), 360.0);
+  if (!autorotate || turn == 0.0 || std::fmod(turn, 90.0) != 0.0) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      StrCat("the stream is shown rotated by ", rotation, " degrees; NVDEC output is not rotated "
+             "(decode it on the CPU, or set autorotate: false)"));
+}
+
 }  // namespace
+
+absl::StatusOr<GpuFrameOutput> NvdecOutputFor(const pb::StreamIndex& stream,
+                                              const VideoOutput& output) {
+  RETURN_IF_ERROR(RefuseRotation(stream, output.autorotate));
+  if (output.crop.has_value()) {
+    return absl::FailedPreconditionError(
+        "NVDEC crops after resizing; a crop before it (VideoOutput::crop) is the CPU decoder's");
+  }
+  if (output.width > 0 && output.filter != ResizeFilter::kBilinear) {
+    return absl::FailedPreconditionError("the NVDEC kernel resizes bilinearly; resize: bilinear");
+  }
+  GpuFrameOutput out;
+  out.resize_width = output.width;
+  out.resize_height = output.height;
+  out.layout = GpuFrameOutput::Layout::kHwcU8;
+  out.autorotate = output.autorotate;
+  return out;
+}
 
 size_t NvdecDecoder::FrameBytes(const GpuFrameOutput& o, int width, int height) {
   const OutputDims d = DimsOf(o, width, height);
@@ -79,27 +110,27 @@ absl::StatusOr<NvdecCaps> QueryNvdecCaps(const std::string&, int device) {
   return absl::FailedPreconditionError(StrCat("NVDEC: ", NvdecUnavailable(device)));
 }
 struct NvdecDecoder::Impl {
-  NvdecStats stats;
+  FrameDecoderStats stats;
 };
 absl::StatusOr<std::unique_ptr<NvdecDecoder>> NvdecDecoder::Create(int device) {
   return absl::FailedPreconditionError(StrCat("NVDEC: ", NvdecUnavailable(device)));
 }
 NvdecDecoder::NvdecDecoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 NvdecDecoder::~NvdecDecoder() = default;
-absl::Status NvdecDecoder::Decode(uint64_t, const pb::StreamIndex&, const FrameTable&, PacketReader,
-                                  std::span<const int64_t>, const GpuFrameOutput&,
-                                  const DecodeLimits&, void*, size_t) {
+absl::Status NvdecDecoder::DecodeToDevice(uint64_t, const pb::StreamIndex&, const FrameTable&,
+                                          PacketReader, std::span<const int64_t>,
+                                          const GpuFrameOutput&, const DecodeLimits&, void*,
+                                          size_t) {
   return absl::FailedPreconditionError(StrCat("NVDEC: ", NvdecUnavailable(0)));
 }
-absl::Status NvdecDecoder::DecodeToHost(uint64_t, const pb::StreamIndex&, const FrameTable&,
-                                        PacketReader, std::span<const int64_t>,
-                                        const GpuFrameOutput&, const DecodeLimits&,
-                                        std::vector<RgbImage>*) {
+absl::Status NvdecDecoder::Decode(uint64_t, const pb::StreamIndex&, const FrameTable&, PacketReader,
+                                  std::span<const int64_t>, const VideoOutput&,
+                                  const DecodeLimits&, std::vector<RgbImage>*) {
   return absl::FailedPreconditionError(StrCat("NVDEC: ", NvdecUnavailable(0)));
 }
 void* NvdecDecoder::stream() const { return nullptr; }
 int NvdecDecoder::device() const { return -1; }
-const NvdecStats& NvdecDecoder::stats() const { return impl_->stats; }
+const FrameDecoderStats& NvdecDecoder::stats() const { return impl_->stats; }
 
 #else  // CONVEYOR_NVDEC
 
@@ -251,7 +282,7 @@ struct NvdecDecoder::Impl {
   CUstream stream = nullptr;
   CUvideoparser parser = nullptr;
   CUvideodecoder decoder = nullptr;
-  NvdecStats stats;
+  FrameDecoderStats stats;
 
   // The decoder's shape (from the last sequence header).
   cudaVideoCodec codec = cudaVideoCodec_NumCodecs;
@@ -279,7 +310,7 @@ struct NvdecDecoder::Impl {
   int64_t max_pixels = 0;
   absl::Status error;  // the first failure inside a parser callback
 
-  // DecodeToHost's device buffer, grown to the largest request.
+  // Decode's (host frames) device buffer, grown to the largest request.
   CUdeviceptr staging = 0;
   size_t staging_bytes = 0;
 
@@ -370,7 +401,7 @@ struct NvdecDecoder::Impl {
       decoder = nullptr;
       return Fail(absl::ResourceExhaustedError(CuError(*d, r, "cuvidCreateDecoder")));
     }
-    ++stats.decoders_created;
+    ++stats.decoders_opened;
     codec = f.codec;
     coded_width = f.coded_width;
     coded_height = f.coded_height;
@@ -568,16 +599,13 @@ absl::StatusOr<std::unique_ptr<NvdecDecoder>> NvdecDecoder::Create(int device) {
   return std::unique_ptr<NvdecDecoder>(new NvdecDecoder(std::move(impl)));
 }
 
-absl::Status NvdecDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& stream,
-                                  const FrameTable& table, PacketReader read,
-                                  std::span<const int64_t> frames, const GpuFrameOutput& output,
-                                  const DecodeLimits& limits, void* dst, size_t dst_stride) {
-  Impl& m = *impl_;
-  if (static_cast<int64_t>(frames.size()) > limits.max_frames_per_sample) {
-    return absl::ResourceExhaustedError(StrCat(frames.size(), " frames requested, over the limit of ",
-                                               limits.max_frames_per_sample));
-  }
-  if (frames.empty()) return absl::OkStatus();
+namespace {
+
+// DecodeToDevice's request against the stream: a codec the path decodes, an output inside the
+// resized frame and the limits, a stride of at least one frame, frames the table has.
+absl::Status CheckDeviceRequest(const pb::StreamIndex& stream, const FrameTable& table,
+                                std::span<const int64_t> frames, const GpuFrameOutput& output,
+                                const DecodeLimits& limits, size_t dst_stride) {
   const std::string& name = stream.codec().codec();
   if (name != "h264" && name != "hevc") {
     return absl::FailedPreconditionError(
@@ -592,9 +620,10 @@ absl::Status NvdecDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
                                              output.crop_y, " of a ", rw, "x", rh,
                                              " resize of ", width, "x", height, " is invalid"));
   }
-  if (dst_stride < FrameBytes(output, width, height)) {
-    return absl::InvalidArgumentError(StrCat("dst_stride ", dst_stride, " is under one frame (",
-                                             FrameBytes(output, width, height), " bytes)"));
+  const size_t frame_bytes = NvdecDecoder::FrameBytes(output, width, height);
+  if (dst_stride < frame_bytes) {
+    return absl::InvalidArgumentError(
+        StrCat("dst_stride ", dst_stride, " is under one frame (", frame_bytes, " bytes)"));
   }
   for (int64_t f : frames) {
     if (f < 0 || f >= static_cast<int64_t>(table.size())) {
@@ -602,7 +631,25 @@ absl::Status NvdecDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
                                           " frames"));
     }
   }
-  ASSIGN_OR_RETURN(const cudaVideoCodec codec, CodecFor(name));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status NvdecDecoder::DecodeToDevice(uint64_t stream_key, const pb::StreamIndex& stream,
+                                          const FrameTable& table, PacketReader read,
+                                          std::span<const int64_t> frames,
+                                          const GpuFrameOutput& output, const DecodeLimits& limits,
+                                          void* dst, size_t dst_stride) {
+  Impl& m = *impl_;
+  RETURN_IF_ERROR(RefuseRotation(stream, output.autorotate));
+  if (static_cast<int64_t>(frames.size()) > limits.max_frames_per_sample) {
+    return absl::ResourceExhaustedError(StrCat(frames.size(), " frames requested, over the limit of ",
+                                               limits.max_frames_per_sample));
+  }
+  if (frames.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckDeviceRequest(stream, table, frames, output, limits, dst_stride));
+  ASSIGN_OR_RETURN(const cudaVideoCodec codec, CodecFor(stream.codec().codec()));
   ScopedContext scoped(*m.d, m.ctx);
 
   m.wanted.clear();
@@ -675,15 +722,12 @@ absl::Status NvdecDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& st
   return absl::OkStatus();
 }
 
-absl::Status NvdecDecoder::DecodeToHost(uint64_t stream_key, const pb::StreamIndex& stream,
-                                        const FrameTable& table, PacketReader read,
-                                        std::span<const int64_t> frames,
-                                        const GpuFrameOutput& output, const DecodeLimits& limits,
-                                        std::vector<RgbImage>* out) {
+absl::Status NvdecDecoder::Decode(uint64_t stream_key, const pb::StreamIndex& stream,
+                                  const FrameTable& table, PacketReader read,
+                                  std::span<const int64_t> frames, const VideoOutput& video_output,
+                                  const DecodeLimits& limits, std::vector<RgbImage>* out) {
   Impl& m = *impl_;
-  if (output.layout != GpuFrameOutput::Layout::kHwcU8) {
-    return absl::InvalidArgumentError("DecodeToHost writes uint8 hwc frames");
-  }
+  ASSIGN_OR_RETURN(const GpuFrameOutput output, NvdecOutputFor(stream, video_output));
   const int width = stream.codec().width(), height = stream.codec().height();
   const OutputDims dims = DimsOf(output, width, height);
   const size_t frame_bytes = FrameBytes(output, width, height);
@@ -706,9 +750,10 @@ absl::Status NvdecDecoder::DecodeToHost(uint64_t stream_key, const pb::StreamInd
       m.staging_bytes = need;
     }
   }
-  RETURN_IF_ERROR(Decode(stream_key, stream, table, read, frames, output, limits,
-                         reinterpret_cast<void*>(static_cast<uintptr_t>(m.staging)), frame_bytes));
-  // Decode returned with every frame written (its stream synchronised): copy them out.
+  RETURN_IF_ERROR(DecodeToDevice(stream_key, stream, table, read, frames, output, limits,
+                                 reinterpret_cast<void*>(static_cast<uintptr_t>(m.staging)),
+                                 frame_bytes));
+  // DecodeToDevice returned with every frame written (its stream synchronised): copy them out.
   ScopedContext scoped(*m.d, m.ctx);
   for (size_t i = 0; i < frames.size(); ++i) {
     RgbImage& img = (*out)[i];
@@ -725,7 +770,7 @@ absl::Status NvdecDecoder::DecodeToHost(uint64_t stream_key, const pb::StreamInd
 
 void* NvdecDecoder::stream() const { return impl_->stream; }
 int NvdecDecoder::device() const { return impl_->device; }
-const NvdecStats& NvdecDecoder::stats() const { return impl_->stats; }
+const FrameDecoderStats& NvdecDecoder::stats() const { return impl_->stats; }
 
 #endif  // CONVEYOR_NVDEC
 

@@ -14,6 +14,13 @@
 // keyframe the table names; shown frames are matched by presentation timestamp. Pixels differ from
 // libswscale's by the tolerance docs/nvdec.md states (measured by bench/nvdec_bench).
 //
+// The GPU backend of FrameDecoder (media/frame_decoder.h): its Decode copies the frames back to host
+// memory for batches assembled there; DecodeToDevice writes them into the caller's device memory
+// (DeviceFrames). What NVDEC cannot do is refused here, by the decoder, as FAILED_PRECONDITION
+// naming it: codecs other than H.264 and HEVC, anything but 8-bit 4:2:0, a crop before the resize,
+// a resize other than bilinear, a display rotation to apply. Whether a stream may be placed here
+// at all (the GPU's decoder caps and sizes) is media/decode_placement.h's.
+//
 // One NvdecDecoder per thread (a decode session), like VideoDecoder; sessions on one GPU spread over
 // its NVDEC engines (the driver places each session). docs/nvdec.md.
 #pragma once
@@ -29,7 +36,7 @@
 #include "absl/status/statusor.h"
 #include "format/format_fwd.h"
 #include "media/decode_common.h"
-#include "media/video_decoder.h"
+#include "media/frame_decoder.h"
 
 namespace conveyor {
 
@@ -49,21 +56,24 @@ struct GpuFrameOutput {
   Layout layout = Layout::kHwcU8;
   std::array<float, 3> mean = {0.f, 0.f, 0.f};
   std::array<float, 3> std = {1.f, 1.f, 1.f};
+  // The stream's display rotation is to be applied (VideoOutput::autorotate): a stream shown
+  // turned by a multiple of 90 degrees is then FAILED_PRECONDITION, since the kernel does not
+  // rotate.
+  bool autorotate = true;
 };
+
+// The kernel's output for a FrameDecoder request of `stream` (what NvdecDecoder::Decode decodes
+// to): uint8 RGB HWC at `output`'s size, or FAILED_PRECONDITION naming what the kernel cannot do:
+// a crop before the resize (VideoOutput::crop, the CPU backend's), a resize other than bilinear, a
+// display rotation to apply. Pure: no GPU needed.
+absl::StatusOr<GpuFrameOutput> NvdecOutputFor(const format::v1::StreamIndex& stream,
+                                              const VideoOutput& output);
 
 // What the GPU's decoder supports for one codec (cuvidGetDecoderCaps), 8-bit 4:2:0.
 struct NvdecCaps {
   bool supported = false;
   int engines = 0;  // NVDEC engines that can decode it (nNumNVDECs)
   int min_width = 0, min_height = 0, max_width = 0, max_height = 0;
-};
-
-struct NvdecStats {
-  uint64_t packets_sent = 0;
-  uint64_t frames_decoded = 0;    // pictures the parser handed to the engine
-  uint64_t frames_delivered = 0;  // frames written to the caller's memory
-  uint64_t seeks = 0;             // parser restarts at a keyframe
-  uint64_t decoders_created = 0;  // cuvidCreateDecoder calls (format changes)
 };
 
 // Why NVDEC cannot be used on `device` in this process; empty when it can. Asked once per process
@@ -76,40 +86,42 @@ const std::string& NvdecUnavailable(int device = 0);
 // reported unsupported.
 absl::StatusOr<NvdecCaps> QueryNvdecCaps(const std::string& codec, int device = 0);
 
-class NvdecDecoder {
+class NvdecDecoder final : public FrameDecoder {
  public:
   // A session on `device`: retains its primary CUDA context (the one the CUDA runtime and PyTorch
   // use, so device pointers are shared) and creates its own CUDA stream.
   static absl::StatusOr<std::unique_ptr<NvdecDecoder>> Create(int device = 0);
-  ~NvdecDecoder();
+  ~NvdecDecoder() override;
   NvdecDecoder(const NvdecDecoder&) = delete;
   NvdecDecoder& operator=(const NvdecDecoder&) = delete;
 
   // Decodes `frames` (indices into `table`, any order, repeats allowed) of `stream` and writes
   // entry i as described by `output` at `dst` + i * `dst_stride` bytes of device memory (on this
   // decoder's device). Work is ordered on stream(); the call returns when every frame is written.
-  // Only 8-bit 4:2:0 H.264 and HEVC; anything else is FAILED_PRECONDITION naming it (placement
-  // sends such streams to the CPU). `stream_key` lets decoding continue without a seek when the
-  // next call asks for frames after the last one shown (as VideoDecoder does). Errors name the
-  // frame or packet and why (a picture the engine flagged corrupt is DATA_LOSS).
+  // Only 8-bit 4:2:0 H.264 and HEVC; anything else, or a rotation `output` would have applied, is
+  // FAILED_PRECONDITION naming it (placement sends such streams to the CPU). `stream_key` lets
+  // decoding continue without a seek when the next call asks for frames after the last one shown
+  // (as VideoDecoder does). Errors name the frame or packet and why (a picture the engine flagged
+  // corrupt is DATA_LOSS).
+  absl::Status DecodeToDevice(uint64_t stream_key, const format::v1::StreamIndex& stream,
+                              const FrameTable& table, PacketReader read,
+                              std::span<const int64_t> frames, const GpuFrameOutput& output,
+                              const DecodeLimits& limits, void* dst, size_t dst_stride);
+
+  // FrameDecoder::Decode, for host batches (`decode: gpu`): DecodeToDevice's frames, as
+  // NvdecOutputFor(stream, output) makes them, copied to host memory; entry i of `out` is frame
+  // frames[i], uint8 RGB HWC, the layout VideoDecoder returns. The decoder keeps a device buffer
+  // of the largest request.
   absl::Status Decode(uint64_t stream_key, const format::v1::StreamIndex& stream,
                       const FrameTable& table, PacketReader read, std::span<const int64_t> frames,
-                      const GpuFrameOutput& output, const DecodeLimits& limits, void* dst,
-                      size_t dst_stride);
-
-  // Decode's frames copied to host memory, for the served path (`decode: gpu`): entry i of
-  // `out` is frame frames[i], uint8 RGB HWC as `output` (which must be kHwcU8) sizes it, the
-  // same layout VideoDecoder returns. The decoder keeps a device buffer of the largest request.
-  absl::Status DecodeToHost(uint64_t stream_key, const format::v1::StreamIndex& stream,
-                            const FrameTable& table, PacketReader read,
-                            std::span<const int64_t> frames, const GpuFrameOutput& output,
-                            const DecodeLimits& limits, std::vector<RgbImage>* out);
+                      const VideoOutput& output, const DecodeLimits& limits,
+                      std::vector<RgbImage>* out) override;
   // Bytes of one frame as `output` lays it out for a stream of width x height.
   static size_t FrameBytes(const GpuFrameOutput& output, int width, int height);
 
   void* stream() const;  // the CUDA stream (cudaStream_t / CUstream) the kernels run on
   int device() const;
-  const NvdecStats& stats() const;
+  const FrameDecoderStats& stats() const override;
 
  private:
   struct Impl;

@@ -23,83 +23,6 @@ namespace conveyor {
 
 namespace pb = format::v1;
 
-// ---------------------------------------------------------------------------------------------
-// FrameTable
-
-absl::StatusOr<FrameTable> FrameTable::Build(const pb::StreamIndex& stream) {
-  const pb::PacketTable& pk = stream.packets();
-  const size_t n = static_cast<size_t>(pk.pts_size());
-  if (n == 0) {
-    return absl::InvalidArgumentError(StrCat("stream '", stream.name(), "' has no packets"));
-  }
-  if (stream.time_base_num() <= 0 || stream.time_base_den() <= 0) {
-    return absl::DataLossError(StrCat("stream '", stream.name(), "' has no valid time base"));
-  }
-  // Keyframes in decode order.
-  std::vector<uint32_t> keys;
-  for (size_t i = 0; i < n; ++i) {
-    if (pk.flags(static_cast<int>(i)) & format::kPacketKey) keys.push_back(static_cast<uint32_t>(i));
-  }
-  if (keys.empty()) {
-    return absl::DataLossError(StrCat("stream '", stream.name(), "' has no keyframe"));
-  }
-  std::vector<uint32_t> shown;
-  shown.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int ii = static_cast<int>(i);
-    if (pk.flags(ii) & format::kPacketDiscard) continue;
-    if (pk.pts(ii) < stream.pts_origin()) continue;  // decoded as a reference, never shown
-    if (i < keys.front()) continue;                  // undecodable: no keyframe before it
-    shown.push_back(static_cast<uint32_t>(i));
-  }
-  std::stable_sort(shown.begin(), shown.end(), [&](uint32_t a, uint32_t b) {
-    return pk.pts(static_cast<int>(a)) < pk.pts(static_cast<int>(b));
-  });
-  FrameTable t;
-  t.pts.reserve(shown.size());
-  t.time_s.reserve(shown.size());
-  t.packet.reserve(shown.size());
-  t.start_packet.reserve(shown.size());
-  const double tb = static_cast<double>(stream.time_base_num()) / stream.time_base_den();
-  for (uint32_t d : shown) {
-    const int64_t pts = pk.pts(static_cast<int>(d));
-    if (!t.pts.empty() && pts == t.pts.back()) {
-      return absl::DataLossError(StrCat("stream '", stream.name(), "': packets ", t.packet.back(),
-                                        " and ", d, " have the same presentation timestamp ", pts));
-    }
-    // The last keyframe at or before d in decode order; a leading picture (shown before that
-    // keyframe) may reference the previous group of pictures, so it starts one keyframe earlier.
-    auto it = std::upper_bound(keys.begin(), keys.end(), d);
-    --it;
-    if (pts < pk.pts(static_cast<int>(*it)) && it != keys.begin()) --it;
-    t.pts.push_back(pts);
-    t.time_s.push_back(static_cast<double>(pts - stream.pts_origin()) * tb);
-    t.packet.push_back(d);
-    t.start_packet.push_back(*it);
-  }
-  if (t.pts.empty()) {
-    return absl::DataLossError(
-        StrCat("stream '", stream.name(), "' has no frame at or after its start time"));
-  }
-  return t;
-}
-
-int64_t FrameTable::Nearest(double t) const {
-  if (time_s.empty()) return -1;
-  auto it = std::lower_bound(time_s.begin(), time_s.end(), t);
-  if (it == time_s.begin()) return 0;
-  if (it == time_s.end()) return static_cast<int64_t>(time_s.size()) - 1;
-  const int64_t hi = it - time_s.begin();
-  return (t - time_s[hi - 1] <= time_s[hi] - t) ? hi - 1 : hi;
-}
-
-int64_t FrameTable::AtOrBefore(double t) const {
-  if (time_s.empty()) return -1;
-  auto it = std::upper_bound(time_s.begin(), time_s.end(), t);
-  if (it == time_s.begin()) return 0;
-  return (it - time_s.begin()) - 1;
-}
-
 int SwsFlagsFor(ResizeFilter f) {
   switch (f) {
     case ResizeFilter::kBilinear: return SWS_BILINEAR;
@@ -365,17 +288,17 @@ struct VideoDecoder::State {
   // (Re)opens the codec context when the parameters change; forgets the decode chain when the
   // stream (`key`, see Decode) changes.
   absl::Status UseCodecFor(uint64_t key, const pb::StreamIndex& stream, const DecodeLimits& limits,
-                           VideoDecoderStats& stats);
+                           FrameDecoderStats& stats);
   // Frame k of stream `key` as `output` asks for it, if it is kept; else null.
   const RgbImage* FindRecent(uint64_t key, int64_t k, const VideoOutput& output) const;
   // Restarts decoding at packet `start` unless the decode chain can go on forward to `target`.
-  void SeekUnlessContinuing(uint64_t key, size_t start, int64_t target, VideoDecoderStats& stats);
+  void SeekUnlessContinuing(uint64_t key, size_t start, int64_t target, FrameDecoderStats& stats);
   // Decodes forward until frame k comes out into `frame`.
   absl::Status DecodeFrame(int64_t k, const FrameTable& table, const pb::PacketTable& pk,
-                           PacketReader read, VideoDecoderStats& stats);
+                           PacketReader read, FrameDecoderStats& stats);
   // Sends packet next_packet (for frame k), or signals the end of the stream after the last.
   absl::Status SendNextPacket(int64_t k, const pb::PacketTable& pk, PacketReader read,
-                              VideoDecoderStats& stats);
+                              FrameDecoderStats& stats);
   // Converts `frame` to RGB into `image` (rotated, cropped and resized as `output` asks).
   absl::Status ConvertFrame(Rotation rotation, const VideoOutput& output, RgbImage* image);
   // Crops `src` (displayed orientation, pixel format `fmt`) in its own pixel format and converts
@@ -442,7 +365,7 @@ absl::Status OpenCodec(const pb::StreamIndex& stream, const DecodeLimits& limits
 
 absl::Status VideoDecoder::State::UseCodecFor(uint64_t key, const pb::StreamIndex& stream,
                                               const DecodeLimits& limits,
-                                              VideoDecoderStats& stats) {
+                                              FrameDecoderStats& stats) {
   std::string params = stream.codec().SerializeAsString();
   if (ctx == nullptr || params != params_key) {
     ctx.reset();
@@ -473,7 +396,7 @@ const RgbImage* VideoDecoder::State::FindRecent(uint64_t key, int64_t k,
 }
 
 void VideoDecoder::State::SeekUnlessContinuing(uint64_t key, size_t start, int64_t target,
-                                               VideoDecoderStats& stats) {
+                                               FrameDecoderStats& stats) {
   // After a drain the decoder still holds the frames not yet received; EOF ends it.
   const bool can_continue = live && last_pts < target && start <= next_packet;
   if (can_continue) return;
@@ -489,7 +412,7 @@ void VideoDecoder::State::SeekUnlessContinuing(uint64_t key, size_t start, int64
 
 absl::Status VideoDecoder::State::DecodeFrame(int64_t k, const FrameTable& table,
                                               const pb::PacketTable& pk, PacketReader read,
-                                              VideoDecoderStats& stats) {
+                                              FrameDecoderStats& stats) {
   const int64_t target = table.pts[k];
   while (true) {
     const int ret = avcodec_receive_frame(ctx.get(), frame.get());
@@ -529,7 +452,7 @@ absl::Status VideoDecoder::State::DecodeFrame(int64_t k, const FrameTable& table
 }
 
 absl::Status VideoDecoder::State::SendNextPacket(int64_t k, const pb::PacketTable& pk,
-                                                 PacketReader read, VideoDecoderStats& stats) {
+                                                 PacketReader read, FrameDecoderStats& stats) {
   const size_t num_packets = static_cast<size_t>(pk.pts_size());
   if (next_packet >= num_packets) {
     const int ret = avcodec_send_packet(ctx.get(), nullptr);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "base/strings.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/worker_pool.h"
@@ -48,6 +49,7 @@ absl::StatusOr<GpuFrameOutput> OutputFor(const StreamSpec& s, const std::string&
   GpuFrameOutput out;
   out.resize_width = s.width;
   out.resize_height = s.height;
+  out.autorotate = s.autorotate;
   if (s.dtype == ImageDType::kUint8 && s.layout == ImageLayout::kHWC) {
     out.layout = GpuFrameOutput::Layout::kHwcU8;
   } else if (s.dtype == ImageDType::kFloat32 && s.layout == ImageLayout::kCHW) {
@@ -80,6 +82,8 @@ struct DeviceFrames::Impl {
     std::vector<std::unique_ptr<SampleAssembler>> members;  // per mixture member
     std::vector<FrameRequest> requests;                      // reused
   };
+  // Used by Decode's ParallelFor workers while Decode holds `mu` for the whole call (a worker's
+  // lambda holds no lock of its own, so this cannot be annotated); each worker uses its own.
   std::vector<Session> sessions;
 
   // Decoded frames kept on the device, per tensor: a ring of frame slots in one allocation,
@@ -91,12 +95,12 @@ struct DeviceFrames::Impl {
     std::vector<std::optional<FrameKey>> owner;  // per slot
     std::map<FrameKey, size_t> where;            // cached frame -> slot
   };
-  std::vector<Cache> caches;    // per tensor; slots == 0 without a cache
-  void* copy_stream = nullptr;  // cudaStream_t of the cache-to-batch copies
-
   absl::Mutex mu;  // one Decode at a time
+  std::vector<Cache> caches ABSL_GUARDED_BY(mu);    // per tensor; slots == 0 without a cache
+  void* copy_stream ABSL_GUARDED_BY(mu) = nullptr;  // cudaStream_t of the cache-to-batch copies
+
   mutable absl::Mutex stats_mu;
-  DeviceFramesStats stats;
+  DeviceFramesStats stats ABSL_GUARDED_BY(stats_mu);
 
   ~Impl();
 
@@ -121,7 +125,50 @@ struct DeviceFrames::Impl {
   // directly).
   absl::Status DecodeCached(size_t tensor, std::span<const SampleId> ids, uint8_t* base,
                             uint8_t* pads, void* cuda_stream, void* queued,
-                            std::atomic<bool>* zeroed, bool* done);
+                            std::atomic<bool>* zeroed, bool* done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // DecodeCached's steps, in order (CUDA builds only). A frame of the batch: its place
+  // (sample * T + entry) and its key.
+  struct Want {
+    size_t slot_in_batch;
+    FrameKey key;
+  };
+  // Frames decoded into the cache by one session in one call: frames of one (member, episode)
+  // that start from one keyframe, in the consecutive slots from first_slot.
+  struct Unit {
+    uint32_t member = 0;
+    FrameRequest request;
+    size_t first_slot = 0;
+  };
+  using Places = std::map<FrameKey, std::vector<size_t>>;  // a frame -> its places in the batch
+  // The frames `ids` want of `tensor` (Prepare; padding written as in DecodeOne), and per member
+  // the spec stream of the tensor (-1 where none is wanted).
+  absl::Status CollectWants(size_t tensor, std::span<const SampleId> ids, uint8_t* base,
+                            uint8_t* pads, void* cuda_stream, std::atomic<bool>* zeroed,
+                            std::vector<Want>* wants, std::vector<int>* member_stream_of);
+  // Copies the wanted frames the cache holds into the batch, after the caller's queued work
+  // (`queued`, a cudaEvent_t) and before new frames may overwrite their slots; the others go to
+  // *missing. Returns how many were copied.
+  absl::StatusOr<uint64_t> CopyCachedFrames(size_t tensor, const std::vector<Want>& wants,
+                                            uint8_t* base, void* queued, Places* missing)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The missing frames as units, and how many frames they decode: per (member, episode) every
+  // frame of their span (later samples of the same clips want the frames between) unless the
+  // span is sparse, cut where the keyframe changes, so each unit decodes from its own keyframe
+  // on any session.
+  absl::Status PlanUnits(size_t tensor, const Places& missing,
+                         const std::vector<int>& member_stream_of, std::vector<Unit>* units,
+                         size_t* total) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Gives each unit's frames consecutive slots of the ring of `c`, overwriting the oldest.
+  static void AssignSlots(Cache& c, std::vector<Unit>* units);
+  // Decodes the units into their slots, spread over the sessions; on an error the slots of this
+  // call are emptied (they hold nothing usable).
+  absl::Status DecodeUnits(size_t tensor, const std::vector<Unit>& units)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Copies the newly cached frames to their places in the batch and waits for the copies.
+  absl::Status CopyMissingFrames(size_t tensor, const Places& missing, uint8_t* base)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 DeviceFrames::Impl::~Impl() {
@@ -191,7 +238,7 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
     if (!o.streams.empty() && std::find(o.streams.begin(), o.streams.end(), s.name) == o.streams.end()) {
       continue;
     }
-    if (s.decode == DecodeBackend::kCpu) {
+    if (ChooseDecodeBackend(s.decode, DecodeSite::kTrainerDevice) != DecodeBackend::kGpu) {
       return absl::InvalidArgumentError(StrCat(o.config, ": stream '", s.name,
                                                "' says decode: cpu; DeviceFrames decodes on NVDEC"));
     }
@@ -230,6 +277,8 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
           impl->source->dataset(k), impl->bound[k].spec, impl->indexes[k]));
     }
   }
+  // Not yet shared: held so that the analysis sees the guarded fields written under their lock.
+  absl::MutexLock lock(&impl->mu);
   impl->caches.resize(impl->tensors.size());
 #if CONVEYOR_HAVE_CUDA
   if (o.cache_bytes > 0) {
@@ -317,23 +366,21 @@ absl::Status DeviceFrames::Impl::DecodeOne(Session& session, size_t tensor, cons
   return absl::OkStatus();
 }
 
-absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const SampleId> ids,
-                                              uint8_t* base, uint8_t* pads, void* cuda_stream,
-                                              void* queued, std::atomic<bool>* zeroed,
-                                              bool* done) {
 #if CONVEYOR_HAVE_CUDA
-  *done = false;
+namespace {
+
+absl::Status CudaFailure(cudaError_t e, const char* what) {
+  return absl::InternalError(StrCat("DeviceFrames: ", what, ": ", cudaGetErrorString(e)));
+}
+
+}  // namespace
+
+absl::Status DeviceFrames::Impl::CollectWants(size_t tensor, std::span<const SampleId> ids,
+                                              uint8_t* base, uint8_t* pads, void* cuda_stream,
+                                              std::atomic<bool>* zeroed, std::vector<Want>* wants,
+                                              std::vector<int>* member_stream_of) {
   const DeviceFramesTensor& t = tensors[tensor];
-  Cache& c = caches[tensor];
-  const size_t fb = c.frame_bytes;
-  const cudaStream_t copy = static_cast<cudaStream_t>(copy_stream);
   Session& s0 = sessions[0];
-  struct Want {
-    size_t slot_in_batch;  // sample * T + entry
-    FrameKey key;
-  };
-  std::vector<Want> wants;
-  std::vector<int> member_stream_of(source->size(), -1);
   for (size_t i = 0; i < ids.size(); ++i) {
     const SampleId& id = ids[i];
     const FrameRequest* request = nullptr;
@@ -341,47 +388,51 @@ absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const Sam
                             pads != nullptr ? pads + i * t.frames_per_sample : nullptr,
                             cuda_stream, zeroed, &request));
     if (request == nullptr) continue;  // padding, already written
-    member_stream_of[id.dataset] = static_cast<int>(request->spec_stream);
+    (*member_stream_of)[id.dataset] = static_cast<int>(request->spec_stream);
     for (size_t k = 0; k < request->frames.size(); ++k) {
-      wants.push_back(Want{i * t.frames_per_sample + k,
-                           FrameKey{id.dataset, id.episode, request->frames[k]}});
+      wants->push_back(Want{i * t.frames_per_sample + k,
+                            FrameKey{id.dataset, id.episode, request->frames[k]}});
     }
   }
-  auto fail = [](cudaError_t e, const char* what) {
-    return absl::InternalError(StrCat("DeviceFrames: ", what, ": ", cudaGetErrorString(e)));
-  };
-  // Frames in the cache go to the batch first, before new frames may overwrite their slots.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> DeviceFrames::Impl::CopyCachedFrames(size_t tensor,
+                                                              const std::vector<Want>& wants,
+                                                              uint8_t* base, void* queued,
+                                                              Places* missing) {
+  const Cache& c = caches[tensor];
+  const size_t fb = c.frame_bytes;
+  const cudaStream_t copy = static_cast<cudaStream_t>(copy_stream);
   if (cudaError_t e = cudaStreamWaitEvent(copy, static_cast<cudaEvent_t>(queued), 0); e != cudaSuccess) {
-    return fail(e, "cudaStreamWaitEvent");
+    return CudaFailure(e, "cudaStreamWaitEvent");
   }
-  std::map<FrameKey, std::vector<size_t>> missing;  // frame -> its places in the batch
   uint64_t hits = 0;
   for (const Want& w : wants) {
     auto it = c.where.find(w.key);
     if (it == c.where.end()) {
-      missing[w.key].push_back(w.slot_in_batch);
+      (*missing)[w.key].push_back(w.slot_in_batch);
       continue;
     }
     ++hits;
     if (cudaError_t e = cudaMemcpyAsync(base + w.slot_in_batch * fb, c.arena + it->second * fb, fb,
                                         cudaMemcpyDeviceToDevice, copy);
         e != cudaSuccess) {
-      return fail(e, "cudaMemcpyAsync");
+      return CudaFailure(e, "cudaMemcpyAsync");
     }
   }
   if (cudaError_t e = cudaStreamSynchronize(copy); e != cudaSuccess) {
-    return fail(e, "cudaStreamSynchronize");
+    return CudaFailure(e, "cudaStreamSynchronize");
   }
-  // The missing frames, per (member, episode): every frame of their span (later samples of the
-  // same clips want the frames between), unless the span is sparse; cut where the keyframe
-  // changes, so each unit decodes from its own keyframe on any session.
-  struct Unit {
-    uint32_t member = 0;
-    FrameRequest request;
-    size_t first_slot = 0;
-  };
-  std::vector<Unit> units;
-  size_t total = 0;
+  return hits;
+}
+
+absl::Status DeviceFrames::Impl::PlanUnits(size_t tensor, const Places& missing,
+                                           const std::vector<int>& member_stream_of,
+                                           std::vector<Unit>* units, size_t* total) {
+  const Cache& c = caches[tensor];
+  Session& s0 = sessions[0];
+  *total = 0;
   for (auto it = missing.begin(); it != missing.end();) {
     const auto [member, episode, first] = it->first;
     std::vector<int64_t> frames;
@@ -410,14 +461,17 @@ absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const Sam
         u.request.episode = episode;
         u.request.spec_stream = static_cast<size_t>(member_stream);
         u.request.stream = bound[member].spec.streams[static_cast<size_t>(member_stream)].stream;
-        units.push_back(std::move(u));
+        units->push_back(std::move(u));
       }
-      units.back().request.frames.push_back(frames[j]);
+      units->back().request.frames.push_back(frames[j]);
     }
-    total += frames.size();
+    *total += frames.size();
   }
-  if (total > c.slots / 2) return absl::OkStatus();  // does not fit: the caller decodes directly
-  for (Unit& u : units) {
+  return absl::OkStatus();
+}
+
+void DeviceFrames::Impl::AssignSlots(Cache& c, std::vector<Unit>* units) {
+  for (Unit& u : *units) {
     const size_t n = u.request.frames.size();
     if (c.next + n > c.slots) c.next = 0;
     for (size_t j = 0; j < n; ++j) {
@@ -431,6 +485,12 @@ absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const Sam
     u.first_slot = c.next;
     c.next += n;
   }
+}
+
+absl::Status DeviceFrames::Impl::DecodeUnits(size_t tensor, const std::vector<Unit>& units) {
+  const DeviceFramesTensor& t = tensors[tensor];
+  Cache& c = caches[tensor];
+  const size_t fb = c.frame_bytes;
   const size_t k_sessions = std::min(sessions.size(), units.size());
   absl::Status st = ParallelFor("nvdec-frames", static_cast<int>(k_sessions), k_sessions,
                                 [&](size_t k) -> absl::Status {
@@ -455,21 +515,52 @@ absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const Sam
         c.where.erase(FrameKey{u.member, u.request.episode, u.request.frames[j]});
       }
     }
-    return st;
   }
+  return st;
+}
+
+absl::Status DeviceFrames::Impl::CopyMissingFrames(size_t tensor, const Places& missing,
+                                                   uint8_t* base) {
+  const Cache& c = caches[tensor];
+  const size_t fb = c.frame_bytes;
+  const cudaStream_t copy = static_cast<cudaStream_t>(copy_stream);
   for (const auto& [key, places] : missing) {
     const size_t slot = c.where.at(key);
     for (size_t place : places) {
       if (cudaError_t e = cudaMemcpyAsync(base + place * fb, c.arena + slot * fb, fb,
                                           cudaMemcpyDeviceToDevice, copy);
           e != cudaSuccess) {
-        return fail(e, "cudaMemcpyAsync");
+        return CudaFailure(e, "cudaMemcpyAsync");
       }
     }
   }
   if (cudaError_t e = cudaStreamSynchronize(copy); e != cudaSuccess) {
-    return fail(e, "cudaStreamSynchronize");
+    return CudaFailure(e, "cudaStreamSynchronize");
   }
+  return absl::OkStatus();
+}
+#endif  // CONVEYOR_HAVE_CUDA
+
+absl::Status DeviceFrames::Impl::DecodeCached(size_t tensor, std::span<const SampleId> ids,
+                                              uint8_t* base, uint8_t* pads, void* cuda_stream,
+                                              void* queued, std::atomic<bool>* zeroed,
+                                              bool* done) {
+#if CONVEYOR_HAVE_CUDA
+  *done = false;
+  std::vector<Want> wants;
+  std::vector<int> member_stream_of(source->size(), -1);
+  RETURN_IF_ERROR(CollectWants(tensor, ids, base, pads, cuda_stream, zeroed, &wants,
+                               &member_stream_of));
+  Places missing;
+  ASSIGN_OR_RETURN(const uint64_t hits, CopyCachedFrames(tensor, wants, base, queued, &missing));
+  std::vector<Unit> units;
+  size_t total = 0;
+  RETURN_IF_ERROR(PlanUnits(tensor, missing, member_stream_of, &units, &total));
+  Cache& c = caches[tensor];
+  if (total > c.slots / 2) return absl::OkStatus();  // does not fit: the caller decodes directly
+  AssignSlots(c, &units);
+  RETURN_IF_ERROR(DecodeUnits(tensor, units));
+  RETURN_IF_ERROR(CopyMissingFrames(tensor, missing, base));
   {
     absl::MutexLock lock(&stats_mu);
     stats.cache_hits += hits;

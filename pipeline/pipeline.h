@@ -79,6 +79,7 @@ struct PipelineStats {
   uint64_t quarantined_samples = 0;
   uint64_t bytes = 0;            // tensor bytes handed out
   uint64_t frames_decoded = 0;   // video
+  uint64_t frames_decoded_nvdec = 0;  // of frames_decoded, on NVDEC (`decode: gpu`)
   uint64_t frames_delivered = 0;
   uint64_t prefetch_hits = 0;    // frames served from the window prefetch (pre-decoded blocks)
   uint64_t prefetch_misses = 0;
@@ -180,8 +181,10 @@ class Pipeline {
 };
 
 // Fills in the automatic schedule values (order.block_steps, order.window_blocks = 0) by
-// shuffle/schedule.h's ResolveOrder with options->queue_bytes. A server resolves them from the
-// config before it applies its own, smaller byte budget, so it serves the order the config names.
+// shuffle/schedule.h's ResolveOrder with options->queue_bytes, from the figures measured here on
+// the dataset (its first episode's keyframes, its sample index; pipeline/schedule_inputs.cc). A
+// server resolves them from the config before it applies its own, smaller byte budget, so it
+// serves the order the config names.
 absl::Status ResolveSchedule(const Dataset& dataset, const SampleSpec& spec, PipelineOptions* options);
 // A mixture resolves each member's schedule (options->member_orders) with an equal share of
 // queue_bytes.

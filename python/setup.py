@@ -1,8 +1,10 @@
-"""Builds the `conveyor` package: the .py files plus libconveyor_c.so.1 in conveyor/lib/.
+"""Builds the `conveyor` package: the .py files plus libconveyor_c.so.1 and libconveyor_video.so.1
+(conveyor.video's DeviceFrames, loaded only when used) in conveyor/lib/.
 
-The library is taken from $CONVEYOR_LIBRARY, else from a CMake build tree of this repository
-($CONVEYOR_BUILD_DIR, else ../build), else built there with CMake (target conveyor_c only). The
-version is the top-level CMakeLists.txt's project(VERSION), the one place it is written.
+Each library is taken from its variable ($CONVEYOR_LIBRARY, $CONVEYOR_VIDEO_LIBRARY), else for
+the video library from beside $CONVEYOR_LIBRARY, else from a CMake build tree of this repository
+($CONVEYOR_BUILD_DIR, else ../build), else built there with CMake (its target only). The version
+is the top-level CMakeLists.txt's project(VERSION), the one place it is written.
 """
 
 import os
@@ -19,7 +21,9 @@ HERE = Path(__file__).resolve().parent
 # The repository: this file's parent, or $CONVEYOR_SOURCE_DIR for a copy built elsewhere
 # (tools/wheel.sh).
 ROOT = Path(os.environ.get("CONVEYOR_SOURCE_DIR", HERE.parent)).resolve()
-SONAME = "libconveyor_c.so.1"
+# soname -> (its CMake target, the variable naming a built copy)
+LIBRARIES = {"libconveyor_c.so.1": ("conveyor_c", "CONVEYOR_LIBRARY"),
+             "libconveyor_video.so.1": ("conveyor_video", "CONVEYOR_VIDEO_LIBRARY")}
 
 
 def version():
@@ -30,21 +34,25 @@ def version():
     return m.group(1)
 
 
-def find_library():
-    env = os.environ.get("CONVEYOR_LIBRARY")
+def find_library(soname):
+    target, variable = LIBRARIES[soname]
+    env = os.environ.get(variable)
     if env:
         if not Path(env).is_file():
-            raise RuntimeError(f"CONVEYOR_LIBRARY={env}: no such file")
+            raise RuntimeError(f"{variable}={env}: no such file")
         return Path(env)
+    client = os.environ.get("CONVEYOR_LIBRARY")
+    if client and (Path(client).resolve().parent / soname).is_file():
+        return (Path(client).resolve().parent / soname).resolve()
     build = Path(os.environ.get("CONVEYOR_BUILD_DIR", ROOT / "build"))
-    lib = build / "python" / "conveyor" / "lib" / SONAME
+    lib = build / "python" / "conveyor" / "lib" / soname
     if not lib.exists():
-        print(f"conveyor: building {SONAME} with CMake in {build}", flush=True)
+        print(f"conveyor: building {soname} with CMake in {build}", flush=True)
         if not (build / "CMakeCache.txt").exists():
             subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja",
                                    "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
                                    "-DCONVEYOR_BUILD_TESTS=OFF", "-DCONVEYOR_BUILD_BENCH=OFF"])
-        subprocess.check_call(["cmake", "--build", str(build), "--target", "conveyor_c"])
+        subprocess.check_call(["cmake", "--build", str(build), "--target", target])
     return lib.resolve()
 
 
@@ -53,7 +61,8 @@ class BuildPy(build_py):
         super().run()
         out = Path(self.build_lib) / "conveyor" / "lib"
         out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(find_library(), out / SONAME)
+        for soname in LIBRARIES:
+            shutil.copyfile(find_library(soname), out / soname)
 
 
 class BinaryDistribution(Distribution):
@@ -80,4 +89,4 @@ except ImportError:  # pragma: no cover - wheel not installed: pip install still
     pass
 
 setup(version=version(), cmdclass=cmdclass, distclass=BinaryDistribution,
-      package_data={"conveyor": ["lib/*.so*"]})
+      package_data={"conveyor": ["lib/*.so*", "py.typed"]})

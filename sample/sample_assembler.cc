@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "media/decode_placement.h"
 #include "sample/augment.h"
 #include "sample/tokenizer.h"
 
@@ -56,6 +57,40 @@ size_t Sample::bytes() const {
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// Whether video stream `s` (of manifest stream `info`) can be decoded where its `decode:` puts it
+// in host batches, in this process. Only NVDEC can be refused; the CPU decodes any stream.
+absl::Status CheckVideoBackend(const StreamSpec& s, const StreamInfo& info) {
+  if (ChooseDecodeBackend(s.decode, DecodeSite::kHostBatches) != DecodeBackend::kGpu) {
+    return absl::OkStatus();
+  }
+  VideoStreamInfo vs;
+  vs.codec = info.codec;
+  vs.pix_fmt = info.pix_fmt;
+  if (info.shape.size() >= 2) {
+    vs.height = static_cast<int>(info.shape[0]);
+    vs.width = static_cast<int>(info.shape[1]);
+  }
+  const absl::Status st = NvdecRefusal(vs, s.width > 0, s.resize);
+  if (st.ok()) return st;
+  return absl::FailedPreconditionError(StrCat(s.decode_at.empty() ? "" : StrCat(s.decode_at, ": "),
+                                              "stream '", s.name, "': decode: gpu, but ",
+                                              st.message()));
+}
+
+}  // namespace
+
+absl::Status CheckVideoBackends(const SampleSpec& spec, const Manifest& manifest) {
+  for (const StreamSpec& s : spec.streams) {
+    if (s.kind != pb::VIDEO) continue;
+    RETURN_IF_ERROR(CheckVideoBackend(s, manifest.streams[static_cast<size_t>(s.stream)]));
+    if (s.decode == DecodeBackend::kAuto && !s.decode_at.empty()) {
+      LogAutoDecodeOnce(StrCat("stream '", s.name, "'"), s.decode_at);
+    }
+  }
+  return absl::OkStatus();
+}
 
 struct SampleAssembler::Episode {
   uint64_t episode = 0;
@@ -68,8 +103,11 @@ SampleAssembler::SampleAssembler(const Dataset& dataset, const SampleSpec& spec,
                                  const SampleIndex& index)
     : dataset_(dataset), spec_(spec), index_(index), audio_(spec.audio_method) {
   for (const StreamSpec& s : spec_.streams) {
-    video_.push_back(s.kind == pb::VIDEO ? std::make_unique<VideoDecoder>() : nullptr);
+    backends_.push_back(s.kind == pb::VIDEO
+                            ? ChooseDecodeBackend(s.decode, DecodeSite::kHostBatches)
+                            : DecodeBackend::kCpu);
   }
+  video_.resize(spec_.streams.size());
 }
 
 SampleAssembler::~SampleAssembler() = default;
@@ -136,13 +174,14 @@ uint64_t SampleAssembler::DecodeSettingsKey(size_t spec_stream) const {
   h = Mix64(h ^ static_cast<uint64_t>(vo.filter));
   h = Mix64(h ^ (vo.autorotate ? 1u : 0u));
   // NVDEC's pixels are not the CPU's: a cache never hands one's frames to the other.
-  if (spec_.streams[spec_stream].decode == DecodeBackend::kGpu) h = Mix64(h ^ 0x6e76646563ull);
+  if (backends_[spec_stream] == DecodeBackend::kGpu) h = Mix64(h ^ 0x6e76646563ull);
   return h;
 }
 
-bool SampleAssembler::CropsInDecoder(const StreamSpec& s) const {
+bool SampleAssembler::CropsInDecoder(size_t si) const {
+  const StreamSpec& s = spec_.streams[si];
   return spec_.crop_method == CropMethod::kInDecoder && s.kind == pb::VIDEO &&
-         s.augment.crop.has_value() && s.decode != DecodeBackend::kGpu;
+         s.augment.crop.has_value() && backends_[si] == DecodeBackend::kCpu;
 }
 
 VideoOutput SampleAssembler::OutputFor(const StreamSpec& s) const {
@@ -444,7 +483,7 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
   // Cropped in the decoder: drawn before decoding, from the size the frames are shown at (the
   // size the crop from RGB draws from).
   std::optional<ImageDraw> drawn;
-  if (CropsInDecoder(s)) {
+  if (CropsInDecoder(si)) {
     const DisplayedSize shown = DisplayedSizeOf(ep.index->streams(s.stream), s.autorotate);
     drawn = DrawFor(s, seed, epoch, out->index, shown.width, shown.height);
   }
@@ -632,14 +671,12 @@ absl::Status SampleAssembler::AddAudio(const StreamSpec& s, const pb::EpisodeInd
 
 AssemblerStats SampleAssembler::stats() const {
   AssemblerStats s = stats_;
-  for (const auto& v : video_) {
+  for (size_t si = 0; si < video_.size(); ++si) {
+    const auto& v = video_[si];
     if (v == nullptr) continue;
     s.frames_decoded += v->stats().frames_decoded;
+    if (backends_[si] == DecodeBackend::kGpu) s.frames_decoded_nvdec += v->stats().frames_decoded;
     s.video_seeks += v->stats().seeks;
-  }
-  if (nvdec_ != nullptr) {
-    s.frames_decoded += nvdec_->stats().frames_decoded;
-    s.video_seeks += nvdec_->stats().seeks;
   }
   // Delivered = frames that went into samples, decoded for them or found in the window prefetch.
   s.frames_delivered = stats_.frames_delivered;
@@ -663,7 +700,7 @@ absl::Status SampleAssembler::NeededFramesAt(uint64_t episode, uint32_t step,
   ASSIGN_OR_RETURN(double t, AnchorTime(*ep, step));
   for (size_t si = 0; si < spec_.streams.size(); ++si) {
     const StreamSpec& s = spec_.streams[si];
-    if (s.kind != pb::VIDEO || CropsInDecoder(s)) continue;
+    if (s.kind != pb::VIDEO || CropsInDecoder(si)) continue;
     ASSIGN_OR_RETURN(const FrameTable* table, Table(*ep, s.stream));
     FrameRequest r;
     r.episode = episode;
@@ -679,24 +716,6 @@ absl::Status SampleAssembler::NeededFramesAt(uint64_t episode, uint32_t step,
   }
   return absl::OkStatus();
 }
-
-namespace {
-
-// FAILED_PRECONDITION for a stream the CPU path would turn upright (VideoDecoder applies a
-// rotation that is a multiple of 90 degrees and ignores any other): the NVDEC kernel does not
-// rotate. `where` follows the stream's name in the message (" of episode E", or nothing).
-absl::Status RefuseNvdecRotation(const StreamSpec& s, const pb::StreamIndex& stream,
-                                 std::string_view where) {
-  const double rotation = stream.codec().rotation_deg();
-  const double turn = std::fmod(std::fabs(rotation), 360.0);
-  if (!s.autorotate || turn == 0.0 || std::fmod(turn, 90.0) != 0.0) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      StrCat("stream '", s.name, "'", where, " is shown rotated by ", rotation,
-             " degrees; NVDEC output is not rotated (decode it on the CPU, or set autorotate: "
-             "false)"));
-}
-
-}  // namespace
 
 absl::Status SampleAssembler::DecodeFrames(const FrameRequest& request, std::vector<RgbImage>* out) {
   ASSIGN_OR_RETURN(Episode * ep, GetEpisode(request.episode));
@@ -716,25 +735,17 @@ absl::Status SampleAssembler::DecodeVideo(size_t si, uint64_t key, const pb::Str
                                           const FrameTable& table, PacketReader read,
                                           const std::vector<int64_t>& frames, const VideoOutput& vo,
                                           const DecodeLimits& limits, std::vector<RgbImage>* out) {
-  const StreamSpec& s = spec_.streams[si];
-  if (s.decode != DecodeBackend::kGpu) {
-    return video_[si]->Decode(key, stream, table, read, frames, vo, limits, out);
+  std::unique_ptr<FrameDecoder>& decoder = video_[si];
+  if (decoder == nullptr) {
+    // Before the first NVDEC session, the check (and error) a pipeline makes when it opens, for
+    // the assembler's users without one (`conveyor sample`, cache warming).
+    if (backends_[si] == DecodeBackend::kGpu) {
+      const StreamSpec& s = spec_.streams[si];
+      RETURN_IF_ERROR(CheckVideoBackend(s, dataset_.manifest().streams[s.stream]));
+    }
+    ASSIGN_OR_RETURN(decoder, OpenFrameDecoder(backends_[si]));
   }
-  // decode: gpu (checked against this host when the spec was read: sample_spec.cc): NVDEC's
-  // frames at the size the CPU path would decode, copied back for the rest of the sample.
-  RETURN_IF_ERROR(RefuseNvdecRotation(s, stream, ""));
-  if (vo.width > 0 && vo.filter != ResizeFilter::kBilinear) {
-    return absl::FailedPreconditionError(
-        StrCat("stream '", s.name, "': the NVDEC kernel resizes bilinearly; resize: bilinear"));
-  }
-  if (nvdec_ == nullptr) {
-    ASSIGN_OR_RETURN(nvdec_, NvdecDecoder::Create(0));
-  }
-  GpuFrameOutput go;
-  go.resize_width = vo.width;
-  go.resize_height = vo.height;
-  go.layout = GpuFrameOutput::Layout::kHwcU8;
-  return nvdec_->DecodeToHost(key, stream, table, read, frames, go, limits, out);
+  return decoder->Decode(key, stream, table, read, frames, vo, limits, out);
 }
 
 absl::Status SampleAssembler::DecodeFramesOnDevice(const FrameRequest& request,
@@ -745,14 +756,14 @@ absl::Status SampleAssembler::DecodeFramesOnDevice(const FrameRequest& request,
   const StreamSpec& s = spec_.streams[request.spec_stream];
   ASSIGN_OR_RETURN(const FrameTable* table, Table(*ep, s.stream));
   const pb::StreamIndex& stream = ep->index->streams(s.stream);
-  RETURN_IF_ERROR(RefuseNvdecRotation(s, stream, StrCat(" of episode ", request.episode)));
   auto read = [&](size_t packet, std::string* bytes) {
     return dataset_.ReadPacket(*ep->index, s.stream, packet, bytes);
   };
   const uint64_t key = DecoderKey(request.episode, s.stream);
   const DecodeLimits limits = LimitsFor(spec_.limits, request.frames.size());
   stats_.frames_delivered += request.frames.size();
-  return decoder.Decode(key, stream, *table, read, request.frames, output, limits, dst, stride);
+  return decoder.DecodeToDevice(key, stream, *table, read, request.frames, output, limits, dst,
+                                stride);
 }
 
 absl::StatusOr<const FrameTable*> SampleAssembler::FrameTableOf(uint64_t episode,

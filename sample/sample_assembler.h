@@ -19,6 +19,7 @@
 #include "media/audio_decoder.h"
 #include "media/image_decoder.h"
 #include "sample/sample_spec.h"
+#include "media/frame_decoder.h"
 #include "media/nvdec_decoder.h"
 #include "media/video_decoder.h"
 #include "datasets/dataset.h"
@@ -85,6 +86,9 @@ struct AssemblerStats {
   uint64_t bytes = 0;
   uint64_t frames_delivered = 0;  // video
   uint64_t frames_decoded = 0;    // video, references and skipped-over frames included
+  // Of frames_decoded, those NVDEC decoded (`decode: gpu`): what shows a served stream's frames
+  // came from the GPU and not the CPU.
+  uint64_t frames_decoded_nvdec = 0;
   uint64_t video_seeks = 0;
   uint64_t images_decoded = 0;
   uint64_t audio_windows = 0;
@@ -94,9 +98,20 @@ struct AssemblerStats {
   uint64_t prefetch_misses = 0;   // video frames decoded because the WindowPrefetch lacked them
 };
 
+// Whether this process can decode every video stream of `spec` (parsed against `manifest`) where
+// its `decode:` puts it in host batches (ChooseDecodeBackend, media/decode_backend.h): OK, or
+// FAILED_PRECONDITION naming the config's file, line and column, the stream and why, for a
+// `decode: gpu` stream NVDEC cannot take here (NvdecRefusal, media/decode_placement.h). An
+// explicit `decode: auto` is logged once per process with where video decodes. Probes the GPU:
+// the pipeline asks it when it opens (Pipeline::Create), so parsing a config never depends on the
+// machine; an assembler asks it again for a `gpu` stream before its first NVDEC session.
+absl::Status CheckVideoBackends(const SampleSpec& spec, const Manifest& manifest);
+
 // One per worker thread: holds one decoder per video stream (so each camera keeps its decode
-// position), an image and an audio decoder, and a few recently used episode indexes. Not
-// thread-safe; the Dataset, spec and index it points to must outlive it.
+// position), an image and an audio decoder, and a few recently used episode indexes. Each video
+// stream's backend (CPU or NVDEC) is chosen once, when the assembler is made, from its spec's
+// `decode:`; its FrameDecoder is opened on first use. Not thread-safe; the Dataset, spec and index
+// it points to must outlive it.
 class SampleAssembler {
  public:
   SampleAssembler(const Dataset& dataset, const SampleSpec& spec, const SampleIndex& index);
@@ -123,7 +138,7 @@ class SampleAssembler {
   // Decodes the frames of `request` on NVDEC with `decoder`, as `output` says, into device memory:
   // frame i at dst + i * stride (pipeline/device_frames.h, decoding in the trainer's process). The
   // frames are the ones DecodeFrames picks; the pixels are NVDEC's (docs/nvdec.md's tolerance).
-  // A stream with a display rotation is FAILED_PRECONDITION (the kernel does not rotate).
+  // What NVDEC refuses (a display rotation to apply, ...) is the decoder's FAILED_PRECONDITION.
   absl::Status DecodeFramesOnDevice(const FrameRequest& request, NvdecDecoder& decoder,
                                     const GpuFrameOutput& output, void* dst, size_t stride);
 
@@ -147,9 +162,9 @@ class SampleAssembler {
   // Anchor time of (episode, step).
   absl::StatusOr<double> AnchorTime(Episode& ep, uint32_t step);
   VideoOutput OutputFor(const StreamSpec& s) const;
-  // Whether stream `s`'s random resized crop is cut by its VideoDecoder (CropMethod::kInDecoder):
-  // drawn before decoding, from the stream's displayed size.
-  bool CropsInDecoder(const StreamSpec& s) const;
+  // Whether spec stream `si`'s random resized crop is cut by its CPU decoder
+  // (CropMethod::kInDecoder): drawn before decoding, from the stream's displayed size.
+  bool CropsInDecoder(size_t si) const;
 
   // Assemble's steps. Each adds to `out` the tensors of one stream of the spec (`si` indexes
   // spec_.streams; `s` is that stream's spec) or gets them ready; errors carry `ctx` (dataset,
@@ -184,11 +199,13 @@ class SampleAssembler {
   const Dataset& dataset_;
   const SampleSpec& spec_;
   const SampleIndex& index_;
-  std::vector<std::unique_ptr<VideoDecoder>> video_;  // per spec stream (null when not video)
-  // Streams with `decode: gpu` decode on this NVDEC session (made on first use) and are copied
-  // back to host memory (NvdecDecoder::DecodeToHost): the served path's GPU placement.
-  std::unique_ptr<NvdecDecoder> nvdec_;
-  // Decodes `frames` of spec stream `si` on the backend its spec names, as `vo` says.
+  // Per spec stream: where its video decodes (ChooseDecodeBackend for host batches; kCpu for
+  // streams that are not video), chosen once, here.
+  std::vector<DecodeBackend> backends_;
+  // Per spec stream: its decoder on backends_[si], opened on first use (null until then and for
+  // streams that are not video).
+  std::vector<std::unique_ptr<FrameDecoder>> video_;
+  // Decodes `frames` of spec stream `si` with its FrameDecoder, as `vo` says.
   absl::Status DecodeVideo(size_t si, uint64_t key, const format::v1::StreamIndex& stream,
                            const FrameTable& table, PacketReader read,
                            const std::vector<int64_t>& frames, const VideoOutput& vo,

@@ -5,17 +5,14 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
-#include <mutex>
 #include <set>
 #include <sstream>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
-#include "media/decode_placement.h"
 #include "sample/tokenizer.h"
 #include "sample/yaml_config.h"
-#include "spdlog/spdlog.h"
 
 namespace conveyor {
 
@@ -105,56 +102,16 @@ absl::Status ResolveNormalization(const Manifest& manifest, StreamSpec* s, std::
   return absl::OkStatus();
 }
 
-// A video stream's `decode: auto | cpu | gpu` (media/decode_backend.h). Served batches decode on
-// the CPU unless a stream asks for `gpu`: NVDEC's pixels are not libswscale's bits (docs/nvdec.md
-// "Pixel tolerance"), so a choice the host made (`auto`) would give a job different bits on
-// different servers. `gpu` is checked here against this host (NVDEC usable, the codec, pixel
-// format and size its decoder takes, a bilinear resize) and is an error naming the stream and
-// why when it cannot be honoured; an explicit `auto` says once per process where video decodes.
-absl::Status ParseDecode(std::string_view source, const YAML::Node& n, std::string_view what,
-                         const StreamInfo& info, StreamSpec* s) {
+// A video stream's `decode: auto | cpu | gpu` (media/decode_backend.h). Only the word is read
+// here, with where it was written: what it means and whether this machine can honour it are asked
+// where a pipeline opens (CheckVideoBackends, sample/sample_assembler.h), so parsing a config gives
+// the same spec on every machine.
+absl::Status ParseDecode(std::string_view source, const YAML::Node& n, StreamSpec* s) {
   if (!n["decode"]) return absl::OkStatus();
   ASSIGN_OR_RETURN(std::string v, Word(source, n["decode"], "decode", {"auto", "cpu", "gpu"}));
   s->decode = v == "gpu" ? DecodeBackend::kGpu : v == "cpu" ? DecodeBackend::kCpu : DecodeBackend::kAuto;
-  const std::string& unavailable = GpuDecodeUnavailable();
-  if (s->decode == DecodeBackend::kGpu) {
-    std::string why;
-    if (!unavailable.empty()) {
-      why = StrCat("video cannot be decoded on the GPU here: ", unavailable,
-                   " (decode: auto decodes on the CPU)");
-    } else {
-      VideoStreamInfo vs;
-      vs.codec = info.codec;
-      vs.pix_fmt = info.pix_fmt;
-      if (info.shape.size() >= 2) {
-        vs.height = static_cast<int>(info.shape[0]);
-        vs.width = static_cast<int>(info.shape[1]);
-      }
-      const Placement p = PlaceVideoStream(vs, DecodeBackend::kGpu, ProbeNvdecHost());
-      if (p.where != DecodeBackend::kGpu) {
-        why = StrCat("NVDEC cannot decode it here: ", p.reason, " (decode: cpu)");
-      } else if (s->width > 0 && s->resize != ResizeFilter::kBilinear) {
-        why = "the NVDEC kernel resizes bilinearly (resize: bilinear, or decode: cpu)";
-      }
-    }
-    if (why.empty()) return absl::OkStatus();
-    const YAML::Mark mark = n["decode"].Mark();
-    return absl::FailedPreconditionError(
-        StrCat(source, ":", mark.line + 1, ":", mark.column + 1, ": ", what, ": decode: gpu, but ", why));
-  }
-  if (s->decode == DecodeBackend::kAuto) {
-    static std::once_flag logged;
-    std::call_once(logged, [&] {
-      if (unavailable.empty()) {
-        spdlog::info("decode: auto: served batches decode video on the CPU, the same bits on every "
-                     "server; decode: gpu puts a stream on NVDEC (its own bits, docs/nvdec.md); "
-                     "first asked for by {} in {}", what, source);
-      } else {
-        spdlog::info("decode: auto: video streams decode on the CPU here ({}); first asked for by {} in {}",
-                     unavailable, what, source);
-      }
-    });
-  }
+  const YAML::Mark mark = n["decode"].Mark();
+  s->decode_at = StrCat(source, ":", mark.line + 1, ":", mark.column + 1);
   return absl::OkStatus();
 }
 
@@ -307,6 +264,188 @@ absl::Status ParseClips(std::string_view source, const YAML::Node& c, const Mani
   return absl::OkStatus();
 }
 
+// `anchor:` and the stream it names: explicit, else "action", else the first lowdim stream, else
+// the first video or image stream.
+absl::Status ParseAnchor(std::string_view source, const YAML::Node& root, const Manifest& manifest,
+                         SampleSpec* spec) {
+  if (root["anchor"]) {
+    if (!root["anchor"].IsScalar()) return ConfigError(source, root["anchor"], "anchor must be a stream name");
+    spec->anchor = root["anchor"].Scalar();
+  } else if (manifest.StreamIndex("action") >= 0) {
+    spec->anchor = "action";
+  } else {
+    for (const auto& s : manifest.streams) {
+      if (s.kind == pb::LOWDIM) { spec->anchor = s.name; break; }
+    }
+    if (spec->anchor.empty()) {
+      for (const auto& s : manifest.streams) {
+        if (s.kind == pb::VIDEO || s.kind == pb::IMAGE) { spec->anchor = s.name; break; }
+      }
+    }
+  }
+  spec->anchor_stream = manifest.StreamIndex(spec->anchor);
+  if (spec->anchor_stream < 0) {
+    return ConfigError(source, root["anchor"] ? root["anchor"] : root,
+               StrCat("anchor stream '", spec->anchor, "' is not in the dataset"));
+  }
+  const pb::StreamKind anchor_kind = manifest.streams[spec->anchor_stream].kind;
+  if (anchor_kind != pb::LOWDIM && anchor_kind != pb::VIDEO && anchor_kind != pb::IMAGE) {
+    return ConfigError(source, root["anchor"], "the anchor must be a lowdim, video or image stream");
+  }
+  return absl::OkStatus();
+}
+
+// `limits:` (media/decode_common.h DecodeLimits).
+absl::Status ParseLimits(std::string_view source, const YAML::Node& l, DecodeLimits* limits) {
+  RETURN_IF_ERROR(CheckKeys(source, l, "limits",
+                            {"max_pixels", "max_frames_per_sample", "max_audio_samples",
+                             "max_sample_bytes"}));
+  constexpr int64_t kBig = int64_t{1} << 40;
+  if (l["max_pixels"]) {
+    ASSIGN_OR_RETURN(limits->max_pixels, Integer(source, l["max_pixels"], "max_pixels", 1, kBig));
+  }
+  if (l["max_frames_per_sample"]) {
+    ASSIGN_OR_RETURN(limits->max_frames_per_sample,
+                     Integer(source, l["max_frames_per_sample"], "max_frames_per_sample", 1, 1 << 20));
+  }
+  if (l["max_audio_samples"]) {
+    ASSIGN_OR_RETURN(limits->max_audio_samples,
+                     Integer(source, l["max_audio_samples"], "max_audio_samples", 1, kBig));
+  }
+  if (l["max_sample_bytes"]) {
+    ASSIGN_OR_RETURN(limits->max_sample_bytes,
+                     Integer(source, l["max_sample_bytes"], "max_sample_bytes", 1, kBig));
+  }
+  return absl::OkStatus();
+}
+
+// The top-level keys besides anchor, streams and clips: on_error, quarantine, limits, and
+// tolerance_s, which is returned (every stream's default when given).
+absl::StatusOr<std::optional<double>> ParseOptions(std::string_view source, const YAML::Node& root,
+                                                   SampleSpec* spec) {
+  std::optional<double> tolerance;
+  if (root["tolerance_s"]) {
+    ASSIGN_OR_RETURN(double t, Number(source, root["tolerance_s"], "tolerance_s"));
+    if (t < 0) return ConfigError(source, root["tolerance_s"], "tolerance_s must be >= 0");
+    tolerance = t;
+  }
+  if (root["on_error"]) {
+    ASSIGN_OR_RETURN(std::string v, Word(source, root["on_error"], "on_error", {"fail", "skip"}));
+    spec->on_error = v == "skip" ? OnError::kSkip : OnError::kFail;
+  }
+  if (root["quarantine"]) {
+    if (!root["quarantine"].IsScalar() || root["quarantine"].Scalar().empty()) {
+      return ConfigError(source, root["quarantine"], "quarantine must be a file path");
+    }
+    spec->quarantine = root["quarantine"].Scalar();
+  }
+  if (const YAML::Node l = root["limits"]) RETURN_IF_ERROR(ParseLimits(source, l, &spec->limits));
+  return tolerance;
+}
+
+// A lowdim stream's `normalize:`, resolved from the manifest's statistics.
+absl::Status ParseLowdimNormalize(std::string_view source, const YAML::Node& n,
+                                  const Manifest& manifest, StreamSpec* s) {
+  if (!n["normalize"]) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string v, Word(source, n["normalize"], "normalize",
+                                       {"none", "mean_std", "min_max", "quantile", "quantile10"}));
+  s->normalize = v == "mean_std"     ? LowdimNorm::kMeanStd
+                 : v == "min_max"    ? LowdimNorm::kMinMax
+                 : v == "quantile"   ? LowdimNorm::kQuantile
+                 : v == "quantile10" ? LowdimNorm::kQuantile10
+                                     : LowdimNorm::kNone;
+  return ResolveNormalization(manifest, s, source, n["normalize"]);
+}
+
+// The keys of stream `s` that its kind allows (each kind's list; any other is an error), except
+// the times ParseTimes reads. `key` is the stream's name in the config.
+absl::Status ParseKindOptions(std::string_view source, const YAML::Node& key, const YAML::Node& n,
+                              const Manifest& manifest, const std::string& what, StreamSpec* s) {
+  switch (s->kind) {
+    case pb::VIDEO:
+      RETURN_IF_ERROR(CheckKeys(source, n, what,
+                                {"delta_timestamps", "tolerance_s", "match", "size", "layout",
+                                 "dtype", "resize", "normalize", "augment", "autorotate",
+                                 "decode"}));
+      RETURN_IF_ERROR(ParseImageOptions(source, n, s));
+      return ParseDecode(source, n, s);
+    case pb::IMAGE:
+      RETURN_IF_ERROR(CheckKeys(source, n, what,
+                                {"delta_timestamps", "tolerance_s", "match", "size", "layout",
+                                 "dtype", "resize", "normalize", "augment", "autorotate"}));
+      return ParseImageOptions(source, n, s);
+    case pb::LOWDIM:
+      RETURN_IF_ERROR(CheckKeys(source, n, what,
+                                {"delta_timestamps", "tolerance_s", "match", "normalize", "shape"}));
+      return ParseLowdimNormalize(source, n, manifest, s);
+    case pb::AUDIO:
+      RETURN_IF_ERROR(CheckKeys(source, n, what, {"delta_timestamps", "rate", "channels"}));
+      if (n["rate"]) {
+        ASSIGN_OR_RETURN(int64_t r, Integer(source, n["rate"], "rate", 1000, 384000));
+        s->audio_rate = static_cast<int>(r);
+      }
+      if (n["channels"]) {
+        ASSIGN_OR_RETURN(int64_t c, Integer(source, n["channels"], "channels", 1, 16));
+        s->audio_channels = static_cast<int>(c);
+      }
+      return absl::OkStatus();
+    case pb::TEXT:
+      RETURN_IF_ERROR(CheckKeys(source, n, what, {"tokenizer"}));
+      return ParseTokenizer(source, n, what, s);
+    default:
+      return ConfigError(source, key, StrCat(what, " has an unknown kind"));
+  }
+}
+
+// When stream `s` is sampled relative to the anchor: audio's window; for video, image and lowdim,
+// delta_timestamps, match and tolerance_s (`tolerance`: the config's default, if any). Text has
+// no times.
+absl::Status ParseTimes(std::string_view source, const YAML::Node& n, const StreamInfo& info,
+                        std::optional<double> tolerance, const DecodeLimits& limits,
+                        const std::string& what, StreamSpec* s) {
+  if (s->kind == pb::TEXT) return absl::OkStatus();
+  if (s->kind == pb::AUDIO) {
+    if (!n["delta_timestamps"]) {
+      return ConfigError(source, n, StrCat(what, ": audio needs delta_timestamps: [start, end], a window "
+                                         "in seconds such as [-1.0, 0.0]"));
+    }
+    ASSIGN_OR_RETURN(std::vector<double> w, Numbers(source, n["delta_timestamps"],
+                                                     "audio delta_timestamps", 2, 2));
+    if (!(w[1] > w[0])) {
+      return ConfigError(source, n["delta_timestamps"], "the audio window [start, end] needs end > start");
+    }
+    s->window_start = w[0];
+    s->window_end = w[1];
+    return absl::OkStatus();
+  }
+  if (n["delta_timestamps"]) {
+    ASSIGN_OR_RETURN(s->deltas, Deltas(source, n["delta_timestamps"], 1 << 20));
+  } else {
+    s->deltas = {0.0};
+  }
+  if (n["match"]) {
+    ASSIGN_OR_RETURN(std::string v, Word(source, n["match"], "match", {"nearest", "previous"}));
+    s->match = v == "previous" ? FrameMatch::kPrevious : FrameMatch::kNearest;
+  }
+  if (n["tolerance_s"]) {
+    ASSIGN_OR_RETURN(s->tolerance_s, Number(source, n["tolerance_s"], "tolerance_s"));
+    if (s->tolerance_s < 0) return ConfigError(source, n["tolerance_s"], "tolerance_s must be >= 0");
+  } else if (tolerance) {
+    s->tolerance_s = *tolerance;
+  } else {
+    // Default: anything up to half a period (plus rounding slack) from a frame or step.
+    const double period = Period(info);
+    s->tolerance_s = period > 0 ? 0.5 * period + 1e-6 : 1e-4;
+  }
+  if ((s->kind == pb::VIDEO || s->kind == pb::IMAGE) &&
+      static_cast<int64_t>(s->deltas.size()) > limits.max_frames_per_sample) {
+    return ConfigError(source, n["delta_timestamps"],
+               StrCat(what, " asks for ", s->deltas.size(), " frames per sample, over "
+                            "limits.max_frames_per_sample (", limits.max_frames_per_sample, ")"));
+  }
+  return absl::OkStatus();
+}
+
 // `shape: stored` (docs/sampling.md "Low-dim"): a per-clip tensor in the shape
 // its `.npy` stored, read from the stream's codec ("npy <f2 77x4096"), asked for once.
 absl::Status ParseStoredShape(std::string_view source, const YAML::Node& n, const StreamInfo& info,
@@ -346,6 +485,31 @@ absl::Status ParseStoredShape(std::string_view source, const YAML::Node& n, cons
   return absl::OkStatus();
 }
 
+// One entry of `streams:` (`key`: the stream's name, `value`: its options, null for none).
+absl::StatusOr<StreamSpec> ParseStream(std::string_view source, const YAML::Node& key,
+                                       const YAML::Node& value, const Manifest& manifest,
+                                       std::optional<double> tolerance,
+                                       const DecodeLimits& limits) {
+  const std::string name = key.as<std::string>();
+  const YAML::Node n = value.IsNull() ? YAML::Node(YAML::NodeType::Map) : value;
+  StreamSpec s;
+  s.name = name;
+  s.stream = manifest.StreamIndex(name);
+  if (s.stream < 0) {
+    std::string list;
+    for (const auto& st : manifest.streams) StrAppend(&list, list.empty() ? "" : ", ", st.name);
+    return ConfigError(source, key, StrCat("stream '", name, "' is not in the dataset (it has: ",
+                                           list, ")"));
+  }
+  const StreamInfo& info = manifest.streams[s.stream];
+  s.kind = info.kind;
+  const std::string what = StrCat("stream '", name, "'");
+  RETURN_IF_ERROR(ParseKindOptions(source, key, n, manifest, what, &s));
+  RETURN_IF_ERROR(ParseTimes(source, n, info, tolerance, limits, what, &s));
+  if (s.kind == pb::LOWDIM && n["shape"]) RETURN_IF_ERROR(ParseStoredShape(source, n, info, &s));
+  return s;
+}
+
 absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifest,
                                  std::string_view source) {
   SampleSpec spec;
@@ -353,176 +517,16 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
   RETURN_IF_ERROR(CheckKeys(source, root, "the config",
                             {"anchor", "tolerance_s", "on_error", "quarantine", "limits", "streams", "pipeline", "packing",
                              "clips", "buckets"}));
-  // Anchor: explicit, else "action", else the first lowdim stream, else the first video stream.
-  if (root["anchor"]) {
-    if (!root["anchor"].IsScalar()) return ConfigError(source, root["anchor"], "anchor must be a stream name");
-    spec.anchor = root["anchor"].Scalar();
-  } else if (manifest.StreamIndex("action") >= 0) {
-    spec.anchor = "action";
-  } else {
-    for (const auto& s : manifest.streams) {
-      if (s.kind == pb::LOWDIM) { spec.anchor = s.name; break; }
-    }
-    if (spec.anchor.empty()) {
-      for (const auto& s : manifest.streams) {
-        if (s.kind == pb::VIDEO || s.kind == pb::IMAGE) { spec.anchor = s.name; break; }
-      }
-    }
-  }
-  spec.anchor_stream = manifest.StreamIndex(spec.anchor);
-  if (spec.anchor_stream < 0) {
-    return ConfigError(source, root["anchor"] ? root["anchor"] : root,
-               StrCat("anchor stream '", spec.anchor, "' is not in the dataset"));
-  }
-  const pb::StreamKind anchor_kind = manifest.streams[spec.anchor_stream].kind;
-  if (anchor_kind != pb::LOWDIM && anchor_kind != pb::VIDEO && anchor_kind != pb::IMAGE) {
-    return ConfigError(source, root["anchor"], "the anchor must be a lowdim, video or image stream");
-  }
-  std::optional<double> tolerance;
-  if (root["tolerance_s"]) {
-    ASSIGN_OR_RETURN(double t, Number(source, root["tolerance_s"], "tolerance_s"));
-    if (t < 0) return ConfigError(source, root["tolerance_s"], "tolerance_s must be >= 0");
-    tolerance = t;
-  }
-  if (root["on_error"]) {
-    ASSIGN_OR_RETURN(std::string v, Word(source, root["on_error"], "on_error", {"fail", "skip"}));
-    spec.on_error = v == "skip" ? OnError::kSkip : OnError::kFail;
-  }
-  if (root["quarantine"]) {
-    if (!root["quarantine"].IsScalar() || root["quarantine"].Scalar().empty()) {
-      return ConfigError(source, root["quarantine"], "quarantine must be a file path");
-    }
-    spec.quarantine = root["quarantine"].Scalar();
-  }
-  if (const YAML::Node l = root["limits"]) {
-    RETURN_IF_ERROR(CheckKeys(source, l, "limits",
-                              {"max_pixels", "max_frames_per_sample", "max_audio_samples",
-                               "max_sample_bytes"}));
-    constexpr int64_t kBig = int64_t{1} << 40;
-    if (l["max_pixels"]) {
-      ASSIGN_OR_RETURN(spec.limits.max_pixels, Integer(source, l["max_pixels"], "max_pixels", 1, kBig));
-    }
-    if (l["max_frames_per_sample"]) {
-      ASSIGN_OR_RETURN(spec.limits.max_frames_per_sample,
-                       Integer(source, l["max_frames_per_sample"], "max_frames_per_sample", 1, 1 << 20));
-    }
-    if (l["max_audio_samples"]) {
-      ASSIGN_OR_RETURN(spec.limits.max_audio_samples,
-                       Integer(source, l["max_audio_samples"], "max_audio_samples", 1, kBig));
-    }
-    if (l["max_sample_bytes"]) {
-      ASSIGN_OR_RETURN(spec.limits.max_sample_bytes,
-                       Integer(source, l["max_sample_bytes"], "max_sample_bytes", 1, kBig));
-    }
-  }
+  RETURN_IF_ERROR(ParseAnchor(source, root, manifest, &spec));
+  ASSIGN_OR_RETURN(const std::optional<double> tolerance, ParseOptions(source, root, &spec));
   const YAML::Node streams = root["streams"];
   if (!streams || !streams.IsMap() || streams.size() == 0) {
     return ConfigError(source, streams ? streams : root,
                "'streams' must map stream names to their options (at least one)");
   }
   for (const auto& kv : streams) {
-    const std::string name = kv.first.as<std::string>();
-    const YAML::Node n = kv.second.IsNull() ? YAML::Node(YAML::NodeType::Map) : kv.second;
-    StreamSpec s;
-    s.name = name;
-    s.stream = manifest.StreamIndex(name);
-    if (s.stream < 0) {
-      std::string list;
-      for (const auto& st : manifest.streams) StrAppend(&list, list.empty() ? "" : ", ", st.name);
-      return ConfigError(source, kv.first, StrCat("stream '", name, "' is not in the dataset (it has: ",
-                                          list, ")"));
-    }
-    const StreamInfo& info = manifest.streams[s.stream];
-    s.kind = info.kind;
-    const std::string what = StrCat("stream '", name, "'");
-    switch (s.kind) {
-      case pb::VIDEO:
-        RETURN_IF_ERROR(CheckKeys(source, n, what,
-                                  {"delta_timestamps", "tolerance_s", "match", "size", "layout",
-                                   "dtype", "resize", "normalize", "augment", "autorotate",
-                                   "decode"}));
-        RETURN_IF_ERROR(ParseImageOptions(source, n, &s));
-        RETURN_IF_ERROR(ParseDecode(source, n, what, info, &s));
-        break;
-      case pb::IMAGE:
-        RETURN_IF_ERROR(CheckKeys(source, n, what,
-                                  {"delta_timestamps", "tolerance_s", "match", "size", "layout",
-                                   "dtype", "resize", "normalize", "augment", "autorotate"}));
-        RETURN_IF_ERROR(ParseImageOptions(source, n, &s));
-        break;
-      case pb::LOWDIM:
-        RETURN_IF_ERROR(CheckKeys(source, n, what,
-                                  {"delta_timestamps", "tolerance_s", "match", "normalize", "shape"}));
-        if (n["normalize"]) {
-          ASSIGN_OR_RETURN(std::string v,
-                           Word(source, n["normalize"], "normalize",
-                                {"none", "mean_std", "min_max", "quantile", "quantile10"}));
-          s.normalize = v == "mean_std"     ? LowdimNorm::kMeanStd
-                        : v == "min_max"    ? LowdimNorm::kMinMax
-                        : v == "quantile"   ? LowdimNorm::kQuantile
-                        : v == "quantile10" ? LowdimNorm::kQuantile10
-                                            : LowdimNorm::kNone;
-          RETURN_IF_ERROR(ResolveNormalization(manifest, &s, source, n["normalize"]));
-        }
-        break;
-      case pb::AUDIO:
-        RETURN_IF_ERROR(CheckKeys(source, n, what, {"delta_timestamps", "rate", "channels"}));
-        if (n["rate"]) {
-          ASSIGN_OR_RETURN(int64_t r, Integer(source, n["rate"], "rate", 1000, 384000));
-          s.audio_rate = static_cast<int>(r);
-        }
-        if (n["channels"]) {
-          ASSIGN_OR_RETURN(int64_t c, Integer(source, n["channels"], "channels", 1, 16));
-          s.audio_channels = static_cast<int>(c);
-        }
-        break;
-      case pb::TEXT:
-        RETURN_IF_ERROR(CheckKeys(source, n, what, {"tokenizer"}));
-        RETURN_IF_ERROR(ParseTokenizer(source, n, what, &s));
-        break;
-      default:
-        return ConfigError(source, kv.first, StrCat(what, " has an unknown kind"));
-    }
-    if (s.kind == pb::AUDIO) {
-      if (!n["delta_timestamps"]) {
-        return ConfigError(source, n, StrCat(what, ": audio needs delta_timestamps: [start, end], a window "
-                                           "in seconds such as [-1.0, 0.0]"));
-      }
-      ASSIGN_OR_RETURN(std::vector<double> w, Numbers(source, n["delta_timestamps"],
-                                                       "audio delta_timestamps", 2, 2));
-      if (!(w[1] > w[0])) {
-        return ConfigError(source, n["delta_timestamps"], "the audio window [start, end] needs end > start");
-      }
-      s.window_start = w[0];
-      s.window_end = w[1];
-    } else if (s.kind != pb::TEXT) {
-      if (n["delta_timestamps"]) {
-        ASSIGN_OR_RETURN(s.deltas, Deltas(source, n["delta_timestamps"], 1 << 20));
-      } else {
-        s.deltas = {0.0};
-      }
-      if (n["match"]) {
-        ASSIGN_OR_RETURN(std::string v, Word(source, n["match"], "match", {"nearest", "previous"}));
-        s.match = v == "previous" ? FrameMatch::kPrevious : FrameMatch::kNearest;
-      }
-      if (n["tolerance_s"]) {
-        ASSIGN_OR_RETURN(s.tolerance_s, Number(source, n["tolerance_s"], "tolerance_s"));
-        if (s.tolerance_s < 0) return ConfigError(source, n["tolerance_s"], "tolerance_s must be >= 0");
-      } else if (tolerance) {
-        s.tolerance_s = *tolerance;
-      } else {
-        // Default: anything up to half a period (plus rounding slack) from a frame or step.
-        const double period = Period(info);
-        s.tolerance_s = period > 0 ? 0.5 * period + 1e-6 : 1e-4;
-      }
-      if ((s.kind == pb::VIDEO || s.kind == pb::IMAGE) &&
-          static_cast<int64_t>(s.deltas.size()) > spec.limits.max_frames_per_sample) {
-        return ConfigError(source, n["delta_timestamps"],
-                   StrCat(what, " asks for ", s.deltas.size(), " frames per sample, over "
-                                "limits.max_frames_per_sample (", spec.limits.max_frames_per_sample, ")"));
-      }
-    }
-    if (s.kind == pb::LOWDIM && n["shape"]) RETURN_IF_ERROR(ParseStoredShape(source, n, info, &s));
+    ASSIGN_OR_RETURN(StreamSpec s, ParseStream(source, kv.first, kv.second, manifest, tolerance,
+                                               spec.limits));
     spec.streams.push_back(std::move(s));
   }
   if (root["clips"]) RETURN_IF_ERROR(ParseClips(source, root["clips"], manifest, &spec));

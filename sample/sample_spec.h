@@ -69,9 +69,14 @@ struct StreamSpec {
   std::array<float, 3> mean{0, 0, 0}, std{1, 1, 1};  // float32 output: (x / 255 - mean) / std
   bool autorotate = true;
   ImageAugment augment;
-  // VIDEO: where its frames are decoded (media/decode_backend.h). Every video stream decodes on
-  // the CPU in this release; `gpu` is refused when the spec is read, since it cannot be honoured.
+  // VIDEO: where its frames are decoded, as the config says it (media/decode_backend.h:
+  // ChooseDecodeBackend says what it means where the stream is decoded). Parsing reads the word
+  // only; whether this machine can honour `gpu` is asked where a pipeline opens
+  // (CheckVideoBackends, sample/sample_assembler.h), so a config parses the same everywhere.
   DecodeBackend decode = DecodeBackend::kAuto;
+  // Where the config says `decode:` ("FILE:LINE:COLUMN"), for the errors and the log line of
+  // CheckVideoBackends; empty when it does not.
+  std::string decode_at;
 
   // AUDIO output.
   int audio_rate = 0;      // 0 = the stream's rate

@@ -123,6 +123,8 @@ struct ServerOptions {
   std::string version = "dev";
 };
 
+class ServedStream;
+
 class DataServer {
  public:
   // Loads the dataset and configs, binds, and starts serving. Errors name what is wrong (an
@@ -140,6 +142,7 @@ class DataServer {
 
  private:
   struct Impl;
+  friend class ServedStream;  // one admitted stream (server/internal/served_stream.h)
   explicit DataServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -16,9 +16,13 @@
 #include <random>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "base/fd_passing.h"
 #include "base/shm_layout.h"
 #include "base/strings.h"
+#include "server/internal/carrier.h"
+#include "server/internal/peer_identity.h"
 
 namespace conveyor {
 
@@ -226,6 +230,93 @@ absl::Status SharedMemorySink::Send(const Batch& batch, const Cursor& next, cons
   last_.reset();
   if (at) ++region_batches_;
   return EncodeBatch(batch, next, max_message_, write, at);
+}
+
+namespace {
+
+// The ring of a stream's same-host region, or why it gets none
+// (StreamStart.shared_memory_refused). Room for the batches the client may hold unreleased,
+// the one being built and one skipped at the ring's end, from the config's estimate of a
+// batch; at most what the client accepts and the stream's byte budget.
+absl::StatusOr<uint64_t> SharedMemoryRing(const CarrierRequest& r, const CarrierServer& server) {
+  const v1::SharedMemoryOffer& offer = r.request->shared_memory();
+  if (!server.shared_memory) return absl::FailedPreconditionError("the server runs with --shared-memory=false");
+  if (!offer.server_region()) {
+    return absl::FailedPreconditionError(
+        "the client offers a region of its own, which this server no longer writes into: upgrade the client");
+  }
+  static const std::string host = shm::HostId();
+  if (host.empty() || offer.host() != host) {
+    return absl::FailedPreconditionError(StrCat("the client runs on another host or with another /dev/shm (client ",
+                                                offer.host().substr(0, 128), ", server ", host, ")"));
+  }
+  // The region's socket is private to this server's user (0600): a client of another user
+  // (admitted by --allow-uid, --allow-group or --loopback-open) could not open it, and the
+  // stream would wait for it in vain before its payloads came in messages.
+  if (const std::optional<uid_t> uid =
+          server_internal::LocalPeerUid(r.ctx->peer(), server.listen_host, server.listen_port);
+      uid && *uid != geteuid() && *uid != 0) {
+    return absl::FailedPreconditionError(
+        StrCat("the client runs as local user ", server_internal::DescribeUid(*uid),
+               " and a same-host region's socket is private to this server's user (",
+               server_internal::DescribeUid(geteuid()), "): payloads come in messages"));
+  }
+  if (offer.capacity() < shm::kAlign) {
+    return absl::FailedPreconditionError(StrCat("the client accepts a ring of ", offer.capacity(), " bytes"));
+  }
+  const uint64_t batch = (r.batch_bytes + r.batch_bytes / 8 + shm::kAlign) / shm::kAlign * shm::kAlign;
+  const uint64_t batches = std::clamp<uint64_t>(offer.batches_ahead(), 1, 64) + 2;
+  const uint64_t wanted = batch > UINT64_MAX / batches ? UINT64_MAX : batch * batches;
+  return std::max<uint64_t>(shm::kAlign,
+                            std::min({offer.capacity(), r.queue_bytes, wanted}) / shm::kAlign * shm::kAlign);
+}
+
+class SharedMemoryGrant final : public CarrierGrant {
+ public:
+  SharedMemoryGrant(std::unique_ptr<SharedMemorySink> sink, const CarrierRequest& r)
+      : sink_(std::move(sink)), ctx_(r.ctx), who_(r.who) {}
+
+  // The client connects as soon as it reads the stream start; meanwhile the workers decode.
+  absl::StatusOr<std::unique_ptr<PayloadSink>> Connect(const StopFn& stop) override {
+    if (absl::Status h = sink_->Handoff(absl::Seconds(5), stop); !h.ok()) {
+      if (ctx_->IsCancelled()) return absl::CancelledError("the client went away");
+      spdlog::warn("{}: the client did not take its shared region ({}); payloads go in messages", who_,
+                   std::string(h.message()));
+      return nullptr;
+    }
+    return std::move(sink_);
+  }
+
+ private:
+  std::unique_ptr<SharedMemorySink> sink_;
+  grpc::ServerContext* ctx_;
+  std::string who_;
+};
+
+}  // namespace
+
+bool AsksSharedMemory(const v1::StreamBatchesRequest& request) { return request.has_shared_memory(); }
+
+// The ring's pages are the stream's too: admitted with the stream, or the stream goes without.
+std::unique_ptr<CarrierGrant> GrantSharedMemory(const CarrierRequest& r, CarrierServer& server,
+                                                v1::StreamStart* start) {
+  absl::StatusOr<uint64_t> ring = SharedMemoryRing(r, server);
+  if (ring.ok() && !r.reserve_memory(*ring)) {
+    ring = absl::ResourceExhaustedError(StrCat("this server's memory budget has no room for a shared ring of ",
+                                               *ring, " bytes beside the stream's ", r.stream_bytes));
+  }
+  absl::StatusOr<std::unique_ptr<SharedMemorySink>> sink =
+      ring.ok() ? SharedMemorySink::Create(*ring, r.request->shared_memory().batches_ahead(), r.max_message)
+                : absl::StatusOr<std::unique_ptr<SharedMemorySink>>(ring.status());
+  if (!sink.ok()) {
+    start->set_shared_memory_refused(std::string(sink.status().message()));
+    return nullptr;
+  }
+  start->set_shared_memory(true);
+  start->set_shared_memory_ring((*sink)->ring());
+  start->set_shared_memory_socket((*sink)->socket_path());
+  start->set_shared_memory_token((*sink)->token());
+  return std::make_unique<SharedMemoryGrant>(*std::move(sink), r);
 }
 
 }  // namespace conveyor

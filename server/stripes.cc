@@ -1,8 +1,10 @@
 #include "server/internal/stripes.h"
 
+#include <algorithm>
 #include <random>
 
 #include "base/strings.h"
+#include "server/internal/carrier.h"
 
 namespace conveyor {
 
@@ -141,6 +143,54 @@ class StripedSink final : public PayloadSink {
 std::unique_ptr<PayloadSink> MakeStripedSink(std::shared_ptr<StripeSession> session, uint64_t max_message,
                                              StopFn stop) {
   return std::make_unique<StripedSink>(std::move(session), max_message, std::move(stop));
+}
+
+namespace {
+
+class StripesGrant final : public CarrierGrant {
+ public:
+  StripesGrant(CarrierServer& server, std::shared_ptr<StripeSession> session, std::string token,
+               const CarrierRequest& r)
+      : server_(server), session_(std::move(session)), token_(std::move(token)), ctx_(r.ctx),
+        max_message_(r.max_message) {}
+  // When the stream is over no stripe may join any more; the slots of those that never joined are
+  // released here, each joined one's when its call ends (server.cc ServeStripe).
+  ~StripesGrant() override {
+    server_.stripes.Remove(token_);
+    server_.release_stripes(session_->StopJoining());
+  }
+
+  absl::StatusOr<std::unique_ptr<PayloadSink>> Connect(const StopFn& stop) override {
+    if (absl::Status j = session_->WaitJoined(absl::Seconds(5), stop); !j.ok()) {
+      if (ctx_->IsCancelled()) return absl::CancelledError("the client went away");
+      // The client was told to expect stripes: it cannot be served without them.
+      session_->Close(/*drain=*/false);
+      return absl::UnavailableError(StrCat("striped payloads: ", j.message()));
+    }
+    return MakeStripedSink(session_, max_message_, stop);
+  }
+
+ private:
+  CarrierServer& server_;
+  std::shared_ptr<StripeSession> session_;
+  std::string token_;
+  grpc::ServerContext* ctx_;
+  uint64_t max_message_;
+};
+
+}  // namespace
+
+bool AsksStripes(const v1::StreamBatchesRequest& request) { return request.payload_streams() > 1; }
+
+// Each stripe is a call from the stripe pool: a stream gets as many as are free.
+std::unique_ptr<CarrierGrant> GrantStripes(const CarrierRequest& r, CarrierServer& server, v1::StreamStart* start) {
+  const uint32_t calls = server.reserve_stripes(std::min(r.request->payload_streams(), kMaxPayloadStreams));
+  if (calls == 0) return nullptr;
+  std::string token;
+  std::shared_ptr<StripeSession> session = server.stripes.Create(calls, 2 * r.max_message, &token);
+  start->set_payload_streams(calls);
+  start->set_stripe_token(token);
+  return std::make_unique<StripesGrant>(server, std::move(session), std::move(token), r);
 }
 
 }  // namespace conveyor

@@ -9,34 +9,31 @@
 //   2. the groups of every bucket permuted together by a keyed permutation Q (key: seed, epoch);
 //   3. position p is sample P_b(j * G + p % G) of the bucket b and group j that Q puts at slot
 //      p / G.
-// So the sample at a position is a pure function of (dataset, spec, seed, epoch, G, position),
-// O(log buckets + log episodes) per lookup, O(episodes) memory. A global batch of B samples
-// (B divides G, batches start at multiples of B) lies inside one group: one bucket per batch,
-// and per consumer; the same positions at any consumer count, and at any B dividing G.
+// So the sample at a position is a pure function of (episode starts, episode buckets, seed,
+// epoch, G, position), O(log buckets + log episodes) per lookup, O(episodes) memory. A global
+// batch of B samples (B divides G, batches start at multiples of B) lies inside one group: one
+// bucket per batch, and per consumer; the same positions at any consumer count, and at any B
+// dividing G.
+//
+// Like the rest of shuffle/, it reads no dataset: the pipeline measures each episode's bucket
+// (pipeline/schedule_inputs.cc, from sample/buckets.h's EpisodeBucket) and hands the figures over
+// in ScheduleInputs (shuffle/schedule.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
-
-#include "absl/status/statusor.h"
-#include "datasets/dataset.h"
-#include "datasets/sample_index.h"
-#include "sample/sample_spec.h"
 
 namespace conveyor {
 
 // Immutable after construction, so thread-safe.
 class BucketTable {
  public:
-  // `episode_bucket[e]`: episode e's bucket (< num_buckets); the samples come from `index`.
-  BucketTable(const SampleIndex& index, const std::vector<uint32_t>& episode_bucket,
-              size_t num_buckets);
-  // Every episode with samples gets its bucket from its index (EpisodeBucket: one index read
-  // per episode, once per pipeline); an unreadable index is an error naming the episode.
-  static absl::StatusOr<std::shared_ptr<const BucketTable>> Build(const Dataset& dataset,
-                                                                  const SampleSpec& spec,
-                                                                  const SampleIndex& index);
+  // `episode_starts`: the first sample of each episode in the sample index, then the total (as
+  // ScheduleInputs::episode_starts); `episode_bucket[e]`: episode e's bucket (< num_buckets).
+  // Episodes without samples belong to no bucket.
+  BucketTable(const std::vector<uint64_t>& episode_starts,
+              const std::vector<uint32_t>& episode_bucket, size_t num_buckets);
 
   size_t num_buckets() const { return episodes_.size(); }
   uint64_t BucketSamples(size_t b) const { return prefix_[b].back(); }

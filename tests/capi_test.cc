@@ -3,7 +3,8 @@
 // register the wire protocol's descriptors twice). Against a real `conveyor serve`: batches equal
 // `conveyor batches --digest --ids`, metadata, cursor and stats, the end of the stream, DLPack
 // exports that outlive their handle, a cancel from another thread, launch variables, and errors
-// that name the option or the cause.
+// that name the option or the cause; the cursor parser and the option defaults bindings take from
+// the library instead of restating them.
 #include "conveyor/conveyor_c.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/client.h"  // ClientOptions' in-class defaults only: nothing of it is linked
 #include "nlohmann/json.hpp"
 #include "tests/support/server_process.h"
 #include "tests/support/test_env.h"
@@ -179,6 +181,60 @@ TEST(CapiLibraryTest, ResolveLaunchReadsTheLauncher) {
   unsetenv("WORLD_SIZE");
 }
 
+TEST(CapiLibraryTest, ParseCursorIsTheClientsParser) {
+  uint64_t epoch = 9, step = 9, position = 9;
+  ASSERT_EQ(conveyor_parse_cursor("3:7", &epoch, &step, &position), CONVEYOR_OK);
+  EXPECT_EQ(epoch, 3u);
+  EXPECT_EQ(step, 7u);
+  EXPECT_EQ(position, CONVEYOR_NO_POSITION);
+  ASSERT_EQ(conveyor_parse_cursor("2@640", &epoch, &step, &position), CONVEYOR_OK);
+  EXPECT_EQ(epoch, 2u);
+  EXPECT_EQ(step, 0u);
+  EXPECT_EQ(position, 640u);
+  ASSERT_EQ(conveyor_parse_cursor("0:9999999999999999999", &epoch, &step, &position), CONVEYOR_OK);
+  EXPECT_EQ(step, 9999999999999999999ull);
+  // What Cursor::Parse refuses: a sign, spaces, a third part, 20 digits, no separator.
+  for (const char* bad : {"3", "-1:0", "1:-2", " 1:2", "1:2 ", "1:2:3", "1@2@3", "a:1", "1:",
+                          "0:10000000000000000000", ""}) {
+    epoch = step = position = 5;
+    EXPECT_EQ(conveyor_parse_cursor(bad, &epoch, &step, &position), CONVEYOR_INVALID_ARGUMENT)
+        << bad;
+    const std::string error = conveyor_last_error();
+    EXPECT_NE(error.find(std::string("cursor '") + bad + "'"), std::string::npos) << error;
+    EXPECT_EQ(epoch + step + position, 15u) << bad << ": written on failure";
+  }
+  EXPECT_EQ(conveyor_parse_cursor(nullptr, &epoch, &step, &position), CONVEYOR_INVALID_ARGUMENT);
+}
+
+TEST(CapiLibraryTest, ClientDefaultsAreTheClientOptions) {
+  char* out = nullptr;
+  ASSERT_EQ(conveyor_client_defaults(&out), CONVEYOR_OK) << conveyor_last_error();
+  const json d = json::parse(TakeString(out));
+  const client::ClientOptions o;
+  EXPECT_EQ(d["job"], o.job);
+  EXPECT_EQ(d["consumer"], o.consumer);
+  EXPECT_EQ(d["consumers"], o.consumers);
+  EXPECT_EQ(d["start"], o.start.ToString());
+  EXPECT_EQ(d["max_batches"], o.max_batches);
+  EXPECT_EQ(d["prefetch_batches"], o.prefetch_batches);
+  EXPECT_EQ(d["prefetch_bytes"], o.prefetch_bytes);
+  EXPECT_EQ(d["max_batch_bytes"], o.max_batch_bytes);
+  EXPECT_EQ(d["reconnect_timeout_s"], o.reconnect_timeout_s);
+  EXPECT_EQ(d["report_interval_s"], o.report_interval_s);
+  EXPECT_EQ(d["shared_memory"], o.shared_memory);
+  EXPECT_EQ(d["shared_memory_bytes"], o.shared_memory_bytes);
+  EXPECT_EQ(d["payload_streams"], o.payload_streams);
+  EXPECT_EQ(d["pin_from_environment"], o.pin_from_environment);
+  EXPECT_EQ(d["device"], -1);
+  // Every name is one conveyor_client_create takes: a misspelt one would be an unknown option.
+  json options = d;
+  options["servers"] = {"127.0.0.1:1"};
+  conveyor_client* c = nullptr;
+  ASSERT_EQ(conveyor_client_create(options.dump().c_str(), &c), CONVEYOR_OK)
+      << conveyor_last_error();
+  conveyor_client_destroy(c);
+}
+
 TEST_F(CapiTest, BatchesEqualTheCli) {
   const testing::CommandResult cli = testing::RunCommand(
       kCli + " batches " + dir_->Join("ds") + " --config " + kConfig +
@@ -305,6 +361,20 @@ TEST_F(CapiTest, InfoAndServerErrors) {
   ASSERT_EQ(conveyor_get_info(req.dump().c_str(), &out), CONVEYOR_OK) << conveyor_last_error();
   const json info = json::parse(TakeString(out));
   EXPECT_EQ(info["configs"][0]["name"], "pipeline");
+  // 64-bit fields are numbers, at the top and nested (not the proto3 JSON mapping's strings).
+  EXPECT_TRUE(info["episodes"].is_number_unsigned()) << info["episodes"];
+  EXPECT_EQ(info["episodes"], 2);
+  EXPECT_TRUE(info["max_message_bytes"].is_number_unsigned()) << info["max_message_bytes"];
+  EXPECT_TRUE(info["configs"][0]["global_batch_size"].is_number_unsigned())
+      << info["configs"][0];
+  size_t dims = 0;  // repeated int64: each element a number
+  for (const json& stream : info["streams"]) {
+    for (const json& d : stream["shape"]) {
+      EXPECT_TRUE(d.is_number_integer()) << stream;
+      ++dims;
+    }
+  }
+  EXPECT_GT(dims, 0u) << info["streams"];
   // A config the server refuses: its message, naming the key, through next().
   conveyor_client* c =
       Client({{"config_yaml", testing::ReadFile(kConfig) + "\nbogus_key: 1\n"}});

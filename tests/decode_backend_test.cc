@@ -1,9 +1,11 @@
 // The per-stream `decode: auto | cpu | gpu` key of a sample spec (media/decode_backend.h): its
-// values are checked; `gpu` where video cannot be decoded on the GPU fails when the spec is read,
-// naming the stream, the line and why; `auto` and `cpu` give the very batches a config without
-// the key gives (`conveyor batches --digest`); and where NVDEC works (the GPU machine's check),
-// `gpu` gives NVDEC's frames in served batches: the same bits at any thread count, within the
-// kernel's tolerance of the CPU's.
+// values are checked, and parsed the same on every machine; `gpu` where video cannot be decoded on
+// the GPU fails where the pipeline opens, naming the stream, the line and why; `auto` and `cpu`
+// give the very batches a config without the key gives (`conveyor batches --digest`); and where
+// NVDEC works (the GPU machine's check), `gpu` gives NVDEC's frames in served batches: the same
+// bits at any thread count, within the kernel's tolerance of the CPU's. Also the decoder seam
+// behind it (media/frame_decoder.h): what the setting means where (ChooseDecodeBackend), the
+// backend OpenFrameDecoder opens, and what NVDEC refuses (NvdecOutputFor), all without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,8 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/format/v1/shard.pb.h"
 #include "media/decode_backend.h"
 #include "media/decode_placement.h"
+#include "media/frame_decoder.h"
+#include "media/nvdec_decoder.h"
+#include "media/video_decoder.h"
 #include "pipeline/pipeline.h"
 #include "sample/sample_assembler.h"
 #include "datasets/sample_index.h"
@@ -85,13 +91,18 @@ class DecodeBackendTest : public ::testing::Test {
 };
 TempDir* DecodeBackendTest::dir_ = nullptr;
 
+// Every value parses on every machine, `gpu` included whether or not this one has NVDEC: parsing
+// reads the word and where it was written, never the machine.
 TEST_F(DecodeBackendTest, ValuesAndDefault) {
   for (const auto& [value, want] : std::vector<std::pair<std::string, DecodeBackend>>{
-           {"", DecodeBackend::kAuto}, {"auto", DecodeBackend::kAuto}, {"cpu", DecodeBackend::kCpu}}) {
+           {"", DecodeBackend::kAuto}, {"auto", DecodeBackend::kAuto}, {"cpu", DecodeBackend::kCpu},
+           {"gpu", DecodeBackend::kGpu}}) {
     absl::StatusOr<SampleSpec> spec = Parse(Config(value));
     ASSERT_TRUE(spec.ok()) << value << ": " << spec.status();
     EXPECT_EQ(spec->streams[0].decode, want) << value;
+    EXPECT_EQ(spec->streams[0].decode_at, value.empty() ? "" : "test.yaml:5:13") << value;
     EXPECT_EQ(spec->streams[1].decode, DecodeBackend::kAuto);
+    EXPECT_EQ(spec->streams[1].decode_at, "");
     EXPECT_EQ(DecodeBackendName(want), value.empty() ? "auto" : value);
   }
   absl::StatusOr<SampleSpec> bad = Parse(Config("nvdec"));
@@ -107,16 +118,38 @@ TEST_F(DecodeBackendTest, ValuesAndDefault) {
   EXPECT_NE(lowdim.status().message().find("decode"), std::string_view::npos) << lowdim.status();
 }
 
+// Where the pipeline opens (and where an assembler would open its first NVDEC session), not
+// where the config is read.
 TEST_F(DecodeBackendTest, GpuWhereVideoCannotBeDecodedOnTheGpuFailsNamingTheStream) {
   if (GpuDecodeUnavailable().empty()) GTEST_SKIP() << "NVDEC works here (the test below runs)";
+  auto d = Dataset::Open(ds());
+  ASSERT_TRUE(d.ok()) << d.status();
   absl::StatusOr<SampleSpec> spec = Parse(Config("gpu"));
-  ASSERT_FALSE(spec.ok());
-  EXPECT_EQ(spec.status().code(), absl::StatusCode::kFailedPrecondition) << spec.status();
-  for (const std::string& part :
-       {std::string("test.yaml:5:"), std::string("stream 'cam0'"), std::string("decode: gpu"),
-        GpuDecodeUnavailable()}) {
-    EXPECT_NE(spec.status().message().find(part), std::string_view::npos) << part << ": " << spec.status();
-  }
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto expect_named = [](const absl::Status& st) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+    for (const std::string& part :
+         {std::string("test.yaml:5:13: stream 'cam0': decode: gpu, but video cannot be decoded on "
+                      "the GPU here: "),
+          GpuDecodeUnavailable()}) {
+      EXPECT_NE(st.message().find(part), std::string_view::npos) << part << ": " << st;
+    }
+  };
+  expect_named(CheckVideoBackends(*spec, (*d)->manifest()));
+  PipelineOptions o;
+  o.global_batch_size = 4;
+  o.threads = 1;
+  auto p = Pipeline::Create(**d, *spec, o, Cursor{});
+  ASSERT_FALSE(p.ok());
+  expect_named(p.status());
+  // An assembler used without a pipeline (`conveyor sample`) says the same at its first NVDEC
+  // frame, inside the sample's context.
+  auto index = SampleIndex::Build(**d, spec->anchor_stream);
+  ASSERT_TRUE(index.ok()) << index.status();
+  SampleAssembler assembler(**d, *spec, *index);
+  absl::StatusOr<Sample> sample = assembler.Assemble(0, 0, 0);
+  ASSERT_FALSE(sample.ok());
+  expect_named(sample.status());
   // And the CLI refuses it before any batch.
   WriteFile(dir_->Join("gpu.yaml"), Config("gpu"));
   auto r = RunCommand(kCli + " batches " + ShellQuote(ds()) + " --config " +
@@ -134,6 +167,138 @@ TEST_F(DecodeBackendTest, AutoAndCpuGiveTodaysBatches) {
   EXPECT_EQ(Batches(Config("auto"), "auto.yaml"), want);
 }
 
+// The pipeline's per-backend decode counter (PipelineStats::frames_decoded_nvdec), which the GPU
+// test below reads to know its frames came from NVDEC: on the CPU path the CPU's count grows and
+// NVDEC's stays 0, for `decode: cpu` and for `auto` (served frames decode on the CPU).
+TEST_F(DecodeBackendTest, CpuDecodesAreCountedAsTheCpusNotNvdecs) {
+  auto d = Dataset::Open(ds());
+  ASSERT_TRUE(d.ok()) << d.status();
+  for (const std::string decode : {"cpu", "auto"}) {
+    absl::StatusOr<SampleSpec> spec = SampleSpec::FromYaml(Config(decode), (*d)->manifest(), "t.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    PipelineOptions o;
+    o.global_batch_size = 4;
+    o.threads = 2;
+    auto p = Pipeline::Create(**d, *spec, o, Cursor{});
+    ASSERT_TRUE(p.ok()) << p.status();
+    for (int i = 0; i < 3; ++i) {
+      auto b = (*p)->Next();
+      ASSERT_TRUE(b.ok() && b->has_value()) << b.status();
+    }
+    const PipelineStats s = (*p)->stats();
+    EXPECT_GT(s.frames_decoded, 0u) << decode;
+    EXPECT_EQ(s.frames_decoded_nvdec, 0u) << decode;
+  }
+}
+
+
+// The one reading of the setting: host batches keep `auto` on the CPU (the same bits on every
+// server), the trainer's device decoding takes it as NVDEC; an explicit value means itself.
+TEST(ChooseDecodeBackendTest, WhatEachValueMeansWhere) {
+  using B = DecodeBackend;
+  EXPECT_EQ(ChooseDecodeBackend(B::kAuto, DecodeSite::kHostBatches), B::kCpu);
+  EXPECT_EQ(ChooseDecodeBackend(B::kCpu, DecodeSite::kHostBatches), B::kCpu);
+  EXPECT_EQ(ChooseDecodeBackend(B::kGpu, DecodeSite::kHostBatches), B::kGpu);
+  EXPECT_EQ(ChooseDecodeBackend(B::kAuto, DecodeSite::kTrainerDevice), B::kGpu);
+  EXPECT_EQ(ChooseDecodeBackend(B::kGpu, DecodeSite::kTrainerDevice), B::kGpu);
+  EXPECT_EQ(ChooseDecodeBackend(B::kCpu, DecodeSite::kTrainerDevice), B::kCpu);
+}
+
+// OpenFrameDecoder opens the backend it is asked for, behind the one interface: the CPU's decodes
+// the synth clip exactly as a VideoDecoder of its own; NVDEC's is refused with NVDEC's reason
+// where it cannot be used; `auto` is no backend (ChooseDecodeBackend decides it first).
+TEST_F(DecodeBackendTest, OpenFrameDecoderOpensTheBackendAskedFor) {
+  auto d = Dataset::Open(ds());
+  ASSERT_TRUE(d.ok()) << d.status();
+  auto episode = (*d)->LoadEpisode(0);
+  ASSERT_TRUE(episode.ok()) << episode.status();
+  const int cam0 = (*d)->manifest().StreamIndex("cam0");
+  const format::v1::StreamIndex& stream = (*episode)->streams(cam0);
+  auto table = FrameTable::Build(stream);
+  ASSERT_TRUE(table.ok()) << table.status();
+  auto read = [&](size_t packet, std::string* bytes) {
+    return (*d)->ReadPacket(**episode, cam0, packet, bytes);
+  };
+  const std::vector<int64_t> frames = {5, 0, 5, 17};
+  VideoOutput output;
+  output.width = 48;
+  output.height = 32;
+
+  absl::StatusOr<std::unique_ptr<FrameDecoder>> cpu = OpenFrameDecoder(DecodeBackend::kCpu);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_NE(dynamic_cast<VideoDecoder*>(cpu->get()), nullptr);
+  std::vector<RgbImage> got, want;
+  ASSERT_TRUE((*cpu)->Decode(1, stream, *table, read, frames, output, DecodeLimits{}, &got).ok());
+  VideoDecoder direct;
+  ASSERT_TRUE(direct.Decode(1, stream, *table, read, frames, output, DecodeLimits{}, &want).ok());
+  ASSERT_EQ(got.size(), frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_EQ(got[i].width, 48);
+    EXPECT_EQ(got[i].height, 32);
+    EXPECT_EQ(got[i].pixels, want[i].pixels) << "entry " << i;
+  }
+  EXPECT_EQ((*cpu)->stats().frames_delivered, frames.size());
+  EXPECT_GT((*cpu)->stats().frames_decoded, 0u);
+
+  absl::StatusOr<std::unique_ptr<FrameDecoder>> gpu = OpenFrameDecoder(DecodeBackend::kGpu);
+  if (NvdecUnavailable(0).empty()) {
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    EXPECT_NE(dynamic_cast<NvdecDecoder*>(gpu->get()), nullptr);
+  } else {
+    ASSERT_FALSE(gpu.ok());
+    EXPECT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition) << gpu.status();
+    EXPECT_NE(gpu.status().message().find(NvdecUnavailable(0)), std::string_view::npos)
+        << gpu.status();
+  }
+  absl::StatusOr<std::unique_ptr<FrameDecoder>> none = OpenFrameDecoder(DecodeBackend::kAuto);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument) << none.status();
+}
+
+// What NVDEC makes of a host request, and what it refuses (the decoder's limits, in media/): a
+// crop before the resize, a resize other than bilinear, a rotation it would have to apply.
+TEST(NvdecOutputForTest, TheKernelsOutputOrWhatItRefuses) {
+  format::v1::StreamIndex stream;
+  stream.mutable_codec()->set_codec("h264");
+  stream.mutable_codec()->set_width(96);
+  stream.mutable_codec()->set_height(64);
+  VideoOutput output;
+  output.width = 48;
+  output.height = 32;
+  absl::StatusOr<GpuFrameOutput> out = NvdecOutputFor(stream, output);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->resize_width, 48);
+  EXPECT_EQ(out->resize_height, 32);
+  EXPECT_EQ(out->width, 0);  // no crop after the resize
+  EXPECT_EQ(out->layout, GpuFrameOutput::Layout::kHwcU8);
+  EXPECT_EQ(NvdecDecoder::FrameBytes(*out, 96, 64), 48u * 32u * 3u);
+
+  auto refused = [&](const VideoOutput& o, const format::v1::StreamIndex& s, const char* why) {
+    absl::StatusOr<GpuFrameOutput> r = NvdecOutputFor(s, o);
+    ASSERT_FALSE(r.ok()) << why;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    EXPECT_NE(r.status().message().find(why), std::string_view::npos) << r.status();
+  };
+  VideoOutput bicubic = output;
+  bicubic.filter = ResizeFilter::kBicubic;
+  refused(bicubic, stream, "bilinear");
+  bicubic.width = bicubic.height = 0;  // no resize: the filter is never used
+  EXPECT_TRUE(NvdecOutputFor(stream, bicubic).ok());
+  VideoOutput crop = output;
+  crop.crop = VideoCrop{0, 0, 32, 32};
+  refused(crop, stream, "crop");
+  for (double rotation : {90.0, -90.0, 180.0, 270.0}) {
+    format::v1::StreamIndex turned = stream;
+    turned.mutable_codec()->set_rotation_deg(rotation);
+    refused(output, turned, "rotated");
+    VideoOutput upright = output;
+    upright.autorotate = false;  // shown as stored: nothing to rotate
+    EXPECT_TRUE(NvdecOutputFor(turned, upright).ok()) << rotation;
+  }
+  format::v1::StreamIndex tilted = stream;
+  tilted.mutable_codec()->set_rotation_deg(45);  // the CPU path ignores it too
+  EXPECT_TRUE(NvdecOutputFor(tilted, output).ok());
+}
 
 // Placement (media/decode_placement.h) on the facts of an H200 (cuvidGetDecoderCaps as measured
 // there, bench/RESULTS.md "NVDEC on an H200") and of a machine without NVDEC: every rule, first
@@ -219,7 +384,7 @@ TEST_F(DecodeBackendTest, CachesKeepNvdecFramesApartFromTheCpus) {
 }
 
 // Served batches with `decode: gpu` where NVDEC works: cam0's frames come from NVDEC (through
-// NvdecDecoder::DecodeToHost), the same bits at 1 and 3 threads, and within the kernel's
+// NvdecDecoder's FrameDecoder::Decode), the same bits at 1 and 3 threads, and within the kernel's
 // tolerance of the CPU's frames of the same samples (no resize: docs/nvdec.md measured every value
 // within 3 at 720p).
 TEST_F(DecodeBackendTest, GpuServedBatchesAreNvdecFramesTheSameAtAnyThreadCount) {
@@ -230,7 +395,8 @@ TEST_F(DecodeBackendTest, GpuServedBatchesAreNvdecFramesTheSameAtAnyThreadCount)
 
   auto d = Dataset::Open(ds());
   ASSERT_TRUE(d.ok()) << d.status();
-  auto cam0 = [&](const std::string& decode) {
+  // cam0's frames of each run, and how many pictures NVDEC decoded for them.
+  auto cam0 = [&](const std::string& decode, uint64_t* nvdec_decoded) {
     absl::StatusOr<SampleSpec> spec = SampleSpec::FromYaml(Config(decode), (*d)->manifest(), "t.yaml");
     EXPECT_TRUE(spec.ok()) << spec.status();
     PipelineOptions o;
@@ -249,11 +415,18 @@ TEST_F(DecodeBackendTest, GpuServedBatchesAreNvdecFramesTheSameAtAnyThreadCount)
         if (t.name == "cam0") out.insert(out.end(), (*b)->data(t), (*b)->data(t) + t.bytes);
       }
     }
+    *nvdec_decoded = (*p)->stats().frames_decoded_nvdec;
     return out;
   };
-  const std::vector<uint8_t> gpu = cam0("gpu"), cpu = cam0("cpu");
+  uint64_t gpu_nvdec = 0, cpu_nvdec = 0;
+  const std::vector<uint8_t> gpu = cam0("gpu", &gpu_nvdec), cpu = cam0("cpu", &cpu_nvdec);
   ASSERT_EQ(gpu.size(), cpu.size());
   ASSERT_FALSE(gpu.empty());
+  // The frames came from NVDEC (its decoder counted pictures), and none for `decode: cpu`: a
+  // served path that fell back to the CPU fails here, however close its pixels.
+  RecordProperty("nvdec_frames_decoded", std::to_string(gpu_nvdec));
+  EXPECT_GT(gpu_nvdec, 0u);
+  EXPECT_EQ(cpu_nvdec, 0u);
   double sq = 0;
   int worst = 0;
   for (size_t i = 0; i < gpu.size(); ++i) {

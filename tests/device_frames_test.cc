@@ -269,10 +269,13 @@ TEST_F(DeviceFramesGpuTest, SamplesAreTheCpuPathsWithinTolerance) {
   std::cout << "DeviceFrames vs the CPU path: " << frames << " frames of " << ids.size()
             << " samples, mean PSNR " << sum / frames << " dB, worst " << worst << " dB, "
             << padded << " padded entries\n";
-  // docs/nvdec.md: a resize differs from libswscale's mostly by its vertical chroma placement
-  // (27.9 dB on ffmpeg's testsrc2, sharp edges); a frame off by one or a misplaced crop is lower.
-  EXPECT_GT(worst, 25.0);
-  EXPECT_GT(sum / frames, 28.0);
+  // This test on the H200 measured mean 42.5 dB, worst frame 39.7 dB (bench/RESULTS.md "Video
+  // into the trainer's device batch"); the bars are those less a margin of 3 dB. (A resize
+  // differs from libswscale's mostly by its vertical chroma placement, docs/nvdec.md: 27.9 dB on
+  // ffmpeg's sharp testsrc2, not on these clips; a frame off by one or a misplaced crop is far
+  // lower.)
+  EXPECT_GT(worst, 39.7 - 3.0);
+  EXPECT_GT(sum / frames, 42.5 - 3.0);
   EXPECT_GT(padded, 0u) << "the clip reaches past the episodes' ends";
 }
 

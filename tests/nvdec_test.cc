@@ -189,7 +189,8 @@ class NvdecGpuTest : public ::testing::TestWithParam<std::string> {
     void* dev = nullptr;
     EXPECT_EQ(cudaMalloc(&dev, bytes * frames.size()), cudaSuccess);
     auto read = [&](size_t p, std::string* b) { return s_.Read(p, b); };
-    absl::Status s = nv_->Decode(key, s_.st(), s_.table, read, frames, out, DecodeLimits{}, dev, bytes);
+    absl::Status s =
+        nv_->DecodeToDevice(key, s_.st(), s_.table, read, frames, out, DecodeLimits{}, dev, bytes);
     if (status != nullptr) *status = s;
     else EXPECT_TRUE(s.ok()) << s;
     std::vector<std::vector<uint8_t>> result(frames.size(), std::vector<uint8_t>(bytes));
@@ -228,7 +229,7 @@ TEST_P(NvdecGpuTest, EqualsTheCpuPathWithinTolerance) {
   auto gpu = Gpu(frames);
   auto cpu = Cpu(frames);
   ASSERT_EQ(gpu.size(), cpu.size());
-  double sq = 0, sum = 0;
+  double sq = 0, sum = 0, worst_frame = 99;
   size_t n = 0;
   for (size_t i = 0; i < gpu.size(); ++i) {
     ASSERT_EQ(gpu[i].size(), cpu[i].pixels.size());
@@ -241,15 +242,22 @@ TEST_P(NvdecGpuTest, EqualsTheCpuPathWithinTolerance) {
     sq += fsq;
     n += gpu[i].size();
     // Every frame close to its CPU twin: a wrong frame (selection off by one) is far below this.
+    // The bars are what the H200 measured through NVDEC against the CPU path (bench/RESULTS.md
+    // "NVDEC on an H200": H.264 46.0 dB, worst frame 43.9; HEVC 45.9, worst 43.8) less a margin
+    // of 3 dB, so a kernel that gets worse fails rather than hiding 11-14 dB under the bar.
     const double psnr = 10 * std::log10(255.0 * 255.0 / std::max(fsq / gpu[i].size(), 1e-9));
-    EXPECT_GT(psnr, 30.0) << "frame " << i;
+    worst_frame = std::min(worst_frame, psnr);
+    EXPECT_GT(psnr, 43.8 - 3.0) << "frame " << i;
   }
   const double mean = sum / n;
   const double psnr = 10 * std::log10(255.0 * 255.0 / std::max(sq / n, 1e-9));
   RecordProperty("mean_abs_diff", std::to_string(mean));
   RecordProperty("psnr_db", std::to_string(psnr));
+  RecordProperty("worst_frame_psnr_db", std::to_string(worst_frame));
+  std::cout << GetParam() << " NVDEC against the CPU path: " << psnr << " dB, worst frame "
+            << worst_frame << " dB, mean difference " << mean << "\n";
   EXPECT_LT(mean, 2.0);
-  EXPECT_GT(psnr, 35.0);
+  EXPECT_GT(psnr, 45.9 - 3.0);
   EXPECT_EQ(nv_->stats().frames_delivered, frames.size());
 }
 
@@ -334,8 +342,8 @@ TEST_P(NvdecGpuTest, BadRequestsAreRefused) {
   pb::StreamIndex av1 = s_.st();
   av1.mutable_codec()->set_codec("av1");
   auto read = [&](size_t p, std::string* b) { return s_.Read(p, b); };
-  s = nv_->Decode(6, av1, s_.table, read, std::vector<int64_t>{0}, {}, DecodeLimits{}, nullptr,
-                  1 << 20);
+  s = nv_->DecodeToDevice(6, av1, s_.table, read, std::vector<int64_t>{0}, {}, DecodeLimits{},
+                          nullptr, 1 << 20);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(std::string(s.message()).find("av1"), std::string::npos) << s;
 }

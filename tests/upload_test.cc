@@ -226,6 +226,37 @@ TEST(UploadTest, RequireGpu) {
   }
 }
 
+#if CONVEYOR_HAVE_CUDA
+// device/ loads the CUDA runtime with dlopen (device/internal/cudart.h): an absent library is an
+// error naming it and where it was looked for, a library that is no CUDA runtime one naming the
+// call it lacks. The real one loads wherever the toolkit the build found is still installed.
+TEST(CudaRuntimeLoadTest, AbsentLibraryIsNamed) {
+  absl::StatusOr<cuda::Runtime> r = cuda::OpenRuntime("libcudart.so.999", "/nonexistent/cuda");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string m(r.status().message());
+  EXPECT_NE(m.find("the CUDA runtime libcudart.so.999 could not be loaded"), std::string::npos) << m;
+  EXPECT_NE(m.find("/nonexistent/cuda/libcudart.so.999"), std::string::npos) << m;
+}
+
+TEST(CudaRuntimeLoadTest, ALibraryWithoutTheCallsIsNamed) {
+  absl::StatusOr<cuda::Runtime> r = cuda::OpenRuntime("libz.so.1", "/nonexistent");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("libz.so.1 has no cudaGetErrorName"), absl::string_view::npos)
+      << r.status();
+}
+
+TEST(CudaRuntimeLoadTest, TheBuildsRuntimeLoadsAndTheProbeUsesIt) {
+  absl::StatusOr<const cuda::Runtime*> r = cuda::LoadRuntime();
+  ASSERT_TRUE(r.ok()) << r.status();
+  int count = -1;
+  const cudaError_t e = (*r)->GetDeviceCount(&count);
+  // Without a driver or a GPU the runtime says so; the probe reports the same.
+  EXPECT_EQ(e == cudaSuccess && count > 0, MachineHasGpu()) << (*r)->GetErrorName(e);
+}
+#endif
+
 TEST(UploadTest, BadOptionsAndBatches) {
   EXPECT_EQ(Uploader::Create({.buffers = 0}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Uploader::Create({.device = -2}).status().code(), absl::StatusCode::kInvalidArgument);

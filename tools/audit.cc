@@ -146,23 +146,138 @@ struct Expected {
   std::vector<SampleId> first;
 };
 
+// Slices grouped by the layout that served them (batch size, consumers), each over the range of
+// positions its slices covered.
+struct Group {
+  uint64_t batch = 0;
+  uint32_t consumers = 0;
+  uint64_t from = UINT64_MAX, to = 0;
+  std::map<uint32_t, CoverageSlice> slices;
+};
+
+// What the audit found so far: totals beside the order's, and a line per slice.
+struct Tally {
+  bool exact = true;
+  uint64_t total = 0, expected_total = 0, digest = 0, expected_digest = 0;
+  std::string report;
+};
+
+// The ledgers to audit: every server's for job o.job, or every trainer JSON's; `jobs` gets every
+// job name the servers know.
+absl::StatusOr<std::vector<CoverageSlice>> Ledgers(const AuditOptions& o, const Source& source,
+                                                   std::set<std::string>* jobs) {
+  if (!o.servers.empty()) return FromServers(o, source.manifest().fingerprint, jobs);
+  std::vector<CoverageSlice> all;
+  for (const std::string& path : o.trainer_json) {
+    ASSIGN_OR_RETURN(std::vector<CoverageSlice> part, FromTrainerJson(path));
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+// The merged slices by layout, in the order of the positions they start at.
+std::vector<Group> GroupByLayout(
+    const std::map<std::tuple<uint64_t, uint64_t, uint32_t, uint32_t>, CoverageSlice>& merged) {
+  std::map<std::pair<uint64_t, uint32_t>, Group> by_layout;
+  for (const auto& [key, s] : merged) {
+    Group& g = by_layout[{s.global_batch_size, s.consumers}];
+    g.batch = s.global_batch_size;
+    g.consumers = s.consumers;
+    g.from = std::min(g.from, s.first_position);
+    g.to = std::max(g.to, s.end_position);
+    g.slices[s.consumer] = s;
+  }
+  std::vector<Group> ordered;
+  for (auto& [k, g] : by_layout) ordered.push_back(std::move(g));
+  std::sort(ordered.begin(), ordered.end(), [](const Group& a, const Group& b) { return a.from < b.from; });
+  return ordered;
+}
+
+// What consumer i's slice of group g should have received, from the epoch's sequence.
+Expected ExpectedSlice(const Group& g, uint32_t i, const std::vector<SampleId>& seq, int64_t show_ids) {
+  const uint64_t local = g.batch / g.consumers;
+  Expected e;
+  for (uint64_t p = g.from; p + g.batch <= g.to; p += g.batch) {
+    for (uint64_t j = p + i * local; j < p + (i + 1) * local; ++j) {
+      const SampleId& id = seq[j];
+      ++e.samples;
+      e.digest += CoverageHash(id);
+      if (e.first.size() < static_cast<size_t>(show_ids)) e.first.push_back(id);
+    }
+  }
+  return e;
+}
+
+// How a slice that is not exact differs from what it should have received.
+std::string Verdict(const CoverageSlice& got, const Expected& e) {
+  if (got.samples == 0) return StrCat("missing: 0 of ", e.samples, " samples");
+  if (e.samples > 0 && got.samples % e.samples == 0 && got.samples / e.samples >= 2 &&
+      got.digest == e.digest * (got.samples / e.samples)) {
+    return StrCat("duplicated: delivered ", got.samples / e.samples, " times (", got.samples, " samples, ",
+                  e.samples, " expected)");
+  }
+  if (got.samples > e.samples) {
+    return StrCat("duplicated or foreign samples: ", got.samples, " samples, ", e.samples, " expected");
+  }
+  if (got.samples < e.samples) return StrCat("missing samples: ", got.samples, " of ", e.samples);
+  return StrCat("other samples: ", got.samples, " as expected, but digest ", Hex(got.digest),
+                " is not the order's ", Hex(e.digest));
+}
+
+// The samples to look at in a slice that is not exact: for one that stopped early or started
+// late, its first positions outside what it covered; else its first samples.
+std::string SamplesToLookAt(const Group& g, uint32_t i, const CoverageSlice& got, const Expected& e,
+                            const std::vector<SampleId>& seq, int64_t show_ids) {
+  const uint64_t local = g.batch / g.consumers;
+  std::vector<SampleId> first = e.first;
+  std::string where = "its first samples";
+  if (got.samples > 0 && got.samples < e.samples && (got.end_position < g.to || got.first_position > g.from)) {
+    first.clear();
+    for (uint64_t p = g.from; p + g.batch <= g.to && first.size() < static_cast<size_t>(show_ids); p += g.batch) {
+      if (p >= got.first_position && p < got.end_position) continue;
+      for (uint64_t j = p + i * local; j < p + (i + 1) * local && first.size() < static_cast<size_t>(show_ids); ++j) {
+        first.push_back(seq[j]);
+      }
+    }
+    where = StrCat("it covered positions ", got.first_position, "..", got.end_position - 1,
+                   " only; the first samples it lacks");
+  }
+  std::string ids;
+  for (const SampleId& id : first) StrAppend(&ids, ids.empty() ? "" : " ", IdText(id));
+  return StrCat(where, ": ", ids);
+}
+
+// Audits every consumer slice of group g against the epoch's sequence `seq`.
+void AuditGroup(const Group& g, const std::vector<SampleId>& seq, int64_t show_ids, Tally* t) {
+  for (uint32_t i = 0; i < g.consumers; ++i) {
+    const Expected e = ExpectedSlice(g, i, seq, show_ids);
+    t->expected_total += e.samples;
+    t->expected_digest += e.digest;
+    auto it = g.slices.find(i);
+    const CoverageSlice got = it == g.slices.end() ? CoverageSlice{} : it->second;
+    t->total += got.samples;
+    t->digest += got.digest;
+    const std::string name = StrCat("slice ", i, "/", g.consumers, " at global batch ", g.batch, ", positions ",
+                                    g.from, "..", g.to == 0 ? 0 : g.to - 1);
+    if (got.samples == e.samples && got.digest == e.digest) {
+      StrAppend(&t->report, "  ", name, ": exact, ", got.samples, " samples\n");
+      continue;
+    }
+    t->exact = false;
+    StrAppend(&t->report, "  ", name, ": ", Verdict(got, e), "; ",
+              SamplesToLookAt(g, i, got, e, seq, show_ids), "\n");
+  }
+}
+
 absl::Status RunAudit(const AuditOptions& o, int* verdict) {
   if (o.servers.empty() == o.trainer_json.empty()) {
     return absl::InvalidArgumentError("give --servers (their ledgers) or --trainer-json (what the ranks received), one of them");
   }
   if (o.epoch < 0) return absl::InvalidArgumentError("--epoch must be >= 0");
   const uint64_t epoch = static_cast<uint64_t>(o.epoch);
-  std::vector<CoverageSlice> all;
   std::set<std::string> jobs;
   ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
-  if (!o.servers.empty()) {
-    ASSIGN_OR_RETURN(all, FromServers(o, source->manifest().fingerprint, &jobs));
-  } else {
-    for (const std::string& path : o.trainer_json) {
-      ASSIGN_OR_RETURN(std::vector<CoverageSlice> part, FromTrainerJson(path));
-      all.insert(all.end(), part.begin(), part.end());
-    }
-  }
+  ASSIGN_OR_RETURN(const std::vector<CoverageSlice> all, Ledgers(o, *source, &jobs));
   std::map<std::tuple<uint64_t, uint64_t, uint32_t, uint32_t>, CoverageSlice> merged;
   for (const CoverageSlice& s : all) {
     if (s.epoch == epoch) Merge(s, &merged);
@@ -196,30 +311,8 @@ absl::Status RunAudit(const AuditOptions& o, int* verdict) {
     return &it->second;
   };
 
-  // Slices grouped by the layout that served them (batch size, consumers), each over the range of
-  // positions its slices covered.
-  struct Group {
-    uint64_t batch = 0;
-    uint32_t consumers = 0;
-    uint64_t from = UINT64_MAX, to = 0;
-    std::map<uint32_t, CoverageSlice> slices;
-  };
-  std::map<std::pair<uint64_t, uint32_t>, Group> by_layout;
-  for (const auto& [key, s] : merged) {
-    Group& g = by_layout[{s.global_batch_size, s.consumers}];
-    g.batch = s.global_batch_size;
-    g.consumers = s.consumers;
-    g.from = std::min(g.from, s.first_position);
-    g.to = std::max(g.to, s.end_position);
-    g.slices[s.consumer] = s;
-  }
-  std::vector<Group> ordered;
-  for (auto& [k, g] : by_layout) ordered.push_back(std::move(g));
-  std::sort(ordered.begin(), ordered.end(), [](const Group& a, const Group& b) { return a.from < b.from; });
-
-  bool exact = true;
-  uint64_t total = 0, expected_total = 0, digest = 0, expected_digest = 0;
-  std::string report;
+  const std::vector<Group> ordered = GroupByLayout(merged);
+  Tally t;
   uint64_t covered_to = 0;
   uint64_t epoch_positions = 0;  // of the last layout's sequence
   for (const Group& g : ordered) {
@@ -227,11 +320,11 @@ absl::Status RunAudit(const AuditOptions& o, int* verdict) {
       return absl::DataLossError(StrCat("a ledger names a slice of ", g.consumers, " consumers at global batch size ", g.batch));
     }
     if (g.from > covered_to) {
-      exact = false;
-      StrAppend(&report, "  positions ", covered_to, "..", g.from - 1, ": delivered to no slice\n");
+      t.exact = false;
+      StrAppend(&t.report, "  positions ", covered_to, "..", g.from - 1, ": delivered to no slice\n");
     } else if (g.from < covered_to) {
-      exact = false;
-      StrAppend(&report, "  positions ", g.from, "..", covered_to - 1, ": delivered twice, at two layouts\n");
+      t.exact = false;
+      StrAppend(&t.report, "  positions ", g.from, "..", covered_to - 1, ": delivered twice, at two layouts\n");
     }
     covered_to = std::max(covered_to, g.to);
     ASSIGN_OR_RETURN(const std::vector<SampleId>* seq, sequence_at(g.batch));
@@ -240,73 +333,16 @@ absl::Status RunAudit(const AuditOptions& o, int* verdict) {
       return absl::DataLossError(StrCat("a ledger's slice reaches position ", g.to, " of epoch ", epoch,
                                         ", which has ", seq->size(), ": another dataset or config?"));
     }
-    const uint64_t local = g.batch / g.consumers;
-    for (uint32_t i = 0; i < g.consumers; ++i) {
-      Expected e;
-      for (uint64_t p = g.from; p + g.batch <= g.to; p += g.batch) {
-        for (uint64_t j = p + i * local; j < p + (i + 1) * local; ++j) {
-          const SampleId& id = (*seq)[j];
-          ++e.samples;
-          e.digest += CoverageHash(id);
-          if (e.first.size() < static_cast<size_t>(o.show_ids)) e.first.push_back(id);
-        }
-      }
-      expected_total += e.samples;
-      expected_digest += e.digest;
-      auto it = g.slices.find(i);
-      const CoverageSlice got = it == g.slices.end() ? CoverageSlice{} : it->second;
-      total += got.samples;
-      digest += got.digest;
-      const std::string name = StrCat("slice ", i, "/", g.consumers, " at global batch ", g.batch, ", positions ",
-                                      g.from, "..", g.to == 0 ? 0 : g.to - 1);
-      std::string verdict_text;
-      if (got.samples == e.samples && got.digest == e.digest) {
-        StrAppend(&report, "  ", name, ": exact, ", got.samples, " samples\n");
-        continue;
-      }
-      exact = false;
-      if (got.samples == 0) {
-        verdict_text = StrCat("missing: 0 of ", e.samples, " samples");
-      } else if (e.samples > 0 && got.samples % e.samples == 0 && got.samples / e.samples >= 2 &&
-                 got.digest == e.digest * (got.samples / e.samples)) {
-        verdict_text = StrCat("duplicated: delivered ", got.samples / e.samples, " times (", got.samples, " samples, ",
-                              e.samples, " expected)");
-      } else if (got.samples > e.samples) {
-        verdict_text = StrCat("duplicated or foreign samples: ", got.samples, " samples, ", e.samples, " expected");
-      } else if (got.samples < e.samples) {
-        verdict_text = StrCat("missing samples: ", got.samples, " of ", e.samples);
-      } else {
-        verdict_text = StrCat("other samples: ", got.samples, " as expected, but digest ", Hex(got.digest),
-                              " is not the order's ", Hex(e.digest));
-      }
-      // The samples to look at: for a slice that stopped early or started late, its first
-      // positions outside what it covered; else its first samples.
-      std::vector<SampleId> first = e.first;
-      std::string where = "its first samples";
-      if (got.samples > 0 && got.samples < e.samples && (got.end_position < g.to || got.first_position > g.from)) {
-        first.clear();
-        for (uint64_t p = g.from; p + g.batch <= g.to && first.size() < static_cast<size_t>(o.show_ids); p += g.batch) {
-          if (p >= got.first_position && p < got.end_position) continue;
-          for (uint64_t j = p + i * local; j < p + (i + 1) * local && first.size() < static_cast<size_t>(o.show_ids); ++j) {
-            first.push_back((*seq)[j]);
-          }
-        }
-        where = StrCat("it covered positions ", got.first_position, "..", got.end_position - 1,
-                       " only; the first samples it lacks");
-      }
-      std::string ids;
-      for (const SampleId& id : first) StrAppend(&ids, ids.empty() ? "" : " ", IdText(id));
-      StrAppend(&report, "  ", name, ": ", verdict_text, "; ", where, ": ", ids, "\n");
-    }
+    AuditGroup(g, *seq, o.show_ids, &t);
   }
   const bool complete = covered_to + ordered.back().batch > epoch_positions;
   std::printf("epoch %llu (%s): %s, %llu samples delivered, %llu expected, digest %s (the order's %s)%s\n",
-              static_cast<unsigned long long>(epoch), what.c_str(), exact ? "EXACT" : "NOT EXACT",
-              static_cast<unsigned long long>(total), static_cast<unsigned long long>(expected_total),
-              Hex(digest).c_str(), Hex(expected_digest).c_str(),
+              static_cast<unsigned long long>(epoch), what.c_str(), t.exact ? "EXACT" : "NOT EXACT",
+              static_cast<unsigned long long>(t.total), static_cast<unsigned long long>(t.expected_total),
+              Hex(t.digest).c_str(), Hex(t.expected_digest).c_str(),
               complete ? "" : StrCat(", in progress (up to position ", covered_to, ")").c_str());
-  std::fputs(report.c_str(), stdout);
-  *verdict = exact ? 0 : 1;
+  std::fputs(t.report.c_str(), stdout);
+  *verdict = t.exact ? 0 : 1;
   return absl::OkStatus();
 }
 

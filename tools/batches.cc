@@ -35,19 +35,11 @@ std::vector<LineSample> Ids(const Batch& b) {
   return out;
 }
 
-}  // namespace
-
-absl::Status RunBatches(const BatchesOptions& o) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
-  const Manifest& manifest = source->manifest();
-  if (o.config.empty()) return absl::InvalidArgumentError("--config is required");
-  std::ifstream f(o.config, std::ios::binary);
-  if (!f) return absl::NotFoundError(StrCat("cannot open config ", o.config));
-  std::stringstream text;
-  text << f.rdbuf();
-  ASSIGN_OR_RETURN(SampleSpec spec, SampleSpec::FromYaml(text.str(), manifest, o.config));
+// The pipeline options of a run: the config's, then the flags over them.
+absl::StatusOr<PipelineOptions> RunOptions(const BatchesOptions& o, const std::string& text,
+                                           const SampleSpec& spec, const Manifest& manifest) {
   PipelineOptions po;
-  RETURN_IF_ERROR(po.MergeYaml(text.str(), spec, manifest, o.config));
+  RETURN_IF_ERROR(po.MergeYaml(text, spec, manifest, o.config));
   if (o.consumers < 1 || o.consumer < 0) {
     return absl::InvalidArgumentError("--consumers must be >= 1 and --consumer >= 0");
   }
@@ -71,6 +63,142 @@ absl::Status RunBatches(const BatchesOptions& o) {
   }
   po.order.version = version;
   ASSIGN_OR_RETURN(po.frame_cache, MakeFrameCache(ToConfig(o.frame_cache)));
+  return po;
+}
+
+// The order the batches came in (its shuffle quality), or a mixture's shares per dataset.
+absl::Status PrintOrder(const Source& source, const SampleSpec& spec, const Pipeline& pipeline,
+                        const PipelineStats& s, const Cursor& cursor) {
+  const PipelineOptions& po = pipeline.options();
+  if (source.is_mixture()) {
+    // Per dataset: requested share, realized share, and how far through its own epochs the
+    // mixture has gone at the last cursor.
+    const std::vector<MixtureProgress> mix = pipeline.Mixture();
+    std::fprintf(stderr, "  mixture %s (%zu datasets, %llu steps per epoch):\n",
+                 source.manifest().name.c_str(), mix.size(),
+                 static_cast<unsigned long long>(pipeline.steps_per_epoch()));
+    for (size_t k = 0; k < mix.size(); ++k) {
+      const MixtureProgress& p = mix[k];
+      std::fprintf(stderr,
+                   "    %-20s weight %.4f realized %.4f samples %llu of %llu, epochs %.3f\n",
+                   p.name.c_str(), p.requested_share,
+                   s.samples ? static_cast<double>(s.member_samples[k]) / s.samples : 0.0,
+                   static_cast<unsigned long long>(s.member_samples[k]),
+                   static_cast<unsigned long long>(p.samples_per_epoch), p.epochs);
+    }
+    return absl::OkStatus();
+  }
+  const Dataset& ds = source.dataset(0);
+  // The order these batches came in: without the config's quarantined episodes, as the
+  // pipeline built it (else the figures describe episodes that were never served).
+  ASSIGN_OR_RETURN(const std::set<uint64_t> quarantined, QuarantinedEpisodes(spec, ds));
+  const uint64_t key = OrderKey(ds.manifest().fingerprint, po.seed);
+  ASSIGN_OR_RETURN(SampleIndex index,
+                   SampleIndex::Build(ds, spec.anchor_stream, quarantined, spec.clips, key));
+  const EpochOrder order(index.size(), key, cursor.epoch, po.order);
+  const ShuffleQuality q = MeasureShuffle(order, index, cursor.epoch, po.global_batch_size, 1u << 20);
+  std::fprintf(stderr,
+               "  order (%s, schedule version %u, block %s%llu steps, window %llu blocks): "
+               "same-episode neighbours %.4f (uniform shuffle %.4f), episodes per batch %.2f "
+               "(uniform %.2f)\n",
+               po.order.naive() ? "naive" : "gop", po.order.version, po.order.blocks ? "<= " : "",
+               static_cast<unsigned long long>(po.order.block_steps),
+               static_cast<unsigned long long>(po.order.window_blocks), q.same_episode_adjacent,
+               q.same_episode_expected, q.episodes_per_batch, q.episodes_per_batch_expected);
+  return absl::OkStatus();
+}
+
+// Where the bytes came from: storage reads and caches, and each dataset's episode reads.
+void PrintStorage(const Source& source) {
+  const StorageStats st = source.storage_stats();
+  std::fprintf(stderr,
+               "  storage: %llu reads, %llu bytes, %llu retries, %llu connections; cache hits "
+               "%llu (%llu bytes), misses %llu (%llu bytes filled), corrupt %llu, evicted %llu "
+               "bytes\n",
+               static_cast<unsigned long long>(st.reads),
+               static_cast<unsigned long long>(st.bytes_read),
+               static_cast<unsigned long long>(st.retries),
+               static_cast<unsigned long long>(st.connections_opened),
+               static_cast<unsigned long long>(st.cache_hits),
+               static_cast<unsigned long long>(st.cache_hit_bytes),
+               static_cast<unsigned long long>(st.cache_misses),
+               static_cast<unsigned long long>(st.cache_fill_bytes),
+               static_cast<unsigned long long>(st.cache_corrupt),
+               static_cast<unsigned long long>(st.cache_evicted_bytes));
+  for (size_t k = 0; k < source.size(); ++k) {
+    const std::optional<EpisodeReadStats> r = source.dataset(k).episode_read_stats();
+    if (!r.has_value()) continue;
+    std::fprintf(stderr,
+                 "  episode reads (%s): %llu reads of %llu distinct episodes, %.1f MB for %.1f MB: "
+                 "read amplification %.3f\n",
+                 source.dataset(k).manifest().name.c_str(), static_cast<unsigned long long>(r->reads),
+                 static_cast<unsigned long long>(r->distinct), r->bytes_read / 1e6,
+                 r->distinct_bytes / 1e6, r->amplification());
+  }
+}
+
+// conveyor batches --stats: throughput, decoding, the order, stage times and storage (stderr).
+absl::Status PrintStats(const BatchesOptions& o, const Source& source, const SampleSpec& spec,
+                        const Pipeline& pipeline, const Cursor& cursor) {
+  const PipelineStats s = pipeline.stats();
+  const PipelineOptions& po = pipeline.options();
+  std::fprintf(stderr,
+               "stats: %llu batches, %llu samples (%llu skipped) in %.2f s = %.1f samples/s, "
+               "%.1f MB/s\n",
+               static_cast<unsigned long long>(s.batches), static_cast<unsigned long long>(s.samples),
+               static_cast<unsigned long long>(s.skipped), s.seconds, s.samples / std::max(s.seconds, 1e-9),
+               s.bytes / 1e6 / std::max(s.seconds, 1e-9));
+  if (s.quarantined_episodes > 0) {
+    std::fprintf(stderr, "  quarantine: %llu episodes (%llu samples per epoch) left out\n",
+                 static_cast<unsigned long long>(s.quarantined_episodes),
+                 static_cast<unsigned long long>(s.quarantined_samples));
+  }
+  std::fprintf(stderr,
+               "  video: %llu frames decoded for %llu delivered: amplification %.3f; frame cache "
+               "hits %llu, misses %llu; peak cache %.1f MB, peak queue %.1f MB; %llu frames "
+               "decoded on NVDEC\n",
+               static_cast<unsigned long long>(s.frames_decoded),
+               static_cast<unsigned long long>(s.frames_delivered), s.amplification(),
+               static_cast<unsigned long long>(s.prefetch_hits),
+               static_cast<unsigned long long>(s.prefetch_misses), s.prefetch_bytes_peak / 1e6,
+               s.queue_bytes_peak / 1e6, static_cast<unsigned long long>(s.frames_decoded_nvdec));
+  if (po.frame_cache) {
+    // Decoding saved: the hits at this run's own decode seconds per frame (when it decoded any).
+    const std::string saved =
+        s.frames_decoded > 0
+            ? StrCat("about ", static_cast<int64_t>(s.frame_cache_hits * s.decode_seconds / s.frames_decoded * 10) / 10.0,
+                     " s of decoding saved")
+            : std::string("no frame decoded");
+    std::fprintf(stderr, "  frame cache: %llu frames from the cache, %llu decoded into it (%s); %llu blocks not decoded at all; %s\n",
+                 static_cast<unsigned long long>(s.frame_cache_hits),
+                 static_cast<unsigned long long>(s.frame_cache_misses), saved.c_str(),
+                 static_cast<unsigned long long>(s.blocks_from_frame_cache),
+                 FrameCacheSummary(po.frame_cache->stats(), o.frame_cache.policy).c_str());
+  }
+  RETURN_IF_ERROR(PrintOrder(source, spec, pipeline, s, cursor));
+  std::fprintf(stderr,
+               "  stage seconds (summed over workers): decode blocks %.2f, assemble %.2f, worker "
+               "idle %.2f; batching %.2f, consumer waited %.2f",
+               s.decode_seconds, s.assemble_seconds, s.worker_idle_seconds, s.batch_seconds,
+               s.wait_seconds);
+  if (po.packing) std::fprintf(stderr, "; packing fill ratio %.4f", s.fill_ratio_sum / std::max<uint64_t>(1, s.batches));
+  std::fprintf(stderr, "\n");
+  PrintStorage(source);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunBatches(const BatchesOptions& o) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Source> source, Source::Open(o.dataset));
+  const Manifest& manifest = source->manifest();
+  if (o.config.empty()) return absl::InvalidArgumentError("--config is required");
+  std::ifstream f(o.config, std::ios::binary);
+  if (!f) return absl::NotFoundError(StrCat("cannot open config ", o.config));
+  std::stringstream text;
+  text << f.rdbuf();
+  ASSIGN_OR_RETURN(SampleSpec spec, SampleSpec::FromYaml(text.str(), manifest, o.config));
+  ASSIGN_OR_RETURN(PipelineOptions po, RunOptions(o, text.str(), spec, manifest));
   ASSIGN_OR_RETURN(Cursor cursor, ParseCursor(o.cursor));
   if (o.steps < 1) return absl::InvalidArgumentError("--steps must be >= 1");
   // Resolved here as Create would, so that --stats measures the order the batches follow.
@@ -103,112 +231,9 @@ absl::Status RunBatches(const BatchesOptions& o) {
       }
     }
   }
-  if (o.stats) {
-    const PipelineStats s = pipeline->stats();
-    po = pipeline->options();
-    std::fprintf(stderr,
-                 "stats: %llu batches, %llu samples (%llu skipped) in %.2f s = %.1f samples/s, "
-                 "%.1f MB/s\n",
-                 static_cast<unsigned long long>(s.batches), static_cast<unsigned long long>(s.samples),
-                 static_cast<unsigned long long>(s.skipped), s.seconds, s.samples / std::max(s.seconds, 1e-9),
-                 s.bytes / 1e6 / std::max(s.seconds, 1e-9));
-    if (s.quarantined_episodes > 0) {
-      std::fprintf(stderr, "  quarantine: %llu episodes (%llu samples per epoch) left out\n",
-                   static_cast<unsigned long long>(s.quarantined_episodes),
-                   static_cast<unsigned long long>(s.quarantined_samples));
-    }
-    std::fprintf(stderr,
-                 "  video: %llu frames decoded for %llu delivered: amplification %.3f; frame cache "
-                 "hits %llu, misses %llu; peak cache %.1f MB, peak queue %.1f MB\n",
-                 static_cast<unsigned long long>(s.frames_decoded),
-                 static_cast<unsigned long long>(s.frames_delivered), s.amplification(),
-                 static_cast<unsigned long long>(s.prefetch_hits),
-                 static_cast<unsigned long long>(s.prefetch_misses), s.prefetch_bytes_peak / 1e6,
-                 s.queue_bytes_peak / 1e6);
-    if (po.frame_cache) {
-      // Decoding saved: the hits at this run's own decode seconds per frame (when it decoded any).
-      const std::string saved =
-          s.frames_decoded > 0
-              ? StrCat("about ", static_cast<int64_t>(s.frame_cache_hits * s.decode_seconds / s.frames_decoded * 10) / 10.0,
-                       " s of decoding saved")
-              : std::string("no frame decoded");
-      std::fprintf(stderr, "  frame cache: %llu frames from the cache, %llu decoded into it (%s); %llu blocks not decoded at all; %s\n",
-                   static_cast<unsigned long long>(s.frame_cache_hits),
-                   static_cast<unsigned long long>(s.frame_cache_misses), saved.c_str(),
-                   static_cast<unsigned long long>(s.blocks_from_frame_cache),
-                   FrameCacheSummary(po.frame_cache->stats(), o.frame_cache.policy).c_str());
-    }
-    if (!source->is_mixture()) {
-      const Dataset& ds = source->dataset(0);
-      // The order these batches came in: without the config's quarantined episodes, as the
-      // pipeline built it (else the figures describe episodes that were never served).
-      ASSIGN_OR_RETURN(const std::set<uint64_t> quarantined, QuarantinedEpisodes(spec, ds));
-      const uint64_t key = OrderKey(ds.manifest().fingerprint, po.seed);
-      ASSIGN_OR_RETURN(SampleIndex index,
-                       SampleIndex::Build(ds, spec.anchor_stream, quarantined, spec.clips, key));
-      const EpochOrder order(index.size(), key, cursor.epoch, po.order);
-      const ShuffleQuality q = MeasureShuffle(order, index, cursor.epoch, po.global_batch_size, 1u << 20);
-      std::fprintf(stderr,
-                   "  order (%s, schedule version %u, block %s%llu steps, window %llu blocks): "
-                   "same-episode neighbours %.4f (uniform shuffle %.4f), episodes per batch %.2f "
-                   "(uniform %.2f)\n",
-                   po.order.naive() ? "naive" : "gop", po.order.version, po.order.blocks ? "<= " : "",
-                   static_cast<unsigned long long>(po.order.block_steps),
-                   static_cast<unsigned long long>(po.order.window_blocks), q.same_episode_adjacent,
-                   q.same_episode_expected, q.episodes_per_batch, q.episodes_per_batch_expected);
-    } else {
-      // Per dataset: requested share, realized share, and how far through its own epochs the
-      // mixture has gone at the last cursor.
-      const std::vector<MixtureProgress> mix = pipeline->Mixture();
-      std::fprintf(stderr, "  mixture %s (%zu datasets, %llu steps per epoch):\n",
-                   manifest.name.c_str(), mix.size(),
-                   static_cast<unsigned long long>(pipeline->steps_per_epoch()));
-      for (size_t k = 0; k < mix.size(); ++k) {
-        const MixtureProgress& p = mix[k];
-        std::fprintf(stderr,
-                     "    %-20s weight %.4f realized %.4f samples %llu of %llu, epochs %.3f\n",
-                     p.name.c_str(), p.requested_share,
-                     s.samples ? static_cast<double>(s.member_samples[k]) / s.samples : 0.0,
-                     static_cast<unsigned long long>(s.member_samples[k]),
-                     static_cast<unsigned long long>(p.samples_per_epoch), p.epochs);
-      }
-    }
-    std::fprintf(stderr,
-                 "  stage seconds (summed over workers): decode blocks %.2f, assemble %.2f, worker "
-                 "idle %.2f; batching %.2f, consumer waited %.2f",
-                 s.decode_seconds, s.assemble_seconds, s.worker_idle_seconds, s.batch_seconds,
-                 s.wait_seconds);
-    if (po.packing) std::fprintf(stderr, "; packing fill ratio %.4f", s.fill_ratio_sum / std::max<uint64_t>(1, s.batches));
-    std::fprintf(stderr, "\n");
-    const StorageStats st = source->storage_stats();
-    std::fprintf(stderr,
-                 "  storage: %llu reads, %llu bytes, %llu retries, %llu connections; cache hits "
-                 "%llu (%llu bytes), misses %llu (%llu bytes filled), corrupt %llu, evicted %llu "
-                 "bytes\n",
-                 static_cast<unsigned long long>(st.reads),
-                 static_cast<unsigned long long>(st.bytes_read),
-                 static_cast<unsigned long long>(st.retries),
-                 static_cast<unsigned long long>(st.connections_opened),
-                 static_cast<unsigned long long>(st.cache_hits),
-                 static_cast<unsigned long long>(st.cache_hit_bytes),
-                 static_cast<unsigned long long>(st.cache_misses),
-                 static_cast<unsigned long long>(st.cache_fill_bytes),
-                 static_cast<unsigned long long>(st.cache_corrupt),
-                 static_cast<unsigned long long>(st.cache_evicted_bytes));
-    for (size_t k = 0; k < source->size(); ++k) {
-      const std::optional<EpisodeReadStats> r = source->dataset(k).episode_read_stats();
-      if (!r.has_value()) continue;
-      std::fprintf(stderr,
-                   "  episode reads (%s): %llu reads of %llu distinct episodes, %.1f MB for %.1f MB: "
-                   "read amplification %.3f\n",
-                   source->dataset(k).manifest().name.c_str(), static_cast<unsigned long long>(r->reads),
-                   static_cast<unsigned long long>(r->distinct), r->bytes_read / 1e6,
-                   r->distinct_bytes / 1e6, r->amplification());
-    }
-  }
+  if (o.stats) RETURN_IF_ERROR(PrintStats(o, *source, spec, *pipeline, cursor));
   return absl::OkStatus();
 }
-
 
 // `conveyor batches`: its flags and its run (tools/command.h).
 class BatchesCommand final : public Command {

@@ -17,8 +17,8 @@
 # then the system's; each candidate is checked with the bundled loader before it is used (an image
 # whose system NCCL needs a newer glibc than the bundle's is skipped, saying so).
 #
-# The Python package (python/conveyor, pure Python) is in python/, its libconveyor_c.so.1 in lib/
-# beside the libraries it loads (found through its DT_RPATH $ORIGIN): any Python 3.9+ of the device
+# The Python package (python/conveyor, pure Python) is in python/, its libconveyor_c.so.1 (and
+# libconveyor_video.so.1, conveyor.video's) in lib/ beside the libraries it loads (found through its DT_RPATH $ORIGIN): any Python 3.9+ of the device
 # imports it with PYTHONPATH=BUNDLE/python, in its own process with its own glibc (newer than the
 # bundle's, which the bundled libraries accept); the package loads the interpreter's libstdc++
 # first so that the bundle's older one never shadows torch's.
@@ -62,14 +62,22 @@ for rel in "${BINARIES[@]}"; do
   copy_libraries "$src"
 done
 
-# The Python package: its .py files, and libconveyor_c.so.1 in lib/ (a link from the package's
-# lib/, resolved by the package before loading, so $ORIGIN is the bundle's lib/).
+# The Python package: its .py files, and libconveyor_c.so.1 and libconveyor_video.so.1 in lib/
+# (links from the package's lib/, resolved by the package before loading, so $ORIGIN is the
+# bundle's lib/). libconveyor_c loads the CUDA runtime with dlopen through that $ORIGIN: it is in
+# lib/ because libconveyor_video and the binaries link it.
 capi="$BUILD/python/conveyor/lib/libconveyor_c.so.1"
 if [[ -e "$capi" ]]; then
-  cp "$BUILD"/python/conveyor/*.py "$B/python/conveyor/"
-  cp -L "$capi" "$B/lib/libconveyor_c.so.1"
-  copy_libraries "$capi"
-  ln -s ../../../lib/libconveyor_c.so.1 "$B/python/conveyor/lib/libconveyor_c.so.1"
+  cp "$BUILD"/python/conveyor/*.py "$BUILD"/python/conveyor/py.typed "$B/python/conveyor/"
+  for so in libconveyor_c.so.1 libconveyor_video.so.1; do
+    if [[ ! -e "$BUILD/python/conveyor/lib/$so" ]]; then
+      echo "device_bundle: no $so (not built)" >&2
+      continue
+    fi
+    cp -L "$BUILD/python/conveyor/lib/$so" "$B/lib/$so"
+    copy_libraries "$BUILD/python/conveyor/lib/$so"
+    ln -s "../../../lib/$so" "$B/python/conveyor/lib/$so"
+  done
   cp -r "$ROOT/python/tests" "$ROOT/python/examples" "$B/python/"
 else
   echo "device_bundle: no Python package ($capi not built)" >&2

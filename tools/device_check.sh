@@ -7,10 +7,20 @@
 #   (Loader(device="cuda:0"), DLPack into torch and jax, make_global_batch on real devices),
 #   upload_bench beside cudaMemcpy, `conveyor train --comm nccl --device`, and both training
 #   examples (python/examples/train_torch_policy.py, train_jax_policy.py) against a data server on
-#   the same host; one JSON summary, $OUT/device_check.json, within about 6 minutes.
+#   the same host, multi-process JAX (tools/jax_multiprocess_check.py: real jax.distributed on
+#   CPU devices) and make_global_batch's host cost (bench/jax_global_batch_bench.py); within
+#   about 7 minutes.
 #
 #   (here)       bash tools/device_bundle.sh build out/device     # the archive to carry
 #   (device)     bash tools/device_check.sh [BUNDLE.tar.xz|DIR]   # from the repository root
+#
+# Raw data: every check's log and JSON go into one folder named by device and date,
+# $OUT/RUN (RUN: CONVEYOR_CHECK_NAME, default e.g. h200-2026-11-29, cpu-... for a rehearsal), with
+# RUN/device_check.json summing them up, and the folder packed as $OUT/RUN.tgz (the device tool
+# brings back a few files per call). Unpack it under bench/ beside RESULTS.md and commit it:
+# bench/RUN/ is then the raw data of every figure RESULTS quotes from that run. A check the
+# deadline left out is listed as skipped (status "skipped", passed false), never as passed; the
+# summary's "passed" is true only when every selected check ran and passed.
 #
 # Knobs: CONVEYOR_DEVICE_PYTHON (default /opt/torch/.venv/bin/python, else python3),
 # CONVEYOR_CHECK_STEPS (training steps per example, default 300), CONVEYOR_CHECK_EPISODES (of the
@@ -23,12 +33,23 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SRC="${1:-$ROOT/out/device/conveyor-bundle.tar.xz}"
-OUT="${OUT:-$ROOT/out/device-check}"
-mkdir -p "$OUT"
 PY="${CONVEYOR_DEVICE_PYTHON:-/opt/torch/.venv/bin/python}"
 [[ -x "$PY" ]] || PY="$(command -v python3)"
 STEPS="${CONVEYOR_CHECK_STEPS:-300}"
 CPU="${CONVEYOR_CHECK_CPU:-0}"
+# The run's name: the GPU's model (NVIDIA H200 -> h200) and the date, "cpu" without a GPU.
+device_slug() {
+  local name
+  name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  [[ -z "$name" || "$CPU" == 1 ]] && { echo cpu; return; }
+  name="${name#NVIDIA }"; name="${name%% *}"
+  echo "${name,,}" | tr -c 'a-z0-9\n' '-'
+}
+RUN="${CONVEYOR_CHECK_NAME:-$(device_slug)-$(date -u +%Y-%m-%d)}"
+OUT_ROOT="${OUT:-$ROOT/out/device-check}"
+OUT="$OUT_ROOT/$RUN"  # every check's log and JSON, below; packed as $OUT_ROOT/$RUN.tgz
+rm -rf "$OUT"
+mkdir -p "$OUT"
 # Checks that would start later than this many seconds into the run are skipped (and listed as
 # such): the device's time is counted, so the order below is the order of importance.
 DEADLINE="${CONVEYOR_CHECK_DEADLINE:-100000}"
@@ -63,7 +84,7 @@ check() {
   local name="$1" limit="$2"; shift 2
   wanted "$name" || return 0
   if (( $(date +%s) - T0 > DEADLINE )); then  # out of device time: say so, run nothing
-    echo "{\"check\": \"$name\", \"rc\": 0, \"passed\": true, \"skipped\": \"past CONVEYOR_CHECK_DEADLINE ($DEADLINE s)\", \"seconds\": 0}" >> "$RESULTS"
+    echo "{\"check\": \"$name\", \"status\": \"skipped\", \"passed\": false, \"skipped\": \"past CONVEYOR_CHECK_DEADLINE ($DEADLINE s)\", \"seconds\": 0}" >> "$RESULTS"
     echo "== $name: skipped, past the deadline" >&2
     return 0
   fi
@@ -76,7 +97,8 @@ import json, re, sys, time
 name, rc, log = sys.argv[1], int(sys.argv[2]), sys.argv[4]
 secs = (time.time_ns() - int(sys.argv[3])) / 1e9
 text = open(log, errors="replace").read()
-r = {"check": name, "rc": rc, "passed": rc == 0, "seconds": round(secs, 1),
+r = {"check": name, "status": "passed" if rc == 0 else "failed", "rc": rc, "passed": rc == 0,
+     "seconds": round(secs, 1), "log": name + ".log",
      "tail": text[-1500:]}
 m = re.findall(r"\[  PASSED  \] (\d+) test", text)
 if m: r["gtest_passed"] = int(m[-1])
@@ -176,6 +198,9 @@ check capi_test 120 "$B/run" capi_test
 check python_tests 240 "$PY" -m unittest discover -s "$B/python/tests" -p test_loader.py \
   -k DeviceTest -k DeviceFramesTest -k ZeroCopyTest -k BatchesTest -k JaxTest -k StateTest -v
 check upload_bench 120 "$B/run" upload_bench --json="$OUT/upload_bench.json"
+# conveyor.jax.make_global_batch's host time per batch against the per-tensor way it was (issue 41).
+check jax_global_batch_bench 120 "$PY" "$ROOT/bench/jax_global_batch_bench.py" \
+  --json "$OUT/jax_global_batch_bench.json"
 
 # A dataset and a server for the trainers: 2 cameras 224x224 H.264 (the examples' policy.yaml)
 # and pipeline.yaml's 3 cameras for `conveyor train`.
@@ -254,6 +279,10 @@ for m in "${JAX_MODELS[@]}"; do
     --config "$ROOT/python/examples/policy.yaml" --steps "$STEPS" --json "$OUT/$name.json" \
     --checkpoint-dir "$WORK/jax_ckpt_$name" "${margs[@]}" "${JAX_ARGS[@]}"
 done
+# Multi-process JAX (issue 41 item 3): 2 processes of the real jax joined on 127.0.0.1 (2 CPU
+# devices each), global arrays against the offline batch, an Orbax checkpoint restored at 4 and 1.
+check jax_multiprocess 300 "$PY" "$ROOT/tools/jax_multiprocess_check.py" --dataset "$DS" \
+  --cli "$B/conveyor" --json "$OUT/jax_multiprocess.json" --workdir "$WORK/jax_multiprocess"
 check jax_policy_resume 120 "$PY" "$ROOT/python/examples/train_jax_policy.py" --servers "$ADDR" \
   --config "$ROOT/python/examples/policy.yaml" --steps 20 --warmup 0 --checkpoint-dir "$WORK/jax_ckpt_jax_policy" \
   --restore "${JAX_ARGS[@]}"
@@ -273,10 +302,14 @@ if [[ "$TRANSPORT" == 1 ]]; then
     --threads "$(nproc)" --seconds 3 --consumers 8 --cpu-slots 0 --json "$OUT/transport_bench_8_consumers_no_slots.json"
 fi
 
-"$PY" - "$RESULTS" "$OUT/device_check.json" "$(($(date +%s) - T0))" <<'PY'
+"$PY" - "$RESULTS" "$OUT/device_check.json" "$(($(date +%s) - T0))" "$RUN" <<'PY'
 import json, sys
 results = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-summary = {"seconds": int(sys.argv[3]), "passed": all(r["passed"] for r in results),
+skipped = [r["check"] for r in results if r["status"] == "skipped"]
+failed = [r["check"] for r in results if r["status"] == "failed"]
+summary = {"run": sys.argv[4], "seconds": int(sys.argv[3]),
+           "passed": bool(results) and not skipped and not failed,
+           "ran": len(results) - len(skipped), "failed": failed, "skipped": skipped,
            "checks": {r["check"]: r for r in results}}
 for name, r in summary["checks"].items():
     s = r.get("summary")
@@ -290,8 +323,14 @@ for name, r in summary["checks"].items():
 json.dump(summary, open(sys.argv[2], "w"), indent=1)
 print(json.dumps({k: v for k, v in summary.items() if k != "checks"}, indent=1))
 for r in results:
-    print(f"{r['check']:22s} {'ok' if r['passed'] else 'FAILED rc=%d' % r['rc']:>12s} {r['seconds']:7.1f} s")
+    state = {"passed": "ok", "skipped": "SKIPPED"}.get(r["status"], "FAILED rc=%d" % r.get("rc", -1))
+    print(f"{r['check']:28s} {state:>12s} {r['seconds']:7.1f} s")
+sys.exit(0 if summary["passed"] else 1)
 PY
-# Everything in one archive as well: the device tool brings back only a few files per call.
-tar -czf "$OUT/device_check_files.tgz" -C "$OUT" --exclude=device_check_files.tgz . 2>/dev/null
-echo "device_check: $OUT/device_check_files.tgz holds every log and JSON of this run" >&2
+STATUS=$?
+rm -f "$RESULTS"  # its lines are device_check.json's "checks"
+# Everything in one archive: the device tool brings back only a few files per call.
+tar -czf "$OUT_ROOT/$RUN.tgz" -C "$OUT_ROOT" "$RUN"
+echo "device_check: $OUT_ROOT/$RUN.tgz holds every log and JSON of this run; unpack it under" \
+     "bench/ (bench/$RUN/) and commit it beside RESULTS.md" >&2
+exit $STATUS

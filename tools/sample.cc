@@ -245,6 +245,9 @@ absl::Status RunSample(const SampleOptions& o) {
   ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source->Bind(shared));
   ASSIGN_OR_RETURN(std::vector<SharedStream> layout, source->Layout(shared, bound));
   const SampleSpec& spec = bound[member].spec;
+  // As a pipeline does when it opens: whether this machine decodes each video stream where the
+  // config puts it, before any sample.
+  RETURN_IF_ERROR(CheckVideoBackends(spec, source->dataset(member).manifest()));
   // With clips, sample i of --epoch is the clip a pipeline with this --seed serves as sample i.
   const Dataset& ds = source->dataset(member);
   ASSIGN_OR_RETURN(SampleIndex index,

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Python package as a wheel, conveyor-<version>-py3-none-linux_x86_64.whl: the .py
-# files and libconveyor_c.so.1, for any CPython 3.9+ on this platform (docs/python.md).
-#   tools/wheel.sh [OUT_DIR]          # default out/wheel; the library from $CONVEYOR_LIBRARY,
-#                                     # else build/ (built there if missing)
+# files, libconveyor_c.so.1 and libconveyor_video.so.1, for any CPython 3.9+ on this platform
+# (docs/python.md).
+#   tools/wheel.sh [OUT_DIR]          # default out/wheel; the libraries from $CONVEYOR_LIBRARY,
+#                                     # $CONVEYOR_VIDEO_LIBRARY (or beside it), else build/
+#                                     # (built there if missing)
 # No package index is needed: setuptools and wheel come from the interpreter ($PYTHON, default
 # Debian's /usr/bin/python3 with python3-setuptools and python3-wheel).
 set -euo pipefail

@@ -15,13 +15,22 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/worker_pool.h"
+
+namespace conveyor::v1 {
+class StreamBatchesRequest;
+class StreamStart;
+}  // namespace conveyor::v1
 
 namespace conveyor::client {
 namespace wire {
 class SliceReader;
 }
+struct CarrierStream;
+struct ClientOptions;
+class PayloadSource;
 
 class StripeReceiver {
  public:
@@ -60,5 +69,11 @@ class StripeReceiver {
   std::map<uint64_t, uint64_t> received_ ABSL_GUARDED_BY(mu_);  // offset -> end, this batch
   std::unique_ptr<WorkerPool> readers_;
 };
+
+// The carrier's row in kCarriers (client/internal/carrier.h): offered with payload_streams > 1;
+// accepted by opening the stripe streams the stream start grants (DATA_LOSS for more than asked).
+bool OfferStripes(const ClientOptions& o, v1::StreamBatchesRequest* request, std::string* refused);
+absl::StatusOr<std::shared_ptr<PayloadSource>> AcceptStripes(const CarrierStream& stream, const v1::StreamStart& start,
+                                                             std::string* refused);
 
 }  // namespace conveyor::client

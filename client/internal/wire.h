@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/types.h"
 #include "conveyor/v1/service.pb.h"
 
 namespace conveyor::client::wire {
@@ -57,5 +58,11 @@ uint64_t DTypeBytes(v1::DType t);
 // shape product x dtype size equals its bytes without overflowing 64 bits. The server is not
 // trusted: a violation is an error message for DATA_LOSS, never undefined behaviour.
 std::optional<std::string> CheckTensor(const v1::TensorHeader& t, uint64_t payload_bytes);
+
+// The wire's cursor, dtype and role as the client's (base/types.h); a dtype or role this client
+// does not know reads as uint8 data (CheckTensor has checked its sizes).
+Cursor FromProto(const v1::Cursor& c);
+DType FromProto(v1::DType t);
+TensorRole FromProto(v1::TensorRole r);
 
 }  // namespace conveyor::client::wire

@@ -24,6 +24,8 @@
 #include "media/media_demux.h"
 #include "format/format.h"
 #include "datasets/internal/format_util.h"
+#include "datasets/lerobot/internal/data_file.h"
+#include "datasets/lerobot/internal/video_index.h"
 #include "datasets/lerobot/lerobot_meta.h"
 #include "datasets/parquet/parquet_file.h"
 
@@ -35,7 +37,6 @@ namespace pb = format::v1;
 using datasets_internal::Once;
 
 constexpr std::string_view kInstructionStream = "instruction";
-constexpr std::string_view kSidecarMagic = "CVYVIDX1";
 // Episode indexes kept in memory (about 60 bytes per frame and camera): 256 MiB holds ~1.5 M
 // camera-frames; beyond it episodes are re-cut when loaded, so memory stays bounded.
 constexpr uint64_t kMaxCachedIndexBytes = 256ull << 20;
@@ -46,282 +47,22 @@ std::string Join(const std::vector<std::string>& v) {
   return s;
 }
 
-
-
-// ---------------------------------------------------------------------------------------------
-// Data files: the frame rows of one parquet, read once for all the episodes it holds.
-
-struct DataFile {
-  std::string path;  // relative
-  std::string name;  // full, for messages
-  int64_t rows = 0;
-  std::vector<int64_t> episode_index, frame_index, index, task_index;
-  std::vector<double> timestamp;  // float32 in LeRobot's files, widened exactly
-  std::map<std::string, parquet::Column> columns;  // lowdim and image features, by key
-  std::map<int64_t, std::pair<int64_t, int64_t>> episode_rows;  // episode -> (first row, count)
-};
-
-absl::StatusOr<std::vector<double>> ReadTimestampColumn(const parquet::ParquetFile& file) {
-  ASSIGN_OR_RETURN(parquet::Column c, file.ReadColumn("timestamp"));
-  if (!c.lists.empty() || c.null_count != 0) {
-    return absl::InvalidArgumentError(
-        StrCat(file.name(), ": column 'timestamp' is not a flat non-null number column"));
+// The end of a stream's last frame or step, as the writer computes an episode's duration (0 for a
+// stream without times).
+double StreamEnd(pb::StreamKind kind, const pb::StreamIndex& s, const std::vector<double>& ts) {
+  double end = 0;
+  if (kind == pb::VIDEO || kind == pb::IMAGE) {
+    const double tb = static_cast<double>(s.time_base_num()) / s.time_base_den();
+    const pb::PacketTable& t = s.packets();
+    for (int p = 0; p < t.pts_size(); ++p) {
+      end = std::max(end, static_cast<double>(t.pts(p) + std::max<int64_t>(t.duration(p), 0)) * tb);
+    }
+  } else if (kind == pb::LOWDIM && !ts.empty()) {
+    const double step = ts.size() > 1 ? ts[ts.size() - 1] - ts[ts.size() - 2] : 0;
+    end = ts.back() + step;
   }
-  if (const auto* f = std::get_if<std::vector<float>>(&c.values)) {
-    return std::vector<double>(f->begin(), f->end());
-  }
-  if (const auto* d = std::get_if<std::vector<double>>(&c.values)) return *d;
-  return absl::InvalidArgumentError(StrCat(file.name(), ": column 'timestamp' is ",
-                                           parquet::PhysicalTypeName(c.descriptor.physical_type),
-                                           ", expected FLOAT or DOUBLE"));
+  return end;
 }
-
-absl::StatusOr<std::unique_ptr<DataFile>> LoadDataFile(Storage& storage, const std::string& path,
-                                                       int64_t episode,
-                                                       const std::vector<const Feature*>& lowdim,
-                                                       const std::vector<const Feature*>& images) {
-  auto out = std::make_unique<DataFile>();
-  out->path = path;
-  out->name = storage.Describe(path);
-  absl::StatusOr<parquet::ParquetFile> pf = OpenParquet(storage, path);
-  if (absl::IsNotFound(pf.status())) {
-    return absl::NotFoundError(StrCat(out->name, " is missing (the data file of episode ", episode,
-                                      ", named by the episode metadata and info.json's ",
-                                      "data_path)"));
-  }
-  if (!pf.ok()) return pf.status();
-  out->rows = pf->num_rows();
-  ASSIGN_OR_RETURN(out->episode_index, ReadIntColumn(*pf, "episode_index"));
-  ASSIGN_OR_RETURN(out->frame_index, ReadIntColumn(*pf, "frame_index"));
-  ASSIGN_OR_RETURN(out->index, ReadIntColumn(*pf, "index"));
-  ASSIGN_OR_RETURN(out->task_index, ReadIntColumn(*pf, "task_index"));
-  ASSIGN_OR_RETURN(out->timestamp, ReadTimestampColumn(*pf));
-  for (const Feature* f : lowdim) {
-    ASSIGN_OR_RETURN(out->columns[f->key], pf->ReadColumn(f->key));
-  }
-  for (const Feature* f : images) {
-    // The Hugging Face Image feature: a struct {bytes: binary, path: string}.
-    absl::StatusOr<parquet::Column> c = pf->ReadColumn(f->key + ".bytes");
-    if (!c.ok()) {
-      return absl::InvalidArgumentError(
-          StrCat(out->name, ": image feature '", f->key, "' has no '", f->key,
-                 ".bytes' column (images must be embedded as the Hugging Face Image struct ",
-                 "{bytes, path}): ", c.status().message()));
-    }
-    out->columns[f->key] = *std::move(c);
-  }
-  // Each episode's rows must be one contiguous run.
-  for (int64_t r = 0; r < out->rows; ++r) {
-    const int64_t e = out->episode_index[static_cast<size_t>(r)];
-    auto [it, inserted] = out->episode_rows.emplace(e, std::make_pair(r, int64_t{0}));
-    if (!inserted && it->second.first + it->second.second != r) {
-      return absl::InvalidArgumentError(
-          StrCat(out->name, ": the rows of episode ", e, " are not contiguous (row ", r,
-                 " after rows ", it->second.first, "..", it->second.first + it->second.second - 1,
-                 " and others between)"));
-    }
-    ++it->second.second;
-  }
-  return out;
-}
-
-// The value slots [begin, end) of row `row` of a (possibly nested) list column.
-absl::Status RowSlots(const parquet::Column& c, int64_t row, int64_t* begin, int64_t* end,
-                      const std::string& where) {
-  int64_t b = row, e = row + 1;
-  for (const parquet::ListLevel& level : c.lists) {
-    for (int64_t i = b; i < e; ++i) {
-      if (!level.valid[static_cast<size_t>(i)]) {
-        return absl::InvalidArgumentError(StrCat(where, ": a null list"));
-      }
-    }
-    b = level.offsets[static_cast<size_t>(b)];
-    e = level.offsets[static_cast<size_t>(e)];
-  }
-  *begin = b;
-  *end = e;
-  return absl::OkStatus();
-}
-
-// Rows [first, first + count) of a numeric feature column as float32 [count, D]. float32 values
-// are copied bit for bit; other types are converted, and `inexact` counts values that float32
-// cannot hold exactly.
-absl::Status LowdimRows(const parquet::Column& c, const Feature& f, int64_t first, int64_t count,
-                        const std::string& where, float* out, int64_t* inexact) {
-  const int64_t dim = f.elements();
-  if (c.null_count != 0) {
-    return absl::InvalidArgumentError(StrCat(where, ": column '", f.key, "' has null values"));
-  }
-  for (int64_t r = 0; r < count; ++r) {
-    int64_t b = 0, e = 0;
-    RETURN_IF_ERROR(RowSlots(c, first + r, &b, &e, StrCat(where, " row ", first + r)));
-    if (e - b != dim) {
-      return absl::InvalidArgumentError(StrCat(where, " row ", first + r, ": '", f.key, "' holds ",
-                                               e - b, " values, info.json's shape says ", dim));
-    }
-    float* dst = out + r * dim;
-    const absl::Status s = std::visit(
-        [&](const auto& v) -> absl::Status {
-          using V = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<V, parquet::BinaryValues>) {
-            return absl::InvalidArgumentError(
-                StrCat(where, ": column '", f.key, "' holds bytes, not numbers"));
-          } else if constexpr (std::is_same_v<V, std::vector<float>>) {
-            std::memcpy(dst, v.data() + b, static_cast<size_t>(dim) * sizeof(float));
-            return absl::OkStatus();
-          } else {
-            for (int64_t i = 0; i < dim; ++i) {
-              const auto x = v[static_cast<size_t>(b + i)];
-              dst[i] = static_cast<float>(x);
-              if (static_cast<double>(dst[i]) != static_cast<double>(x)) ++*inexact;
-            }
-            return absl::OkStatus();
-          }
-        },
-        c.values);
-    RETURN_IF_ERROR(s);
-  }
-  return absl::OkStatus();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Videos: one camera's file demuxed once (a v3.0 file holds many episodes), then cut per episode.
-
-struct VideoFile {
-  std::string path;  // relative
-  std::string name;  // full, for messages
-  // The whole file's stream: codec, time base, pts_origin and every packet (pts, dts, duration,
-  // offset, size, flags, xxh3) in decode order. Also the sidecar's content.
-  pb::StreamIndex index;
-  std::vector<int> shown;  // packet indices of the presented frames, in pts order
-  std::unique_ptr<RandomAccessFile> file;
-};
-
-// info.json's description of a camera against the file.
-absl::Status CheckVideoFeature(const Feature& f, const pb::CodecParams& c,
-                               const std::string& info_name, const std::string& file) {
-  const int64_t h = c.height(), w = c.width();
-  if (f.shape.size() == 3) {
-    const bool hwc = f.shape[0] == h && f.shape[1] == w;
-    const bool chw = f.shape[1] == h && f.shape[2] == w;
-    if (!hwc && !chw) {
-      return absl::InvalidArgumentError(StrCat(info_name, ": features.", f.key, ".shape is [",
-                                               f.shape[0], ", ", f.shape[1], ", ", f.shape[2],
-                                               "], but ", file, " is ", w, "x", h));
-    }
-  }
-  if (!f.video_codec.empty() && f.video_codec != c.codec()) {
-    return absl::InvalidArgumentError(StrCat(info_name, ": features.", f.key,
-                                             ".info says video.codec \"", f.video_codec, "\", but ",
-                                             file, " is ", c.codec()));
-  }
-  return absl::OkStatus();
-}
-
-// The packet index of a demuxed file as a StreamIndex (which is also the sidecar's content).
-pb::StreamIndex IndexOf(const DemuxedStream& d) {
-  pb::StreamIndex s;
-  s.set_name(d.stream.info.name);
-  s.set_kind(pb::VIDEO);
-  *s.mutable_codec() = *d.stream.codec;
-  s.mutable_codec()->set_codec(d.stream.info.codec);
-  s.set_time_base_num(d.stream.time_base_num);
-  s.set_time_base_den(d.stream.time_base_den);
-  s.set_pts_origin(d.stream.pts_origin);
-  s.set_num_frames(d.stream.packets.size());
-  pb::PacketTable* t = s.mutable_packets();
-  for (size_t i = 0; i < d.stream.packets.size(); ++i) {
-    const EpisodeData::Packet& p = d.stream.packets[i];
-    t->add_pts(p.pts);
-    t->add_dts(p.dts);
-    t->add_duration(p.duration);
-    t->add_offset(d.offsets[i]);
-    t->add_size(d.sizes[i]);
-    t->add_flags(p.key ? format::kPacketKey : 0);
-    t->add_xxh3(d.xxh3[i]);
-  }
-  return s;
-}
-
-bool IndexIsConsistent(const pb::StreamIndex& s) {
-  const pb::PacketTable& t = s.packets();
-  const int n = t.pts_size();
-  return n > 0 && t.dts_size() == n && t.duration_size() == n && t.offset_size() == n &&
-         t.size_size() == n && t.flags_size() == n && t.xxh3_size() == n &&
-         s.time_base_num() > 0 && s.time_base_den() > 0;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The sidecar cache of packet indexes: <dir>/<xxh3 of the key>.idx holding the magic, the key,
-// the XXH3-64 of the payload and the payload (a serialized StreamIndex). Written to a temporary
-// name and renamed, so a reader sees a whole entry or none; a torn, foreign or stale entry fails
-// its checks and is rebuilt.
-
-class SidecarCache {
- public:
-  explicit SidecarCache(std::string dir) : dir_(std::move(dir)) {}
-
-  std::optional<pb::StreamIndex> Get(const std::string& key) const {
-    if (dir_.empty()) return std::nullopt;
-    const std::unique_ptr<CacheDir> dir = OpenDir();
-    std::optional<std::string> read = dir ? dir->ReadEntry(NameOf(key), 1ull << 32) : std::nullopt;
-    if (!read) return std::nullopt;
-    const std::string& bytes = *read;
-    const size_t head = kSidecarMagic.size() + 4;
-    if (bytes.size() < head || bytes.compare(0, kSidecarMagic.size(), kSidecarMagic) != 0) {
-      return std::nullopt;
-    }
-    uint32_t key_size = 0;
-    std::memcpy(&key_size, bytes.data() + kSidecarMagic.size(), 4);
-    if (bytes.size() < head + key_size + 8 || bytes.compare(head, key_size, key) != 0) {
-      return std::nullopt;
-    }
-    uint64_t sum = 0;
-    std::memcpy(&sum, bytes.data() + head + key_size, 8);
-    const std::string_view payload = std::string_view(bytes).substr(head + key_size + 8);
-    if (format::Checksum(payload) != sum) return std::nullopt;
-    pb::StreamIndex index;
-    if (!index.ParseFromArray(payload.data(), static_cast<int>(payload.size())) ||
-        !IndexIsConsistent(index)) {
-      return std::nullopt;
-    }
-    return index;
-  }
-
-  void Put(const std::string& key, const pb::StreamIndex& index) const {
-    if (dir_.empty()) return;
-    const std::unique_ptr<CacheDir> dir = OpenDir();
-    if (!dir) return;
-    const std::string payload = index.SerializeAsString();
-    std::string bytes(kSidecarMagic);
-    const uint32_t key_size = static_cast<uint32_t>(key.size());
-    bytes.append(reinterpret_cast<const char*>(&key_size), 4);
-    bytes += key;
-    const uint64_t sum = format::Checksum(payload);
-    bytes.append(reinterpret_cast<const char*>(&sum), 8);
-    bytes += payload;
-    if (!dir->WriteEntry(NameOf(key), bytes)) {
-      spdlog::warn("lerobot: cannot write the packet index cache entry {}/{}: {} (continuing without it)", dir_,
-                   NameOf(key), std::strerror(errno));
-    }
-  }
-
- private:
-  std::string NameOf(const std::string& key) const {
-    return StrCat(format::ChecksumHex(format::Checksum(key)), ".idx");
-  }
-  // The directory, private to this uid (base/cache_dir.h): entries are opened in it without
-  // following links, written under random O_EXCL names. Null, warned about once, when it is
-  // refused (another user's, or writable by others): indexes are then built from the files.
-  std::unique_ptr<CacheDir> OpenDir() const {
-    absl::StatusOr<std::unique_ptr<CacheDir>> d = CacheDir::Open({dir_, "index cache directory", ""});
-    if (d.ok()) return std::move(*d);
-    static std::atomic<bool> warned{false};
-    if (!warned.exchange(true)) spdlog::warn("lerobot: {} (continuing without it)", std::string(d.status().message()));
-    return nullptr;
-  }
-  std::string dir_;
-};
 
 // ---------------------------------------------------------------------------------------------
 
@@ -359,6 +100,18 @@ class LeRobotDataset final : public Dataset {
                                                         const std::string& key,
                                                         int64_t episode) const;
   absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> BuildEpisode(size_t episode) const;
+  // BuildEpisode's parts: the episode's row timestamps, its rows' bookkeeping checked (frame_index,
+  // index, timestamp against fps); its instruction (the first frame's task, checked against the
+  // episode metadata); a camera's and an image feature's stream index.
+  absl::StatusOr<std::vector<double>> RowTimestamps(const Episode& ep, const DataFile& d,
+                                                    int64_t first, const std::string& where) const;
+  absl::StatusOr<std::string> EpisodeTask(const Episode& ep, const DataFile& d, int64_t first,
+                                          const std::string& where) const;
+  absl::Status VideoStreamIndex(const Episode& ep, const StreamInfo& info, const Source& src,
+                                const std::vector<double>& ts, pb::StreamIndex* out) const;
+  absl::Status ImageStreamIndex(const DataFile& d, const StreamInfo& info, int64_t first,
+                                int64_t rows, const std::string& where,
+                                pb::StreamIndex* out) const;
   absl::Status CutVideo(const VideoFile& video, const Episode& ep, const VideoSegment& seg,
                         const std::string& key, const std::vector<double>& row_ts,
                         pb::StreamIndex* out) const;
@@ -787,14 +540,11 @@ absl::StatusOr<std::shared_ptr<const pb::EpisodeIndex>> LeRobotDataset::LoadEpis
   return index;
 }
 
-absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(
-    size_t episode) const {
-  const Episode& ep = meta_.episodes[episode];
-  ASSIGN_OR_RETURN(auto rows_at, Rows(static_cast<int64_t>(episode)));
-  const DataFile& d = *rows_at.first;
-  const int64_t first = rows_at.second;
+absl::StatusOr<std::vector<double>> LeRobotDataset::RowTimestamps(const Episode& ep,
+                                                                   const DataFile& d,
+                                                                   int64_t first,
+                                                                   const std::string& where) const {
   const int64_t rows = ep.length;
-  const std::string where = StrCat(d.name, ", episode ", ep.index);
   if (meta_.version == Version::kV21 && d.rows != rows) {
     return absl::InvalidArgumentError(StrCat(where, ": the file holds ", d.rows - rows,
                                              " rows of other episodes"));
@@ -820,7 +570,12 @@ absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(
           " (off by more than ", options_.tolerance_s, " s); check fps in info.json"));
     }
   }
-  // The instruction: the task of the episode's first frame.
+  return ts;
+}
+
+absl::StatusOr<std::string> LeRobotDataset::EpisodeTask(const Episode& ep, const DataFile& d,
+                                                        int64_t first,
+                                                        const std::string& where) const {
   const int64_t task_index = d.task_index[static_cast<size_t>(first)];
   auto task = meta_.tasks.find(task_index);
   if (task == meta_.tasks.end()) {
@@ -833,7 +588,7 @@ absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(
         StrCat(where, ": its first frame's task is \"", task->second,
                "\", but the episode metadata (", ep.source, ") lists ", Join(ep.tasks)));
   }
-  for (int64_t i = 1; i < rows; ++i) {
+  for (int64_t i = 1; i < ep.length; ++i) {
     if (d.task_index[static_cast<size_t>(first + i)] != task_index) {
       absl::MutexLock lock(&mu_);
       if (task_changes_.insert(ep.index).second) {
@@ -843,6 +598,80 @@ absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(
       break;
     }
   }
+  return task->second;
+}
+
+absl::Status LeRobotDataset::VideoStreamIndex(const Episode& ep, const StreamInfo& info,
+                                              const Source& src, const std::vector<double>& ts,
+                                              pb::StreamIndex* out) const {
+  const VideoSegment& seg = ep.videos.at(info.name);
+  ASSIGN_OR_RETURN(std::shared_ptr<const VideoFile> video, Video(seg.path, info.name, ep.index));
+  RETURN_IF_ERROR(CheckVideoFeature(*src.feature, video->index.codec(), info_name_, video->name));
+  const pb::CodecParams& c = video->index.codec();
+  if (c.codec() != info.codec || c.pix_fmt() != info.pix_fmt ||
+      c.height() != info.shape[0] || c.width() != info.shape[1]) {
+    return absl::DataLossError(StrCat(
+        "episode ", ep.index, ", camera '", info.name, "': ", video->name, " is ", c.codec(),
+        " ", c.pix_fmt(), " ", c.width(), "x", c.height(), ", the dataset's camera is ",
+        info.codec, " ", info.pix_fmt, " ", info.shape[1], "x", info.shape[0],
+        " (info.json or the first episode's file); every episode of a camera must match"));
+  }
+  return CutVideo(*video, ep, seg, info.name, ts, out);
+}
+
+absl::Status LeRobotDataset::ImageStreamIndex(const DataFile& d, const StreamInfo& info,
+                                              int64_t first, int64_t rows,
+                                              const std::string& where,
+                                              pb::StreamIndex* out) const {
+  const parquet::Column& c = d.columns.at(info.name);
+  const auto* bytes = std::get_if<parquet::BinaryValues>(&c.values);
+  if (bytes == nullptr || !c.lists.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": '", info.name, ".bytes' is not a binary column"));
+  }
+  out->set_name(info.name);
+  out->set_kind(pb::IMAGE);
+  const std::string at = StrCat(where, " row ", first, " ('", info.name, "')");
+  if (!c.valid[static_cast<size_t>(first)]) {
+    return absl::InvalidArgumentError(StrCat(at, ": no image bytes"));
+  }
+  ASSIGN_OR_RETURN(*out->mutable_codec(), ProbeImageBytes((*bytes)[static_cast<size_t>(first)], at));
+  const TimeBase tb = FrameTimeBase(meta_.fps);
+  out->set_time_base_num(tb.num);
+  out->set_time_base_den(tb.den);
+  out->set_pts_origin(0);
+  pb::PacketTable* t = out->mutable_packets();
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t row = static_cast<size_t>(first + r);
+    if (!c.valid[row] || (*bytes)[row].empty()) {
+      return absl::InvalidArgumentError(StrCat(
+          where, " row ", first + r, " ('", info.name, "'): no image bytes (only images ",
+          "embedded in the parquet are read; a dataset still pointing at image files must ",
+          "be pushed or re-saved with embedded images)"));
+    }
+    t->add_pts(r);
+    t->add_dts(r);
+    t->add_duration(1);
+    t->add_offset(row);  // the row in the data file
+    t->add_size(static_cast<uint32_t>((*bytes)[row].size()));
+    t->add_flags(format::kPacketKey);
+    t->add_xxh3(format::Checksum((*bytes)[row]));
+  }
+  out->set_num_frames(static_cast<uint64_t>(rows));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(
+    size_t episode) const {
+  const Episode& ep = meta_.episodes[episode];
+  ASSIGN_OR_RETURN(auto rows_at, Rows(static_cast<int64_t>(episode)));
+  const DataFile& d = *rows_at.first;
+  const int64_t first = rows_at.second;
+  const int64_t rows = ep.length;
+  const std::string where = StrCat(d.name, ", episode ", ep.index);
+  ASSIGN_OR_RETURN(const std::vector<double> ts, RowTimestamps(ep, d, first, where));
+  // The instruction: the task of the episode's first frame.
+  ASSIGN_OR_RETURN(const std::string task, EpisodeTask(ep, d, first, where));
 
   auto index = std::make_unique<pb::EpisodeIndex>();
   index->set_format_version(format::kFormatVersion);
@@ -854,62 +683,12 @@ absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(
     const Source& src = sources_[s];
     pb::StreamIndex* out = index->add_streams();
     switch (src.kind) {
-      case pb::VIDEO: {
-        const VideoSegment& seg = ep.videos.at(info.name);
-        ASSIGN_OR_RETURN(std::shared_ptr<const VideoFile> video,
-                         Video(seg.path, info.name, ep.index));
-        RETURN_IF_ERROR(CheckVideoFeature(*src.feature, video->index.codec(), info_name_, video->name));
-        const pb::CodecParams& c = video->index.codec();
-        if (c.codec() != info.codec || c.pix_fmt() != info.pix_fmt ||
-            c.height() != info.shape[0] || c.width() != info.shape[1]) {
-          return absl::DataLossError(StrCat(
-              "episode ", ep.index, ", camera '", info.name, "': ", video->name, " is ", c.codec(),
-              " ", c.pix_fmt(), " ", c.width(), "x", c.height(), ", the dataset's camera is ",
-              info.codec, " ", info.pix_fmt, " ", info.shape[1], "x", info.shape[0],
-              " (info.json or the first episode's file); every episode of a camera must match"));
-        }
-        RETURN_IF_ERROR(CutVideo(*video, ep, seg, info.name, ts, out));
+      case pb::VIDEO:
+        RETURN_IF_ERROR(VideoStreamIndex(ep, info, src, ts, out));
         break;
-      }
-      case pb::IMAGE: {
-        const parquet::Column& c = d.columns.at(info.name);
-        const auto* bytes = std::get_if<parquet::BinaryValues>(&c.values);
-        if (bytes == nullptr || !c.lists.empty()) {
-          return absl::InvalidArgumentError(
-              StrCat(where, ": '", info.name, ".bytes' is not a binary column"));
-        }
-        out->set_name(info.name);
-        out->set_kind(pb::IMAGE);
-        const std::string at = StrCat(where, " row ", first, " ('", info.name, "')");
-        if (!c.valid[static_cast<size_t>(first)]) {
-          return absl::InvalidArgumentError(StrCat(at, ": no image bytes"));
-        }
-        ASSIGN_OR_RETURN(*out->mutable_codec(),
-                         ProbeImageBytes((*bytes)[static_cast<size_t>(first)], at));
-        const TimeBase tb = FrameTimeBase(meta_.fps);
-        out->set_time_base_num(tb.num);
-        out->set_time_base_den(tb.den);
-        out->set_pts_origin(0);
-        pb::PacketTable* t = out->mutable_packets();
-        for (int64_t r = 0; r < rows; ++r) {
-          const size_t row = static_cast<size_t>(first + r);
-          if (!c.valid[row] || (*bytes)[row].empty()) {
-            return absl::InvalidArgumentError(StrCat(
-                where, " row ", first + r, " ('", info.name, "'): no image bytes (only images ",
-                "embedded in the parquet are read; a dataset still pointing at image files must ",
-                "be pushed or re-saved with embedded images)"));
-          }
-          t->add_pts(r);
-          t->add_dts(r);
-          t->add_duration(1);
-          t->add_offset(row);  // the row in the data file
-          t->add_size(static_cast<uint32_t>((*bytes)[row].size()));
-          t->add_flags(format::kPacketKey);
-          t->add_xxh3(format::Checksum((*bytes)[row]));
-        }
-        out->set_num_frames(static_cast<uint64_t>(rows));
+      case pb::IMAGE:
+        RETURN_IF_ERROR(ImageStreamIndex(d, info, first, rows, where, out));
         break;
-      }
       case pb::LOWDIM: {
         out->set_name(info.name);
         out->set_kind(pb::LOWDIM);
@@ -927,24 +706,13 @@ absl::StatusOr<std::unique_ptr<pb::EpisodeIndex>> LeRobotDataset::BuildEpisode(
         out->mutable_codec()->set_codec(info.codec);
         out->set_time_base_num(1);
         out->set_time_base_den(1);
-        out->set_text(task->second);
+        out->set_text(task);
         out->set_num_frames(1);
         break;
       default:
         return absl::InternalError("unknown stream kind");
     }
-    // The episode's duration as the writer computes it: the end of its last frame or step.
-    if (src.kind == pb::VIDEO || src.kind == pb::IMAGE) {
-      const double tb = static_cast<double>(out->time_base_num()) / out->time_base_den();
-      const pb::PacketTable& t = out->packets();
-      for (int p = 0; p < t.pts_size(); ++p) {
-        duration = std::max(
-            duration, static_cast<double>(t.pts(p) + std::max<int64_t>(t.duration(p), 0)) * tb);
-      }
-    } else if (src.kind == pb::LOWDIM && !ts.empty()) {
-      const double step = ts.size() > 1 ? ts[ts.size() - 1] - ts[ts.size() - 2] : 0;
-      duration = std::max(duration, ts.back() + step);
-    }
+    duration = std::max(duration, StreamEnd(src.kind, *out, ts));
     if (out->num_frames() != episodes_.length(episode, s)) {
       return absl::DataLossError(StrCat(where, ", stream '", info.name, "': ", out->num_frames(),
                                         " frames, the episode metadata says ",

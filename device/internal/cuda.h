@@ -1,13 +1,14 @@
 // CUDA plumbing for device/'s own files: RAII owners for every CUDA handle, one function that
 // turns a cudaError_t into an absl::Status, the runtime's answer for the GPU probe, and the copy
-// engine behind Uploader. Implemented in device/upload_cuda.cu.
+// engine behind Uploader. Implemented in device/upload_cuda.cc, every call through the runtime
+// device/internal/cudart.h loads at run time.
 //
-// INTERNAL header: it includes <cuda_runtime.h>. Include it only from device/'s .cc and .cu files,
-// under `#if CONVEYOR_HAVE_CUDA`, never from a public header (device/upload.h and device/gpu.h
-// hide all of it).
+// INTERNAL header: it includes <cuda_runtime_api.h>. Include it only from device/'s .cc files (and
+// the GPU tests and benchmarks), under `#if CONVEYOR_HAVE_CUDA`, never from a public header
+// (device/upload.h and device/gpu.h hide all of it).
 #pragma once
 
-#include <cuda_runtime.h>
+#include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "device/gpu.h"
+#include "device/internal/cudart.h"
 
 namespace conveyor::cuda {
 
@@ -28,26 +30,35 @@ namespace conveyor::cuda {
 absl::Status CudaError(cudaError_t error, std::string_view call);
 
 // Returns from the current function with CudaError naming the call's source text.
-#define CONVEYOR_CUDA_RETURN_IF_ERROR(call)                            \
+#define CONVEYOR_CUDA_RETURN_IF_ERROR(call) CONVEYOR_CUDA_RETURN_IF_ERROR_AS(call, #call)
+
+// The same for a call through the loaded runtime (device/internal/cudart.h), written without its
+// prefix and named as CUDA spells it: CONVEYOR_CUDART_RETURN_IF_ERROR(Malloc(&p, n)) calls
+// LoadedRuntime().Malloc and names "cudaMalloc(&p, n)".
+#define CONVEYOR_CUDART_RETURN_IF_ERROR(call) \
+  CONVEYOR_CUDA_RETURN_IF_ERROR_AS(::conveyor::cuda::LoadedRuntime().call, "cuda" #call)
+
+#define CONVEYOR_CUDA_RETURN_IF_ERROR_AS(call, text)                  \
   do {                                                                 \
     const cudaError_t conveyor_cuda_error_ = (call);                   \
     if (conveyor_cuda_error_ != cudaSuccess) {                         \
-      return ::conveyor::cuda::CudaError(conveyor_cuda_error_, #call); \
+      return ::conveyor::cuda::CudaError(conveyor_cuda_error_, text);  \
     }                                                                  \
   } while (0)
 
-// Deleters ignore errors: they run in destructors, where there is nobody to tell.
+// Deleters ignore errors: they run in destructors, where there is nobody to tell. A handle was
+// made through the loaded runtime, so they may use it.
 struct StreamDeleter {
-  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+  void operator()(cudaStream_t s) const { LoadedRuntime().StreamDestroy(s); }
 };
 struct EventDeleter {
-  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+  void operator()(cudaEvent_t e) const { LoadedRuntime().EventDestroy(e); }
 };
 struct DeviceMemoryDeleter {
-  void operator()(void* p) const { cudaFree(p); }
+  void operator()(void* p) const { LoadedRuntime().Free(p); }
 };
 struct PinnedMemoryDeleter {
-  void operator()(void* p) const { cudaFreeHost(p); }
+  void operator()(void* p) const { LoadedRuntime().FreeHost(p); }
 };
 
 using UniqueStream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
@@ -63,7 +74,8 @@ absl::StatusOr<UniqueDeviceMemory> AllocDevice(size_t bytes);  // cudaMalloc
 absl::StatusOr<UniquePinnedMemory> AllocPinned(size_t bytes);
 
 // What the CUDA runtime sees now (cudaGetDeviceCount), for device/gpu.h's ProbeGpus, which asks
-// once and remembers. Never fails: no driver or no GPU gives devices = 0 and the reason.
+// once and remembers; the first call loads the runtime. Never fails: no runtime library, no
+// driver or no GPU gives devices = 0 and the reason (naming the library when it is absent).
 GpuProbe ProbeRuntime();
 
 // Makes a device current for its lifetime and then restores the caller's, so that library calls

@@ -1,5 +1,7 @@
 """libconveyor_c (capi/include/conveyor/conveyor_c.h) loaded with ctypes: the one native part of
-the package, compiled against no Python, so the package works in any CPython 3.9+.
+the package, compiled against no Python, so the package works in any CPython 3.9+. It links the
+client only; libconveyor_video.so.1 (DeviceFrames, which carries the data path) is loaded by
+conveyor.video when it is used, through load_library below.
 
 Where the library is looked for, first found wins:
   1. $CONVEYOR_LIBRARY, a path to libconveyor_c.so.1;
@@ -7,10 +9,13 @@ Where the library is looked for, first found wins:
   3. the dynamic loader's path (the Debian package installs it in /usr/lib/x86_64-linux-gnu).
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
 import os
 from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 _SONAME = "libconveyor_c.so.1"
 ABI_VERSION = 1
@@ -29,7 +34,7 @@ class ConveyorError(RuntimeError):
     """An error from the Conveyor client or a data server; `.code` is the status code name
     (INVALID_ARGUMENT, UNAVAILABLE, ...)."""
 
-    def __init__(self, message, code="UNKNOWN"):
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
         super().__init__(message)
         self.code = code
 
@@ -78,19 +83,7 @@ class BatchInfo(ctypes.Structure):  # conveyor_batch_info
 NO_POSITION = (1 << 64) - 1  # CONVEYOR_NO_POSITION: a server that predates position cursors
 
 
-def _candidates():
-    # Resolved: the library finds its dependencies through $ORIGIN, the directory it really is in.
-    env = os.environ.get("CONVEYOR_LIBRARY")
-    if env:
-        yield str(Path(env).resolve())
-    here = Path(__file__).resolve().parent / "lib"
-    for name in (_SONAME, "libconveyor_c.so"):
-        if (here / name).exists():
-            yield str((here / name).resolve())
-    yield _SONAME  # the dynamic loader's path
-
-
-def _preload_system_runtime():
+def _preload_system_runtime() -> None:
     """The interpreter's own C++ runtime, loaded by name before the library: the library's
     $ORIGIN path (the device bundle, docs/device.md) carries an older libstdc++ that must not
     shadow the one torch or jax need once its soname is taken."""
@@ -101,25 +94,46 @@ def _preload_system_runtime():
             pass
 
 
-def _load():
+def load_library(soname: str, env_var: str,
+                 beside: Optional[str] = None) -> Tuple[ctypes.CDLL, str]:
+    """(ctypes.CDLL, path) of `soname`: $env_var, else beside the library at path `beside`, else
+    conveyor/lib/, else the dynamic loader's path. OSError listing every place tried."""
     _preload_system_runtime()
-    tried = []
-    for path in _candidates():
+    tried: List[str] = []
+    # Resolved: the library finds its dependencies through $ORIGIN, the directory it really is in.
+    candidates: List[str] = [str(Path(os.environ[env_var]).resolve())] if os.environ.get(env_var) else []
+    dirs = [Path(beside).parent] if beside and os.sep in beside else []
+    dirs.append(Path(__file__).resolve().parent / "lib")
+    unversioned = soname[:soname.index(".so") + 3]
+    for directory in dict.fromkeys(dirs):
+        found = [directory / n for n in (soname, unversioned) if (directory / n).exists()]
+        candidates += [str(f.resolve()) for f in found]
+        if not found:
+            tried.append(f"{directory}/: no {soname}")
+    candidates.append(soname)  # the dynamic loader's path
+    for candidate in dict.fromkeys(candidates):
         try:
-            return ctypes.CDLL(path), path
+            return ctypes.CDLL(candidate), candidate
         except OSError as e:
-            tried.append(f"{path}: {e}")
-    raise ImportError("conveyor: cannot load its native library libconveyor_c.so.1; tried\n  " +
-                      "\n  ".join(tried) + "\nBuild it (`./run build` puts it in "
-                      "build/python/conveyor/lib/), install the package (pip install ./python, "
-                      "or the Debian package), or set CONVEYOR_LIBRARY to its path.")
+            tried.append(f"{candidate}: {e}")
+    raise OSError(f"cannot load {soname}; tried\n  " + "\n  ".join(tried))
+
+
+def _load() -> Tuple[ctypes.CDLL, str]:
+    try:
+        return load_library(_SONAME, "CONVEYOR_LIBRARY")
+    except OSError as e:
+        raise ImportError(f"conveyor: {e}\nBuild it (`./run build` puts it "
+                          "in build/python/conveyor/lib/), install the package (pip install "
+                          "./python, or the Debian package), or set CONVEYOR_LIBRARY to its "
+                          "path.") from None
 
 
 lib, path = _load()
 
 _c = ctypes
 _P = ctypes.POINTER
-_FUNCTIONS = {
+_FUNCTIONS: Dict[str, Tuple[Optional[type], List[type]]] = {
     "conveyor_abi_version": (_c.c_uint32, []),
     "conveyor_version": (_c.c_char_p, []),
     "conveyor_protocol_version": (_c.c_uint32, []),
@@ -148,6 +162,9 @@ _FUNCTIONS = {
     "conveyor_batch_dlpack": (_c.c_int, [_c.c_void_p, _c.c_uint32, _c.c_int, _c.c_int,
                                          _P(_P(DLManagedTensor))]),
     "conveyor_batch_free": (None, [_c.c_void_p]),
+    "conveyor_parse_cursor": (_c.c_int, [_c.c_char_p, _P(_c.c_uint64), _P(_c.c_uint64),
+                                         _P(_c.c_uint64)]),
+    "conveyor_client_defaults": (_c.c_int, [_P(_c.c_void_p)]),
 }
 for _name, (_restype, _argtypes) in _FUNCTIONS.items():
     _f = getattr(lib, _name)  # AttributeError names a symbol an older library lacks
@@ -158,31 +175,35 @@ if lib.conveyor_abi_version() != ABI_VERSION:
     raise ImportError(f"conveyor: {path} speaks C ABI {lib.conveyor_abi_version()}, this package "
                       f"{ABI_VERSION}: install matching versions")
 
-VERSION = lib.conveyor_version().decode()
+VERSION: str = lib.conveyor_version().decode()
 
 
-def error(code):
-    """The ConveyorError for a failed call's status code, with the thread's last message."""
+def error(code: int, last_error: Optional[Callable[[], bytes]] = None) -> ConveyorError:
+    """The ConveyorError for a failed call's status code, with the thread's last message (from
+    `last_error`, the library's *_last_error function; default libconveyor_c's)."""
     name = CODE_NAMES.get(code, str(code))
-    message = lib.conveyor_last_error().decode(errors="replace") or name
+    last_error = last_error or lib.conveyor_last_error
+    message = last_error().decode(errors="replace") or name
     return ConveyorError(message, name)
 
 
-def check(code):
+def check(code: int) -> None:
     if code != 0:
         raise error(code)
 
 
-def take_string(pointer):
-    """A char* this library returned, as str; freed."""
+def take_string(pointer: ctypes.c_void_p, free: Optional[Callable[[ctypes.c_void_p], None]] = None) -> str:
+    """A char* a library returned, as str; freed with `free` (default libconveyor_c's
+    conveyor_string_free)."""
     try:
-        return ctypes.string_at(pointer.value).decode()
+        return ctypes.string_at(pointer.value or 0).decode()
     finally:
-        lib.conveyor_string_free(pointer)
+        (free or lib.conveyor_string_free)(pointer)
 
 
-def call_json(function, request):
-    """function(request JSON, &result JSON) -> the result, parsed."""
+def call_json(function: Callable[..., int], request: Dict[str, Any]) -> Any:
+    """function(request JSON, &result JSON) -> the result, parsed (JSON's types: the caller
+    knows the shape)."""
     out = ctypes.c_void_p()
     check(function(json.dumps(request).encode(), ctypes.byref(out)))
     return json.loads(take_string(out))
@@ -202,8 +223,7 @@ _py.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _py.PyCapsule_GetPointer.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 
 
-@_CapsuleDestructor
-def _free_unconsumed_capsule(capsule):
+def _free_unconsumed(capsule: int) -> None:
     # A consumer renames the capsule "used_dltensor" and calls the deleter itself when done; a
     # capsule nobody consumed still owns its tensor.
     if _py.PyCapsule_IsValid(capsule, ctypes.addressof(_CAPSULE_NAME)):
@@ -212,7 +232,14 @@ def _free_unconsumed_capsule(capsule):
         managed.contents.deleter(managed)
 
 
-def dlpack_capsule(managed):
+# Wrapped by a call rather than used as a decorator: typeshed types a CFUNCTYPE class as no
+# decorator, which would leave the function untyped. Kept at module level for the process's life:
+# a capsule may run it at any time.
+_free_unconsumed_capsule = _CapsuleDestructor(_free_unconsumed)
+
+
+def dlpack_capsule(managed: Any) -> object:
     """A "dltensor" PyCapsule owning `managed` (a POINTER(DLManagedTensor))."""
-    return _py.PyCapsule_New(ctypes.cast(managed, ctypes.c_void_p),
-                             ctypes.addressof(_CAPSULE_NAME), _free_unconsumed_capsule)
+    capsule: object = _py.PyCapsule_New(ctypes.cast(managed, ctypes.c_void_p),
+                                        ctypes.addressof(_CAPSULE_NAME), _free_unconsumed_capsule)
+    return capsule

@@ -16,32 +16,74 @@ docs/nvdec.md measures. The config's video streams need a ``size`` and no ``augm
 or float32 chw (normalised on the GPU).
 """
 
+from __future__ import annotations
+
 import ctypes
 import json
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _lib
-from ._lib import lib, ConveyorError
+from ._lib import ConveyorError
+
+VIDEO_SONAME = "libconveyor_video.so.1"
 
 _c = ctypes
 _P = ctypes.POINTER
-for _name, (_restype, _argtypes) in {
-        "conveyor_device_frames_create": (_c.c_int, [_c.c_char_p, _P(_c.c_void_p)]),
-        "conveyor_device_frames_describe": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
-        "conveyor_device_frames_decode": (_c.c_int, [_c.c_void_p, _c.c_uint32, _c.c_void_p,
-                                                     _c.c_void_p, _c.c_uint64, _c.c_void_p,
-                                                     _c.c_void_p, _c.c_void_p]),
-        "conveyor_device_frames_stats": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
-        "conveyor_device_frames_destroy": (None, [_c.c_void_p]),
-}.items():
-    _f = getattr(lib, _name, None)
-    if _f is not None:
-        _f.restype = _restype
-        _f.argtypes = _argtypes
+_FUNCTIONS = {
+    "conveyor_video_last_error": (_c.c_char_p, []),
+    "conveyor_video_string_free": (None, [_c.c_void_p]),
+    "conveyor_device_frames_create": (_c.c_int, [_c.c_char_p, _P(_c.c_void_p)]),
+    "conveyor_device_frames_describe": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
+    "conveyor_device_frames_decode": (_c.c_int, [_c.c_void_p, _c.c_uint32, _c.c_void_p,
+                                                 _c.c_void_p, _c.c_uint64, _c.c_void_p,
+                                                 _c.c_void_p, _c.c_void_p]),
+    "conveyor_device_frames_stats": (_c.c_int, [_c.c_void_p, _P(_c.c_void_p)]),
+    "conveyor_device_frames_destroy": (None, [_c.c_void_p]),
+}
+_video: Optional[ctypes.CDLL] = None
+_video_lock = threading.Lock()
 
 
-def _device_index(device):
+def _library() -> ctypes.CDLL:
+    """libconveyor_video.so.1 (capi/include/conveyor/conveyor_video.h), loaded on first use: it
+    carries the data path (datasets, FFmpeg, NVDEC, the CUDA runtime), which `import conveyor`
+    does not load. Looked for in $CONVEYOR_VIDEO_LIBRARY, beside libconveyor_c.so.1, in
+    conveyor/lib/, then on the dynamic loader's path."""
+    global _video
+    with _video_lock:
+        if _video is None:
+            try:
+                video, where = _lib.load_library(VIDEO_SONAME, "CONVEYOR_VIDEO_LIBRARY",
+                                                 beside=_lib.path)
+            except OSError as e:
+                raise ConveyorError(f"conveyor.video: {e}\nDeviceFrames needs it beside "
+                                    f"{_lib.path} (the build, the wheel and the Debian package "
+                                    "install it there), or CONVEYOR_VIDEO_LIBRARY set to its "
+                                    "path", "FAILED_PRECONDITION") from None
+            for name, (restype, argtypes) in _FUNCTIONS.items():
+                f = getattr(video, name, None)
+                if f is None:
+                    raise ConveyorError(f"{where} has no {name}: install matching versions",
+                                        "FAILED_PRECONDITION")
+                f.restype = restype
+                f.argtypes = argtypes
+            _video = video
+        return _video
+
+
+def _check(code: int) -> None:
+    if code != 0:
+        raise _lib.error(code, _library().conveyor_video_last_error)
+
+
+def _take_string(pointer: ctypes.c_void_p) -> str:
+    return _lib.take_string(pointer, _library().conveyor_video_string_free)
+
+
+def _device_index(device: Any) -> int:
     text = str(device)
     if text == "cuda":
         return 0
@@ -67,34 +109,34 @@ class DeviceFrames:
         overlap, so each frame is decoded once while it stays); 0 for none.
     """
 
-    def __init__(self, dataset, config, streams=None, device="cuda:0", sessions=7,
-                 cache_bytes=1 << 30):
-        if getattr(lib, "conveyor_device_frames_create", None) is None:
-            raise ConveyorError(f"{_lib.path} predates DeviceFrames: install matching versions",
-                                "FAILED_PRECONDITION")
+    def __init__(self, dataset: Any, config: Any, streams: Union[str, Sequence[str], None] = None,
+                 device: Any = "cuda:0", sessions: int = 7, cache_bytes: int = 1 << 30) -> None:
         self.device_index = _device_index(device)
         self.device = f"cuda:{self.device_index}"
-        options = {"dataset": str(dataset), "config": str(config), "device": self.device_index,
-                   "sessions": int(sessions), "cache_bytes": int(cache_bytes)}
+        options: Dict[str, Any] = {"dataset": str(dataset), "config": str(config),
+                                   "device": self.device_index, "sessions": int(sessions),
+                                   "cache_bytes": int(cache_bytes)}
         if streams is not None:
             options["streams"] = [streams] if isinstance(streams, str) else list(streams)
+        lib = _library()
         handle = ctypes.c_void_p()
-        _lib.check(lib.conveyor_device_frames_create(json.dumps(options).encode(),
-                                                     ctypes.byref(handle)))
-        self._handle = handle
+        _check(lib.conveyor_device_frames_create(json.dumps(options).encode(),
+                                                 ctypes.byref(handle)))
+        self._handle: Optional[ctypes.c_void_p] = handle
         out = ctypes.c_void_p()
-        _lib.check(lib.conveyor_device_frames_describe(self._handle, ctypes.byref(out)))
-        self.tensors = json.loads(_lib.take_string(out))
-        self._side_stream = None
+        _check(lib.conveyor_device_frames_describe(self._handle, ctypes.byref(out)))
+        self.tensors: List[Dict[str, Any]] = json.loads(_take_string(out))
+        self._side_stream: Any = None
 
-    def _stream(self, torch):
+    def _stream(self, torch: Any) -> Any:
         # The frames are written on a side stream of our own, so that decoding never waits for
         # the model's queued work; the caller's stream takes them with record_stream.
         if self._side_stream is None:
             self._side_stream = torch.cuda.Stream(device=self.device)
         return self._side_stream
 
-    def decode(self, batch, out=None, stream=None):
+    def decode(self, batch: Any, out: Optional[Mapping[str, Any]] = None,
+               stream: Any = None) -> Dict[str, Any]:
         """The video streams of ``batch`` (a Loader's dict, or an (N, 3) int64 array of sample
         ids: index, episode, step) as torch tensors on the device: {name: tensor [N, T, ...]},
         plus {name + "_is_pad": bool [N, T]} on the host.
@@ -116,7 +158,7 @@ class DeviceFrames:
             datasets = np.ascontiguousarray(datasets, np.int32)
         n = ids.shape[0]
         consumer = stream if stream is not None else torch.cuda.current_stream(self.device)
-        result = {}
+        result: Dict[str, Any] = {}
         for i, t in enumerate(self.tensors):
             dtype = torch.uint8 if t["dtype"] == "uint8" else torch.float32
             shape = (n, *t["sample_shape"])
@@ -133,7 +175,7 @@ class DeviceFrames:
                 with torch.cuda.stream(write_stream):
                     dst = torch.empty(shape, dtype=dtype, device=self.device)
             pads = np.zeros((n, t["frames_per_sample"]), np.uint8)
-            _lib.check(lib.conveyor_device_frames_decode(
+            _check(_library().conveyor_device_frames_decode(
                 self._handle, i, ids.ctypes.data,
                 datasets.ctypes.data if datasets is not None else None, n, dst.data_ptr(),
                 pads.ctypes.data, ctypes.c_void_p(write_stream.cuda_stream)))
@@ -143,23 +185,24 @@ class DeviceFrames:
             result[t["name"] + "_is_pad"] = pads.astype(bool)
         return result
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """{calls, samples, frames, frames_decoded, seeks, cache_hits, frames_cached, seconds}
         since creation."""
         out = ctypes.c_void_p()
-        _lib.check(lib.conveyor_device_frames_stats(self._handle, ctypes.byref(out)))
-        return json.loads(_lib.take_string(out))
+        _check(_library().conveyor_device_frames_stats(self._handle, ctypes.byref(out)))
+        stats: Dict[str, Any] = json.loads(_take_string(out))
+        return stats
 
-    def close(self):
+    def close(self) -> None:
         if getattr(self, "_handle", None):
-            lib.conveyor_device_frames_destroy(self._handle)
+            _library().conveyor_device_frames_destroy(self._handle)
             self._handle = None
 
-    def __enter__(self):
+    def __enter__(self) -> DeviceFrames:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.close()

@@ -1,39 +1,42 @@
 #!/usr/bin/env python3
 """A vision policy trained with JAX and flax on the GPU(s), fed by Conveyor.
 
-The same model as train_torch_policy.py: per camera a ResNet-18-shaped convnet (BasicBlocks
-[2, 2, 2, 2] at widths 64..512, scaled by --width; GroupNorm, so the step is a pure function), the
-features and the state through an MLP head predicting the action chunk; bf16 compute with fp32
-parameters, optax AdamW, masked MSE; augmentation (a random crop per sample, normalisation) inside
-the jitted step. Data parallel over every device of the process (and of every process under
-jax.distributed): each process streams its consumer slice (jax.process_index() of
-jax.process_count()), conveyor.jax.prefetch_to_device assembles global arrays with
-jax.make_array_from_process_local_data two steps ahead, so the copies overlap compute.
+The same model as train_torch_policy.py (jax_policy_model.py): per camera a ResNet-18-shaped
+convnet (BasicBlocks [2, 2, 2, 2] at widths 64..512, scaled by --width; GroupNorm, so the step is a
+pure function), the features and the state through an MLP head predicting the action chunk; bf16
+compute with fp32 parameters, optax AdamW, masked MSE; augmentation (a random crop per sample,
+normalisation) inside the jitted step. Data parallel over every device of the process (and of
+every process under jax.distributed): each process streams its consumer slice
+(jax.process_index() of jax.process_count()), conveyor.jax.prefetch_to_device assembles global
+arrays --prefetch-to-device steps ahead, so the copies overlap compute.
+
+The loop is a JAX trainer's: each step is dispatched asynchronously and the host waits for the
+device only where a trainer does, when it reads the loss to log it (every --log-every steps), at
+the end of the warm-up and at the last step. Per step (host clocks):
+  data_wait            host time blocked in the loader's next() (as train_torch_policy.py's)
+  make_global_batch    host time starting the copies of the batch --prefetch-to-device steps
+                       ahead (conveyor.jax.make_global_batch; the copies themselves are
+                       asynchronous and overlap the device's work, so no host clock sees them)
+  dispatch             host time handing the step to jax
+  block                (logged steps) host time waiting for the device to finish the step
+Throughput and the data-wait fraction are over the measured interval's wall time, from the block
+that ends the warm-up to the last step's. Prints samples/s and decoded frames/s per GPU.
 
 The loader's state is saved beside the model with Orbax (conveyor.jax.orbax_save_args): a job
 restored with --restore continues the data exactly after the last saved step.
-
-Step attribution (host clocks; JAX has no CUDA events): data_wait (next() of the loader), h2d
-(starting the copies of the batch two steps ahead), compute (the jitted step, dispatched and
-waited for with block_until_ready: the wait is the device time not hidden by dispatch). Prints
-samples/s and decoded frames/s per GPU.
 
   conveyor serve DATASET --config python/examples/policy.yaml --listen 127.0.0.1:7070 &
   python python/examples/train_jax_policy.py --servers 127.0.0.1:7070 --steps 300
 """
 
 import argparse
-import functools
 import json
 import os
 import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import linen as nn
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import conveyor
@@ -47,6 +50,8 @@ def parse_args(argv=None):
     p.add_argument("--job", default="jax_policy")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=10, help="steps left out of the summary")
+    p.add_argument("--log-every", type=int, default=20,
+                   help="steps between losses read (the host's waits for the device)")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--blocks", default="2,2,2,2")
@@ -59,84 +64,100 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-class BasicBlock(nn.Module):
-    features: int
-    stride: int
-    dtype: jnp.dtype = jnp.bfloat16
-
-    @nn.compact
-    def __call__(self, x):
-        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype)
-        norm = functools.partial(nn.GroupNorm, num_groups=min(32, self.features), dtype=self.dtype)
-        y = nn.relu(norm()(conv(self.features, (3, 3), (self.stride, self.stride))(x)))
-        y = norm()(conv(self.features, (3, 3))(y))
-        if x.shape[-1] != self.features or self.stride != 1:
-            x = norm()(conv(self.features, (1, 1), (self.stride, self.stride))(x))
-        return nn.relu(x + y)
-
-
-class Encoder(nn.Module):
-    width: int
-    blocks: tuple
-    dtype: jnp.dtype = jnp.bfloat16
-
-    @nn.compact
-    def __call__(self, x):  # [N, H, W, 3]
-        x = nn.Conv(self.width, (7, 7), (2, 2), use_bias=False, dtype=self.dtype)(x)
-        x = nn.relu(nn.GroupNorm(num_groups=min(32, self.width), dtype=self.dtype)(x))
-        x = nn.max_pool(x, (3, 3), (2, 2), padding="SAME")
-        for i, n in enumerate(self.blocks):
-            for j in range(n):
-                x = BasicBlock(self.width * 2 ** i, 2 if (j == 0 and i > 0) else 1, self.dtype)(x)
-        return jnp.mean(x, axis=(1, 2))
-
-
-class Policy(nn.Module):
-    cameras: tuple
-    action_shape: tuple
-    width: int
-    blocks: tuple
-    hidden: int
-
-    @nn.compact
-    def __call__(self, images, state):
-        feats = [Encoder(self.width, self.blocks, name=f"enc_{c}")(images[c]) for c in self.cameras]
-        x = jnp.concatenate(feats + [state.astype(jnp.bfloat16)], axis=-1)
-        x = nn.gelu(nn.Dense(self.hidden, dtype=jnp.bfloat16)(x))
-        x = nn.gelu(nn.Dense(self.hidden, dtype=jnp.bfloat16)(x))
-        x = nn.Dense(int(np.prod(self.action_shape)), dtype=jnp.bfloat16)(x)
-        return x.astype(jnp.float32).reshape((x.shape[0],) + tuple(self.action_shape))
-
-
-_MEAN = jnp.array([0.485, 0.456, 0.406])
-_STD = jnp.array([0.229, 0.224, 0.225])
-
-
-def augment(frames, crop, key):
-    """uint8 [B, 1, H, W, 3] -> float [B, crop, crop, 3]: a random crop per sample, normalised."""
-    b, t, h, w, c = frames.shape
-    x = frames.reshape(b * t, h, w, c)
-    crop = min(crop, h, w)
-    ky, kx = jax.random.split(key)
-    ys = jax.random.randint(ky, (b * t,), 0, h - crop + 1)
-    xs = jax.random.randint(kx, (b * t,), 0, w - crop + 1)
-    cut = jax.vmap(lambda img, y, x0: jax.lax.dynamic_slice(img, (y, x0, 0), (crop, crop, c)))
-    x = cut(x, ys, xs).astype(jnp.float32) / 255.0
-    return ((x - _MEAN) / _STD).astype(jnp.bfloat16)
-
-
 def camera_keys(batch):
     return [k for k, v in conveyor.tensors(batch).items()
             if v.ndim == 5 and v.dtype == np.uint8 and v.shape[-1] == 3]
 
 
+def train(batches, mesh, pspec, step, carry, *, steps, warmup, log_every, prefetch,
+          frames_per_sample, step0=0, log=None):
+    """Runs up to `steps` steps of step(carry, global_batch) -> (carry, loss) over `batches` (a
+    conveyor.Loader), dispatched asynchronously; the host waits for the device (float(loss))
+    only at every log_every-th step, at the warm-up's last step and at the last step. Returns
+    (carry, records, last_trained, measured_seconds): one record per step, the last trained
+    batch's cursor keys (for Loader.state_dict(after=...)), and the wall time of the steps after
+    the warm-up (from the warm-up's block to the last step's)."""
+    host_it = iter(batches)
+    wait = [0.0]
+
+    def timed():  # the loader's next(), timed: the host blocked on the data
+        while True:
+            t0 = time.perf_counter()
+            try:
+                b = next(host_it)
+            except StopIteration:
+                return
+            wait[0] += time.perf_counter() - t0
+            yield b
+
+    device_batches = cj.prefetch_to_device(timed(), mesh, pspec, size=prefetch)
+    records, last_trained = [], None
+    t_measured = time.perf_counter()
+    for i in range(steps):
+        t0 = time.perf_counter()
+        wait[0] = 0.0
+        try:
+            g = next(device_batches)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        meta = {k: g.pop(k) for k in cj._CURSOR_KEYS if k in g}  # host values, not for the step
+        carry, loss = step(carry, g)
+        t2 = time.perf_counter()
+        samples = int(g["action"].shape[0])
+        rec = {"step": step0 + i, "data_wait_ms": wait[0] * 1e3,
+               "make_global_batch_ms": (t1 - t0 - wait[0]) * 1e3, "dispatch_ms": (t2 - t1) * 1e3,
+               "samples": samples, "frames": samples * frames_per_sample}
+        last_trained = meta
+        if (i + 1) % log_every == 0 or i + 1 == warmup or i + 1 == steps:
+            rec["loss"] = float(loss)  # the trainer's wait for the device: it reads the loss
+            rec["block_ms"] = (time.perf_counter() - t2) * 1e3
+            if log is not None:
+                log(rec)
+        rec["step_ms"] = (time.perf_counter() - t0) * 1e3
+        records.append(rec)
+        if i + 1 == warmup:
+            t_measured = time.perf_counter()
+    if records and "loss" not in records[-1]:  # the loader ended early: wait for the last step
+        records[-1]["loss"] = float(loss)
+    return carry, records, last_trained, time.perf_counter() - t_measured
+
+
+def percentile(values, q):
+    return float(np.percentile(values, q * 100)) if values else 0.0
+
+
+def summarize(records, warmup, measured_seconds, devices):
+    """The run's figures over the steps after the warm-up (all of them when there are no more)."""
+    measured = records[warmup:] if len(records) > warmup else records
+    secs = measured_seconds if len(records) > warmup else sum(r["step_ms"] for r in records) / 1e3
+    blocks = [r["block_ms"] for r in measured if "block_ms" in r]
+    return {
+        "steps": len(records), "warmup": warmup, "measured_steps": len(measured),
+        "measured_s": secs,
+        "samples_per_s_per_gpu": sum(r["samples"] for r in measured) / secs / devices if secs else 0.0,
+        "frames_per_s_per_gpu": sum(r["frames"] for r in measured) / secs / devices if secs else 0.0,
+        "data_wait_fraction": sum(r["data_wait_ms"] for r in measured) / (secs * 1e3) if secs else 0.0,
+        "data_wait_ms_p50": percentile([r["data_wait_ms"] for r in measured], 0.5),
+        "data_wait_ms_p99": percentile([r["data_wait_ms"] for r in measured], 0.99),
+        "data_wait_ms_max": max((r["data_wait_ms"] for r in measured), default=0.0),
+        "make_global_batch_ms_p50": percentile([r["make_global_batch_ms"] for r in measured], 0.5),
+        "dispatch_ms_p50": percentile([r["dispatch_ms"] for r in measured], 0.5),
+        "step_ms_mean": secs * 1e3 / len(measured) if measured else 0.0,
+        "blocks": len(blocks), "block_ms_sum": sum(blocks),
+    }
+
+
 def main(argv=None):
     args = parse_args(argv)
+    import optax  # the model's libraries: jax_policy_model.py
+
+    import jax_policy_model as jpm
+
     if "JAX_COORDINATOR_ADDRESS" in os.environ or "SLURM_NTASKS" in os.environ:
         jax.distributed.initialize()
     devices = jax.devices()
     mesh = Mesh(np.array(devices), ("data",))
-    data = PartitionSpec("data")
     batches = cj.loader(servers=args.servers, job=args.job, config=args.config)
 
     mngr = None
@@ -151,11 +172,11 @@ def main(argv=None):
     cams = tuple(camera_keys(first))
     frames_per_sample = sum(first[k].shape[1] for k in cams)
     state_dim = int(np.prod(first["observation.state"].shape[1:]))
-    model = Policy(cams, tuple(first["action"].shape[1:]), args.width,
-                   tuple(int(x) for x in args.blocks.split(",")), args.hidden)
+    model = jpm.Policy(cams, tuple(first["action"].shape[1:]), args.width,
+                       tuple(int(x) for x in args.blocks.split(",")), args.hidden)
     crop = min(args.crop, first[cams[0]].shape[2])
-    dummy = {c: jnp.zeros((1, crop, crop, 3), jnp.bfloat16) for c in cams}
-    params = model.init(jax.random.PRNGKey(0), dummy, jnp.zeros((1, state_dim)))
+    dummy = {c: jax.numpy.zeros((1, crop, crop, 3), jax.numpy.bfloat16) for c in cams}
+    params = model.init(jax.random.PRNGKey(0), dummy, jax.numpy.zeros((1, state_dim)))
     tx = optax.adamw(args.lr)
     replicated = NamedSharding(mesh, PartitionSpec())
     params = jax.device_put(params, replicated)
@@ -172,67 +193,22 @@ def main(argv=None):
         cj.restore_loader(batches, restored.loader)
         print(f"restored step {step0}, loader cursor {batches.cursor}", flush=True)
 
-    @jax.jit
-    def train_step(params, opt_state, batch, key):
-        keys = jax.random.split(key, len(cams))
-        images = {c: augment(batch[c], crop, k) for c, k in zip(cams, keys)}
-        state = batch["observation.state"].reshape(batch["action"].shape[0], -1)
-
-        def loss_fn(p):
-            pred = model.apply(p, images, state)
-            valid = (~batch["action_is_pad"])[..., None].astype(jnp.float32)
-            err = (pred - batch["action"]) ** 2 * valid
-            return err.sum() / jnp.maximum(valid.sum() * pred.shape[-1], 1.0)
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
     rank = jax.process_index()
-    host_it = iter(batches)
-    timed = {"data_wait_ms": 0.0}
 
-    def timed_batches():
-        while True:
-            t0 = time.perf_counter()
-            try:
-                b = next(host_it)
-            except StopIteration:
-                return
-            timed["data_wait_ms"] += (time.perf_counter() - t0) * 1e3
-            t1 = time.perf_counter()
-            yield b
-            timed["h2d_ms"] = timed.get("h2d_ms", 0.0) + (time.perf_counter() - t1) * 1e3
+    def log(r):
+        if rank == 0:
+            print(f"step {r['step']} loss {r['loss']:.4f} wait {r['data_wait_ms']:.2f} ms "
+                  f"make_global_batch {r['make_global_batch_ms']:.2f} ms block "
+                  f"{r['block_ms']:.1f} ms", flush=True)
 
-    device_batches = cj.prefetch_to_device(timed_batches(), mesh, data,
-                                           size=args.prefetch_to_device)
-    key = jax.random.PRNGKey(rank)
-    steps = []
-    last_trained = None
     t_run = time.perf_counter()
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        timed["data_wait_ms"], timed["h2d_ms"] = 0.0, 0.0
-        try:
-            g = next(device_batches)
-        except StopIteration:
-            break
-        meta = {k: g.pop(k) for k in cj._CURSOR_KEYS}  # host values, not for the jitted step
-        last_trained = meta
-        t1 = time.perf_counter()
-        key, sub = jax.random.split(key)
-        params, opt_state, loss = train_step(params, opt_state, g, sub)
-        loss.block_until_ready()
-        t2 = time.perf_counter()
-        samples = int(g["action"].shape[0])
-        steps.append({"step": step0 + i, "data_wait_ms": timed["data_wait_ms"],
-                      "h2d_ms": timed["h2d_ms"], "compute_ms": (t2 - t1) * 1e3,
-                      "step_ms": (t2 - t0) * 1e3, "samples": samples,
-                      "frames": samples * frames_per_sample, "loss": float(loss)})
-        if rank == 0 and (i % 20 == 0 or i == args.steps - 1):
-            r = steps[-1]
-            print(f"step {r['step']} loss {r['loss']:.4f} wait {r['data_wait_ms']:.2f} ms h2d "
-                  f"{r['h2d_ms']:.2f} ms compute {r['compute_ms']:.1f} ms", flush=True)
+    carry = (params, opt_state, jax.random.PRNGKey(rank))
+    carry, steps, last_trained, measured_s = train(
+        batches, mesh, PartitionSpec("data"), jpm.make_train_step(model, tx, cams, crop), carry,
+        steps=args.steps, warmup=args.warmup, log_every=args.log_every,
+        prefetch=args.prefetch_to_device, frames_per_sample=frames_per_sample, step0=step0,
+        log=log)
+    params, opt_state, _ = carry
     wall = time.perf_counter() - t_run
     if mngr is not None and steps:
         import orbax.checkpoint as ocp
@@ -241,27 +217,18 @@ def main(argv=None):
             model=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
             loader=cj.orbax_save_args(batches, after=last_trained)))
         mngr.wait_until_finished()
-    measured = steps[args.warmup:] if len(steps) > args.warmup else steps
-    secs = sum(r["step_ms"] for r in measured) / 1e3
-    n_gpu = len(jax.local_devices())
-    summary = {
-        "device": str(devices[0].device_kind), "devices": len(devices), "steps": len(steps),
-        "width": args.width, "blocks": args.blocks,
-        "samples_per_s_per_gpu": (sum(r["samples"] for r in measured) / secs / n_gpu
-                                  if secs else 0.0),
-        "frames_per_s_per_gpu": (sum(r["frames"] for r in measured) / secs / n_gpu
-                                 if secs else 0.0),
-        "data_wait_fraction": sum(r["data_wait_ms"] for r in measured) / (secs * 1e3) if secs else 0,
-        "step_ms_p50": float(np.median([r["step_ms"] for r in measured])) if measured else 0,
-        "compute_ms_p50": float(np.median([r["compute_ms"] for r in measured])) if measured else 0,
-        "wall_s": wall, "loader": batches.stats(),
-        "state": batches.state_dict(after=last_trained) if last_trained else None,
-    }
+    summary = {"device": str(devices[0].device_kind), "devices": len(devices),
+               "processes": jax.process_count(), "width": args.width, "blocks": args.blocks,
+               "log_every": args.log_every, "prefetch_to_device": args.prefetch_to_device,
+               **summarize(steps, args.warmup, measured_s, len(devices)),
+               "wall_s": wall, "loader": batches.stats(),
+               "state": batches.state_dict(after=last_trained) if last_trained else None}
     if rank == 0:
         print(json.dumps({k: v for k, v in summary.items() if k not in ("loader", "state")}),
               flush=True)
     if args.json:
-        with open(args.json, "w") as f:
+        path = args.json if jax.process_count() == 1 else f"{args.json}.rank{rank}"
+        with open(path, "w") as f:
             json.dump({"summary": summary, "steps": steps}, f, indent=1)
     batches.close()
     return 0

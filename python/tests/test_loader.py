@@ -16,10 +16,12 @@ import gc
 import importlib.util
 import json
 import os
+import re
 import shutil
 import socket
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -136,6 +138,54 @@ class BatchesTest(unittest.TestCase):
         self.assertEqual(info["episodes"], 2)
         self.assertEqual(info["configs"][0]["global_batch_size"], 32)
         self.assertEqual(info["configs"][0]["name"], "pipeline")
+        # 64-bit fields are ints as the library writes them (no list of them kept in Python).
+        self.assertIsInstance(info["max_message_bytes"], int)
+        self.assertIsInstance(info["configs"][0]["samples_per_epoch"], int)
+        self.assertTrue(all(isinstance(d, int) for s in info["streams"] for d in s["shape"]))
+
+
+class TypedPackageTest(unittest.TestCase):
+    """The package's layout and what it takes from the C library instead of restating it."""
+
+    def test_layout_and_py_typed(self):
+        from conveyor import Client, ConveyorError, Loader, Tensor  # noqa: F401  (documented)
+        self.assertEqual(Loader.__module__, "conveyor._loader")
+        self.assertIs(conveyor.Loader, Loader)
+        for name in conveyor.__all__:
+            self.assertTrue(hasattr(conveyor, name), name)
+        self.assertTrue((Path(conveyor.__file__).parent / "py.typed").is_file(),
+                        "py.typed beside the package (PEP 561)")
+
+    def test_defaults_come_from_the_library(self):
+        import inspect
+        defaults = conveyor.client_defaults()
+        self.assertEqual(defaults["job"], "default")
+        self.assertEqual(defaults["device"], -1)
+        self.assertIsInstance(defaults["reconnect_timeout_s"], float)
+        # Every option Client names is one the library has a default for (dlpack is Python's).
+        named = [p.name for p in inspect.signature(conveyor.Client).parameters.values()
+                 if p.kind == p.KEYWORD_ONLY]
+        self.assertEqual([n for n in named if n not in defaults], ["dlpack"])
+        # A Loader given none of them holds the library's values.
+        l = conveyor.Loader(servers=[ENV["address"]])
+        self.assertEqual((l.job, l.max_batches, l.prefetch, l.prefetch_bytes,
+                          l.reconnect_timeout_s),
+                         (defaults["job"], defaults["max_batches"], defaults["prefetch_batches"],
+                          defaults["prefetch_bytes"], defaults["reconnect_timeout_s"]))
+        # The whole object is accepted back as options, and streams (a numpy integer coerced).
+        options = dict(defaults, servers=[ENV["address"]], max_batches=np.int64(1))
+        with conveyor.Client(**options) as c:
+            self.assertEqual(support.summary(c.next()), ENV["ref"][0])
+
+    def test_cursor_text_is_the_librarys_parser(self):
+        l = loader(start="0@64")
+        self.assertEqual((l.cursor, l.position), ((0, 0), 64))
+        l = loader(start="1:2")
+        self.assertEqual((l.cursor, l.position), ((1, 2), None))
+        # 20 digits overflow 64 bits: refused here as by `conveyor batches --cursor`.
+        for bad in ("0:10000000000000000000", "0:1:2", "+1:0", "1@"):
+            with self.assertRaisesRegex(ValueError, f"cursor '{re.escape(bad)}'"):
+                loader(start=bad)
 
 
 class ZeroCopyTest(unittest.TestCase):
@@ -339,6 +389,52 @@ class DeviceFramesTest(unittest.TestCase):
         except conveyor.ConveyorError as e:
             self.assertEqual(e.code, "FAILED_PRECONDITION")
             self.assertIn("NVDEC cannot be used on device 0", str(e))
+
+    # What libconveyor_c.so.1 must not bring into a trainer (tests/capi_needed_test.sh reads the
+    # same from the library's DT_NEEDED); here, what the process really maps.
+    DATA_PATH = ("libconveyor_video", "libavcodec", "libavformat", "libswscale", "libturbojpeg",
+                 "libcurl", "libyaml-cpp", "libcudart")
+
+    def test_import_conveyor_loads_only_the_client(self):
+        # torch is kept out: `import conveyor` imports it where it is installed (a torch
+        # IterableDataset), and Debian's torch itself maps FFmpeg and curl.
+        script = ("import sys\n"
+                  "sys.modules['torch'] = None\n"
+                  "import conveyor\n"
+                  "print(open('/proc/self/maps').read())\n"
+                  "print('=====')\n"
+                  "from conveyor import video\n"
+                  "video._library()\n"
+                  "print(open('/proc/self/maps').read())\n")
+        out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                             text=True, timeout=120).stdout
+        after_import, after_video = out.split("=====")
+        for name in self.DATA_PATH:
+            self.assertNotIn(name, after_import, f"import conveyor mapped {name}")
+        self.assertIn("libconveyor_video.so.1", after_video)
+
+    def test_without_the_video_library_says_where_it_looked(self):
+        package = Path(conveyor.__file__).resolve().parent
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copytree(package, Path(d) / "conveyor", symlinks=False,
+                            ignore=shutil.ignore_patterns("libconveyor_video*", "__pycache__"))
+            script = ("import conveyor\n"
+                      "from conveyor import video\n"
+                      "try:\n"
+                      "    video.DeviceFrames('ds', 'c.yaml')\n"
+                      "except conveyor.ConveyorError as e:\n"
+                      "    print(e.code); print(e)\n")
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("CONVEYOR_LIBRARY", "CONVEYOR_VIDEO_LIBRARY")}
+            env["PYTHONPATH"] = d
+            # In `d`: the working directory comes first on sys.path, and ctest's holds the build
+            # tree's package.
+            out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                                 text=True, timeout=120, env=env, cwd=d).stdout
+        if not out.startswith("FAILED_PRECONDITION"):
+            self.skipTest(f"libconveyor_video.so.1 is on this machine's loader path: {out[:200]}")
+        self.assertIn("cannot load libconveyor_video.so.1", out)
+        self.assertIn(str(Path(d).resolve() / "conveyor" / "lib"), out)
 
     def test_served_batches_decoded_on_the_device(self):
         from conveyor import video
@@ -858,31 +954,48 @@ class ErrorTest(unittest.TestCase):
 class JaxTest(unittest.TestCase):
     def test_make_global_batch_calls_jax(self):
         """The helper's calls, against a stand-in jax module (the real one is tested below when
-        installed): one make_array_from_process_local_data per tensor, metadata left out."""
+        installed): across processes one make_array_from_process_local_data per tensor, in one
+        process one device_put for the whole batch; metadata left out, one NamedSharding per
+        spec however many batches."""
         import sys
         import types
 
-        calls = []
+        import conveyor.jax as cj
+
+        calls, puts, made = [], [], []
         fake = types.ModuleType("jax")
+        fake.process_count = lambda: 2
         fake.make_array_from_process_local_data = lambda sharding, a: calls.append(
             (sharding, a)) or ("global", a.shape)
+        fake.device_put = lambda arrays, shardings: puts.append((arrays, shardings)) or [
+            ("put", a.shape) for a in arrays]
         sharding_mod = types.ModuleType("jax.sharding")
-        sharding_mod.NamedSharding = lambda mesh, spec: ("named", mesh, spec)
+        sharding_mod.NamedSharding = lambda mesh, spec: made.append(spec) or ("named", mesh, spec)
         sharding_mod.PartitionSpec = lambda *axes: ("pspec",) + axes
         fake.sharding = sharding_mod
         batch = {"cam0": np.zeros((4, 2), np.uint8), "action": np.zeros((4, 3), np.float32),
                  "_cursor": (0, 0), "_ids": np.zeros((4, 3), np.int64)}
+        cj._SHARDINGS.clear()
         with mock.patch.dict(sys.modules, {"jax": fake, "jax.sharding": sharding_mod}):
-            from conveyor.jax import make_global_batch
-
-            g = make_global_batch(batch, "mesh", ("pspec", "data"))
+            g = cj.make_global_batch(batch, "mesh", ("pspec", "data"))
             self.assertEqual(g, {"cam0": ("global", (4, 2)), "action": ("global", (4, 3))})
+            self.assertEqual(list(g), ["cam0", "action"])  # the batch's order
             self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data"))] * 2)
             self.assertIs(calls[0][1], batch["cam0"])
             calls.clear()
-            g = make_global_batch(batch, "mesh", {"cam0": ("pspec", "data")})
+            g = cj.make_global_batch(batch, "mesh", {"cam0": ("pspec", "data")})
             self.assertEqual([c[0] for c in calls], [("named", "mesh", ("pspec", "data")),
                                                      ("named", "mesh", ("pspec",))])
+            self.assertEqual(made, [("pspec", "data"), ("pspec",)])  # made once each, then cached
+            fake.process_count = lambda: 1
+            calls.clear()
+            g = cj.make_global_batch(batch, "mesh", ("pspec", "data"))
+            self.assertEqual(calls, [])
+            self.assertEqual(len(puts), 1)
+            self.assertEqual([a is b for a, b in zip(puts[0][0], (batch["cam0"], batch["action"]))],
+                             [True, True])
+            self.assertEqual(g, {"cam0": ("put", (4, 2)), "action": ("put", (4, 3))})
+        cj._SHARDINGS.clear()
 
     def test_prefetch_carries_the_position_and_a_restore_takes_another_batch_size(self):
         """prefetch_to_device (a stand-in jax) keeps each global batch's cursor and positions;
@@ -892,12 +1005,17 @@ class JaxTest(unittest.TestCase):
         import types
 
         fake = types.ModuleType("jax")
+        fake.process_count = lambda: 2
         fake.make_array_from_process_local_data = lambda sharding, a: a
         sharding_mod = types.ModuleType("jax.sharding")
         sharding_mod.NamedSharding = lambda mesh, spec: ("named", mesh, spec)
         sharding_mod.PartitionSpec = lambda *axes: ("pspec",) + axes
         fake.sharding = sharding_mod
         text = support.PIPELINE_YAML.read_text()
+        import conveyor.jax as cj
+
+        cj._SHARDINGS.clear()
+        self.addCleanup(cj._SHARDINGS.clear)
         with mock.patch.dict(sys.modules, {"jax": fake, "jax.sharding": sharding_mod}):
             from conveyor.jax import prefetch_to_device, restore_loader
 

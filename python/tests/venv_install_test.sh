@@ -6,7 +6,7 @@
 #
 #   venv_install_test.sh PYTHON WORKDIR LIBRARY
 # LIBRARY is the built libconveyor_c.so (setup.py takes it through $CONVEYOR_LIBRARY instead of
-# building it again). CONVEYOR_CLI and friends come from ctest's environment.
+# building it again, and libconveyor_video.so.1 from beside it). CONVEYOR_CLI and friends come from ctest's environment.
 set -euo pipefail
 PYTHON="$1"; WORK="$2"; LIBRARY="$3"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -24,7 +24,14 @@ venv = Path(sys.argv[1]).resolve()
 where = Path(conveyor.__file__).resolve()
 assert venv in where.parents, f"conveyor imported from {where}, not from the venv {venv}"
 assert venv in Path(lib.path).resolve().parents, f"library from {lib.path}, not the venv's"
+assert (where.parent / "py.typed").is_file(), f"no py.typed in {where.parent}: not typed for users"
 print(f"venv: conveyor {conveyor.__version__} from {where.parent}, library {lib.path}")
+# conveyor.video's library is installed too, and loaded only when DeviceFrames is used.
+assert "libconveyor_video" not in Path("/proc/self/maps").read_text(), "loaded by import"
+from conveyor import video
+video_path = Path(video._library()._name).resolve()
+assert venv in video_path.parents, f"libconveyor_video from {video_path}, not the venv's"
+print(f"venv: conveyor.video's library {video_path}")
 PY
   )
 }

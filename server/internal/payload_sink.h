@@ -1,14 +1,16 @@
 // Internal to the server (and its tests and stream_bench): the transport seam. Each stream sends
 // its batches through one PayloadSink: where the pipeline builds them, and how their header and
-// payload reach the client. Two sinks exist, each one file pair:
+// payload reach the client. Three sinks exist, each beside its carrier's negotiation
+// (server/internal/carrier.h, which picks one per stream from a table):
 //
-//   gRPC messages     server/batch_encoder.h  MakeGrpcSink: the payload in messages, as slices
-//                                             over the batch buffer (no copy)
-//   same-host region  server/internal/shm_sink.h       the batches built in a sealed memfd the client
-//                                             maps; only the header in a message
+//   gRPC messages     server/batch_encoder.cc  MakeGrpcSink: the payload in messages, as slices
+//                                              over the batch buffer (no copy)
+//   same-host region  server/internal/shm_sink.h  the batches built in a sealed memfd the client
+//                                              maps; only the header in a message
+//   stripes           server/internal/stripes.h   the payload messages over more streams, each on
+//                                              a connection of its own
 //
-// A later transport (CUDA IPC, RDMA) is another sink here and a PayloadSource in the client
-// (client/internal/payload_source.h); server.cc only picks one per stream.
+// The client's side of each is a PayloadSource (client/internal/payload_source.h).
 #pragma once
 
 #include <functional>
@@ -28,7 +30,7 @@ using StopFn = std::function<bool()>;
 class PayloadSink {
  public:
   virtual ~PayloadSink() = default;
-  // "grpc" or "shared_memory": the metrics' transport label.
+  // "grpc", "grpc_striped" or "shared_memory": the metrics' transport label.
   virtual std::string_view transport() const = 0;
   // Where the stream's pipeline builds its batches (Pipeline::SetBatchBuffers); null for the
   // pipeline's own HostBuffers. `stop` ends a wait for room.

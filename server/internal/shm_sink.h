@@ -21,6 +21,10 @@
 
 namespace conveyor {
 
+struct CarrierRequest;
+struct CarrierServer;
+class CarrierGrant;
+
 class SharedMemorySink final : public PayloadSink {
  public:
   // A region with a ring of `ring` bytes (rounded down to pages; at least one page), of which at
@@ -85,5 +89,12 @@ class SharedMemorySink final : public PayloadSink {
   uint64_t full_batches_ = 0;
   uint64_t region_batches_ = 0;
 };
+
+// The carrier's row in kCarriers (server/internal/carrier.h): asked by a request's
+// shared_memory offer; granted with a ring sized from the stream's batches, reserved in the
+// server's budget, or refused saying why (StreamStart.shared_memory_refused).
+bool AsksSharedMemory(const v1::StreamBatchesRequest& request);
+std::unique_ptr<CarrierGrant> GrantSharedMemory(const CarrierRequest& request, CarrierServer& server,
+                                                v1::StreamStart* start);
 
 }  // namespace conveyor

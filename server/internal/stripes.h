@@ -24,6 +24,10 @@
 
 namespace conveyor {
 
+struct CarrierRequest;
+struct CarrierServer;
+class CarrierGrant;
+
 // The most stripe streams one stream may have.
 inline constexpr uint32_t kMaxPayloadStreams = 8;
 
@@ -87,5 +91,11 @@ class StripeRegistry {
 // its payload messages of at most `max_message` bytes round-robin over the session's stripes.
 std::unique_ptr<PayloadSink> MakeStripedSink(std::shared_ptr<StripeSession> session, uint64_t max_message,
                                              StopFn stop);
+
+// The carrier's row in kCarriers (server/internal/carrier.h): asked by payload_streams > 1;
+// granted with as many stripe calls as the server's stripe pool has free, none below 2.
+bool AsksStripes(const v1::StreamBatchesRequest& request);
+std::unique_ptr<CarrierGrant> GrantStripes(const CarrierRequest& request, CarrierServer& server,
+                                           v1::StreamStart* start);
 
 }  // namespace conveyor

@@ -39,6 +39,19 @@ for name in ("libgrpc++.so", "libprotobuf.so", "libabsl_"):
     paths = {l.split()[-1] for l in maps.splitlines() if name in l}
     assert paths and all(p.startswith(str(bundle / "lib")) for p in paths), (name, paths)
 print(f"conveyor {conveyor.__version__}: {lib.path}; gRPC, protobuf, absl from the bundle")
+# The CUDA runtime only where a GPU is asked for, loaded by libconveyor_c with dlopen through its
+# $ORIGIN: the bundle's, not the host's.
+assert "libcudart" not in maps, "import conveyor loaded libcudart"
+conveyor.device_supported()
+cudart = {l.split()[-1] for l in Path("/proc/self/maps").read_text().splitlines() if "libcudart" in l}
+if any((bundle / "lib").glob("libcudart.so.*")):  # a CUDA build
+    assert cudart and all(p.startswith(str(bundle / "lib")) for p in cudart), cudart
+# conveyor.video's library only when DeviceFrames is used, from the bundle too.
+assert "libconveyor_video" not in maps, "import conveyor loaded libconveyor_video"
+from conveyor import video
+where = Path(video._library()._name).resolve()
+assert where == bundle / "lib" / "libconveyor_video.so.1", where
+print(f"conveyor.video: {where}")
 PY
 env -i PYTHONPATH="$B/python" CONVEYOR_CLI="$B/conveyor" CONVEYOR_SOURCE_DIR="$ROOT" \
   /usr/bin/python3 -m unittest discover -s "$B/python/tests" -p test_loader.py -k BatchesTest \

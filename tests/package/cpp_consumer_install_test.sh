@@ -20,6 +20,7 @@ for f in include/conveyor/client/client.h include/conveyor/client/launch_env.h i
          lib/*/cmake/Conveyor/ConveyorConfig.cmake lib/*/cmake/Conveyor/ConveyorConfigVersion.cmake \
          lib/*/libconveyor_client.so.1 share/conveyor/examples/cpp_consumer/CMakeLists.txt \
          lib/python3/dist-packages/conveyor/__init__.py lib/python3/dist-packages/conveyor/_version.py \
+         lib/python3/dist-packages/conveyor/_loader.py lib/python3/dist-packages/conveyor/py.typed \
          share/doc/conveyor/CHANGELOG.md; do
   compgen -G "$PREFIX/$f" > /dev/null || fail "cmake --install did not install $f"
 done

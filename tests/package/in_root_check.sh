@@ -44,6 +44,17 @@ pkg=/usr/lib/python3/dist-packages/conveyor
 # The package reaches the C++ client through the C ABI library (libconveyor_c.so.1, loaded with
 # ctypes from the loader's path): the Loader streams the served batches, equal to fetch --digest.
 [[ -e /usr/lib/x86_64-linux-gnu/libconveyor_c.so.1 ]] || fail "the package installs no libconveyor_c.so.1"
+[[ -e /usr/lib/x86_64-linux-gnu/libconveyor_video.so.1 ]] || fail "the package installs no libconveyor_video.so.1"
+# conveyor.video finds its library on the loader's path too, and only when it is used.
+(cd / && python3 - <<'PY') || fail "conveyor.video's library is not found, or import conveyor loads it"
+from pathlib import Path
+import conveyor
+assert "libconveyor_video" not in Path("/proc/self/maps").read_text(), "import conveyor loaded it"
+from conveyor import video
+video._library()
+assert "libconveyor_video.so.1" in Path("/proc/self/maps").read_text()
+PY
+echo "ok: conveyor.video loads the package's libconveyor_video.so.1 when used"
 got="$(cd / && python3 -c 'import conveyor; print(conveyor.__version__)')" || fail "python3 -c 'import conveyor' failed"
 [[ "$got" == "$version" ]] || fail "conveyor.__version__ is $got, conveyor --version $version"
 echo "ok: python3 -c 'import conveyor' (__version__ $got)"

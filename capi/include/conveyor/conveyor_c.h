@@ -4,6 +4,11 @@
  * in any CPython 3.9+ with nothing compiled against the interpreter (as XGBoost and LightGBM do);
  * Julia, Rust or Go can bind it the same way. docs/python.md and docs/c_api.md describe it.
  *
+ * It links the client only (base/, the wire protocol, device/): no FFmpeg, libjpeg-turbo, curl,
+ * yaml-cpp or CUDA runtime among its needed libraries (tests/capi_needed_test.sh); the CUDA
+ * runtime is loaded where a GPU is asked for. Decoding in the trainer's process (DeviceFrames,
+ * which needs the data path) is libconveyor_video.so.1, conveyor/conveyor_video.h.
+ *
  * Conventions:
  *  - Every function that can fail returns an int status code: 0 (CONVEYOR_OK) or one of gRPC's /
  *    absl's status codes (3 INVALID_ARGUMENT, 9 FAILED_PRECONDITION, 14 UNAVAILABLE, ...). The
@@ -63,7 +68,6 @@ enum {
 
 typedef struct conveyor_client conveyor_client;
 typedef struct conveyor_batch conveyor_batch;
-typedef struct conveyor_device_frames conveyor_device_frames;
 
 /* DLPack's DLManagedTensor (dlpack.h v0.8, a stable C layout), spelled out because Debian
  * packages no dlpack.h. */
@@ -142,7 +146,8 @@ CONVEYOR_C_EXPORT int conveyor_check_device(int index);
  * bool, "from_jax": bool}; *result: {"rank", "world_size", "local_rank", "local_world_size",
  * "source", "servers": [...], "servers_source"}. */
 CONVEYOR_C_EXPORT int conveyor_resolve_launch(const char* request_json, char** result_json);
-/* conveyor.v1.InfoResponse of the first server that answers, as JSON (proto field names).
+/* conveyor.v1.InfoResponse of the first server that answers, as JSON (proto field names, every
+ * field present; 64-bit integers as JSON numbers, not the proto3 mapping's strings).
  * options: {"servers": [...], "auth_token": "..."}. */
 CONVEYOR_C_EXPORT int conveyor_get_info(const char* options_json, char** result_json);
 
@@ -215,31 +220,17 @@ CONVEYOR_C_EXPORT int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, i
 /* Releases the handle; the batch's memory goes back to its client once no export holds it. */
 CONVEYOR_C_EXPORT void conveyor_batch_free(conveyor_batch* b);
 
-/* --- video decoded on NVDEC in the trainer's process (pipeline/device_frames.h) -------------- */
-/* options_json: {"dataset": location, "config": YAML path, "streams": [names] (default: every
- * video stream of the config), "device": 0, "sessions": 7, "cache_bytes": 1 GiB (device memory
- * keeping decoded frames across batches; 0: none)}. FAILED_PRECONDITION naming why where
- * NVDEC cannot be used (no GPU, no libnvcuvid, built without CUDA). */
-CONVEYOR_C_EXPORT int conveyor_device_frames_create(const char* options_json,
-                                                    conveyor_device_frames** out);
-/* The decoded tensors: [{"name", "dtype" ("uint8" | "float32"), "sample_shape": [T, ...],
- * "sample_bytes", "frames_per_sample"}, ...] in the order conveyor_device_frames_decode indexes. */
-CONVEYOR_C_EXPORT int conveyor_device_frames_describe(const conveyor_device_frames* f,
-                                                      char** result_json);
-/* Decodes tensor `tensor` of n samples, given as a batch's ids (ids[3 * i ...] = index, episode,
- * step, as conveyor_batch_ids writes them; datasets[i] its mixture member, or NULL for all 0),
- * into device memory `dst` (n * sample_bytes), and their padding flags into `pads` (n * T bytes;
- * may be NULL). Writes after the work queued on `cuda_stream` (a cudaStream_t; NULL the legacy
- * default) and returns when every frame is written. */
-CONVEYOR_C_EXPORT int conveyor_device_frames_decode(conveyor_device_frames* f, uint32_t tensor,
-                                                    const int64_t* ids, const int32_t* datasets,
-                                                    uint64_t n, void* dst, uint8_t* pads,
-                                                    void* cuda_stream);
-/* {"calls", "samples", "frames", "frames_decoded", "seeks", "cache_hits", "frames_cached",
- * "seconds"} since creation. */
-CONVEYOR_C_EXPORT int conveyor_device_frames_stats(const conveyor_device_frames* f,
-                                                   char** result_json);
-CONVEYOR_C_EXPORT void conveyor_device_frames_destroy(conveyor_device_frames* f);
+/* --- for bindings: one definition of what the client parses and defaults to -------------- */
+/* A cursor's text, "EPOCH:STEP" or "EPOCH@POSITION", read by the client's own parser
+ * (base/types.h Cursor::Parse), so a binding accepts exactly what conveyor_client_create's
+ * "start" does. *position is CONVEYOR_NO_POSITION for EPOCH:STEP and *step 0 for
+ * EPOCH@POSITION. INVALID_ARGUMENT naming the text otherwise; nothing is written then. */
+CONVEYOR_C_EXPORT int conveyor_parse_cursor(const char* text, uint64_t* epoch, uint64_t* step,
+                                            uint64_t* position);
+/* Every option conveyor_client_create takes, at the value it has when left out (client/client.h
+ * ClientOptions), as a JSON object with the same names: {"job": "default", "prefetch_batches": 4,
+ * "start": "0:0", "device": -1, ...}, so a binding restates none of them. */
+CONVEYOR_C_EXPORT int conveyor_client_defaults(char** result_json);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
-// The CUDA half of device/upload.h and device/gpu.h (see device/internal/cuda.h). Host code only:
-// no kernels, so the file builds for any CUDA architecture list. Compiled only when
-// CONVEYOR_HAVE_CUDA.
+// The CUDA half of device/upload.h and device/gpu.h (see device/internal/cuda.h). Host code only,
+// no kernels: compiled as C++ against the toolkit's headers, every call through the runtime
+// loaded at run time (device/internal/cudart.h), so nothing that links device/ needs libcudart.
+// Compiled only when CONVEYOR_HAVE_CUDA.
 #include "device/internal/cuda.h"
 
 #include <utility>
@@ -22,10 +23,11 @@ size_t RoundUp(size_t n, size_t step) { return (n + step - 1) / step * step; }
 
 absl::Status CudaError(cudaError_t error, std::string_view call) {
   // Error strings come from the runtime itself, so they need no driver or device.
+  const Runtime& rt = LoadedRuntime();
   const std::string message =
-      StrCat(call, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+      StrCat(call, ": ", rt.GetErrorName(error), ": ", rt.GetErrorString(error));
   // Non-sticky errors would otherwise be reported again by the next cudaGetLastError.
-  cudaGetLastError();
+  rt.GetLastError();
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);
@@ -47,34 +49,38 @@ absl::Status CudaError(cudaError_t error, std::string_view call) {
 
 absl::StatusOr<UniqueStream> MakeStream(unsigned int flags) {
   cudaStream_t stream = nullptr;
-  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, flags));
+  CONVEYOR_CUDART_RETURN_IF_ERROR(StreamCreateWithFlags(&stream, flags));
   return UniqueStream(stream);
 }
 
 absl::StatusOr<UniqueEvent> MakeEvent(unsigned int flags) {
   cudaEvent_t event = nullptr;
-  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, flags));
+  CONVEYOR_CUDART_RETURN_IF_ERROR(EventCreateWithFlags(&event, flags));
   return UniqueEvent(event);
 }
 
 absl::StatusOr<UniqueDeviceMemory> AllocDevice(size_t bytes) {
   void* p = nullptr;
-  const cudaError_t error = cudaMalloc(&p, bytes);
+  const cudaError_t error = LoadedRuntime().Malloc(&p, bytes);
   if (error != cudaSuccess) return CudaError(error, StrCat("cudaMalloc of ", bytes, " bytes"));
   return UniqueDeviceMemory(p);
 }
 
 absl::StatusOr<UniquePinnedMemory> AllocPinned(size_t bytes) {
   void* p = nullptr;
-  const cudaError_t error = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  const cudaError_t error = LoadedRuntime().HostAlloc(&p, bytes, cudaHostAllocPortable);
   if (error != cudaSuccess) return CudaError(error, StrCat("cudaHostAlloc of ", bytes, " bytes"));
   return UniquePinnedMemory(p);
 }
 
 GpuProbe ProbeRuntime() {
   GpuProbe p;
+  if (absl::StatusOr<const Runtime*> runtime = LoadRuntime(); !runtime.ok()) {
+    p.reason = std::string(runtime.status().message());
+    return p;
+  }
   int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
+  const cudaError_t error = LoadedRuntime().GetDeviceCount(&count);
   if (error != cudaSuccess) {
     p.reason = std::string(CudaError(error, "cudaGetDeviceCount").message());
     count = 0;
@@ -86,14 +92,14 @@ GpuProbe ProbeRuntime() {
 }
 
 ScopedDevice::~ScopedDevice() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
+  if (previous_ >= 0) LoadedRuntime().SetDevice(previous_);
 }
 
 absl::Status ScopedDevice::Set(int device) {
   int current = 0;
-  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  CONVEYOR_CUDART_RETURN_IF_ERROR(GetDevice(&current));
   if (current == device) return absl::OkStatus();
-  const cudaError_t error = cudaSetDevice(device);
+  const cudaError_t error = LoadedRuntime().SetDevice(device);
   if (error != cudaSuccess) return CudaError(error, StrCat("cudaSetDevice(", device, ")"));
   previous_ = current;
   return absl::OkStatus();
@@ -120,7 +126,7 @@ CopyEngine::~CopyEngine() {
   // released here rather than by the members' destructors after this scope ends.
   ScopedDevice scoped;
   (void)scoped.Set(device_).ok();
-  if (stream_ != nullptr) cudaStreamSynchronize(stream_.get());
+  if (stream_ != nullptr) LoadedRuntime().StreamSynchronize(stream_.get());
   slots_.clear();
   stream_.reset();
 }
@@ -133,10 +139,10 @@ absl::StatusOr<void*> CopyEngine::Copy(int slot_index, const void* host, size_t 
     // The old buffer may still be read by the consumer's recorded work or by the previous copy
     // into it (if its batch was dropped without waiting): let those finish before freeing it.
     for (size_t i = 0; i < slot.uses_pending; ++i) {
-      CONVEYOR_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.uses[i].get()));
+      CONVEYOR_CUDART_RETURN_IF_ERROR(EventSynchronize(slot.uses[i].get()));
     }
     slot.uses_pending = 0;
-    CONVEYOR_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+    CONVEYOR_CUDART_RETURN_IF_ERROR(StreamSynchronize(stream_.get()));
     slot.memory.reset();
     slot.capacity = 0;
     const size_t capacity = RoundUp(bytes, kDeviceGrowth);
@@ -149,22 +155,22 @@ absl::StatusOr<void*> CopyEngine::Copy(int slot_index, const void* host, size_t 
     slot.capacity = capacity;
   }
   for (size_t i = 0; i < slot.uses_pending; ++i) {
-    CONVEYOR_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), slot.uses[i].get(), 0));
+    CONVEYOR_CUDART_RETURN_IF_ERROR(StreamWaitEvent(stream_.get(), slot.uses[i].get(), 0));
   }
   slot.uses_pending = 0;
-  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.start.get(), stream_.get()));
+  CONVEYOR_CUDART_RETURN_IF_ERROR(EventRecord(slot.start.get(), stream_.get()));
   if (bytes > 0) {
-    const cudaError_t error =
-        cudaMemcpyAsync(slot.memory.get(), host, bytes, cudaMemcpyHostToDevice, stream_.get());
+    const cudaError_t error = LoadedRuntime().MemcpyAsync(slot.memory.get(), host, bytes,
+                                                          cudaMemcpyHostToDevice, stream_.get());
     if (error != cudaSuccess) {
       return CudaError(error, StrCat("cudaMemcpyAsync of ", bytes, " bytes to device ", device_));
     }
   }
-  const cudaError_t error = cudaEventRecord(slot.ready.get(), stream_.get());
+  const cudaError_t error = LoadedRuntime().EventRecord(slot.ready.get(), stream_.get());
   if (error != cudaSuccess) {
     // The copy is enqueued but nobody could wait for it: finish it here, before the caller
     // releases the host memory it reads.
-    cudaStreamSynchronize(stream_.get());
+    LoadedRuntime().StreamSynchronize(stream_.get());
     return CudaError(error, "cudaEventRecord(ready)");
   }
   return bytes > 0 ? slot.memory.get() : nullptr;
@@ -172,9 +178,9 @@ absl::StatusOr<void*> CopyEngine::Copy(int slot_index, const void* host, size_t 
 
 absl::StatusOr<double> CopyEngine::Wait(int slot_index) {
   Slot& slot = slots_[slot_index];
-  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(slot.ready.get()));
+  CONVEYOR_CUDART_RETURN_IF_ERROR(EventSynchronize(slot.ready.get()));
   float ms = 0;
-  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, slot.start.get(), slot.ready.get()));
+  CONVEYOR_CUDART_RETURN_IF_ERROR(EventElapsedTime(&ms, slot.start.get(), slot.ready.get()));
   return ms / 1e3;
 }
 
@@ -186,7 +192,7 @@ absl::Status CopyEngine::RecordUse(int slot_index, cudaStream_t stream) {
     ASSIGN_OR_RETURN(UniqueEvent event, MakeEvent(cudaEventDisableTiming));
     slot.uses.push_back(std::move(event));
   }
-  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.uses[slot.uses_pending].get(), stream));
+  CONVEYOR_CUDART_RETURN_IF_ERROR(EventRecord(slot.uses[slot.uses_pending].get(), stream));
   ++slot.uses_pending;
   return absl::OkStatus();
 }
@@ -197,7 +203,7 @@ absl::Status CopyEngine::OrderAfterCopy(int slot_index, cudaStream_t stream) {
   // current device's stream: make it this one, as the consumer's tensors live here.
   ScopedDevice scoped;
   RETURN_IF_ERROR(scoped.Set(device_));
-  CONVEYOR_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, slots_[slot_index].ready.get(), 0));
+  CONVEYOR_CUDART_RETURN_IF_ERROR(StreamWaitEvent(stream, slots_[slot_index].ready.get(), 0));
   return absl::OkStatus();
 }
 
