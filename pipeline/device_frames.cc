@@ -298,6 +298,12 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
   impl->options = o;
   ASSIGN_OR_RETURN(impl->source, Source::Open(o.dataset));
   ASSIGN_OR_RETURN(impl->spec, SampleSpec::FromFile(o.config, impl->source->manifest()));
+  if (impl->spec.buckets.enabled()) {
+    // Its device tensors have one shape per stream; a bucketed batch's shape is its bucket's.
+    return absl::InvalidArgumentError(StrCat(
+        "DeviceFrames: ", o.config, " has buckets, whose frames are cut on the server's CPU "
+        "decoder (docs/sampling.md \"Buckets\"); serve them in the batches instead"));
+  }
   ASSIGN_OR_RETURN(impl->bound, impl->source->Bind(impl->spec));
   for (size_t k = 0; k < impl->source->size(); ++k) {
     ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(impl->source->dataset(k),
