@@ -243,10 +243,10 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
     const int64_t T = static_cast<int64_t>(s.deltas.size());
     if (out.layout == GpuFrameOutput::Layout::kHwcU8) {
       t.dtype = DType::kUint8;
-      t.sample_shape = {T, s.height, s.width, 3};
+      t.shape = {T, s.height, s.width, 3};
     } else {
       t.dtype = DType::kFloat32;
-      t.sample_shape = {T, 3, s.height, s.width};
+      t.shape = {T, 3, s.height, s.width};
     }
     t.sample_bytes = static_cast<size_t>(T) * NvdecDecoder::FrameBytes(out, s.width, s.height);
     impl->tensors.push_back(std::move(t));
