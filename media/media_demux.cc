@@ -125,6 +125,83 @@ std::vector<std::string> ChannelNames(const AVChannelLayout& layout) {
   return names;
 }
 
+// The stream's name, kind, codec, time base and shape (frame size, or channels and rate).
+absl::Status DescribeStream(const AVStream& st, int index, bool video, const std::string& file,
+                            const std::string& name, EpisodeData::Stream* out) {
+  const AVCodecParameters& par = *st.codecpar;
+  out->info.name = name;
+  out->info.codec = avcodec_get_name(par.codec_id);
+  out->codec = CodecParamsFromAv(par, video ? StreamRotationDeg(st) : 0);
+  out->time_base_num = st.time_base.num;
+  out->time_base_den = st.time_base.den;
+  if (video) {
+    if (par.width <= 0 || par.height <= 0) {
+      return absl::InvalidArgumentError(
+          StrCat(file, ": video stream ", index, " has no frame size"));
+    }
+    out->info.kind = pb::VIDEO;
+    out->info.shape = {par.height, par.width, 3};
+    out->info.pix_fmt = out->codec->pix_fmt();
+    AVRational rate = st.avg_frame_rate;
+    if (rate.num <= 0 || rate.den <= 0) rate = st.r_frame_rate;
+    out->info.rate = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
+  } else {
+    if (par.sample_rate <= 0 || par.ch_layout.nb_channels <= 0) {
+      return absl::InvalidArgumentError(
+          StrCat(file, ": audio stream ", index, " has no sample rate or channel count"));
+    }
+    out->info.kind = pb::AUDIO;
+    out->info.shape = {par.ch_layout.nb_channels};
+    out->info.names = ChannelNames(par.ch_layout);
+    out->info.rate = par.sample_rate;
+  }
+  return absl::OkStatus();
+}
+
+// Every packet of stream `index` to the end of the file, with where each lies and its checksum
+// (and its bytes when `keep_bytes`). A corrupt packet or a read error stops it with an error.
+absl::Status ReadPackets(AVFormatContext* ctx, int index, const std::string& file, bool keep_bytes,
+                         DemuxedStream* demuxed) {
+  EpisodeData::Stream& out = demuxed->stream;
+  av::UniquePacket pkt = av::MakePacket();
+  if (pkt == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a packet");
+  while (true) {
+    const int ret = av_read_frame(ctx, pkt.get());
+    if (ret == AVERROR_EOF) break;
+    if (ret < 0) {
+      return av::AvError(
+          ret, StrCat("reading ", file, " after ", out.packets.size(),
+                      " packets, near byte offset ", ctx->pb != nullptr ? avio_tell(ctx->pb) : -1));
+    }
+    if (pkt->stream_index != index) {
+      av_packet_unref(pkt.get());
+      continue;
+    }
+    if (pkt->flags & AV_PKT_FLAG_CORRUPT) {
+      return absl::DataLossError(StrCat(file, ": packet ", out.packets.size(), " at byte offset ",
+                                        pkt->pos, " is corrupt or cut short (truncated file?)"));
+    }
+    EpisodeData::Packet& p = out.packets.emplace_back();
+    p.pts = pkt->pts;
+    p.dts = pkt->dts;
+    p.duration = pkt->duration;
+    p.key = (pkt->flags & AV_PKT_FLAG_KEY) != 0;
+    const std::string_view data(reinterpret_cast<const char*>(pkt->data),
+                                static_cast<size_t>(pkt->size));
+    if (pkt->pos < 0) {
+      return absl::UnimplementedError(StrCat(file, ": the ", ctx->iformat->name,
+                                             " demuxer does not say where packet ",
+                                             out.packets.size(), " lies in the file"));
+    }
+    demuxed->offsets.push_back(static_cast<uint64_t>(pkt->pos));
+    demuxed->sizes.push_back(static_cast<uint32_t>(pkt->size));
+    demuxed->xxh3.push_back(format::Checksum(data));
+    if (keep_bytes) p.bytes.assign(data);
+    av_packet_unref(pkt.get());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Every failure, a truncated or corrupt file included, is an error naming the file: a partial
@@ -183,69 +260,8 @@ absl::StatusOr<DemuxedStream> DemuxBestStream(const RandomAccessFile& source, Me
 
   DemuxedStream demuxed;
   EpisodeData::Stream& out = demuxed.stream;
-  out.info.name = name;
-  out.info.codec = avcodec_get_name(par.codec_id);
-  out.codec = CodecParamsFromAv(par, video ? StreamRotationDeg(*st) : 0);
-  out.time_base_num = st->time_base.num;
-  out.time_base_den = st->time_base.den;
-  if (video) {
-    if (par.width <= 0 || par.height <= 0) {
-      return absl::InvalidArgumentError(
-          StrCat(file, ": video stream ", index, " has no frame size"));
-    }
-    out.info.kind = pb::VIDEO;
-    out.info.shape = {par.height, par.width, 3};
-    out.info.pix_fmt = out.codec->pix_fmt();
-    AVRational rate = st->avg_frame_rate;
-    if (rate.num <= 0 || rate.den <= 0) rate = st->r_frame_rate;
-    out.info.rate = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
-  } else {
-    if (par.sample_rate <= 0 || par.ch_layout.nb_channels <= 0) {
-      return absl::InvalidArgumentError(
-          StrCat(file, ": audio stream ", index, " has no sample rate or channel count"));
-    }
-    out.info.kind = pb::AUDIO;
-    out.info.shape = {par.ch_layout.nb_channels};
-    out.info.names = ChannelNames(par.ch_layout);
-    out.info.rate = par.sample_rate;
-  }
-
-  av::UniquePacket pkt = av::MakePacket();
-  if (pkt == nullptr) return av::AvError(AVERROR(ENOMEM), "allocating a packet");
-  while (true) {
-    ret = av_read_frame(ctx.get(), pkt.get());
-    if (ret == AVERROR_EOF) break;
-    if (ret < 0) {
-      return av::AvError(
-          ret, StrCat("reading ", file, " after ", out.packets.size(),
-                      " packets, near byte offset ", ctx->pb != nullptr ? avio_tell(ctx->pb) : -1));
-    }
-    if (pkt->stream_index != index) {
-      av_packet_unref(pkt.get());
-      continue;
-    }
-    if (pkt->flags & AV_PKT_FLAG_CORRUPT) {
-      return absl::DataLossError(StrCat(file, ": packet ", out.packets.size(), " at byte offset ",
-                                        pkt->pos, " is corrupt or cut short (truncated file?)"));
-    }
-    EpisodeData::Packet& p = out.packets.emplace_back();
-    p.pts = pkt->pts;
-    p.dts = pkt->dts;
-    p.duration = pkt->duration;
-    p.key = (pkt->flags & AV_PKT_FLAG_KEY) != 0;
-    const std::string_view data(reinterpret_cast<const char*>(pkt->data),
-                                static_cast<size_t>(pkt->size));
-    if (pkt->pos < 0) {
-      return absl::UnimplementedError(StrCat(file, ": the ", ctx->iformat->name,
-                                             " demuxer does not say where packet ",
-                                             out.packets.size(), " lies in the file"));
-    }
-    demuxed.offsets.push_back(static_cast<uint64_t>(pkt->pos));
-    demuxed.sizes.push_back(static_cast<uint32_t>(pkt->size));
-    demuxed.xxh3.push_back(format::Checksum(data));
-    if (keep_bytes) p.bytes.assign(data);
-    av_packet_unref(pkt.get());
-  }
+  RETURN_IF_ERROR(DescribeStream(*st, index, video, file, name, &out));
+  RETURN_IF_ERROR(ReadPackets(ctx.get(), index, file, keep_bytes, &demuxed));
   if (!reader.error.ok()) return reader.error;
   if (ctx->pb != nullptr && ctx->pb->error < 0) {
     return av::AvError(ctx->pb->error, StrCat("reading ", file));

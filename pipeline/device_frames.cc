@@ -104,6 +104,13 @@ struct DeviceFrames::Impl {
 
   ~Impl();
 
+  // Open's steps. The tensors: one per video stream of the spec (of options.streams, when given),
+  // each checked to be one the NVDEC kernel can make.
+  absl::Status AddTensors();
+  // The frame cache of each tensor (options.cache_bytes shared evenly; none for a tensor whose
+  // share holds fewer than two samples' frames) and the stream its copies run on.
+  absl::Status AllocateCaches() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   // What sample `id` needs of tensor `tensor`, from `session`'s assembler: *request (valid until
   // the session's next request) with the padding flags copied to `pads`, or null when its member
   // lacks the stream (then `dst` is zeroed on `cuda_stream` and the flags are all 1). Errors name
@@ -190,6 +197,90 @@ DeviceFramesStats DeviceFrames::stats() const {
   return impl_->stats;
 }
 
+absl::Status DeviceFrames::Impl::AddTensors() {
+  for (const std::string& name : options.streams) {
+    auto it = std::find_if(spec.streams.begin(), spec.streams.end(),
+                           [&](const StreamSpec& s) { return s.name == name; });
+    if (it == spec.streams.end()) {
+      return absl::InvalidArgumentError(
+          StrCat("DeviceFrames: stream '", name, "' is not in ", options.config));
+    }
+    if (it->kind != format::v1::VIDEO) {
+      return absl::InvalidArgumentError(
+          StrCat("DeviceFrames: stream '", name, "' of ", options.config, " is not video"));
+    }
+  }
+  for (size_t si = 0; si < spec.streams.size(); ++si) {
+    const StreamSpec& s = spec.streams[si];
+    if (s.kind != format::v1::VIDEO) continue;
+    const std::vector<std::string>& only = options.streams;
+    if (!only.empty() && std::find(only.begin(), only.end(), s.name) == only.end()) {
+      continue;
+    }
+    if (ChooseDecodeBackend(s.decode, DecodeSite::kTrainerDevice) != DecodeBackend::kGpu) {
+      return absl::InvalidArgumentError(StrCat(options.config, ": stream '", s.name,
+                                               "' says decode: cpu; DeviceFrames decodes on NVDEC"));
+    }
+    ASSIGN_OR_RETURN(GpuFrameOutput out, OutputFor(s, options.config));
+    DeviceFramesTensor t;
+    t.name = s.name;
+    t.frames_per_sample = s.deltas.size();
+    const int64_t T = static_cast<int64_t>(s.deltas.size());
+    if (out.layout == GpuFrameOutput::Layout::kHwcU8) {
+      t.dtype = DType::kUint8;
+      t.shape = {T, s.height, s.width, 3};
+    } else {
+      t.dtype = DType::kFloat32;
+      t.shape = {T, 3, s.height, s.width};
+    }
+    t.sample_bytes = static_cast<size_t>(T) * NvdecDecoder::FrameBytes(out, s.width, s.height);
+    tensors.push_back(std::move(t));
+    tensor_stream.push_back(si);
+    outputs.push_back(out);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFrames::Impl::AllocateCaches() {
+  caches.resize(tensors.size());
+#if CONVEYOR_HAVE_CUDA
+  if (options.cache_bytes > 0) {
+    int previous = -1;
+    (void)cudaGetDevice(&previous);
+    (void)cudaSetDevice(options.device);
+    absl::Status st;
+    cudaStream_t copy = nullptr;
+    if (cudaError_t e = cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking); e != cudaSuccess) {
+      st = absl::ResourceExhaustedError(StrCat("DeviceFrames: cudaStreamCreate: ", cudaGetErrorString(e)));
+    }
+    copy_stream = copy;
+    for (size_t i = 0; i < tensors.size() && st.ok(); ++i) {
+      Cache& c = caches[i];
+      c.frame_bytes = tensors[i].sample_bytes / tensors[i].frames_per_sample;
+      c.slots = static_cast<size_t>(options.cache_bytes) / tensors.size() / c.frame_bytes;
+      if (c.slots < 2 * tensors[i].frames_per_sample) {
+        c.slots = 0;  // too small to hold a sample's frames twice: no cache for this stream
+        continue;
+      }
+      void* arena = nullptr;
+      if (cudaError_t e = cudaMalloc(&arena, c.slots * c.frame_bytes); e != cudaSuccess) {
+        st = absl::ResourceExhaustedError(StrCat("DeviceFrames: the frame cache of ",
+                                                 options.cache_bytes,
+                                                 " bytes (cache_bytes): cudaMalloc: ",
+                                                 cudaGetErrorString(e)));
+        c.slots = 0;
+        break;
+      }
+      c.arena = static_cast<uint8_t*>(arena);
+      c.owner.assign(c.slots, std::nullopt);
+    }
+    if (previous >= 0) (void)cudaSetDevice(previous);
+    if (!st.ok()) return st;
+  }
+#endif
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFramesOptions& o) {
   if (o.dataset.empty()) return absl::InvalidArgumentError("DeviceFrames: no dataset given");
   if (o.config.empty()) return absl::InvalidArgumentError("DeviceFrames: no config given");
@@ -207,6 +298,12 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
   impl->options = o;
   ASSIGN_OR_RETURN(impl->source, Source::Open(o.dataset));
   ASSIGN_OR_RETURN(impl->spec, SampleSpec::FromFile(o.config, impl->source->manifest()));
+  if (impl->spec.buckets.enabled()) {
+    // Its device tensors have one shape per stream; a bucketed batch's shape is its bucket's.
+    return absl::InvalidArgumentError(StrCat(
+        "DeviceFrames: ", o.config, " has buckets, whose frames are cut on the server's CPU "
+        "decoder (docs/sampling.md \"Buckets\"); serve them in the batches instead"));
+  }
   ASSIGN_OR_RETURN(impl->bound, impl->source->Bind(impl->spec));
   for (size_t k = 0; k < impl->source->size(); ++k) {
     ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(impl->source->dataset(k),
@@ -214,45 +311,7 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
     impl->indexes.push_back(std::move(index));
   }
 
-  for (const std::string& name : o.streams) {
-    auto it = std::find_if(impl->spec.streams.begin(), impl->spec.streams.end(),
-                           [&](const StreamSpec& s) { return s.name == name; });
-    if (it == impl->spec.streams.end()) {
-      return absl::InvalidArgumentError(
-          StrCat("DeviceFrames: stream '", name, "' is not in ", o.config));
-    }
-    if (it->kind != format::v1::VIDEO) {
-      return absl::InvalidArgumentError(
-          StrCat("DeviceFrames: stream '", name, "' of ", o.config, " is not video"));
-    }
-  }
-  for (size_t si = 0; si < impl->spec.streams.size(); ++si) {
-    const StreamSpec& s = impl->spec.streams[si];
-    if (s.kind != format::v1::VIDEO) continue;
-    if (!o.streams.empty() && std::find(o.streams.begin(), o.streams.end(), s.name) == o.streams.end()) {
-      continue;
-    }
-    if (ChooseDecodeBackend(s.decode, DecodeSite::kTrainerDevice) != DecodeBackend::kGpu) {
-      return absl::InvalidArgumentError(StrCat(o.config, ": stream '", s.name,
-                                               "' says decode: cpu; DeviceFrames decodes on NVDEC"));
-    }
-    ASSIGN_OR_RETURN(GpuFrameOutput out, OutputFor(s, o.config));
-    DeviceFramesTensor t;
-    t.name = s.name;
-    t.frames_per_sample = s.deltas.size();
-    const int64_t T = static_cast<int64_t>(s.deltas.size());
-    if (out.layout == GpuFrameOutput::Layout::kHwcU8) {
-      t.dtype = DType::kUint8;
-      t.shape = {T, s.height, s.width, 3};
-    } else {
-      t.dtype = DType::kFloat32;
-      t.shape = {T, 3, s.height, s.width};
-    }
-    t.sample_bytes = static_cast<size_t>(T) * NvdecDecoder::FrameBytes(out, s.width, s.height);
-    impl->tensors.push_back(std::move(t));
-    impl->tensor_stream.push_back(si);
-    impl->outputs.push_back(out);
-  }
+  RETURN_IF_ERROR(impl->AddTensors());
   if (impl->tensors.empty()) {
     return absl::InvalidArgumentError(
         StrCat("DeviceFrames: ", o.config, " has no video stream to decode"));
@@ -273,41 +332,7 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
   }
   // Not yet shared: held so that the analysis sees the guarded fields written under their lock.
   absl::MutexLock lock(&impl->mu);
-  impl->caches.resize(impl->tensors.size());
-#if CONVEYOR_HAVE_CUDA
-  if (o.cache_bytes > 0) {
-    int previous = -1;
-    (void)cudaGetDevice(&previous);
-    (void)cudaSetDevice(o.device);
-    absl::Status st;
-    cudaStream_t copy = nullptr;
-    if (cudaError_t e = cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking); e != cudaSuccess) {
-      st = absl::ResourceExhaustedError(StrCat("DeviceFrames: cudaStreamCreate: ", cudaGetErrorString(e)));
-    }
-    impl->copy_stream = copy;
-    for (size_t i = 0; i < impl->tensors.size() && st.ok(); ++i) {
-      Impl::Cache& c = impl->caches[i];
-      c.frame_bytes = impl->tensors[i].sample_bytes / impl->tensors[i].frames_per_sample;
-      c.slots = static_cast<size_t>(o.cache_bytes) / impl->tensors.size() / c.frame_bytes;
-      if (c.slots < 2 * impl->tensors[i].frames_per_sample) {
-        c.slots = 0;  // too small to hold a sample's frames twice: no cache for this stream
-        continue;
-      }
-      void* arena = nullptr;
-      if (cudaError_t e = cudaMalloc(&arena, c.slots * c.frame_bytes); e != cudaSuccess) {
-        st = absl::ResourceExhaustedError(StrCat("DeviceFrames: the frame cache of ", o.cache_bytes,
-                                                 " bytes (cache_bytes): cudaMalloc: ",
-                                                 cudaGetErrorString(e)));
-        c.slots = 0;
-        break;
-      }
-      c.arena = static_cast<uint8_t*>(arena);
-      c.owner.assign(c.slots, std::nullopt);
-    }
-    if (previous >= 0) (void)cudaSetDevice(previous);
-    if (!st.ok()) return st;
-  }
-#endif
+  RETURN_IF_ERROR(impl->AllocateCaches());
   return std::unique_ptr<DeviceFrames>(new DeviceFrames(std::move(impl)));
 }
 

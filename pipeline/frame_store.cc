@@ -413,6 +413,33 @@ uint64_t EvictLeastRecentlyUsed(const std::string& dir, uint64_t max_bytes, uint
   return total;
 }
 
+// Writes an entry, its header sealed (and MAC'd in a group-shared store), to a new file in
+// `tmp_dir` (DIR/tmp) named in `*tmp_name`, to be renamed into place under the lock. False with
+// `*error` set, and nothing left behind, when it cannot.
+bool WriteTempEntry(const CacheDir& cache_dir, int tmp_dir, const std::string& dir, const Header& h,
+                    const FrameCacheKey& key, std::string_view payload, std::string* tmp_name,
+                    std::string* error) {
+  char hbuf[kHeaderBytes];
+  EncodeHeader(h, hbuf);
+  if (cache_dir.shared()) {
+    CacheMac mac;
+    if (!cache_dir.Mac({std::string_view(hbuf, kMacAt), KeyBytes(key), payload}, &mac)) {
+      *error = "cannot compute an entry's MAC (libcrypto failed)";
+      return false;
+    }
+    std::memcpy(hbuf + kMacAt, mac.data(), mac.size());
+  }
+  SealHeader(hbuf);
+  Fd fd = cache_dir.CreateTemp(tmp_dir, tmp_name);
+  if (!fd.ok() || !WriteFull(fd.get(), hbuf, kHeaderBytes, 0) ||
+      !WriteFull(fd.get(), payload.data(), payload.size(), kHeaderBytes)) {
+    *error = StrCat("cannot write ", dir, "/tmp/", *tmp_name, ": ", std::strerror(errno));
+    if (fd.ok()) ::unlinkat(tmp_dir, tmp_name->c_str(), 0);
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
@@ -456,24 +483,9 @@ void FrameStore::Insert(const FrameCacheKey& key, const RgbImage& frame) const {
   }
   std::string tmp_name;
   const int tmp_dir = c.tmp_fd.get();
-  {
-    char hbuf[kHeaderBytes];
-    EncodeHeader(h, hbuf);
-    if (c.dir->shared()) {
-      CacheMac mac;
-      if (!c.dir->Mac({std::string_view(hbuf, kMacAt), KeyBytes(key), std::string_view(payload, payload_bytes)}, &mac)) {
-        return warn_once("cannot compute an entry's MAC (libcrypto failed)");
-      }
-      std::memcpy(hbuf + kMacAt, mac.data(), mac.size());
-    }
-    SealHeader(hbuf);
-    Fd fd = c.dir->CreateTemp(tmp_dir, &tmp_name);
-    if (!fd.ok() || !WriteFull(fd.get(), hbuf, kHeaderBytes, 0) ||
-        !WriteFull(fd.get(), payload, payload_bytes, kHeaderBytes)) {
-      warn_once(StrCat("cannot write ", options_.dir, "/tmp/", tmp_name, ": ", std::strerror(errno)));
-      if (fd.ok()) ::unlinkat(tmp_dir, tmp_name.c_str(), 0);
-      return;
-    }
+  if (std::string error; !WriteTempEntry(*c.dir, tmp_dir, options_.dir, h, key,
+                                         std::string_view(payload, payload_bytes), &tmp_name, &error)) {
+    return warn_once(error);
   }
   const Fd entry_dir = c.dir->OpenDir(EntryDir(key), /*create=*/true);
   if (!entry_dir.ok()) {

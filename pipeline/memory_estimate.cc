@@ -27,6 +27,9 @@ uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
           h = std::max(info.shape[0], info.shape[1]);  // rotation may swap them
           w = h;
         }
+        for (const BucketSize& b : spec.buckets.sizes) {  // the largest bucket
+          if (int64_t{b.height} * b.width > h * w) h = b.height, w = b.width;
+        }
         total += s.deltas.size() * static_cast<uint64_t>(h * w * 3) *
                  (s.dtype == ImageDType::kFloat32 ? 4 : 1);
         total += s.deltas.size();

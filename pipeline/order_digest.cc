@@ -11,7 +11,10 @@ namespace {
 
 std::string OrderText(const OrderOptions& o) {
   return StrCat("version=", o.version, " naive=", o.naive() ? 1 : 0, " block_steps=", o.block_steps,
-                " window_blocks=", o.window_blocks, " gop_blocks=", o.blocks ? 1 : 0);
+                " window_blocks=", o.window_blocks, " gop_blocks=", o.blocks ? 1 : 0,
+                // The group size shapes a bucketed order; it follows global_batch_size when the
+                // config names none, so a resume at another batch size is then another order.
+                o.bucket_group > 0 ? StrCat(" bucket_group=", o.bucket_group) : std::string());
 }
 
 }  // namespace

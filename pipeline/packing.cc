@@ -61,6 +61,20 @@ int64_t AudioTokens(int64_t samples, const StreamTokens& cost) {
   return CeilDiv(samples * cost.per_unit, cost.audio_rate);
 }
 
+int64_t PatchTokens(int64_t height, int64_t width, int64_t patch) {
+  return CeilDiv(height, patch) * CeilDiv(width, patch);
+}
+
+// A frame's most tokens at per_patch: the largest bucket's, or the stream's `size`; 0 when the
+// frames keep their own size (CountTokens checks each sample against max_tokens).
+int64_t MaxPatchTokens(const SampleSpec& spec, const StreamSpec& s, int64_t patch) {
+  int64_t most = s.height > 0 ? PatchTokens(s.height, s.width, patch) : 0;
+  for (const BucketSize& b : spec.buckets.sizes) {
+    most = std::max(most, PatchTokens(b.height, b.width, patch));
+  }
+  return most;
+}
+
 // The most tokens a sample of `spec` costs in its fixed-size streams (all but text).
 int64_t FixedTokens(const SampleSpec& spec, const PackingSpec& p, std::string* breakdown) {
   int64_t total = 0;
@@ -72,6 +86,10 @@ int64_t FixedTokens(const SampleSpec& spec, const PackingSpec& p, std::string* b
     if (s.kind == pb::AUDIO) {
       n = AudioTokens(
           std::llround((s.window_end - s.window_start) * static_cast<double>(c.audio_rate)), c);
+    } else if (c.patch > 0) {
+      n = static_cast<int64_t>(s.deltas.size()) * MaxPatchTokens(spec, s, c.patch);
+    } else if (!s.stored_shape.empty()) {  // one tensor of stored_shape[0] rows
+      n = s.stored_shape[0] * c.per_unit;
     } else if (s.kind != pb::TEXT) {
       n = static_cast<int64_t>(s.deltas.size()) * c.per_unit;
     }
@@ -138,9 +156,17 @@ absl::StatusOr<PackingSpec> ParsePacking(const YAML::Node& node, const SampleSpe
                  StrCat(what, ": '", name, "' has a tokenizer, so its tensor is token ids and "
                         "its cost is per_token (e.g. {per_token: 1}), not per_byte"));
     }
+    StreamTokens& c = p.tokens[static_cast<size_t>(it - spec.streams.begin())];
+    if (key == "per_frame" && kv.second.IsMap() && kv.second["per_patch"]) {
+      RETURN_IF_ERROR(CheckKeys(source, kv.second, what, {"per_patch"}));
+      ASSIGN_OR_RETURN(c.patch, Integer(source, kv.second["per_patch"], StrCat(what, ".per_patch"),
+                                        1, 1 << 14));
+      c.per_unit = 1;
+      any_cost = true;
+      continue;
+    }
     RETURN_IF_ERROR(CheckKeys(source, kv.second, what, {key}));
     if (!kv.second[key]) return Bad(source, kv.second, StrCat(what, " needs ", key));
-    StreamTokens& c = p.tokens[static_cast<size_t>(it - spec.streams.begin())];
     ASSIGN_OR_RETURN(c.per_unit,
                      Integer(source, kv.second[key], StrCat(what, ".", key), 0, kMaxCost));
     if (s.kind == pb::AUDIO && c.per_unit > 0) {
@@ -434,9 +460,17 @@ int64_t TokenCount(const Sample& sample, const SampleSpec& spec, const PackingSp
           pad->data.size() == static_cast<size_t>(units)) {
         units -= static_cast<int64_t>(pad->data.size()) -
                  std::count(pad->data.begin(), pad->data.end(), uint8_t{0});
+      } else if (pad != nullptr && !s.stored_shape.empty() && pad->data.size() == 1 &&
+                 pad->data[0] != 0) {
+        units = 0;  // one padded tensor of stored_shape[0] rows
       }
     }
-    const int64_t n = s.kind == pb::AUDIO ? AudioTokens(units, cost) : units * cost.per_unit;
+    int64_t per_unit = cost.per_unit;
+    if (cost.patch > 0 && t->shape.size() == 4) {  // [T, H, W, 3] or [T, 3, H, W]
+      const bool chw = s.layout == ImageLayout::kCHW;
+      per_unit = PatchTokens(t->shape[chw ? 2 : 1], t->shape[chw ? 3 : 2], cost.patch);
+    }
+    const int64_t n = s.kind == pb::AUDIO ? AudioTokens(units, cost) : units * per_unit;
     if (per_stream != nullptr) (*per_stream)[k] = n;
     total += n;
   }

@@ -36,6 +36,9 @@ namespace conveyor {
 struct StreamTokens {
   int64_t per_unit = 0;    // 0: the stream costs nothing (streams not listed in `tokens`)
   int64_t audio_rate = 0;  // audio: samples per second of the assembled window (resolved)
+  // Video, image (`per_patch: P`): a frame costs ceil(H / P) * ceil(W / P) tokens at its own
+  // output size (a bucket's, with buckets: sample/buckets.h), per_unit is then 1. 0: per_frame.
+  int64_t patch = 0;
 };
 
 struct PackingSpec {
@@ -59,7 +62,9 @@ struct PackingSpec {
   //     tokens: {cam0: {per_frame: 256}, action: {per_step: 1}, audio: {per_second: 50},
   //              instruction: {per_byte: 1}, caption: {per_token: 1}}
   // Each stream takes its kind's key (per_frame, per_step, per_second, per_byte; per_token for a
-  // text stream with a tokenizer, which refuses per_byte; integers >= 0).
+  // text stream with a tokenizer, which refuses per_byte; integers >= 0); a video or image stream
+  // may give per_patch: P instead of per_frame (a frame of H x W costs its P x P patches, so
+  // each resolution bucket costs its own tokens).
   // An undefined or null node gives packing disabled. Errors are INVALID_ARGUMENT naming
   // `source`:line:col: unknown keys and streams, a key of the wrong kind, values out of range,
   // and a spec whose fixed-size streams alone cost more than max_tokens. `manifest` supplies the
@@ -75,7 +80,7 @@ struct PackingSpec {
 };
 
 // The tokens `sample` costs: per stream in spec order, video/image frames * per_frame (frames =
-// the tensor's first dimension), lowdim steps * per_step, audio ceil(samples * per_second /
+// the tensor's first dimension; with per_patch, frames * ceil(H / P) * ceil(W / P)), lowdim steps * per_step, audio ceil(samples * per_second /
 // rate), text bytes * per_byte or token ids * per_token; with count_padding false, entries whose `<stream>_is_pad` is true
 // are not counted. Writes the per-stream counts to `per_stream` (resized to spec.streams.size())
 // when it is not null. A tensor missing from the sample counts 0 (CountTokens reports it).

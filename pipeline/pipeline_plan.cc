@@ -12,6 +12,7 @@
 #include "base/strings.h"
 #include "pipeline/internal/pipeline_impl.h"
 #include "pipeline/internal/spec_figures.h"
+#include "shuffle/buckets.h"
 #include "sample/quarantine.h"
 
 namespace conveyor {
@@ -371,6 +372,24 @@ absl::StatusOr<std::unique_ptr<Pipeline::Impl>> Pipeline::Prepare(const Source& 
   // member runs through all of its samples, epoch after epoch; so does a single dataset, whose
   // walk skips an epoch's last positions that do not fill a batch (NextStep).
   for (auto& mem : m.members) mem->epoch_len = mem->index.size();
+  if (o.order.buckets) {
+    // The whole groups of each bucket (shuffle/buckets.h): an epoch is a whole number of batches.
+    m.n = o.order.buckets->EpochSize(o.order.bucket_group);
+    m.members[0]->epoch_len = m.n;
+    m.steps = m.n / m.batch;
+    if (m.steps == 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "buckets: no bucket has a whole group of ", o.order.bucket_group, " samples (",
+          m.members[0]->index.size(), " samples in ", o.order.buckets->num_buckets(),
+          " buckets): use fewer buckets or a smaller group"));
+    }
+    if (start.position && *start.position % m.batch != 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "cursor ", start.ToString(), " is not at a batch boundary (global_batch_size ", m.batch,
+          "): with buckets a batch must lie inside one group; resume at a position that is a "
+          "multiple of a global_batch_size dividing buckets.group (docs/sampling.md \"Buckets\")"));
+    }
+  }
   RETURN_IF_ERROR(m.PlaceStart(start));
   ASSIGN_OR_RETURN(MixtureSchedule schedule,
                    MixtureSchedule::Create(source.weights(), m.batch, m.steps,

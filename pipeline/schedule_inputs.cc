@@ -1,14 +1,19 @@
 // The figures shuffle/schedule.h resolves an order from, measured here on the dataset (episode
-// 0's keyframes, the sample index without the quarantined episodes) so that shuffle/ reads
-// nothing; and ResolveSchedule, which resolves each member's order from them.
+// 0's keyframes, the sample index without the quarantined episodes, each episode's resolution
+// bucket) so that shuffle/ reads nothing; and ResolveSchedule, which resolves each member's order
+// from them.
 #include <algorithm>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "base/status_macros.h"
+#include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/sample_index.h"
 #include "pipeline/internal/spec_figures.h"
 #include "pipeline/pipeline.h"
+#include "sample/buckets.h"
 #include "sample/quarantine.h"
 
 namespace conveyor {
@@ -32,6 +37,36 @@ std::optional<KeyframeSample> MeasureKeyframes(const Dataset& dataset, int strea
   return sample;
 }
 
+// Each episode's bucket (sample/buckets.h: its reference camera's displayed size, one index read
+// per episode with samples, once per pipeline); `starts` are the index's episode starts, then the
+// total. An unreadable index is an error naming the episode, unless on_error: skip, which leaves
+// the episode in bucket 0 to be skipped and counted when its samples are assembled.
+absl::StatusOr<std::vector<uint32_t>> MeasureEpisodeBuckets(const Dataset& dataset,
+                                                            const SampleSpec& spec,
+                                                            const std::vector<uint64_t>& starts) {
+  std::vector<uint32_t> bucket(starts.size() - 1, 0);
+  uint64_t unreadable = 0;
+  for (size_t e = 0; e < bucket.size(); ++e) {
+    if (starts[e + 1] == starts[e]) continue;  // quarantined or empty: never read
+    absl::StatusOr<size_t> b = EpisodeBucket(spec, dataset, e);
+    if (!b.ok() && spec.on_error == OnError::kSkip) {
+      ++unreadable;
+      continue;
+    }
+    if (!b.ok()) {
+      return absl::Status(b.status().code(),
+                          StrCat(b.status().message(), " (on_error: skip, or `conveyor check "
+                                 "--write-quarantine` and `quarantine:`, leave such episodes out)"));
+    }
+    bucket[e] = static_cast<uint32_t>(*b);
+  }
+  if (unreadable > 0) {
+    spdlog::warn("buckets: {} episode(s) of {} have no readable index; on_error: skip keeps them "
+                 "in bucket 0, to be skipped when assembled", unreadable, dataset.uri());
+  }
+  return bucket;
+}
+
 // One member's order, resolved with its share of the budget; a dataset that reads whole episodes
 // then keeps the episodes of two windows parsed.
 absl::Status ResolveMemberOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
@@ -41,6 +76,29 @@ absl::Status ResolveMemberOrder(const Dataset& dataset, const SampleSpec& spec, 
   if (const uint64_t bytes = EpisodeCacheBytes(in, *order); bytes > 0) {
     dataset.ReserveEpisodeCache(bytes);
   }
+  return absl::OkStatus();
+}
+
+// Buckets (shuffle/buckets.h): the group is the spec's, else the global batch size; a batch must
+// lie inside a group. A mixture lays every batch out across its members by weight, which would
+// mix buckets in a batch.
+absl::Status ResolveBucketGroup(const Source& source, const SampleSpec& spec, PipelineOptions* o) {
+  if (source.is_mixture()) {
+    return absl::InvalidArgumentError(
+        "buckets: a mixture puts every dataset's share in each global batch, so its batches cannot "
+        "hold one bucket; bucket one dataset (a WebDataset folder of mixed resolutions), or mix "
+        "datasets without buckets");
+  }
+  const uint64_t group = spec.buckets.group > 0 ? spec.buckets.group : o->global_batch_size;
+  if (o->global_batch_size == 0 || group % o->global_batch_size != 0) {
+    return absl::InvalidArgumentError(StrCat(
+        "buckets.group ", group, " is not a multiple of global_batch_size ", o->global_batch_size,
+        ": a global batch must lie inside one group of one bucket"));
+  }
+  if (o->order.bucket_group != 0 && o->order.bucket_group != group) {
+    o->order.buckets.reset();  // resolved for another group size
+  }
+  o->order.bucket_group = group;
   return absl::OkStatus();
 }
 
@@ -89,13 +147,21 @@ absl::StatusOr<ScheduleInputs> MeasureSchedule(const Dataset& dataset, const Sam
   in.whole_episodes = dataset.reads_whole_episodes();
   if (in.whole_episodes) in.mean_episode_bytes = dataset.mean_episode_bytes();
   in.cameras = ScheduleCameras(spec, manifest);
-  const ScheduleNeeds needs = ScheduleNeedsOf(order, in.clips);
+  in.buckets = spec.buckets.enabled();
+  in.num_buckets = spec.buckets.sizes.size();
+  const ScheduleNeeds needs = ScheduleNeedsOf(order, in.clips, in.buckets);
   if (needs.episode_starts) {
     ASSIGN_OR_RETURN(std::set<uint64_t> quarantined, QuarantinedEpisodes(spec, dataset));
-    ASSIGN_OR_RETURN(SampleIndex index, SampleIndex::Build(dataset, spec.anchor_stream, quarantined));
+    // Samples per episode with clips are its clips; their count does not depend on the clips'
+    // key, only their anchors do.
+    ASSIGN_OR_RETURN(SampleIndex index,
+                     SampleIndex::Build(dataset, spec.anchor_stream, quarantined, spec.clips));
     in.episode_starts.reserve(index.num_episodes() + 1);
     for (uint64_t e = 0; e < index.num_episodes(); ++e) in.episode_starts.push_back(index.EpisodeStart(e));
     in.episode_starts.push_back(index.size());
+  }
+  if (needs.episode_buckets) {
+    ASSIGN_OR_RETURN(in.episode_buckets, MeasureEpisodeBuckets(dataset, spec, in.episode_starts));
   }
   if (needs.keyframes) {
     for (const StreamSpec& s : spec.streams) {
@@ -109,6 +175,7 @@ absl::StatusOr<ScheduleInputs> MeasureSchedule(const Dataset& dataset, const Sam
 
 absl::Status ResolveSchedule(const Source& source, const SampleSpec& spec, PipelineOptions* options) {
   PipelineOptions& o = *options;
+  if (spec.buckets.enabled()) RETURN_IF_ERROR(ResolveBucketGroup(source, spec, &o));
   if (!source.is_mixture()) return ResolveMemberOrder(source.dataset(0), spec, o.queue_bytes, &o.order);
   if (o.member_orders.size() == source.size()) return absl::OkStatus();  // resolved before
   ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(spec));

@@ -443,7 +443,15 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
                                         static_cast<size_t>(*hi - *lo + 1), &rows);
   if (!st.ok()) return StreamError(ctx, st);
   const int64_t dim = stream.blocks().dim();
-  OwnedTensor t = MakeTensor(s.name, DType::kFloat32, {static_cast<int64_t>(steps.size()), dim});
+  // A per-clip tensor in its stored shape (one step: the spec checked it) holds the same values.
+  OwnedTensor t = MakeTensor(s.name, DType::kFloat32,
+                             s.stored_shape.empty()
+                                 ? std::vector<int64_t>{static_cast<int64_t>(steps.size()), dim}
+                                 : s.stored_shape);
+  if (t.num_elements() != steps.size() * static_cast<size_t>(dim)) {
+    return StreamError(ctx, absl::DataLossError(StrCat("the stream has ", dim, " values per step, "
+                                                       "not the elements of its stored shape")));
+  }
   float* dst = reinterpret_cast<float*>(t.data.data());
   for (size_t i = 0; i < steps.size(); ++i) {
     const float* src = &rows[static_cast<size_t>(steps[i] - *lo) * dim];
@@ -479,13 +487,28 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
     const DisplayedSize shown = DisplayedSizeOf(ep.index->streams(s.stream), s.autorotate);
     drawn = DrawFor(s, seed, epoch, out->index, shown.width, shown.height);
   }
+  std::optional<VideoCrop> crop =
+      drawn ? std::optional<VideoCrop>(VideoCrop{drawn->x, drawn->y, drawn->w, drawn->h})
+            : std::nullopt;
+  BucketSize crop_size{s.height, s.width};
+  if (spec_.buckets.enabled()) {
+    // The episode's bucket (its reference camera's aspect): every camera is cut to the bucket's
+    // aspect around its centre and scaled to its size (the spec refuses random crops with it).
+    crop_size = spec_.buckets.sizes[EpisodeBucket(spec_, *ep.index)];
+    crop = BucketCrop(crop_size, DisplayedSizeOf(ep.index->streams(s.stream), s.autorotate));
+  }
   if (s.kind == pb::VIDEO) {
-    const std::optional<VideoCrop> crop =
-        drawn ? std::optional<VideoCrop>(VideoCrop{drawn->x, drawn->y, drawn->w, drawn->h})
-              : std::nullopt;
-    RETURN_IF_ERROR(VideoFrames(si, ep, table, frames, crop, *out, ctx, &images, &held));
+    RETURN_IF_ERROR(VideoFrames(si, ep, table, frames, crop, crop_size, *out, ctx, &images, &held));
   } else {
     RETURN_IF_ERROR(DecodeImages(s, *ep.index, table, frames, ctx, &images));
+    if (spec_.buckets.enabled()) {
+      for (RgbImage& im : images) {
+        RgbImage r;
+        ResizeRgb(im, crop->x, crop->y, crop->width, crop->height, false, crop_size.width,
+                  crop_size.height, &r);
+        im = std::move(r);
+      }
+    }
   }
   if (s.augment.enabled() && !images.empty()) {
     const ImageDraw draw = drawn ? *drawn
@@ -503,7 +526,7 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
 absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const FrameTable& table,
                                           const std::vector<int64_t>& frames,
                                           const std::optional<VideoCrop>& crop,
-                                          const Sample& sample, const std::string& ctx,
+                                          BucketSize crop_size, const Sample& sample, const std::string& ctx,
                                           std::vector<RgbImage>* images,
                                           std::vector<std::shared_ptr<const RgbImage>>* held) {
   const StreamSpec& s = spec_.streams[si];
@@ -532,8 +555,8 @@ absl::Status SampleAssembler::VideoFrames(size_t si, const Episode& ep, const Fr
     // One pass from the crop to the output size. Keeping frames would not pay: a kept frame is
     // found again only under the same crop, i.e. by the same sample.
     vo.crop = crop;
-    vo.width = s.width;
-    vo.height = s.height;
+    vo.width = crop_size.width;
+    vo.height = crop_size.height;
     vo.keep_recent = false;
   }
   absl::Status st = DecodeVideo(si, key, index.streams(s.stream), table, read, frames, vo,

@@ -177,11 +177,12 @@ class SampleAssembler {
                         const std::string& ctx, Sample* out);
   // The frames of a video stream for `sample`: from the WindowPrefetch when it has them all (in
   // `held`, or copied into `images` for augmentation), else decoded into `images`.
-  // `crop`: the sample's crop, cut by the decoder (CropsInDecoder); the frames are then decoded
-  // here, at the spec's size.
+  // `crop`: the sample's crop, cut by the decoder (CropsInDecoder, or the bucket's centre crop);
+  // the frames are then decoded here, scaled to `crop_size` (the spec's size, or the bucket's).
   absl::Status VideoFrames(size_t si, const Episode& ep, const FrameTable& table,
                            const std::vector<int64_t>& frames,
-                           const std::optional<VideoCrop>& crop, const Sample& sample,
+                           const std::optional<VideoCrop>& crop, BucketSize crop_size,
+                           const Sample& sample,
                            const std::string& ctx, std::vector<RgbImage>* images,
                            std::vector<std::shared_ptr<const RgbImage>>* held);
   // False (and `held` empty) unless the WindowPrefetch holds every one of `frames`.

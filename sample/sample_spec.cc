@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -375,7 +376,7 @@ absl::Status ParseKindOptions(std::string_view source, const YAML::Node& key, co
       return ParseImageOptions(source, n, s);
     case pb::LOWDIM:
       RETURN_IF_ERROR(CheckKeys(source, n, what,
-                                {"delta_timestamps", "tolerance_s", "match", "normalize"}));
+                                {"delta_timestamps", "tolerance_s", "match", "normalize", "shape"}));
       return ParseLowdimNormalize(source, n, manifest, s);
     case pb::AUDIO:
       RETURN_IF_ERROR(CheckKeys(source, n, what, {"delta_timestamps", "rate", "channels"}));
@@ -445,6 +446,45 @@ absl::Status ParseTimes(std::string_view source, const YAML::Node& n, const Stre
   return absl::OkStatus();
 }
 
+// `shape: stored` (docs/sampling.md "Low-dim"): a per-clip tensor in the shape
+// its `.npy` stored, read from the stream's codec ("npy <f2 77x4096"), asked for once.
+absl::Status ParseStoredShape(std::string_view source, const YAML::Node& n, const StreamInfo& info,
+                              StreamSpec* s) {
+  ASSIGN_OR_RETURN(std::string v, Word(source, n["shape"], "shape", {"stored", "flat"}));
+  if (v == "flat") return absl::OkStatus();
+  // "npy DTYPE SHAPE", SHAPE "77x4096" or "scalar" (datasets/webdataset/wds_dataset.cc).
+  std::istringstream words(info.codec);
+  std::string format, dtype, dims, extra;
+  words >> format >> dtype >> dims;
+  if (format != "npy" || dims.empty() || (words >> extra)) {
+    return ConfigError(source, n["shape"],
+                       StrCat("shape: stored needs a per-clip tensor (a WebDataset .npy member); "
+                              "stream '", s->name, "' is ", info.codec.empty() ? "lowdim" : info.codec,
+                              ", served [steps, dim]"));
+  }
+  if (s->deltas.size() != 1) {
+    return ConfigError(source, n["shape"],
+                       StrCat("shape: stored serves one tensor per clip; stream '", s->name,
+                              "' asks for ", s->deltas.size(), " times: give delta_timestamps: [0.0]"));
+  }
+  s->stored_shape.clear();
+  if (dims != "scalar") {
+    std::istringstream parts(dims);
+    std::string d;
+    while (std::getline(parts, d, 'x')) {
+      int64_t value = 0;
+      const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), value);
+      if (ec != std::errc() || end != d.data() + d.size() || value <= 0) {
+        return ConfigError(source, n["shape"], StrCat("stream '", s->name, "': its codec '",
+                                                      info.codec, "' names no shape"));
+      }
+      s->stored_shape.push_back(value);
+    }
+  }
+  if (s->stored_shape.empty()) s->stored_shape.push_back(1);
+  return absl::OkStatus();
+}
+
 // One entry of `streams:` (`key`: the stream's name, `value`: its options, null for none).
 absl::StatusOr<StreamSpec> ParseStream(std::string_view source, const YAML::Node& key,
                                        const YAML::Node& value, const Manifest& manifest,
@@ -466,6 +506,7 @@ absl::StatusOr<StreamSpec> ParseStream(std::string_view source, const YAML::Node
   const std::string what = StrCat("stream '", name, "'");
   RETURN_IF_ERROR(ParseKindOptions(source, key, n, manifest, what, &s));
   RETURN_IF_ERROR(ParseTimes(source, n, info, tolerance, limits, what, &s));
+  if (s.kind == pb::LOWDIM && n["shape"]) RETURN_IF_ERROR(ParseStoredShape(source, n, info, &s));
   return s;
 }
 
@@ -475,7 +516,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
   if (!root.IsMap()) return ConfigError(source, root, "the config must be a mapping with a 'streams' key");
   RETURN_IF_ERROR(CheckKeys(source, root, "the config",
                             {"anchor", "tolerance_s", "on_error", "quarantine", "limits", "streams", "pipeline", "packing",
-                             "clips"}));
+                             "clips", "buckets"}));
   RETURN_IF_ERROR(ParseAnchor(source, root, manifest, &spec));
   ASSIGN_OR_RETURN(const std::optional<double> tolerance, ParseOptions(source, root, &spec));
   const YAML::Node streams = root["streams"];
@@ -489,6 +530,7 @@ absl::StatusOr<SampleSpec> Parse(const YAML::Node& root, const Manifest& manifes
     spec.streams.push_back(std::move(s));
   }
   if (root["clips"]) RETURN_IF_ERROR(ParseClips(source, root["clips"], manifest, &spec));
+  if (root["buckets"]) RETURN_IF_ERROR(ParseBuckets(source, root["buckets"], &spec));
   return spec;
 }
 

@@ -18,6 +18,7 @@
 #include "format/format_fwd.h"
 #include "format/manifest.h"
 #include "datasets/sample_index.h"
+#include "sample/buckets.h"
 
 namespace conveyor {
 
@@ -88,6 +89,10 @@ struct StreamSpec {
   // quantile 2 (x - q01) / (q99 - q01 + eps) - 1; quantile10 the same with q10 and q90).
   std::vector<float> norm_offset, norm_scale;
   float norm_bias = 0;
+  // `shape: stored` on a per-clip tensor (a WebDataset `.npy` member, codec "npy DTYPE SHAPE"):
+  // the tensor is served in its stored shape ([L, D] embeddings, [T, C, H, W] latents; a 0-d
+  // array as [1]) instead of [1, elements]. Empty: [steps, dim].
+  std::vector<int64_t> stored_shape;
 
   // TEXT: the `tokenizer:` key's model (sample/tokenizer.h): the stream's tensor is then int32
   // token ids instead of UTF-8 bytes. Null: bytes. Shared by every copy of the spec and every
@@ -121,6 +126,9 @@ struct SampleSpec {
   // `stride` anchor steps) at anchors drawn from (seed, epoch, episode), instead of every anchor
   // step (datasets/sample_index.h; docs/sampling.md "Clips per video").
   ClipSampling clips;
+  // `buckets:`: each episode's cameras at the size of the bucket nearest its aspect, and one
+  // bucket per batch (sample/buckets.h, shuffle/buckets.h; docs/sampling.md "Buckets").
+  FrameBuckets buckets;
   // How audio windows are decoded. The pipeline sets it from the job's pipeline version
   // (docs/pipeline.md "Schedule versions"), so a resumed job keeps the method it started with;
   // other users (conveyor sample, benches) get the current one.

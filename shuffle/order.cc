@@ -6,6 +6,7 @@
 
 #include "base/mix.h"
 #include "base/types.h"
+#include "shuffle/buckets.h"
 
 namespace conveyor {
 
@@ -113,6 +114,27 @@ uint64_t BlockTable::BlockEnd(uint64_t block) const {
 
 EpochOrder::EpochOrder(uint64_t num_samples, uint64_t key, uint64_t epoch, OrderOptions options)
     : n_(num_samples), key_(Mix64(key ^ Mix64(epoch + 0x5851f42d4c957f2dull))), options_(options) {
+  if (options_.buckets) {
+    // shuffle/buckets.h: each bucket's whole groups, the groups of all buckets permuted together.
+    const BucketTable& t = *options_.buckets;
+    const uint64_t g = std::max<uint64_t>(1, options_.bucket_group);
+    options_.bucket_group = g;
+    options_.block_steps = options_.window_blocks = 1;
+    group_prefix_.reserve(t.num_buckets() + 1);
+    uint64_t groups = 0;
+    for (size_t b = 0; b < t.num_buckets(); ++b) {
+      group_prefix_.push_back(groups);
+      groups += t.BucketSamples(b) / g;
+    }
+    group_prefix_.push_back(groups);
+    n_ = groups * g;
+    full_blocks_ = n_;
+    tail_ = 0;
+    window_samples_ = 1;
+    windows_ = n_;
+    blocks_ = KeyedPermutation(groups, Mix64(key_ ^ 0x6275636b6574ull));
+    return;
+  }
   if (options_.blocks) {
     // Version 2: every block (an episode's last, shorter one too) is permuted; windows are
     // window_blocks consecutive permuted blocks; their first positions are summed once per epoch.
@@ -207,7 +229,21 @@ uint64_t EpochOrder::SampleAtV2(uint64_t position) const {
   return options_.blocks->BlockBegin(block) + (x - (*prefix)[j]);
 }
 
+uint64_t EpochOrder::SampleAtBucketed(uint64_t position) const {
+  const uint64_t g = options_.bucket_group;
+  const uint64_t group = blocks_(position / g);
+  // The bucket holding the group: the last whose first group is <= it (buckets without a whole
+  // group share their start with the next and are skipped).
+  const auto it = std::upper_bound(group_prefix_.begin(), group_prefix_.end() - 1, group);
+  const size_t b = static_cast<size_t>(it - group_prefix_.begin()) - 1;
+  const uint64_t j = group - group_prefix_[b];
+  const KeyedPermutation within(options_.buckets->BucketSamples(b),
+                                Mix64(key_ ^ Mix64(b + 0x62756b7065726dull)));
+  return options_.buckets->SampleOf(b, within(j * g + position % g));
+}
+
 uint64_t EpochOrder::SampleAt(uint64_t position) const {
+  if (options_.buckets) return SampleAtBucketed(position);
   if (options_.blocks) return SampleAtV2(position);
   if (options_.naive()) return blocks_(position);
   const uint64_t w = WindowOf(position);

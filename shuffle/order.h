@@ -33,6 +33,8 @@
 
 namespace conveyor {
 
+class BucketTable;  // shuffle/buckets.h
+
 class KeyedPermutation {
  public:
   KeyedPermutation() = default;
@@ -109,6 +111,11 @@ struct OrderOptions {
   // Version 2's blocks, resolved by the pipeline from the dataset (null: version 1's uniform
   // blocks). Shared: every epoch's order uses the same table.
   std::shared_ptr<const BlockTable> blocks;
+  // Buckets (shuffle/buckets.h; `buckets:` in the spec): positions come in groups of
+  // `bucket_group` samples of one bucket, resolved by the pipeline (the spec's group, else the
+  // global batch size). Null: no buckets. Only with the naive order.
+  std::shared_ptr<const BucketTable> buckets;
+  uint64_t bucket_group = 0;
   // The plain global permutation. 0 in block_steps or window_blocks means "auto" (GOP mode, to
   // be resolved by the pipeline), not naive.
   bool naive() const { return block_steps == 1 && window_blocks == 1 && !blocks; }
@@ -142,6 +149,7 @@ class EpochOrder {
   // order (built on first use, a few windows kept: lookups walk windows in order).
   std::shared_ptr<const std::vector<uint64_t>> SlotPrefix(uint64_t w) const;
   uint64_t SampleAtV2(uint64_t position) const;
+  uint64_t SampleAtBucketed(uint64_t position) const;
 
   uint64_t n_;
   uint64_t key_;
@@ -155,6 +163,7 @@ class EpochOrder {
   uint64_t windows_;       // windows of full blocks (the tail joins the last); >= 1 when n > 0
   uint64_t window_samples_;  // block_steps * window_blocks
   KeyedPermutation blocks_;
+  std::vector<uint64_t> group_prefix_;  // buckets: groups of the buckets before each, then all
 };
 
 }  // namespace conveyor

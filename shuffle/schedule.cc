@@ -10,6 +10,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/strings.h"
+#include "shuffle/buckets.h"
+
 namespace conveyor {
 
 namespace {
@@ -102,8 +105,13 @@ uint64_t UniformBlockSteps(const ScheduleInputs& in) {
 
 }  // namespace
 
-ScheduleNeeds ScheduleNeedsOf(const OrderOptions& order, bool clips) {
+ScheduleNeeds ScheduleNeedsOf(const OrderOptions& order, bool clips, bool buckets) {
   ScheduleNeeds needs;
+  if (buckets) {
+    // Measured once (ResolveOrder keeps the table), and not for an order it refuses.
+    needs.episode_buckets = needs.episode_starts = order.naive() && !order.buckets;
+    return needs;
+  }
   if (clips) return needs;
   needs.episode_starts = ResolvesGopBlocks(order);
   needs.keyframes = needs.episode_starts || order.block_steps == 0;
@@ -123,6 +131,35 @@ uint64_t EstimateBlockFrameBytes(const std::vector<ScheduleCamera>& cameras, dou
 }
 
 absl::Status ResolveOrder(const ScheduleInputs& in, uint64_t queue_bytes, OrderOptions* order) {
+  if (in.buckets) {
+    // One bucket per batch is an order of its own (shuffle/buckets.h): groups of one bucket,
+    // permuted; the decode-once windows would mix buckets in a batch.
+    if (!order->naive()) {
+      return absl::InvalidArgumentError(
+          "buckets: a bucketed order is groups of one bucket's samples, permuted (docs/sampling.md "
+          "\"Buckets\"); the decode-once schedule (pipeline.schedule mode gop) does not apply: "
+          "remove the schedule section or give mode: naive");
+    }
+    if (order->bucket_group == 0) {
+      return absl::InternalError("buckets: the group size is resolved by the pipeline first");
+    }
+    if (!order->buckets) {
+      if (in.episode_starts.empty() || in.episode_buckets.size() + 1 != in.episode_starts.size()) {
+        return absl::InternalError(StrCat(
+            "buckets: the pipeline measured ", in.episode_buckets.size(), " episode buckets for ",
+            in.episode_starts.empty() ? 0 : in.episode_starts.size() - 1, " episodes"));
+      }
+      for (const uint32_t b : in.episode_buckets) {
+        if (b >= in.num_buckets) {
+          return absl::InternalError(StrCat("buckets: an episode's bucket ", b, " is not one of the ",
+                                            in.num_buckets, " buckets"));
+        }
+      }
+      order->buckets =
+          std::make_shared<const BucketTable>(in.episode_starts, in.episode_buckets, in.num_buckets);
+    }
+    return absl::OkStatus();
+  }
   if (in.clips) {
     // A clip's anchor moves every epoch, so there are no fixed runs of consecutive anchor steps
     // to decode once: the clips are permuted globally, each decoded from its keyframe.

@@ -46,8 +46,15 @@ struct ScheduleInputs {
   // Episode 0 of cameras[0]; nullopt when there is no camera or episode, or it cannot be read.
   std::optional<KeyframeSample> keyframes;
   // The first sample of each episode in the sample index (quarantined episodes left out), then
-  // the total; read only when ScheduleNeedsOf says so.
+  // the total; read only when ScheduleNeedsOf says so. With clips, an episode's samples are its
+  // clips.
   std::vector<uint64_t> episode_starts;
+  // Resolution buckets (SampleSpec::buckets, shuffle/buckets.h): whether the spec has them, how
+  // many, and each episode's bucket (one per episode of episode_starts; an episode without
+  // samples may hold any), read only when ScheduleNeedsOf says so.
+  bool buckets = false;
+  size_t num_buckets = 0;
+  std::vector<uint32_t> episode_buckets;
 };
 
 // Which of ScheduleInputs' measured figures ResolveOrder reads for `order`; the others may be left
@@ -55,8 +62,10 @@ struct ScheduleInputs {
 struct ScheduleNeeds {
   bool keyframes = false;       // ScheduleInputs::keyframes
   bool episode_starts = false;  // ScheduleInputs::episode_starts
+  bool episode_buckets = false; // ScheduleInputs::episode_buckets (episode_starts with them)
 };
-ScheduleNeeds ScheduleNeedsOf(const OrderOptions& order, bool clips);
+// `clips`, `buckets`: ScheduleInputs' flags of the same names.
+ScheduleNeeds ScheduleNeedsOf(const OrderOptions& order, bool clips, bool buckets);
 
 // Fills in order->block_steps and order->window_blocks where they are 0 (automatic) and, for
 // schedule version >= 2 outside naive mode, order->blocks: a block is about one GOP of the spec's
@@ -64,6 +73,9 @@ ScheduleNeeds ScheduleNeedsOf(const OrderOptions& order, bool clips);
 // window as many blocks as half of `queue_bytes` holds twice over (two windows are decoded at
 // once). `queue_bytes` is the budget of this dataset (a mixture member's share). A dataset that
 // reads whole episodes then keeps two windows of them parsed (EpisodeCacheBytes).
+// With buckets (in.buckets), order->buckets instead, once (kept while it is set): the order must
+// be naive (the decode-once windows would mix buckets in a batch) and order->bucket_group resolved
+// by the pipeline (the spec's group, else the global batch size).
 absl::Status ResolveOrder(const ScheduleInputs& in, uint64_t queue_bytes, OrderOptions* order);
 
 // Bytes of the distinct frames one block of `block_steps` anchor steps needs, all cameras.

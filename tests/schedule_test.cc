@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string_view>
 #include <vector>
+
+#include "shuffle/buckets.h"
 
 namespace conveyor {
 namespace {
@@ -34,18 +37,60 @@ ScheduleInputs Robot() {
 }
 
 TEST(ScheduleTest, NeedsOnlyWhatTheOrderReads) {
-  const ScheduleNeeds naive = ScheduleNeedsOf(OrderOptions{}, false);
+  const ScheduleNeeds naive = ScheduleNeedsOf(OrderOptions{}, false, false);
   EXPECT_FALSE(naive.keyframes);
   EXPECT_FALSE(naive.episode_starts);
   OrderOptions v1 = OrderOptions::AutoGop();
   v1.version = 1;
-  EXPECT_TRUE(ScheduleNeedsOf(v1, false).keyframes);
-  EXPECT_FALSE(ScheduleNeedsOf(v1, false).episode_starts);
-  const ScheduleNeeds v2 = ScheduleNeedsOf(OrderOptions::AutoGop(), false);
+  EXPECT_TRUE(ScheduleNeedsOf(v1, false, false).keyframes);
+  EXPECT_FALSE(ScheduleNeedsOf(v1, false, false).episode_starts);
+  const ScheduleNeeds v2 = ScheduleNeedsOf(OrderOptions::AutoGop(), false, false);
   EXPECT_TRUE(v2.keyframes);
   EXPECT_TRUE(v2.episode_starts);
-  const ScheduleNeeds clips = ScheduleNeedsOf(OrderOptions::AutoGop(), true);
+  const ScheduleNeeds clips = ScheduleNeedsOf(OrderOptions::AutoGop(), true, false);
   EXPECT_FALSE(clips.keyframes || clips.episode_starts);
+}
+
+// Buckets: the pipeline measures each episode's bucket once, only for the naive order they allow,
+// and ResolveOrder turns the figures into the bucket table (shuffle/buckets.h).
+TEST(ScheduleTest, BucketsTableFromEpisodeBuckets) {
+  const ScheduleNeeds first = ScheduleNeedsOf(OrderOptions{}, true, true);
+  EXPECT_TRUE(first.episode_starts && first.episode_buckets);
+  EXPECT_FALSE(first.keyframes);
+  const ScheduleNeeds gop = ScheduleNeedsOf(OrderOptions::AutoGop(), false, true);
+  EXPECT_FALSE(gop.keyframes || gop.episode_starts || gop.episode_buckets);
+
+  ScheduleInputs in;
+  in.buckets = true;
+  in.num_buckets = 2;
+  in.episode_starts = {0, 3, 3, 8};  // episode 1 has no samples
+  in.episode_buckets = {1, 0, 0};
+  OrderOptions refused = OrderOptions::AutoGop();
+  refused.bucket_group = 2;
+  const absl::Status st = ResolveOrder(in, 64ull << 20, &refused);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("mode: naive"), std::string_view::npos) << st;
+
+  OrderOptions o;
+  o.bucket_group = 2;
+  ASSERT_TRUE(ResolveOrder(in, 64ull << 20, &o).ok());
+  ASSERT_NE(o.buckets, nullptr);
+  EXPECT_TRUE(o.naive());
+  ASSERT_EQ(o.buckets->num_buckets(), 2u);
+  EXPECT_EQ(o.buckets->BucketSamples(0), 5u);  // episode 2's samples 3..7
+  EXPECT_EQ(o.buckets->BucketSamples(1), 3u);  // episode 0's samples 0..2
+  EXPECT_EQ(o.buckets->SampleOf(0, 0), 3u);
+  EXPECT_EQ(o.buckets->SampleOf(0, 4), 7u);
+  EXPECT_EQ(o.buckets->SampleOf(1, 2), 2u);
+  EXPECT_EQ(o.buckets->EpochSize(2), 4u + 2u);  // the whole groups of 2 of each bucket
+  // Kept: a second resolve measures nothing.
+  const ScheduleNeeds again = ScheduleNeedsOf(o, false, true);
+  EXPECT_FALSE(again.episode_starts || again.episode_buckets);
+
+  OrderOptions unmeasured;
+  unmeasured.bucket_group = 2;
+  in.episode_buckets.pop_back();
+  EXPECT_EQ(ResolveOrder(in, 64ull << 20, &unmeasured).code(), absl::StatusCode::kInternal);
 }
 
 TEST(ScheduleTest, VersionOneBlockIsOneGopOfAnchorSteps) {

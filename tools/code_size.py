@@ -13,7 +13,13 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOT_PRODUCT = {"tests", "bench", "build", "build-package", "python", "examples", "deploy", "docs"}
+NOT_PRODUCT = {"tests", "bench", "python", "examples", "deploy", "docs"}
+
+
+def is_product_folder(name):
+    # Every build tree (build, build-package, build-dev, build-fuzz, build-h5, ...) holds
+    # generated sources (.pb.cc) that are not ours to size; `./run` and engineers name them build*.
+    return not name.startswith((".", "build")) and name not in NOT_PRODUCT
 
 
 def sources(folders):
@@ -33,7 +39,7 @@ def main():
     args = ap.parse_args()
     folders = args.folders or sorted(
         d for d in os.listdir(ROOT)
-        if os.path.isdir(os.path.join(ROOT, d)) and not d.startswith(".") and d not in NOT_PRODUCT)
+        if os.path.isdir(os.path.join(ROOT, d)) and is_product_folder(d))
     files = list(sources(folders))
     big_files = []
     for f in files:

@@ -2,7 +2,6 @@
 #include "datasets/hdf5/hdf5_dataset.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +12,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -22,6 +20,7 @@
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/hdf5/hdf5_file.h"
 #include "datasets/hdf5/hdf5_layout.h"
+#include "datasets/hdf5/hdf5_location.h"
 #include "datasets/hdf5/hdf5_reader.h"
 #include "datasets/hdf5/hdf5_sidecar.h"
 #include "datasets/lerobot/lerobot_dataset.h"
@@ -34,38 +33,8 @@ namespace {
 namespace fs = std::filesystem;
 namespace pb = format::v1;
 
-constexpr std::string_view kFileList = "hdf5_files.txt";
 // Lowdim streams are read whole per episode and kept, converted, up to this many bytes in all.
 constexpr uint64_t kMaxLowdimBytes = 256ull << 20;
-
-
-bool HasHdf5Extension(const std::string& name) {
-  for (const char* ext : {".hdf5", ".h5", ".hdf"}) {
-    const std::string e(ext);
-    if (name.size() > e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) return true;
-  }
-  return false;
-}
-
-// The local path of a storage root, "" for a remote one.
-std::string LocalRoot(const Storage& storage) {
-  std::string root = storage.Describe("");
-  if (root.find("://") != std::string::npos && root.rfind("file://", 0) != 0) return "";
-  if (root.rfind("file://", 0) == 0) root = root.substr(7);
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
-  return root;
-}
-
-std::vector<std::string> ListLocal(const std::string& dir) {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string n = e.path().filename().string();
-    if (HasHdf5Extension(n) && e.is_regular_file(ec)) names.push_back(n);
-  }
-  std::sort(names.begin(), names.end(), NaturalLess);
-  return names;
-}
 
 using datasets_internal::Once;
 
@@ -129,7 +98,6 @@ class Hdf5Dataset final : public Dataset {
   absl::Status VerifyShard(uint32_t shard) const override;
 
  private:
-  absl::Status ResolveFiles(std::string* single_file);
   absl::Status ReadLayout(LocationOptions& options);
   absl::Status Episodes(const std::string& filter);
   absl::Status CheckEpisode(const File& f, EpisodeRef* ep, std::vector<Array>* first);
@@ -173,69 +141,6 @@ class Hdf5Dataset final : public Dataset {
   mutable std::deque<std::pair<size_t, int>> lowdim_order_ ABSL_GUARDED_BY(mu_);
   mutable uint64_t lowdim_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
-
-absl::Status Hdf5Dataset::ResolveFiles(std::string* single_file) {
-  const std::string local = LocalRoot(*storage_);
-  struct stat st;
-  if (!local.empty() && ::stat(local.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-    // The location is one file: read it from its directory.
-    const fs::path p(local);
-    storage_ = NewLocalStorage(p.parent_path().string());
-    *single_file = p.filename().string();
-  }
-  if (!layout_.files.empty()) {
-    files_ = layout_.files;
-  } else if (!single_file->empty()) {
-    files_ = {*single_file};
-  } else if (!local.empty()) {
-    files_ = ListLocal(local);
-    std::vector<std::string> episodes;
-    for (const std::string& f : files_) {
-      if (f.rfind("episode_", 0) == 0) episodes.push_back(f);
-    }
-    if (!episodes.empty()) files_ = episodes;  // ALOHA: only the episode files
-  } else if (absl::StatusOr<std::string> list = ReadWholeFile(*storage_, kFileList); list.ok()) {
-    std::istringstream lines(*list);
-    for (std::string line; std::getline(lines, line);) {
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      if (!line.empty() && line[0] != '#') files_.push_back(line);
-    }
-  } else {
-    // A remote ALOHA directory has no listing: episode_0.hdf5, episode_1.hdf5, ... until one
-    // is missing.
-    for (int i = 0;; ++i) {
-      const std::string name = StrCat("episode_", i, ".hdf5");
-      absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(name);
-      if (absl::IsNotFound(f.status())) break;
-      if (!f.ok()) return f.status();
-      files_.push_back(name);
-      handles_.push_back(*std::move(f));
-    }
-  }
-  if (files_.empty()) {
-    return absl::NotFoundError(StrCat(uri_, ": no .hdf5 files (remote locations need ",
-                                      "episode_0.hdf5... or a file list ", kFileList,
-                                      ", docs/hdf5.md)"));
-  }
-  for (size_t i = handles_.size(); i < files_.size(); ++i) {
-    absl::StatusOr<std::unique_ptr<RandomAccessFile>> f = storage_->Open(files_[i]);
-    if (absl::IsNotFound(f.status())) {
-      return absl::NotFoundError(StrCat(storage_->Describe(files_[i]), " is missing"));
-    }
-    if (!f.ok()) return f.status();
-    handles_.push_back(*std::move(f));
-  }
-  for (size_t i = 0; i < files_.size(); ++i) {
-    std::string v = handles_[i]->version();
-    struct stat st;
-    const std::string name = storage_->Describe(files_[i]);
-    if (v.empty() && name.find("://") == std::string::npos && ::stat(name.c_str(), &st) == 0) {
-      v = StrCat("mtime ", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
-    }
-    versions_.push_back(std::move(v));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status Hdf5Dataset::ReadLayout(LocationOptions& options) {
   if (std::optional<std::string> mapping = options.Take("mapping"); mapping.has_value()) {
@@ -365,8 +270,11 @@ absl::Status Hdf5Dataset::CheckEpisode(const File& f, EpisodeRef* ep, std::vecto
 
 absl::Status Hdf5Dataset::Init(LocationOptions& options) {
   RETURN_IF_ERROR(ReadLayout(options));
-  std::string single;
-  RETURN_IF_ERROR(ResolveFiles(&single));
+  ASSIGN_OR_RETURN(LocationFiles location, ResolveFiles(std::move(storage_), layout_.files, uri_));
+  storage_ = std::move(location.storage);
+  files_ = std::move(location.names);
+  handles_ = std::move(location.handles);
+  versions_ = std::move(location.versions);
   if (layout_.kind.empty()) {
     ASSIGN_OR_RETURN(std::unique_ptr<File> f, OpenH5(0));
     ASSIGN_OR_RETURN(layout_, DetectLayout(*f));
@@ -684,7 +592,6 @@ std::unique_ptr<EpisodeState> Hdf5Dataset::FromSidecar(size_t episode, const std
 }
 
 absl::StatusOr<std::unique_ptr<EpisodeState>> Hdf5Dataset::BuildState(size_t episode) const {
-  const EpisodeRef& ep = refs_[episode];
   const std::string key = SidecarKey(episode);
   if (!key.empty()) {
     if (std::unique_ptr<EpisodeState> st = FromSidecar(episode, key); st != nullptr) return st;
@@ -910,17 +817,6 @@ absl::StatusOr<std::unique_ptr<Dataset>> Hdf5Dataset::Open(std::unique_ptr<Stora
 }
 
 }  // namespace
-
-bool LooksLikeHdf5(Storage& storage) {
-  const std::string local = LocalRoot(storage);
-  if (!local.empty()) {
-    struct stat st;
-    if (::stat(local.c_str(), &st) != 0) return false;
-    if (S_ISREG(st.st_mode)) return HasHdf5Extension(local);
-    return S_ISDIR(st.st_mode) && !ListLocal(local).empty();
-  }
-  return storage.Open("episode_0.hdf5").ok() || storage.Open(kFileList).ok();
-}
 
 absl::StatusOr<std::unique_ptr<Dataset>> OpenDataset(std::unique_ptr<Storage> storage,
                                                      std::string uri, LocationOptions& options) {

@@ -820,12 +820,12 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
         absl::StatusOr<VideoFacts> ref = DecodeVideoFacts(m.facts, false, w);
         absl::StatusOr<VideoFacts> got = DecodeVideoFacts(r->facts, false, w);
         if (!got.ok()) return std::string(got.status().message());
-        if (ref->codec != got->codec || ref->width != got->width || ref->height != got->height) {
-          return StrCat(
-              w, ": ", got->codec, " ", got->width, "x", got->height, ", the dataset's stream is ",
-              ref->codec, " ", ref->width, "x", ref->height,
-              " (its first sample's); every sample must match (split the "
-              "shards by resolution, as Cosmos-Curate's resolution_*/aspect_ratio_* folders do)");
+        // Sizes may differ (video2dataset keeps each video's own): a spec's `size:` or buckets
+        // bring them to one shape (docs/webdataset.md "One stream set").
+        if (ref->codec != got->codec) {
+          return StrCat(w, ": ", got->codec, " ", got->width, "x", got->height,
+                        ", the dataset's stream is ", ref->codec,
+                        " (its first sample's); every sample must have its codec");
         }
         loc.facts_at = r->facts_at;
         loc.facts_size = r->facts_size;
@@ -844,10 +844,10 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
             !b.ParseFromArray(r->facts.data() + 8, static_cast<int>(r->facts.size() - 8))) {
           return StrCat(w, ": malformed image index");
         }
-        if (a.codec() != b.codec() || a.width() != b.width() || a.height() != b.height()) {
+        if (a.codec() != b.codec()) {  // sizes may differ, as for video
           return StrCat(w, ": ", b.codec(), " ", b.width(), "x", b.height(),
-                        ", the dataset's stream is ", a.codec(), " ", a.width(), "x", a.height(),
-                        " (its first sample's); every sample must match");
+                        ", the dataset's stream is ", a.codec(),
+                        " (its first sample's); every sample must have its codec");
         }
         std::memcpy(&loc.image_xxh3, r->facts.data(), 8);
         break;
