@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
     const size_t bytes = quick ? (32u << 20) : (256u << 20);
     large.buffer = HostBuffer::Allocate(bytes, false);
     std::memset(large.buffer->data(), 7, bytes);
-    large.tensors.push_back(TensorView{"blob", DType::kUint8, {static_cast<int64_t>(bytes)}, 0, bytes});
+    large.tensors.push_back(TensorView{{"blob", DType::kUint8, {static_cast<int64_t>(bytes)}}, 0, bytes});
   }
   std::printf("stream_bench: conveyor.v1 over loopback (server encoder -> gRPC -> C++ client), best of 3\n");
   std::printf("iperf3 loopback (1 TCP stream): %.2f GB/s\n\n", iperf);

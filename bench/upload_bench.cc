@@ -148,11 +148,10 @@ Batch MakeBatch(uint64_t bytes, uint64_t seed, uint64_t step) {
     const uint64_t r = rng();
     std::memcpy(p + i, &r, 8);
   }
-  batch.tensors.push_back(TensorView{.name = "x",
-                                     .dtype = DType::kUint8,
-                                     .shape = {static_cast<int64_t>(bytes)},
-                                     .offset = 0,
-                                     .bytes = bytes});
+  batch.tensors.push_back(
+      TensorView{{.name = "x", .dtype = DType::kUint8, .shape = {static_cast<int64_t>(bytes)}},
+                 0,
+                 bytes});
   return batch;
 }
 
@@ -177,8 +176,7 @@ HostBatch AsHostBatch(const Batch& batch) {
   host.size = batch.buffer->size();
   host.pinned = batch.buffer->pinned();
   for (const TensorView& t : batch.tensors) {
-    host.tensors.push_back(HostTensor{
-        .name = t.name, .dtype = t.dtype, .shape = t.shape, .offset = t.offset, .bytes = t.bytes});
+    host.tensors.push_back(HostTensor{TensorDesc(t), t.offset, t.bytes});
   }
   host.owner = batch.buffer;
   return host;

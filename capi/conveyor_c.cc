@@ -245,7 +245,7 @@ SharedBatch* Shared(const conveyor_batch* b) { return b->shared.get(); }
 // one block, client/client.h); null when every tensor is empty.
 const uint8_t* PayloadStart(const cc::Batch& batch) {
   const uint8_t* lo = nullptr;
-  for (const cc::Tensor& t : batch.tensors) {
+  for (const cc::TensorView& t : batch.tensors) {
     if (t.data != nullptr && (lo == nullptr || t.data < lo)) lo = t.data;
   }
   return lo;
@@ -346,7 +346,7 @@ int conveyor_client_next(conveyor_client* c, double timeout_s, conveyor_batch** 
   auto shared = std::make_shared<SharedBatch>();
   shared->batch = std::move(**b);
   shared->shapes.reserve(shared->batch.tensors.size());
-  for (const cc::Tensor& t : shared->batch.tensors) shared->shapes.push_back(t.shape);
+  for (const cc::TensorView& t : shared->batch.tensors) shared->shapes.push_back(t.shape);
   *out = new conveyor_batch{std::move(shared)};
   return CONVEYOR_OK;
 }
@@ -429,7 +429,7 @@ int conveyor_batch_info_get(const conveyor_batch* b, conveyor_batch_info* out) {
   // The tensors are views into one payload block (client/client.h): its span.
   const uint8_t* lo = PayloadStart(batch);
   const uint8_t* hi = lo;
-  for (const cc::Tensor& t : batch.tensors) {
+  for (const cc::TensorView& t : batch.tensors) {
     if (t.data != nullptr && t.data + t.bytes > hi) hi = t.data + t.bytes;
   }
   info.payload = lo;
@@ -441,7 +441,7 @@ int conveyor_batch_info_get(const conveyor_batch* b, conveyor_batch_info* out) {
 int conveyor_batch_tensor(const conveyor_batch* b, uint32_t index, conveyor_tensor* out) {
   const SharedBatch* s = Shared(b);
   if (index >= s->batch.tensors.size()) return TensorOutOfRange(index, s->batch.tensors.size());
-  const cc::Tensor& t = s->batch.tensors[index];
+  const cc::TensorView& t = s->batch.tensors[index];
   conveyor_tensor info{};
   info.size = out->size;
   info.name = t.name.c_str();
@@ -464,7 +464,7 @@ uint64_t conveyor_batch_layout(const conveyor_batch* b) {
   auto mix = [&h](const void* p, size_t n) {
     for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t*>(p)[i]) * 1099511628211ull;
   };
-  for (const cc::Tensor& t : batch.tensors) {
+  for (const cc::TensorView& t : batch.tensors) {
     mix(t.name.data(), t.name.size() + 1);  // with the NUL: names cannot run together
     const int64_t fields[4] = {static_cast<int64_t>(t.dtype), static_cast<int64_t>(t.role),
                                t.data == nullptr ? -1 : t.data - payload,
@@ -509,7 +509,7 @@ int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, int on_device, int 
   *out = nullptr;
   const std::shared_ptr<SharedBatch>& s = b->shared;
   if (index >= s->batch.tensors.size()) return TensorOutOfRange(index, s->batch.tensors.size());
-  const cc::Tensor& t = s->batch.tensors[index];
+  const cc::TensorView& t = s->batch.tensors[index];
   if (on_device && t.device_data == nullptr && t.bytes > 0) {
     return Fail(absl::StatusCode::kFailedPrecondition,
                 "tensor '" + t.name + "' has no device copy (the client was made without a device)");

@@ -72,7 +72,7 @@ int conveyor_device_frames_describe(const conveyor_device_frames* f, char** resu
   for (const conveyor::DeviceFramesTensor& t : f->frames->tensors()) {
     out.push_back({{"name", t.name},
                    {"dtype", t.dtype == conveyor::DType::kFloat32 ? "float32" : "uint8"},
-                   {"sample_shape", t.sample_shape},
+                   {"sample_shape", t.shape},
                    {"sample_bytes", t.sample_bytes},
                    {"frames_per_sample", t.frames_per_sample}});
   }

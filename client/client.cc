@@ -111,8 +111,8 @@ DeviceBatch* DeviceOf(const Batch& b) {
 
 }  // namespace
 
-const Tensor* Batch::Find(std::string_view name) const {
-  for (const Tensor& t : tensors) {
+const TensorView* Batch::Find(std::string_view name) const {
+  for (const TensorView& t : tensors) {
     if (t.name == name) return &t;
   }
   return nullptr;
@@ -120,7 +120,7 @@ const Tensor* Batch::Find(std::string_view name) const {
 
 size_t Batch::bytes() const {
   size_t n = 0;
-  for (const Tensor& t : tensors) n += t.bytes;
+  for (const TensorView& t : tensors) n += t.bytes;
   return n;
 }
 
@@ -623,7 +623,7 @@ struct Client::Impl {
       if (std::optional<std::string> bad = wire::CheckTensor(t, h.payload_bytes())) {
         return absl::DataLossError(absl::StrCat("server ", target, ": tensor ", t.name(), " ", *bad));
       }
-      Tensor out;
+      TensorView out;
       out.name = t.name();
       out.dtype = FromProto(t.dtype());
       out.shape.assign(t.shape().begin(), t.shape().end());
@@ -648,12 +648,9 @@ struct Client::Impl {
     host.size = h.payload_bytes();
     host.pinned = storage->source == nullptr && storage->block.kind == kPinnedBlock;
     host.tensors.reserve(b->tensors.size());
-    for (const Tensor& t : b->tensors) {
-      host.tensors.push_back(HostTensor{.name = t.name,
-                                        .dtype = t.dtype,
-                                        .shape = t.shape,
-                                        .offset = static_cast<size_t>(t.data - storage->data()),
-                                        .bytes = t.bytes});
+    for (const TensorView& t : b->tensors) {
+      host.tensors.push_back(HostTensor{TensorDesc(t), static_cast<size_t>(t.data - storage->data()),
+                                        t.bytes});
     }
     // Only this thread takes buffers, so none free now means Upload waits for the trainer to
     // drop a batch; Next() is told, so it does not wait for this batch in vain.

@@ -36,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/coverage.h"
+#include "base/tensor_desc.h"
 #include "base/types.h"
 
 namespace conveyor::v1 {
@@ -53,22 +54,18 @@ using ::conveyor::DTypeName;
 using ::conveyor::DTypeSize;
 using ::conveyor::SampleId;
 
+using ::conveyor::TensorDesc;
 using ::conveyor::TensorRole;
 
-// A received tensor: a view of `bytes` bytes of the Batch's memory, valid while the Batch lives.
-struct TensorView {
-  std::string name;
-  DType dtype = DType::kUint8;
-  std::vector<int64_t> shape;
-  TensorRole role = TensorRole::kData;
+// A received tensor: its description (name, dtype, shape, role; base/tensor_desc.h) and a view of
+// `bytes` bytes of the Batch's memory, valid while the Batch lives.
+struct TensorView : TensorDesc {
   const uint8_t* data = nullptr;  // host memory owned by the Batch
   size_t bytes = 0;
   // Device memory (of Batch::device) when ClientOptions::device: valid once the copy has finished
   // (Batch::WaitOnStream or WaitDevice), while the Batch lives. Null otherwise.
   void* device_data = nullptr;
 };
-// The name before issue 27 (a view all along); client.cc and python/ still say it.
-using Tensor = TensorView;
 
 struct Batch {
   Cursor cursor;

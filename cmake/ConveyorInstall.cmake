@@ -64,13 +64,13 @@ if(TARGET conveyor_client)
 
   install(TARGETS conveyor_client_shared EXPORT ConveyorTargets
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT conveyor NAMELINK_COMPONENT conveyor)
-  # The public headers and what they include of the project (base/types.h, and base/coverage.h
-  # with base/mix.h for the client's coverage ledger); each compiles on its own with absl
-  # (tests/public_headers_test.sh).
+  # The public headers and what they include of the project (base/types.h, base/tensor_desc.h for
+  # client::TensorView, and base/coverage.h with base/mix.h for the client's coverage ledger); each
+  # compiles on its own with absl (tests/public_headers_test.sh).
   install(FILES ${PROJECT_SOURCE_DIR}/client/client.h ${PROJECT_SOURCE_DIR}/client/launch_env.h
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/conveyor/client COMPONENT conveyor)
-  install(FILES ${PROJECT_SOURCE_DIR}/base/types.h ${PROJECT_SOURCE_DIR}/base/coverage.h
-    ${PROJECT_SOURCE_DIR}/base/mix.h
+  install(FILES ${PROJECT_SOURCE_DIR}/base/types.h ${PROJECT_SOURCE_DIR}/base/tensor_desc.h
+    ${PROJECT_SOURCE_DIR}/base/coverage.h ${PROJECT_SOURCE_DIR}/base/mix.h
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/conveyor/base COMPONENT conveyor)
 
   set(CONVEYOR_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Conveyor)

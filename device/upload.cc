@@ -251,11 +251,8 @@ absl::StatusOr<std::unique_ptr<DeviceBatch>> Uploader::Upload(HostBatch batch) {
 #endif
   out->tensors_.reserve(batch.tensors.size());
   for (HostTensor& t : batch.tensors) {
-    out->tensors_.push_back(DeviceTensor{.name = std::move(t.name),
-                                         .dtype = t.dtype,
-                                         .shape = std::move(t.shape),
-                                         .data = base == nullptr ? nullptr : base + t.offset,
-                                         .bytes = t.bytes});
+    out->tensors_.push_back(DeviceTensor{std::move(static_cast<TensorDesc&>(t)),
+                                         base == nullptr ? nullptr : base + t.offset, t.bytes});
   }
   state_->CountUpload(end, pageable);
   return out;

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/tensor_desc.h"
 #include "base/types.h"
 
 namespace conveyor {
@@ -42,11 +43,8 @@ struct UploadOptions {
   bool require_gpu = false;
 };
 
-// One tensor of a host batch: where it lies in the batch's block.
-struct HostTensor {
-  std::string name;
-  DType dtype = DType::kUint8;
-  std::vector<int64_t> shape;
+// One tensor of a host batch: its description and where it lies in the batch's block.
+struct HostTensor : TensorDesc {
   size_t offset = 0;  // into the block
   size_t bytes = 0;
 };
@@ -67,10 +65,7 @@ struct HostBatch {
 };
 
 // One tensor of an uploaded batch. A view: valid while its DeviceBatch is alive.
-struct DeviceTensor {
-  std::string name;
-  DType dtype = DType::kUint8;
-  std::vector<int64_t> shape;
+struct DeviceTensor : TensorDesc {
   void* data = nullptr;  // device memory when DeviceBatch::on_device(), else the host block
   size_t bytes = 0;
 };

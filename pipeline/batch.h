@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/tensor_desc.h"
 #include "base/types.h"
 #include "device/host_buffer.h"
 
@@ -19,13 +20,9 @@ namespace conveyor {
 
 // A tensor of a batch: a view of `bytes` bytes at `offset` in the batch's buffer, valid while the
 // Batch (its buffer) lives.
-struct TensorView {
-  std::string name;
-  DType dtype = DType::kUint8;
-  std::vector<int64_t> shape;
+struct TensorView : TensorDesc {
   size_t offset = 0;  // into the batch buffer, 64-byte aligned
   size_t bytes = 0;
-  TensorRole role = TensorRole::kData;
 };
 
 struct Batch {

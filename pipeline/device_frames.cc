@@ -228,10 +228,10 @@ absl::Status DeviceFrames::Impl::AddTensors() {
     const int64_t T = static_cast<int64_t>(s.deltas.size());
     if (out.layout == GpuFrameOutput::Layout::kHwcU8) {
       t.dtype = DType::kUint8;
-      t.sample_shape = {T, s.height, s.width, 3};
+      t.shape = {T, s.height, s.width, 3};
     } else {
       t.dtype = DType::kFloat32;
-      t.sample_shape = {T, 3, s.height, s.width};
+      t.shape = {T, 3, s.height, s.width};
     }
     t.sample_bytes = static_cast<size_t>(T) * NvdecDecoder::FrameBytes(out, s.width, s.height);
     tensors.push_back(std::move(t));

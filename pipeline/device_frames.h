@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/tensor_desc.h"
 #include "base/types.h"
 
 namespace conveyor {
@@ -45,13 +46,11 @@ struct DeviceFramesOptions {
   int64_t cache_bytes = int64_t{1} << 30;
 };
 
-// One decoded stream of a batch: [batch, T, H, W, 3] uint8 or [batch, T, 3, H, W] float32.
-struct DeviceFramesTensor {
-  std::string name;
-  DType dtype = DType::kUint8;
-  std::vector<int64_t> sample_shape;  // one sample's: [T, H, W, 3] or [T, 3, H, W]
+// One decoded stream of a batch: [batch, T, H, W, 3] uint8 or [batch, T, 3, H, W] float32. The
+// description's shape is one sample's: [T, H, W, 3] or [T, 3, H, W].
+struct DeviceFramesTensor : TensorDesc {
   size_t sample_bytes = 0;
-  size_t frames_per_sample = 0;       // T
+  size_t frames_per_sample = 0;  // T
 };
 
 struct DeviceFramesStats {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/tensor_desc.h"
 #include "base/types.h"
 #include "media/audio_decoder.h"
 #include "media/image_decoder.h"
@@ -28,18 +29,15 @@
 namespace conveyor {
 
 // A tensor that owns its bytes: a sample's. A batch holds TensorViews into one buffer
-// (pipeline/batch.h) and the client hands out client::TensorView (client/client.h).
-struct OwnedTensor {
-  std::string name;
-  DType dtype = DType::kUint8;
-  std::vector<int64_t> shape;
+// (pipeline/batch.h) and the client hands out client::TensorView (client/client.h); all three
+// are a TensorDesc (base/tensor_desc.h) and where the bytes are.
+struct OwnedTensor : TensorDesc {
   std::vector<uint8_t> data;  // C order, little-endian
   // A video tensor whose frames are the decoded frames as they are (uint8 [T, H, W, 3], no
   // augmentation): the frames themselves, shared with the window prefetch, instead of a copy in
   // `data` (which is then empty). Frame t's bytes are frames[t]->pixels. Saves one copy of every
   // frame: from the decoder's frame straight into its slot of the batch (pipeline/packing.cc).
   std::vector<std::shared_ptr<const RgbImage>> frames;
-  TensorRole role = TensorRole::kData;
   size_t num_elements() const;
   size_t bytes() const;               // data.size(), or the frames' bytes
   void CopyTo(uint8_t* dst) const;    // all bytes() of them, in C order

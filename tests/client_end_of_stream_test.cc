@@ -31,7 +31,7 @@ class BreaksAfterLastBatch final : public RawStreamBatchesService {
     w->Write(SerializeMessage(start));
     Batch b;
     b.buffer = HostBuffer::Allocate(64, false);
-    b.tensors.push_back(TensorView{"x", DType::kUint8, {1, 64}, 0, 64});
+    b.tensors.push_back(TensorView{{"x", DType::kUint8, {1, 64}}, 0, 64});
     b.ids.push_back(SampleId{});
     const uint64_t n = req->max_batches() ? req->max_batches() : 1000;
     for (uint64_t i = 0; i < n; ++i) {

@@ -234,7 +234,7 @@ TEST_F(DeviceFramesGpuTest, SamplesAreTheCpuPathsWithinTolerance) {
   auto f = Open(config);
   ASSERT_TRUE(f.ok()) << f.status();
   const DeviceFramesTensor& t = (*f)->tensors()[0];
-  EXPECT_EQ(t.sample_shape, (std::vector<int64_t>{5, 96, 128, 3}));
+  EXPECT_EQ(t.shape, (std::vector<int64_t>{5, 96, 128, 3}));
   const std::vector<SampleId> ids = AllIds(config);
   std::vector<uint8_t> gpu, pads;
   Gpu(**f, ids, &gpu, &pads);
@@ -320,7 +320,7 @@ TEST_F(DeviceFramesGpuTest, FloatChwIsTheBytesNormalised) {
   auto a = Open(u8);
   auto b = Open(f32);
   ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
-  EXPECT_EQ((*b)->tensors()[0].sample_shape, (std::vector<int64_t>{5, 3, 96, 128}));
+  EXPECT_EQ((*b)->tensors()[0].shape, (std::vector<int64_t>{5, 3, 96, 128}));
   std::vector<SampleId> ids = AllIds(u8);
   ids.resize(std::min<size_t>(ids.size(), 4));
   std::vector<uint8_t> x, y, px, py;

@@ -103,7 +103,7 @@ class ServerE2ETest : public ::testing::Test {
   static std::string Line(const client::Batch& b) {
     std::vector<tools::LineTensor> tensors;
     for (const client::TensorView& t : b.tensors) {
-      tensors.push_back({t.name, client::DTypeName(t.dtype), t.shape, t.data, t.bytes});
+      tensors.push_back({&t, t.data, t.bytes});
     }
     std::vector<tools::LineSample> ids;
     for (const client::SampleId& id : b.ids) ids.push_back({id.index, id.episode, id.step});

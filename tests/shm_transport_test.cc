@@ -91,7 +91,7 @@ std::optional<uint64_t> Place(SharedMemorySink& sink, size_t n, uint8_t seed, co
   const std::vector<uint8_t> data = Bytes(n, seed);
   std::memcpy((*buf)->data(), data.data(), n);
   Batch b;
-  b.tensors.push_back(TensorView{"x", DType::kUint8, {static_cast<int64_t>(n)}, 0, n, TensorRole::kData});
+  b.tensors.push_back(TensorView{{"x", DType::kUint8, {static_cast<int64_t>(n)}, TensorRole::kData}, 0, n});
   b.buffer = std::move(*buf);
   std::optional<uint64_t> pos;
   const absl::Status st = sink.Send(b, Cursor{}, [&](const grpc::ByteBuffer& m) {

@@ -60,11 +60,9 @@ std::shared_ptr<HostSide> MakeHost(const std::vector<TensorSpec>& specs, uint64_
   for (const TensorSpec& s : specs) {
     size_t elements = 1;
     for (int64_t d : s.shape) elements *= static_cast<size_t>(d);
-    host->tensors.push_back(HostTensor{.name = s.name,
-                                       .dtype = s.dtype,
-                                       .shape = s.shape,
-                                       .offset = offset,
-                                       .bytes = elements * ElementBytes(s.dtype)});
+    host->tensors.push_back(HostTensor{{.name = s.name, .dtype = s.dtype, .shape = s.shape},
+                                       offset,
+                                       elements * ElementBytes(s.dtype)});
     offset = (offset + host->tensors.back().bytes + 63) / 64 * 64;
   }
   host->buffer = HostBuffer::Allocate(offset, pinned);
@@ -294,7 +292,7 @@ TEST(UploadTest, EmptyBatch) {
     batch.data = buffer->data();
     batch.size = buffer->size();
     batch.owner = buffer;
-    batch.tensors.push_back(HostTensor{.name = "empty", .shape = {0}});
+    batch.tensors.push_back(HostTensor{{.name = "empty", .shape = {0}}});
     absl::StatusOr<std::unique_ptr<DeviceBatch>> b = uploader->Upload(std::move(batch));
     ASSERT_TRUE(b.ok()) << b.status();
     EXPECT_TRUE((*b)->Wait().ok());

@@ -26,8 +26,8 @@ absl::StatusOr<std::string> Digest(std::span<const LineTensor> tensors) {
     return absl::InternalError("OpenSSL: cannot start a SHA-256 digest");
   }
   for (const LineTensor& t : tensors) {
-    std::string head = StrCat(t.name, "|", t.dtype, "|");
-    for (int64_t d : t.shape) StrAppend(&head, d, ",");
+    std::string head = StrCat(t.desc->name, "|", DTypeName(t.desc->dtype), "|");
+    for (int64_t d : t.desc->shape) StrAppend(&head, d, ",");
     EVP_DigestUpdate(ctx.get(), head.data(), head.size());
     EVP_DigestUpdate(ctx.get(), t.data, t.bytes);
   }

@@ -5,17 +5,15 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
-#include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/tensor_desc.h"
 
 namespace conveyor::tools {
 
+// A view of one tensor of a batch (the pipeline's or the client's), valid while the batch lives.
 struct LineTensor {
-  std::string_view name;
-  std::string_view dtype;  // "uint8", "bool", "float32", "int32"
-  std::span<const int64_t> shape;
+  const TensorDesc* desc = nullptr;
   const uint8_t* data = nullptr;
   size_t bytes = 0;
 };

@@ -25,7 +25,7 @@ namespace {
 
 std::vector<LineTensor> Tensors(const Batch& b) {
   std::vector<LineTensor> out;
-  for (const TensorView& t : b.tensors) out.push_back({t.name, DTypeName(t.dtype), t.shape, b.data(t), t.bytes});
+  for (const TensorView& t : b.tensors) out.push_back({&t, b.data(t), t.bytes});
   return out;
 }
 

@@ -93,7 +93,7 @@ absl::Status RunFetch(const FetchOptions& o) {
     const client::Batch* b = &**next;
     std::vector<LineTensor> tensors;
     for (const client::TensorView& t : b->tensors) {
-      tensors.push_back({t.name, client::DTypeName(t.dtype), t.shape, t.data, t.bytes});
+      tensors.push_back({&t, t.data, t.bytes});
     }
     std::vector<LineSample> ids;
     for (const client::SampleId& id : b->ids) ids.push_back({id.index, id.episode, id.step, id.dataset});

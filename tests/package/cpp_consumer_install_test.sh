@@ -16,7 +16,7 @@ cmake --install "$BUILD" --prefix "$TMP/prefix" > "$TMP/install.log"
 PREFIX="$TMP/prefix"
 CLI="$PREFIX/bin/conveyor"
 for f in include/conveyor/client/client.h include/conveyor/client/launch_env.h include/conveyor/base/types.h \
-         include/conveyor/base/coverage.h include/conveyor/base/mix.h \
+         include/conveyor/base/tensor_desc.h include/conveyor/base/coverage.h include/conveyor/base/mix.h \
          lib/*/cmake/Conveyor/ConveyorConfig.cmake lib/*/cmake/Conveyor/ConveyorConfigVersion.cmake \
          lib/*/libconveyor_client.so.1 share/conveyor/examples/cpp_consumer/CMakeLists.txt \
          lib/python3/dist-packages/conveyor/__init__.py lib/python3/dist-packages/conveyor/_version.py \
