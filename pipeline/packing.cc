@@ -414,6 +414,56 @@ std::vector<SampleId> IdsOf(const std::vector<Sample>& samples) {
   return ids;
 }
 
+// PackSamples' arguments agree: max_tokens in range, the plan made for it, a token count per
+// sample, and the plan places every sample exactly once, within max_tokens per sequence.
+absl::Status CheckPackInputs(const PackPlan& plan, const std::vector<Sample>& samples,
+                             std::span<const int64_t> tokens, int64_t max_tokens) {
+  const size_t n = samples.size();
+  if (max_tokens <= 0 || max_tokens > kMaxTokensLimit) {
+    return absl::InvalidArgumentError(
+        StrCat("packing.max_tokens is ", max_tokens, "; it must be in [1, ", kMaxTokensLimit, "]"));
+  }
+  if (plan.max_tokens != 0 && plan.max_tokens != max_tokens) {
+    return absl::InvalidArgumentError(StrCat("the plan was made for ", plan.max_tokens,
+                                             " tokens per sequence and packing.max_tokens is ",
+                                             max_tokens));
+  }
+  if (tokens.size() != n) {
+    return absl::InvalidArgumentError(StrCat(n, " samples and ", tokens.size(), " token counts"));
+  }
+  // The plan must place every sample exactly once, within max_tokens per sequence.
+  std::vector<int32_t> sequence_of(n, -1);
+  for (size_t q = 0; q < plan.sequences.size(); ++q) {
+    if (plan.sequences[q].empty()) {
+      return absl::InvalidArgumentError(StrCat("packed sequence ", q, " is empty"));
+    }
+    int64_t used = 0;
+    for (size_t i : plan.sequences[q]) {
+      if (i >= n) {
+        return absl::InvalidArgumentError(
+            StrCat("packed sequence ", q, " names batch position ", i, " of ", n));
+      }
+      if (sequence_of[i] >= 0) {
+        return absl::InvalidArgumentError(
+            StrCat("batch position ", i, " is in packed sequences ", sequence_of[i], " and ", q));
+      }
+      sequence_of[i] = static_cast<int32_t>(q);
+      used += tokens[i];
+    }
+    if (used > max_tokens) {
+      return absl::InvalidArgumentError(StrCat("packed sequence ", q, " holds ", used,
+                                               " tokens, over packing.max_tokens ", max_tokens));
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (sequence_of[i] < 0) {
+      return absl::InvalidArgumentError(StrCat("batch position ", i, " (sample ", samples[i].index,
+                                               ") is in no packed sequence"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PackingSpec> PackingSpec::FromYaml(const YAML::Node& packing_node,
@@ -597,48 +647,7 @@ absl::StatusOr<Batch> PackSamples(std::vector<Sample> samples, const SampleSpec&
                                   const BatchBuffers& buffers, int threads) {
   const size_t n = samples.size();
   const int64_t max_tokens = packing.max_tokens;
-  if (max_tokens <= 0 || max_tokens > kMaxTokensLimit) {
-    return absl::InvalidArgumentError(
-        StrCat("packing.max_tokens is ", max_tokens, "; it must be in [1, ", kMaxTokensLimit, "]"));
-  }
-  if (plan.max_tokens != 0 && plan.max_tokens != max_tokens) {
-    return absl::InvalidArgumentError(StrCat("the plan was made for ", plan.max_tokens,
-                                             " tokens per sequence and packing.max_tokens is ",
-                                             max_tokens));
-  }
-  if (tokens.size() != n) {
-    return absl::InvalidArgumentError(StrCat(n, " samples and ", tokens.size(), " token counts"));
-  }
-  // The plan must place every sample exactly once, within max_tokens per sequence.
-  std::vector<int32_t> sequence_of(n, -1);
-  for (size_t q = 0; q < plan.sequences.size(); ++q) {
-    if (plan.sequences[q].empty()) {
-      return absl::InvalidArgumentError(StrCat("packed sequence ", q, " is empty"));
-    }
-    int64_t used = 0;
-    for (size_t i : plan.sequences[q]) {
-      if (i >= n) {
-        return absl::InvalidArgumentError(
-            StrCat("packed sequence ", q, " names batch position ", i, " of ", n));
-      }
-      if (sequence_of[i] >= 0) {
-        return absl::InvalidArgumentError(
-            StrCat("batch position ", i, " is in packed sequences ", sequence_of[i], " and ", q));
-      }
-      sequence_of[i] = static_cast<int32_t>(q);
-      used += tokens[i];
-    }
-    if (used > max_tokens) {
-      return absl::InvalidArgumentError(StrCat("packed sequence ", q, " holds ", used,
-                                               " tokens, over packing.max_tokens ", max_tokens));
-    }
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (sequence_of[i] < 0) {
-      return absl::InvalidArgumentError(StrCat("batch position ", i, " (sample ", samples[i].index,
-                                               ") is in no packed sequence"));
-    }
-  }
+  RETURN_IF_ERROR(CheckPackInputs(plan, samples, tokens, max_tokens));
 
   // Per-stream token counts, checked against `tokens`.
   const size_t streams = spec.streams.size();

@@ -25,11 +25,10 @@
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/internal/format_util.h"
 #include "datasets/lerobot/lerobot_dataset.h"
+#include "datasets/webdataset/internal/wds_member.h"
 #include "datasets/webdataset/tar.h"
 #include "datasets/webdataset/wds_index.h"
 #include "format/format.h"
-#include "format/npy.h"
-#include "media/media_demux.h"
 #include "media/video_decoder.h"
 
 namespace conveyor::webdataset {
@@ -42,25 +41,6 @@ namespace pb = format::v1;
 using json = nlohmann::json;
 
 constexpr std::string_view kShardList = "shards.txt";
-// Members read whole (text, JSON, .npy, images) larger than this are an error, not an allocation.
-constexpr uint64_t kMaxSmallMember = 1ull << 30;
-
-enum class MemberKind { kVideo, kImage, kText, kJson, kNpy, kClass, kUnknown };
-
-// The kind by the extension's last part, case-insensitive ("t5_xxl.npy" is a .npy).
-MemberKind KindOf(std::string_view ext) {
-  const size_t dot = ext.rfind('.');
-  std::string e(dot == std::string_view::npos ? ext : ext.substr(dot + 1));
-  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (e == "mp4" || e == "m4v" || e == "mov" || e == "webm" || e == "mkv")
-    return MemberKind::kVideo;
-  if (e == "jpg" || e == "jpeg" || e == "png" || e == "ppm") return MemberKind::kImage;
-  if (e == "txt" || e == "text" || e == "caption") return MemberKind::kText;
-  if (e == "json") return MemberKind::kJson;
-  if (e == "npy") return MemberKind::kNpy;
-  if (e == "cls") return MemberKind::kClass;
-  return MemberKind::kUnknown;
-}
 
 bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() &&
@@ -103,241 +83,6 @@ std::vector<std::string> ListLocalTars(const std::string& dir, int depth) {
   return out;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Probing members while the index is built. A member's facts are what the dataset checks every
-// sample by and builds its streams from; they are kept in the index cache.
-
-// Video facts: a fixed head (rate f64, shown frames u64, duration s f64, width i32, height i32,
-// codec and pixel format names in 16 bytes each) that opening checks every sample by, then the
-// serialized StreamIndex (packet offsets absolute in the tar) that only loading a sample needs.
-// Opening cuts the facts to their head once the index file holds them, so the packet tables of a
-// dataset are never in memory together.
-struct VideoFacts {
-  double rate = 0;
-  uint64_t frames = 0;
-  double duration_s = 0;
-  int32_t width = 0, height = 0;
-  std::string codec, pix_fmt;
-  pb::StreamIndex index;  // when decoded with_index
-};
-constexpr size_t kVideoFactsHead = 64;
-
-std::string EncodeVideoFacts(const VideoFacts& v) {
-  std::string out(kVideoFactsHead, '\0');
-  std::memcpy(out.data(), &v.rate, 8);
-  std::memcpy(out.data() + 8, &v.frames, 8);
-  std::memcpy(out.data() + 16, &v.duration_s, 8);
-  std::memcpy(out.data() + 24, &v.width, 4);
-  std::memcpy(out.data() + 28, &v.height, 4);
-  std::memcpy(out.data() + 32, v.codec.data(), std::min<size_t>(v.codec.size(), 15));
-  std::memcpy(out.data() + 48, v.pix_fmt.data(), std::min<size_t>(v.pix_fmt.size(), 15));
-  out += v.index.SerializeAsString();
-  return out;
-}
-
-absl::StatusOr<VideoFacts> DecodeVideoFacts(std::string_view bytes, bool with_index,
-                                            const std::string& where) {
-  VideoFacts v;
-  if (bytes.size() < kVideoFactsHead)
-    return absl::DataLossError(StrCat(where, ": malformed video index"));
-  std::memcpy(&v.rate, bytes.data(), 8);
-  std::memcpy(&v.frames, bytes.data() + 8, 8);
-  std::memcpy(&v.duration_s, bytes.data() + 16, 8);
-  std::memcpy(&v.width, bytes.data() + 24, 4);
-  std::memcpy(&v.height, bytes.data() + 28, 4);
-  v.codec = std::string(bytes.substr(32, 16).substr(0, bytes.substr(32, 16).find('\0')));
-  v.pix_fmt = std::string(bytes.substr(48, 16).substr(0, bytes.substr(48, 16).find('\0')));
-  if (with_index && !v.index.ParseFromArray(bytes.data() + kVideoFactsHead,
-                                            static_cast<int>(bytes.size() - kVideoFactsHead))) {
-    return absl::DataLossError(StrCat(where, ": malformed video index"));
-  }
-  return v;
-}
-
-std::string Hex(std::string_view b) {
-  static const char* d = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : b) {
-    if (!out.empty()) out += ' ';
-    out += d[c >> 4];
-    out += d[c & 15];
-  }
-  return out;
-}
-
-// What bytes look like, for an error about a member whose content is not its extension's.
-std::string ContentGuess(std::string_view b) {
-  auto starts = [&](std::string_view m) { return b.substr(0, m.size()) == m; };
-  if (starts("\xff\xd8\xff")) return "a JPEG image";
-  if (starts("\x89PNG")) return "a PNG image";
-  if (starts("GIF8")) return "a GIF image";
-  if (starts("\x1a\x45\xdf\xa3")) return "a Matroska/WebM file";
-  if (b.size() >= 8 && b.substr(4, 4) == "ftyp") return "an MP4/MOV file";
-  if (starts("\x93NUMPY")) return "a .npy array";
-  const size_t first = b.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && (b[first] == '{' || b[first] == '['))
-    return "JSON text, perhaps";
-  return "";
-}
-
-// Whether a video member's first bytes are its container's: an .mp4 must start with an ISO-BMFF
-// box, a .webm/.mkv with the EBML magic. libavformat probes by content and would demux a JPEG
-// named .mp4 as a one-frame mjpeg "video"; this says what it is instead.
-absl::Status SniffContainer(std::string_view ext, std::string_view head, const std::string& where) {
-  std::string e(ext.substr(ext.rfind('.') == std::string_view::npos ? 0 : ext.rfind('.') + 1));
-  std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return std::tolower(c); });
-  bool ok = false;
-  if (e == "webm" || e == "mkv") {
-    ok = head.substr(0, 4) == "\x1a\x45\xdf\xa3";
-  } else {
-    static const std::set<std::string_view> kBoxes = {"ftyp", "moov", "mdat", "free",
-                                                      "skip", "wide", "pnot", "uuid"};
-    ok = head.size() >= 8 && kBoxes.count(head.substr(4, 4)) > 0;
-  }
-  if (ok) return absl::OkStatus();
-  const std::string guess = ContentGuess(head);
-  return absl::DataLossError(StrCat(where, ": not a .", e, " file: it starts with ",
-                                    Hex(head.substr(0, 8)),
-                                    guess.empty() ? std::string() : StrCat(" (", guess, ")"),
-                                    "; the member's extension says what it holds"));
-}
-
-absl::StatusOr<std::string> ReadMember(const RandomAccessFile& tar, uint64_t offset, uint64_t size,
-                                       const std::string& where) {
-  if (size > kMaxSmallMember) {
-    return absl::ResourceExhaustedError(StrCat(where, ": ", size, " bytes, over the ",
-                                               kMaxSmallMember,
-                                               "-byte bound for a member read whole"));
-  }
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (size > 0) RETURN_IF_ERROR(tar.Read(offset, bytes.size(), bytes.data()));
-  return bytes;
-}
-
-// A JSON member's description: per top-level field its kind ("n" a number or bool, "s" a
-// string, an integer N an array of N numbers, "x" anything else) and the numbers' values.
-absl::StatusOr<json> ParseJsonMember(const std::string& bytes, const std::string& where) {
-  json j = json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    const std::string guess = ContentGuess(bytes);
-    return absl::DataLossError(StrCat(where, ": not valid JSON",
-                                      guess.empty() ? "" : StrCat(" (it looks like ", guess, ")")));
-  }
-  if (!j.is_object())
-    return absl::DataLossError(StrCat(where, ": a JSON ", j.type_name(), ", not an object"));
-  return j;
-}
-
-json DescribeJson(const json& j) {
-  json kinds = json::object(), nums = json::object();
-  for (const auto& [k, v] : j.items()) {
-    if (v.is_number() || v.is_boolean()) {
-      kinds[k] = "n";
-      nums[k] = v.is_boolean() ? (v.get<bool>() ? 1.0 : 0.0) : v.get<double>();
-    } else if (v.is_string()) {
-      kinds[k] = "s";
-    } else if (v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const json& x) {
-                 return x.is_number() || x.is_boolean();
-               })) {
-      kinds[k] = v.size();
-    } else {
-      kinds[k] = "x";
-    }
-  }
-  return json{{"kinds", kinds}, {"nums", nums}};
-}
-
-absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMember& m,
-                                        std::string_view ext, const std::string& where) {
-  switch (KindOf(ext)) {
-    case MemberKind::kVideo: {
-      std::string head(static_cast<size_t>(std::min<uint64_t>(m.size, 16)), '\0');
-      if (!head.empty()) RETURN_IF_ERROR(tar.Read(m.offset, head.size(), head.data()));
-      RETURN_IF_ERROR(SniffContainer(ext, head, where));
-      std::unique_ptr<RandomAccessFile> sub =
-          SubRangeFile(tar, m.offset, m.size, StrCat(tar.name(), ":", m.path));
-      absl::StatusOr<DemuxedStream> d =
-          DemuxBestStream(*sub, MediaKind::kVideo, std::string(ext), false);
-      if (!d.ok()) return Annotate(d.status(), where);
-      VideoFacts v;
-      v.rate = d->stream.info.rate;
-      pb::StreamIndex& s = v.index;
-      s.set_name(std::string(ext));
-      s.set_kind(pb::VIDEO);
-      *s.mutable_codec() = *d->stream.codec;
-      s.mutable_codec()->set_codec(d->stream.info.codec);
-      s.set_time_base_num(d->stream.time_base_num);
-      s.set_time_base_den(d->stream.time_base_den);
-      s.set_pts_origin(d->stream.pts_origin);
-      s.set_num_frames(d->stream.packets.size());
-      int64_t end_pts = d->stream.pts_origin;
-      pb::PacketTable* t = s.mutable_packets();
-      for (size_t i = 0; i < d->stream.packets.size(); ++i) {
-        const EpisodeData::Packet& p = d->stream.packets[i];
-        t->add_pts(p.pts);
-        t->add_dts(p.dts);
-        t->add_duration(p.duration);
-        t->add_offset(m.offset + d->offsets[i]);
-        t->add_size(d->sizes[i]);
-        t->add_flags(p.key ? format::kPacketKey : 0);
-        t->add_xxh3(d->xxh3[i]);
-        end_pts = std::max(end_pts, p.pts + p.duration);
-      }
-      absl::StatusOr<FrameTable> frames = FrameTable::Build(s);
-      if (!frames.ok()) return Annotate(frames.status(), where);
-      v.frames = frames->size();
-      v.duration_s =
-          static_cast<double>(end_pts - s.pts_origin()) * s.time_base_num() / s.time_base_den();
-      if (v.frames == 0) return absl::DataLossError(StrCat(where, ": the video has no frames"));
-      v.width = s.codec().width();
-      v.height = s.codec().height();
-      v.codec = s.codec().codec();
-      v.pix_fmt = s.codec().pix_fmt();
-      return EncodeVideoFacts(v);
-    }
-    case MemberKind::kImage: {
-      ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, m.offset, m.size, where));
-      absl::StatusOr<pb::CodecParams> p = ProbeImageBytes(bytes, where);
-      if (!p.ok()) {
-        const std::string guess = ContentGuess(bytes);
-        if (guess.empty()) return p.status();
-        return absl::Status(p.status().code(),
-                            StrCat(p.status().message(), " (it looks like ", guess, ")"));
-      }
-      std::string out(8, '\0');
-      const uint64_t sum = format::Checksum(bytes);
-      std::memcpy(out.data(), &sum, 8);
-      return out + p->SerializeAsString();
-    }
-    case MemberKind::kJson: {
-      ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, m.offset, m.size, where));
-      ASSIGN_OR_RETURN(json j, ParseJsonMember(bytes, where));
-      return DescribeJson(j).dump();
-    }
-    case MemberKind::kNpy: {
-      ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, m.offset, m.size, where));
-      ASSIGN_OR_RETURN(NpyArray a, ParseNpy(bytes, where));
-      return json{{"shape", a.shape}, {"dtype", a.source_dtype}}.dump();
-    }
-    case MemberKind::kText:
-    case MemberKind::kClass:
-      if (m.size > kMaxSmallMember) return ReadMember(tar, m.offset, m.size, where).status();
-      return std::string();
-    case MemberKind::kUnknown:
-      return std::string();
-  }
-  return std::string();
-}
-
-// ---------------------------------------------------------------------------------------------
-
-// Where a manifest stream's values come from.
-struct StreamSource {
-  size_t member = 0;     // index into WebDataset::members_
-  std::string field;     // JSON: the field; else empty
-  int64_t elements = 1;  // LOWDIM: values per step
-};
-
 // One member of an episode, as the dataset keeps it after opening.
 struct MemberLoc {
   uint32_t column = 0;
@@ -366,6 +111,38 @@ struct Loaded {
   uint64_t bytes = 0;
 };
 
+// The clip's clock: its video's shown frames, or one instant.
+struct ClipClock {
+  std::vector<int64_t> pts = {0};
+  std::vector<double> time_s = {0.0};
+  int tb_num = 1, tb_den = 1;
+  int64_t origin = 0;
+};
+
+// An image member's stream: the one image at every instant of the clock.
+void FillImageStream(const std::string& name, const std::string& facts, const MemberLoc& loc,
+                     const ClipClock& clock, pb::StreamIndex* out_s) {
+  out_s->set_name(name);
+  out_s->set_kind(pb::IMAGE);
+  pb::CodecParams p;
+  p.ParseFromArray(facts.data() + 8, static_cast<int>(facts.size() - 8));
+  *out_s->mutable_codec() = p;
+  out_s->set_time_base_num(clock.tb_num);
+  out_s->set_time_base_den(clock.tb_den);
+  out_s->set_pts_origin(clock.origin);
+  pb::PacketTable* t = out_s->mutable_packets();
+  for (int64_t pts : clock.pts) {
+    t->add_pts(pts);
+    t->add_dts(pts);
+    t->add_duration(0);
+    t->add_offset(loc.offset);
+    t->add_size(static_cast<uint32_t>(loc.size));
+    t->add_flags(format::kPacketKey);
+    t->add_xxh3(loc.image_xxh3);
+  }
+  out_s->set_num_frames(clock.pts.size());
+}
+
 class WebDataset final : public Dataset {
  public:
   std::string format() const override { return "webdataset"; }
@@ -391,6 +168,9 @@ class WebDataset final : public Dataset {
   absl::Status IndexAll(std::vector<ShardSetIndex>* out);
   absl::Status BuildStreams(const SampleEntry& first);
   std::string CheckSample(const SampleEntry& s, Episode* ep) const;
+  std::string CheckJsonFields(const nlohmann::json& b, size_t mi, const std::string& w) const;
+  std::string CheckDuration(const SampleEntry& s, const Episode& ep,
+                            const nlohmann::json& json_nums) const;
   absl::Status BuildTable(const std::string& options_text);
   absl::StatusOr<std::shared_ptr<const Loaded>> Get(size_t episode) const;
   absl::StatusOr<std::unique_ptr<Loaded>> Load(size_t episode) const;
@@ -662,102 +442,9 @@ absl::Status WebDataset::BuildStreams(const SampleEntry& first) {
   for (const MemberRef& r : refs) {
     const MemberKind kind = KindOf(r.ext);
     if (kind == MemberKind::kUnknown) continue;
-    const size_t mi = members_.size();
     members_.push_back({r.ext, kind, r.facts});
-    StreamInfo info;
-    info.name = r.ext;
-    info.rate = clip_rate;
-    StreamSource src{mi, "", 1};
-    switch (kind) {
-      case MemberKind::kVideo: {
-        ASSIGN_OR_RETURN(VideoFacts v, DecodeVideoFacts(r.facts, false, where));
-        info.kind = pb::VIDEO;
-        info.codec = v.codec;
-        info.pix_fmt = v.pix_fmt;
-        info.shape = {v.height, v.width, 3};
-        info.rate = v.rate;
-        streams.push_back({info, src});
-        break;
-      }
-      case MemberKind::kImage: {
-        pb::CodecParams p;
-        p.ParseFromArray(r.facts.data() + 8, static_cast<int>(r.facts.size() - 8));
-        info.kind = pb::IMAGE;
-        info.codec = p.codec();
-        info.pix_fmt = p.pix_fmt();
-        info.shape = {p.height(), p.width(), 3};
-        streams.push_back({info, src});
-        break;
-      }
-      case MemberKind::kText:
-        info.kind = pb::TEXT;
-        info.codec = "utf-8";
-        info.rate = 0;
-        streams.push_back({info, src});
-        break;
-      case MemberKind::kClass:
-        info.kind = pb::LOWDIM;
-        info.codec = "wds-cls";
-        info.shape = {1};
-        streams.push_back({info, src});
-        break;
-      case MemberKind::kNpy: {
-        const json f = json::parse(r.facts);
-        int64_t elements = 1;
-        std::string dims;
-        for (const json& d : f["shape"]) {
-          elements *= d.get<int64_t>();
-          StrAppend(&dims, dims.empty() ? "" : "x", d.get<int64_t>());
-        }
-        if (elements <= 0 || elements > (64 << 20)) {
-          return absl::InvalidArgumentError(
-              StrCat(where, ", member '.", r.ext, "': shape ", dims, " (", elements,
-                     " values) cannot be a stream (1 to 64Mi values)"));
-        }
-        info.kind = pb::LOWDIM;
-        // The codec says how the values were stored: the dtype and shape the trainer reshapes by.
-        info.codec =
-            StrCat("npy ", f["dtype"].get<std::string>(), " ", dims.empty() ? "scalar" : dims);
-        info.shape = {elements};
-        src.elements = elements;
-        streams.push_back({info, src});
-        break;
-      }
-      case MemberKind::kJson: {
-        const json f = json::parse(r.facts);
-        std::vector<std::string> skipped;
-        for (const auto& [field, k] : f["kinds"].items()) {
-          StreamInfo fi = info;
-          fi.name = StrCat(r.ext, ".", field);
-          StreamSource fs_src{mi, field, 1};
-          if (k == "n" || k.is_number()) {
-            fi.kind = pb::LOWDIM;
-            fi.codec = "json";
-            fs_src.elements = k.is_number() ? k.get<int64_t>() : 1;
-            fi.shape = {fs_src.elements};
-          } else if (k == "s") {
-            fi.kind = pb::TEXT;
-            fi.codec = "utf-8";
-            fi.rate = 0;
-          } else {
-            skipped.push_back(field);
-            continue;
-          }
-          streams.push_back({fi, fs_src});
-        }
-        if (!skipped.empty()) {
-          std::string list;
-          for (const std::string& s : skipped) StrAppend(&list, list.empty() ? "" : ", ", s);
-          spdlog::info(
-              "webdataset: {}: JSON fields of .{} that are neither numbers, arrays of numbers nor "
-              "strings are not streams: {}",
-              uri_, r.ext, list);
-        }
-        break;
-      }
-      case MemberKind::kUnknown:
-        break;
-    }
+    RETURN_IF_ERROR(
+        AppendMemberStreams(r, kind, members_.size() - 1, clip_rate, where, uri_, &streams));
   }
   std::stable_sort(streams.begin(), streams.end(), [](const auto& a, const auto& b) {
     const int ka = datasets_internal::StreamKindOrder(a.first.kind),
@@ -865,26 +552,7 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
       case MemberKind::kJson: {
         const json b = json::parse(r->facts, nullptr, false);
         if (b.is_discarded()) return StrCat(w, ": malformed JSON index");
-        for (size_t st = 0; st < sources_.size(); ++st) {
-          if (sources_[st].member != mi) continue;
-          const std::string& field = sources_[st].field;
-          const json& kinds = b["kinds"];
-          const std::string want =
-              manifest_.streams[st].kind == pb::TEXT ? "a string"
-              : sources_[st].elements == 1 && manifest_.streams[st].codec == "json"
-                  ? "a number (or an array of 1)"
-                  : StrCat("an array of ", sources_[st].elements, " numbers");
-          if (!kinds.contains(field))
-            return StrCat(w, ": no field '", field, "' (the first sample's JSON has it as ", want,
-                          ")");
-          const json& k = kinds[field];
-          const bool ok = manifest_.streams[st].kind == pb::TEXT
-                              ? k == "s"
-                              : (k == "n" && sources_[st].elements == 1) ||
-                                    (k.is_number() && k.get<int64_t>() == sources_[st].elements);
-          if (!ok)
-            return StrCat(w, ": field '", field, "' is not ", want, " as in the first sample");
-        }
+        if (std::string e = CheckJsonFields(b, mi, w); !e.empty()) return e;
         json_nums = b["nums"];
         break;
       }
@@ -892,18 +560,46 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
         break;
     }
   }
-  // A JSON duration that disagrees with the video: a clip cut or re-encoded after its metadata
-  // was written, or a member of another sample.
+  return CheckDuration(s, *ep, json_nums);
+}
+
+// The fields a JSON member of the sample (`b`, its description) must have for the streams of
+// member `mi`; "" when it has them.
+std::string WebDataset::CheckJsonFields(const json& b, size_t mi, const std::string& w) const {
+  for (size_t st = 0; st < sources_.size(); ++st) {
+    if (sources_[st].member != mi) continue;
+    const std::string& field = sources_[st].field;
+    const json& kinds = b["kinds"];
+    const std::string want = manifest_.streams[st].kind == pb::TEXT ? "a string"
+                             : sources_[st].elements == 1 && manifest_.streams[st].codec == "json"
+                                 ? "a number (or an array of 1)"
+                                 : StrCat("an array of ", sources_[st].elements, " numbers");
+    if (!kinds.contains(field))
+      return StrCat(w, ": no field '", field, "' (the first sample's JSON has it as ", want, ")");
+    const json& k = kinds[field];
+    const bool ok = manifest_.streams[st].kind == pb::TEXT
+                        ? k == "s"
+                        : (k == "n" && sources_[st].elements == 1) ||
+                              (k.is_number() && k.get<int64_t>() == sources_[st].elements);
+    if (!ok) return StrCat(w, ": field '", field, "' is not ", want, " as in the first sample");
+  }
+  return "";
+}
+
+// A JSON duration that disagrees with the video: a clip cut or re-encoded after its metadata
+// was written, or a member of another sample.
+std::string WebDataset::CheckDuration(const SampleEntry& s, const Episode& ep,
+                                      const json& json_nums) const {
   if (clock_member_ >= 0 && !duration_field_.empty() && json_nums.is_object() &&
       json_nums.contains(duration_field_)) {
     const double said = json_nums[duration_field_].get<double>();
     const double rate = manifest_.streams[0].rate > 0 ? manifest_.streams[0].rate : 30;
-    const double tol = duration_tolerance_s_.value_or(std::max(2.0 / rate, 0.02 * ep->duration_s));
-    if (!(std::fabs(said - ep->duration_s) <= tol)) {
-      return StrCat(files_[ep->set][0]->name(), ", sample '", s.key, "': its JSON says ",
+    const double tol = duration_tolerance_s_.value_or(std::max(2.0 / rate, 0.02 * ep.duration_s));
+    if (!(std::fabs(said - ep.duration_s) <= tol)) {
+      return StrCat(files_[ep.set][0]->name(), ", sample '", s.key, "': its JSON says ",
                     duration_field_, " ", said, " s, its video ('.",
-                    members_[static_cast<size_t>(clock_member_)].ext, "') lasts ", ep->duration_s,
-                    " s (", ep->frames, " frames), over the tolerance of ", tol,
+                    members_[static_cast<size_t>(clock_member_)].ext, "') lasts ", ep.duration_s,
+                    " s (", ep.frames, " frames), over the tolerance of ", tol,
                     " s (location options duration_field, duration_tolerance_s)");
     }
   }
@@ -972,20 +668,16 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
   index->set_episode_id(episode);
   index->set_source(Where(episode));
   index->set_duration_s(ep.duration_s);
-  // The clip's clock: its video's shown frames, or one instant.
-  std::vector<int64_t> clock_pts = {0};
-  std::vector<double> clock_s = {0.0};
-  int tb_num = 1, tb_den = 1;
-  int64_t origin = 0;
+  ClipClock clock;
   std::map<size_t, VideoFacts> videos;
   if (clock_member_ >= 0) {
     ASSIGN_OR_RETURN(VideoFacts v, Video(episode, static_cast<size_t>(clock_member_)));
     ASSIGN_OR_RETURN(FrameTable t, FrameTable::Build(v.index));
-    clock_pts = t.pts;
-    clock_s = t.time_s;
-    tb_num = v.index.time_base_num();
-    tb_den = v.index.time_base_den();
-    origin = v.index.pts_origin();
+    clock.pts = t.pts;
+    clock.time_s = t.time_s;
+    clock.tb_num = v.index.time_base_num();
+    clock.tb_den = v.index.time_base_den();
+    clock.origin = v.index.pts_origin();
     videos[static_cast<size_t>(clock_member_)] = std::move(v);
   }
   std::map<size_t, json> jsons;
@@ -1006,25 +698,7 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
       *out_s = videos[src.member].index;
       out_s->set_name(info.name);
     } else if (info.kind == pb::IMAGE) {
-      out_s->set_name(info.name);
-      out_s->set_kind(pb::IMAGE);
-      pb::CodecParams p;
-      p.ParseFromArray(member.facts.data() + 8, static_cast<int>(member.facts.size() - 8));
-      *out_s->mutable_codec() = p;
-      out_s->set_time_base_num(tb_num);
-      out_s->set_time_base_den(tb_den);
-      out_s->set_pts_origin(origin);
-      pb::PacketTable* t = out_s->mutable_packets();
-      for (int64_t pts : clock_pts) {
-        t->add_pts(pts);
-        t->add_dts(pts);
-        t->add_duration(0);
-        t->add_offset(loc.offset);
-        t->add_size(static_cast<uint32_t>(loc.size));
-        t->add_flags(format::kPacketKey);
-        t->add_xxh3(loc.image_xxh3);
-      }
-      out_s->set_num_frames(clock_pts.size());
+      FillImageStream(info.name, member.facts, loc, clock, out_s);
     } else if (info.kind == pb::TEXT) {
       out_s->set_name(info.name);
       out_s->set_kind(pb::TEXT);
@@ -1053,53 +727,20 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
       out_s->mutable_codec()->set_codec(info.codec);
       out_s->set_time_base_num(1);
       out_s->set_time_base_den(1);
-      for (double t : clock_s) out_s->add_timestamps_s(t);
+      for (double t : clock.time_s) out_s->add_timestamps_s(t);
       out_s->mutable_blocks()->set_dim(static_cast<int32_t>(src.elements));
-      out_s->set_num_frames(clock_s.size());
+      out_s->set_num_frames(clock.time_s.size());
       std::vector<float>& row = out->rows[s];
-      if (member.kind == MemberKind::kNpy) {
-        ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, loc.offset, loc.size, where));
-        ASSIGN_OR_RETURN(NpyArray a, ParseNpy(bytes, where));
-        if (static_cast<int64_t>(a.values.size()) != src.elements) {
-          return absl::DataLossError(StrCat(where, ": ", a.values.size(),
-                                            " values, the stream has ", src.elements,
-                                            " (the shard changed after it was indexed?)"));
-        }
-        row = std::move(a.values);
-      } else if (member.kind == MemberKind::kClass) {
-        ASSIGN_OR_RETURN(std::string text, ReadMember(tar, loc.offset, loc.size, where));
-        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
-          text.pop_back();
-        char* end = nullptr;
-        const long long v = text.empty() ? 0 : std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || end != text.c_str() + text.size()) {
-          return absl::DataLossError(
-              StrCat(where, ": '", text.substr(0, 40), "' is not an integer class label"));
-        }
-        row = {static_cast<float>(v)};
-      } else {
+      json* parsed = nullptr;
+      if (member.kind == MemberKind::kJson) {
         if (!jsons.count(src.member)) {
           ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, loc.offset, loc.size, where));
           ASSIGN_OR_RETURN(jsons[src.member], ParseJsonMember(bytes, where));
         }
-        const json& v = jsons[src.member][src.field];
-        auto number = [](const json& x) {
-          return x.is_boolean() ? (x.get<bool>() ? 1.0f : 0.0f) : x.get<float>();
-        };
-        if (v.is_number() || v.is_boolean()) {
-          row = {number(v)};
-        } else if (v.is_array() && static_cast<int64_t>(v.size()) == src.elements) {
-          for (const json& x : v) {
-            if (!x.is_number() && !x.is_boolean())
-              return absl::DataLossError(
-                  StrCat(where, ": field '", src.field, "' holds a non-number"));
-            row.push_back(number(x));
-          }
-        } else {
-          return absl::DataLossError(
-              StrCat(where, ": field '", src.field, "' changed since the shard was indexed"));
-        }
+        parsed = &jsons[src.member];
       }
+      ASSIGN_OR_RETURN(row,
+                       ReadMemberRow(tar, member.kind, loc.offset, loc.size, src, parsed, where));
       out->bytes += row.size() * sizeof(float);
     }
     if (out_s->num_frames() != episodes_.length(episode, s)) {
