@@ -7,6 +7,7 @@
 
 #include <charconv>
 
+#include "base/status_macros.h"
 #include "base/strings.h"
 
 namespace conveyor {
@@ -109,6 +110,65 @@ absl::Status WriteRaw(const std::string& path, const std::vector<int64_t>& shape
   return absl::OkStatus();
 }
 
+// The little-endian values at `src` of numpy type `type` (f, i, u, b) and `width` bytes, as float.
+absl::Status ConvertValues(char type, int64_t width, const char* src, uint64_t count, float* dst,
+                           const std::string& name, const std::string& descr) {
+  if (type == 'f' && width == 4) {
+    Convert<float>(src, count, dst);
+  } else if (type == 'f' && width == 8) {
+    Convert<double>(src, count, dst);
+  } else if (type == 'f' && width == 2) {
+    for (size_t i = 0; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = HalfToFloat(h);
+    }
+  } else if ((type == 'i' || type == 'u' || type == 'b') && width == 1) {
+    if (type == 'i') {
+      Convert<int8_t>(src, count, dst);
+    } else {
+      Convert<uint8_t>(src, count, dst);
+    }
+  } else if (type == 'i' && width == 2) {
+    Convert<int16_t>(src, count, dst);
+  } else if (type == 'i' && width == 4) {
+    Convert<int32_t>(src, count, dst);
+  } else if (type == 'i' && width == 8) {
+    Convert<int64_t>(src, count, dst);
+  } else if (type == 'u' && width == 2) {
+    Convert<uint16_t>(src, count, dst);
+  } else if (type == 'u' && width == 4) {
+    Convert<uint32_t>(src, count, dst);
+  } else if (type == 'u' && width == 8) {
+    Convert<uint64_t>(src, count, dst);
+  } else {
+    return absl::InvalidArgumentError(StrCat(
+        name, ": dtype '", descr, "' is not numeric (expected bool, int, uint or float)"));
+  }
+  return absl::OkStatus();
+}
+
+// A Fortran-order (column-major) array's values in C order (row-major).
+void FortranToCOrder(uint64_t count, NpyArray* arr_ptr) {
+  NpyArray& arr = *arr_ptr;
+  // Column-major to row-major: walk C-order indices and fetch from Fortran strides.
+  std::vector<float> c_order(count);
+  const size_t nd = arr.shape.size();
+  std::vector<uint64_t> fstride(nd, 1);
+  for (size_t d = 1; d < nd; ++d) fstride[d] = fstride[d - 1] * arr.shape[d - 1];
+  std::vector<int64_t> idx(nd, 0);
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t f = 0;
+    for (size_t d = 0; d < nd; ++d) f += idx[d] * fstride[d];
+    c_order[i] = arr.values[f];
+    for (size_t d = nd; d-- > 0;) {
+      if (++idx[d] < arr.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  arr.values = std::move(c_order);
+}
+
 }  // namespace
 
 absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& name) {
@@ -178,58 +238,9 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& n
                                         shape, " of ", descr, " needs ", need, " (truncated?)"));
   }
   arr.values.resize(count);
-  const char* src = bytes.data() + data_start;
-  float* dst = arr.values.data();
-  if (type == 'f' && width == 4) {
-    Convert<float>(src, count, dst);
-  } else if (type == 'f' && width == 8) {
-    Convert<double>(src, count, dst);
-  } else if (type == 'f' && width == 2) {
-    for (size_t i = 0; i < count; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      dst[i] = HalfToFloat(h);
-    }
-  } else if ((type == 'i' || type == 'u' || type == 'b') && width == 1) {
-    if (type == 'i') {
-      Convert<int8_t>(src, count, dst);
-    } else {
-      Convert<uint8_t>(src, count, dst);
-    }
-  } else if (type == 'i' && width == 2) {
-    Convert<int16_t>(src, count, dst);
-  } else if (type == 'i' && width == 4) {
-    Convert<int32_t>(src, count, dst);
-  } else if (type == 'i' && width == 8) {
-    Convert<int64_t>(src, count, dst);
-  } else if (type == 'u' && width == 2) {
-    Convert<uint16_t>(src, count, dst);
-  } else if (type == 'u' && width == 4) {
-    Convert<uint32_t>(src, count, dst);
-  } else if (type == 'u' && width == 8) {
-    Convert<uint64_t>(src, count, dst);
-  } else {
-    return absl::InvalidArgumentError(StrCat(
-        name, ": dtype '", descr, "' is not numeric (expected bool, int, uint or float)"));
-  }
-  if (fortran_order && arr.shape.size() > 1) {
-    // Column-major to row-major: walk C-order indices and fetch from Fortran strides.
-    std::vector<float> c_order(count);
-    const size_t nd = arr.shape.size();
-    std::vector<uint64_t> fstride(nd, 1);
-    for (size_t d = 1; d < nd; ++d) fstride[d] = fstride[d - 1] * arr.shape[d - 1];
-    std::vector<int64_t> idx(nd, 0);
-    for (uint64_t i = 0; i < count; ++i) {
-      uint64_t f = 0;
-      for (size_t d = 0; d < nd; ++d) f += idx[d] * fstride[d];
-      c_order[i] = arr.values[f];
-      for (size_t d = nd; d-- > 0;) {
-        if (++idx[d] < arr.shape[d]) break;
-        idx[d] = 0;
-      }
-    }
-    arr.values = std::move(c_order);
-  }
+  RETURN_IF_ERROR(ConvertValues(type, width, bytes.data() + data_start, count,
+                                arr.values.data(), name, descr));
+  if (fortran_order && arr.shape.size() > 1) FortranToCOrder(count, &arr);
   return arr;
 }
 
