@@ -9,11 +9,13 @@
 #include "base/strings.h"
 #include "datasets/hdf5/hdf5_dataset.h"
 #include "datasets/hdf5/hdf5_file.h"
+#include "datasets/internal/format_util.h"
 
 namespace conveyor::hdf5 {
 namespace {
 
 namespace fs = std::filesystem;
+using datasets_internal::LocalRoot;
 
 constexpr std::string_view kFileList = "hdf5_files.txt";
 
@@ -23,15 +25,6 @@ bool HasHdf5Extension(const std::string& name) {
     if (name.size() > e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0) return true;
   }
   return false;
-}
-
-// The local path of a storage root, "" for a remote one.
-std::string LocalRoot(const Storage& storage) {
-  std::string root = storage.Describe("");
-  if (root.find("://") != std::string::npos && root.rfind("file://", 0) != 0) return "";
-  if (root.rfind("file://", 0) == 0) root = root.substr(7);
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
-  return root;
 }
 
 std::vector<std::string> ListLocal(const std::string& dir) {

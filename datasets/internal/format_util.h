@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "storage/storage.h"
 
 namespace conveyor::datasets_internal {
 
@@ -37,6 +38,17 @@ struct Once {
     return value;
   }
 };
+
+// The local directory a storage root names ("/data/x" for "/data/x/" or "file:///data/x"), ""
+// for a remote one (http, https, s3): formats that list a folder or keep an index beside their
+// files do so only where the files are local.
+inline std::string LocalRoot(const Storage& storage) {
+  std::string root = storage.Describe("");
+  if (root.find("://") != std::string::npos && root.rfind("file://", 0) != 0) return "";
+  if (root.rfind("file://", 0) == 0) root = root.substr(7);
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root;
+}
 
 // Names in the order people number them: digit runs compare as numbers ("episode_10" after
 // "episode_9", "part_2/10.tar" after "part_2/9.tar"), everything else byte by byte.

@@ -32,6 +32,7 @@
 #include "media/video_decoder.h"
 
 namespace conveyor::webdataset {
+using datasets_internal::LocalRoot;
 using datasets_internal::NaturalLess;
 
 namespace {
@@ -52,15 +53,6 @@ bool IsCompressedTarName(std::string_view n) {
     if (EndsWith(n, e)) return true;
   }
   return false;
-}
-
-// The local path of a storage root, "" for a remote one.
-std::string LocalRoot(const Storage& storage) {
-  std::string root = storage.Describe("");
-  if (root.find("://") != std::string::npos && root.rfind("file://", 0) != 0) return "";
-  if (root.rfind("file://", 0) == 0) root = root.substr(7);
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
-  return root;
 }
 
 // Tar files (and compressed tars) under `dir`, at most `depth` folders down, relative to it.
