@@ -184,6 +184,17 @@ std::optional<uid_t> ProcSocketUid(const Endpoint& src, const unsigned char* dst
   return std::nullopt;
 }
 
+// The address the peer reached the listener at, in `server_addr`: the listen host's, or for a
+// listener on every address the peer's own (a same-host client reaches it at an address of this
+// host, and the kernel gives its socket that same address as source).
+void ListenerAddress(const Endpoint& peer, const std::string& server_host, unsigned char server_addr[16]) {
+  std::string host = server_host;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::" ||
+                        inet_pton(peer.family, host.c_str(), server_addr) != 1;
+  if (wildcard) std::memcpy(server_addr, peer.addr, 16);
+}
+
 }  // namespace
 
 std::optional<uid_t> LocalPeerUidFromProc(const std::string& grpc_peer, const std::string& server_host,
@@ -191,11 +202,7 @@ std::optional<uid_t> LocalPeerUidFromProc(const std::string& grpc_peer, const st
   std::optional<Endpoint> peer = ParsePeer(grpc_peer);
   if (!peer) return std::nullopt;
   unsigned char server_addr[16] = {};
-  std::string host = server_host;
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  if (host.empty() || host == "0.0.0.0" || host == "::" || inet_pton(peer->family, host.c_str(), server_addr) != 1) {
-    std::memcpy(server_addr, peer->addr, sizeof(server_addr));
-  }
+  ListenerAddress(*peer, server_host, server_addr);
   return ProcSocketUid(*peer, server_addr, server_port);
 }
 
@@ -204,15 +211,7 @@ std::optional<uid_t> LocalPeerUid(const std::string& grpc_peer, const std::strin
   std::optional<Endpoint> peer = ParsePeer(grpc_peer);
   if (!peer) return std::nullopt;
   unsigned char server_addr[16] = {};
-  std::string host = server_host;
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  const bool wildcard = host.empty() || host == "0.0.0.0" || host == "::" ||
-                        inet_pton(peer->family, host.c_str(), server_addr) != 1;
-  if (wildcard) {
-    // A listener on every address: a same-host client reaches it at an address of this host,
-    // and the kernel gives its socket that same address as source.
-    std::memcpy(server_addr, peer->addr, sizeof(server_addr));
-  }
+  ListenerAddress(*peer, server_host, server_addr);
   bool unavailable = false;
   std::optional<uid_t> uid = SocketUid(*peer, server_addr, server_port, &unavailable);
   if (!uid && unavailable) uid = ProcSocketUid(*peer, server_addr, server_port);
