@@ -20,7 +20,7 @@ if [[ ! -f "$PB/build.ninja" ]]; then
   cmake -S "$ROOT" -B "$PB" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache \
     -DCMAKE_INSTALL_PREFIX=/usr -DCONVEYOR_CUDA=OFF \
-    -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_BENCH=OFF >/dev/null
+    -DCONVEYOR_BUILD_TESTS=OFF -DCONVEYOR_BUILD_BENCH=OFF -DCONVEYOR_FAST_BUILD=ON >/dev/null
 fi
 cmake --build "$PB" -j "$JOBS"
 rm -f "$PB"/package/conveyor_*.deb

@@ -10,9 +10,11 @@ set -euo pipefail
 BUILD_PACKAGES=(
   # build
   cmake ninja-build ccache pkg-config g++
-  # media and compression
-  ffmpeg libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev libffmpeg-nvenc-dev
-  libturbojpeg0-dev libjpeg-turbo-progs libzstd-dev zstd libxxhash-dev liblz4-dev
+  # media and compression (the libraries only: the ffmpeg CLI and tjbench are the tests' references
+  # and the benchmarks' baselines, and the CLI alone pulls in 85 more packages, Mesa and LLVM among
+  # them, about a third of a fresh machine's install)
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev libffmpeg-nvenc-dev
+  libturbojpeg0-dev libzstd-dev zstd libxxhash-dev liblz4-dev
   # storage and wire
   libcurl4-openssl-dev libssl-dev curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus-cpp-dev
@@ -31,7 +33,8 @@ PACKAGES=(
   "${BUILD_PACKAGES[@]}"
   # the fuzzers (tests/fuzz, libFuzzer)
   clang libclang-rt-14-dev
-  # tests and benchmarks
+  # tests and benchmarks: the ffmpeg CLI and tjbench as references and baselines
+  ffmpeg libjpeg-turbo-progs
   python3-numpy
   python3-grpcio python3-grpc-tools iperf3 openssl
   # tests/http: a real HTTP server on 127.0.0.1 for the HTTP storage
