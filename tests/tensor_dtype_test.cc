@@ -2,9 +2,10 @@
 // .npy members written at test time by tests/fixtures/tensor_dtype/make_tensor_dtype.py, whose
 // reference conversions are numpy's `astype(np.float16)` and torch's `.to(torch.bfloat16)`: the
 // conversions bit for bit (subnormals, ties, overflow, NaN payloads), the `dtype:` key resolved
-// and refused, the assembled tensors' bits, float32 configs keeping the digests they had before
-// the key existed, packing of 2-byte rows, and a served float16 stream arriving over gRPC and
-// shared memory with the offline batches' bits.
+// and refused, the assembled tensors' bits and padded rows, float32 configs keeping the digests
+// they had before the key existed, packing of 2-byte rows, a mixture's padding in the stream's
+// dtype, and a served float16 stream arriving over gRPC and shared memory with the offline
+// batches' bits.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -170,7 +171,9 @@ TEST_F(TensorDTypeTest, ConversionsEqualNumpyAndTorch) {
     ASSERT_EQ(std::bit_cast<uint32_t>(f), std::bit_cast<uint32_t>(halves[h])) << h;
     ASSERT_EQ(FloatToHalf(f), h);
     const bool nan = (h & 0x7fffu) > 0x7f80u;
-    if (!nan) ASSERT_EQ(FloatToBFloat16(BFloat16ToFloat(static_cast<uint16_t>(h))), h);
+    if (!nan) {
+      ASSERT_EQ(FloatToBFloat16(BFloat16ToFloat(static_cast<uint16_t>(h))), h);
+    }
   }
 }
 
@@ -239,6 +242,25 @@ TEST_F(TensorDTypeTest, AssembledTensorsHoldTheReferenceBits) {
     ASSERT_NE(pad, nullptr);
     EXPECT_EQ(pad->dtype, DType::kBool);
   }
+
+  // Times outside the clip (one instant, t = 0) are padding: the rows repeat the clamped row, in
+  // float16, and `_is_pad` marks them.
+  auto padded = Parse("anchor: f32.npy\nstreams:\n  f32.npy: {delta_timestamps: [-0.5, 0.0, 0.5], "
+                      "dtype: float16}\n");
+  ASSERT_TRUE(padded.ok()) << padded.status();
+  SampleAssembler a_padded(*dataset_, *padded, *index);
+  auto p = a_padded.Assemble(index->EpisodeStart(2), 1, 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const OwnedTensor* rows = p->Find("f32.npy");
+  const OwnedTensor* pads = p->Find("f32.npy_is_pad");
+  ASSERT_TRUE(rows && pads);
+  EXPECT_EQ(rows->dtype, DType::kFloat16);
+  ASSERT_EQ(rows->shape, (std::vector<int64_t>{3, 32}));
+  EXPECT_EQ(pads->data, (std::vector<uint8_t>{1, 0, 1}));
+  const std::string want = ReadFile(Fx("expected/2.f32.half"));
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(std::string(rows->data.begin() + 64 * r, rows->data.begin() + 64 * (r + 1)), want) << r;
+  }
 }
 
 // Versioning: a config without `dtype:`, and one that says float32, give the digests the build
@@ -260,6 +282,14 @@ TEST_F(TensorDTypeTest, Float32ConfigsKeepTheirDigests) {
   EXPECT_EQ(Offline(dir_->Join("half.yaml"), "--steps 3 --threads 2"), half);
 }
 
+// The bytes of a .npy file that `conveyor batches --out` wrote, after its header; "" unless its
+// descr is `descr`.
+std::string NpyData(const std::string& path, const std::string& descr) {
+  const std::string npy = ReadFile(path);
+  if (npy.size() < 10 || npy.find("'descr': '" + descr + "'") == std::string::npos) return "";
+  return npy.substr(10 + (static_cast<uint8_t>(npy[8]) | static_cast<uint8_t>(npy[9]) << 8));
+}
+
 // Sequence packing concatenates 2-byte rows: every row of a packed float16 tensor is one of the
 // members' rows (or zero padding), at 1 and 2 threads alike. bfloat16 cannot be written as .npy.
 TEST_F(TensorDTypeTest, PackingCopiesTwoByteRows) {
@@ -278,10 +308,8 @@ TEST_F(TensorDTypeTest, PackingCopiesTwoByteRows) {
   }
   const std::string out = dir_->Join("packed_out");
   Offline(dir_->Join("packed.yaml"), "--steps 1 --out " + ShellQuote(out));
-  const std::string npy = ReadFile(out + "/0-0/f16.npy.npy");
-  ASSERT_NE(npy.find("'descr': '<f2'"), std::string::npos) << npy.substr(0, 128);
-  const size_t header = 10 + (static_cast<uint8_t>(npy[8]) | static_cast<uint8_t>(npy[9]) << 8);
-  const std::string data = npy.substr(header);
+  const std::string data = NpyData(out + "/0-0/f16.npy.npy", "<f2");
+  ASSERT_FALSE(data.empty());
   ASSERT_EQ(data.size() % 16, 0u);
   size_t real = 0;
   for (size_t at = 0; at < data.size(); at += 16) {
@@ -298,6 +326,67 @@ TEST_F(TensorDTypeTest, PackingCopiesTwoByteRows) {
   EXPECT_NE(refused.exit_code, 0);
   EXPECT_NE(refused.output.find("bfloat16"), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("f64.npy.npy"), std::string::npos) << refused.output;
+}
+
+// A mixture pads in the stream's dtype: the narrower dataset's float16 rows are widened with
+// zeros (0.0 in float16) and `_dim_is_pad` marks them; its missing float16 stream is zeros with
+// `_is_pad` set; the wide dataset's rows are numpy's float16 of its values; the same batches at 1
+// and 2 threads.
+TEST_F(TensorDTypeTest, MixturesPadInTheStreamsDtype) {
+  testing::WriteFile(Fx("mix.yaml"),
+                     "mixture:\n  name: dtypes\n  tag: dataset_id\n  pad: {f32.npy: 32}\n"
+                     "  datasets:\n    - {name: wide, uri: wds, weight: 0.5}\n"
+                     "    - {name: narrow, uri: narrow, weight: 0.5, missing: [f16.npy]}\n");
+  testing::WriteFile(dir_->Join("mixcfg.yaml"),
+                     "anchor: f32.npy\nstreams:\n  f32.npy: {dtype: float16}\n"
+                     "  f16.npy: {dtype: stored}\npipeline: {global_batch_size: 4, seed: 2}\n");
+  auto mixture = [&](const std::string& extra) {
+    int code = 0;
+    const std::string out =
+        Capture(ShellCommand({kCli, "batches", Fx("mix.yaml"), "--config", dir_->Join("mixcfg.yaml"),
+                              "--digest"}) + " " + extra + " 2>/dev/null",
+                &code);
+    EXPECT_EQ(code, 0) << out;
+    return out;
+  };
+  const std::string one = mixture("--steps 3 --threads 1");
+  EXPECT_EQ(testing::SplitLines(one).size(), 3u) << one;
+  EXPECT_EQ(mixture("--steps 3 --threads 2"), one);
+
+  const std::string dir = dir_->Join("mix_out");
+  mixture("--steps 2 --out " + ShellQuote(dir));
+  std::set<std::string> wide_rows;
+  for (int e = 0; e < 6; ++e) wide_rows.insert(ReadFile(Fx("expected/" + std::to_string(e) + ".f32.half")));
+  size_t narrow = 0, wide = 0;
+  for (const std::string step : {"0-0", "0-1"}) {
+    const std::string f32 = NpyData(dir + "/" + step + "/f32.npy.npy", "<f2");
+    const std::string dim_pad = NpyData(dir + "/" + step + "/f32.npy_dim_is_pad.npy", "|b1");
+    const std::string f16 = NpyData(dir + "/" + step + "/f16.npy.npy", "<f2");
+    const std::string f16_pad = NpyData(dir + "/" + step + "/f16.npy_is_pad.npy", "|b1");
+    const std::string tag = NpyData(dir + "/" + step + "/dataset_id.npy", "<i4");
+    ASSERT_EQ(f32.size(), 4u * 64) << step;
+    ASSERT_EQ(dim_pad.size(), 4u * 32);
+    ASSERT_EQ(f16.size(), 4u * 64);
+    ASSERT_EQ(f16_pad.size(), 4u);
+    ASSERT_EQ(tag.size(), 4u * 4);
+    for (size_t k = 0; k < 4; ++k) {
+      const std::string row = f32.substr(64 * k, 64);
+      if (tag[4 * k] == 1) {  // narrow: 16 values, then 16 zeros marked as padding
+        ++narrow;
+        EXPECT_EQ(row.substr(32), std::string(32, '\0'));
+        EXPECT_EQ(dim_pad.substr(32 * k, 32), std::string(16, '\0') + std::string(16, '\1'));
+        EXPECT_EQ(f16.substr(64 * k, 64), std::string(64, '\0'));
+        EXPECT_EQ(f16_pad[k], '\1');
+      } else {
+        ++wide;
+        EXPECT_TRUE(wide_rows.count(row)) << step << " sample " << k;
+        EXPECT_EQ(dim_pad.substr(32 * k, 32), std::string(32, '\0'));
+        EXPECT_EQ(f16_pad[k], '\0');
+      }
+    }
+  }
+  EXPECT_GT(narrow, 0u);
+  EXPECT_GT(wide, 0u);
 }
 
 // A float16/bfloat16 config served: `conveyor fetch --digest` over gRPC messages and over the
