@@ -45,7 +45,17 @@ absl::StatusOr<Cursor> Cursor::Parse(std::string_view text) {
   return c;
 }
 
-size_t DTypeSize(DType t) { return t == DType::kFloat32 || t == DType::kInt32 ? 4 : 1; }
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kUint8:
+    case DType::kBool: return 1;
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+    case DType::kFloat32:
+    case DType::kInt32: return 4;
+  }
+  return 1;
+}
 
 std::string_view DTypeName(DType t) {
   switch (t) {
@@ -53,6 +63,8 @@ std::string_view DTypeName(DType t) {
     case DType::kBool: return "bool";
     case DType::kFloat32: return "float32";
     case DType::kInt32: return "int32";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
   }
   return "?";
 }
@@ -63,6 +75,8 @@ std::string_view NumpyDescr(DType t) {
     case DType::kBool: return "|b1";
     case DType::kFloat32: return "<f4";
     case DType::kInt32: return "<i4";
+    case DType::kFloat16: return "<f2";
+    case DType::kBFloat16: return "";
   }
   return "|u1";
 }

@@ -51,7 +51,10 @@ struct SampleId {
   bool operator==(const SampleId&) const = default;
 };
 
-enum class DType : uint8_t { kUint8, kBool, kFloat32, kInt32 };
+// The values are the C ABI's element type codes (capi/include/conveyor/conveyor_c.h CONVEYOR_UINT8,
+// ...): only ever appended, never renumbered. kFloat16 is IEEE binary16; kBFloat16 is bfloat16 (a
+// float32's upper 16 bits, rounded; base/float16.h).
+enum class DType : uint8_t { kUint8, kBool, kFloat32, kInt32, kFloat16, kBFloat16 };
 
 // What a tensor is for, carried beside it from the sample to the client (the wire's
 // conveyor.v1.TensorRole), so no layer recognises a role from a tensor's name.
@@ -64,8 +67,10 @@ enum class TensorRole : uint8_t {
   kSampleInfo,   // packing: per-sample bookkeeping; in a sample, a mixture's tag
 };
 size_t DTypeSize(DType t);             // bytes per element
-std::string_view DTypeName(DType t);   // "uint8", "bool", "float32", "int32"
-std::string_view NumpyDescr(DType t);  // "|u1", "|b1", "<f4", "<i4"
+std::string_view DTypeName(DType t);   // "uint8", "bool", "float32", "int32", "float16", "bfloat16"
+// The .npy descr: "|u1", "|b1", "<f4", "<i4", "<f2"; empty for kBFloat16, which numpy has no type
+// for (the .npy writers refuse it, naming the tensor: docs/sampling.md "Tensor dtypes").
+std::string_view NumpyDescr(DType t);
 
 // a * b, or false when it does not fit in 64 bits (config arithmetic, shape products).
 inline bool CheckedMul(uint64_t a, uint64_t b, uint64_t* out) {

@@ -534,6 +534,8 @@ int conveyor_batch_dlpack(conveyor_batch* b, uint32_t index, int on_device, int 
       case cc::DType::kBool: d.dtype = {6, 8, 1}; break;
       case cc::DType::kFloat32: d.dtype = {2, 32, 1}; break;
       case cc::DType::kInt32: d.dtype = {0, 32, 1}; break;
+      case cc::DType::kFloat16: d.dtype = {2, 16, 1}; break;
+      case cc::DType::kBFloat16: d.dtype = {4, 16, 1}; break;  // DLPack's kDLBfloat
     }
   }
   d.shape = e->shape.data();

@@ -106,7 +106,15 @@ bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m) {
 }
 
 
-uint64_t DTypeBytes(v1::DType t) { return t == v1::FLOAT32 || t == v1::INT32 ? 4 : 1; }
+uint64_t DTypeBytes(v1::DType t) {
+  switch (t) {
+    case v1::FLOAT32:
+    case v1::INT32: return 4;
+    case v1::FLOAT16:
+    case v1::BFLOAT16: return 2;
+    default: return 1;
+  }
+}
 
 std::optional<std::string> CheckTensor(const v1::TensorHeader& t, uint64_t payload_bytes) {
   uint64_t end = 0;
@@ -133,6 +141,8 @@ DType FromProto(v1::DType t) {
     case v1::BOOL: return DType::kBool;
     case v1::FLOAT32: return DType::kFloat32;
     case v1::INT32: return DType::kInt32;
+    case v1::FLOAT16: return DType::kFloat16;
+    case v1::BFLOAT16: return DType::kBFloat16;
     default: return DType::kUint8;
   }
 }

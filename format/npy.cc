@@ -1,12 +1,12 @@
 #include "format/npy.h"
 
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include <charconv>
 
+#include "base/float16.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 
@@ -56,19 +56,6 @@ bool FindValue(std::string_view header, std::string_view key, std::string* value
   }
   *value = std::string(Trim(header.substr(pos, end - pos)));
   return true;
-}
-
-float HalfToFloat(uint16_t h) {
-  const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(mant), -24);
-  } else if (exp == 31) {
-    v = mant ? NAN : INFINITY;
-  } else {
-    v = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
-  }
-  return sign ? -v : v;
 }
 
 template <typename T>
@@ -261,6 +248,12 @@ absl::Status WriteNpy(const std::string& path, const std::vector<int64_t>& shape
 
 absl::Status WriteNpyRaw(const std::string& path, const std::vector<int64_t>& shape,
                          std::string_view descr, const void* data, size_t bytes) {
+  if (descr.empty()) {  // NumpyDescr of bfloat16: writing its bits as another type would lie
+    return absl::InvalidArgumentError(
+        StrCat("cannot write ", path, ": the tensor is bfloat16, which numpy has no .npy type "
+               "for; serve the stream as float16 or float32 to write .npy files, or read the "
+               "batch through the Python package (docs/sampling.md \"Tensor dtypes\")"));
+  }
   return WriteRaw(path, shape, descr, data, bytes);
 }
 

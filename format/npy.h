@@ -26,7 +26,8 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& n
 // Writes float32 values in C order with `shape` (format 1.0, dtype '<f4').
 absl::Status WriteNpy(const std::string& path, const std::vector<int64_t>& shape,
                       const float* values);
-// Raw little-endian data with a numpy dtype string ("|u1", "|b1", "<f4", ...), C order.
+// Raw little-endian data with a numpy dtype string ("|u1", "|b1", "<f4", "<f2", ...), C order.
+// An empty `descr` (base/types.h NumpyDescr of bfloat16) is INVALID_ARGUMENT naming `path`.
 absl::Status WriteNpyRaw(const std::string& path, const std::vector<int64_t>& shape,
                          std::string_view descr, const void* data, size_t bytes);
 // float64 variant, used for timestamps.

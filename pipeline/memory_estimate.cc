@@ -36,7 +36,8 @@ uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
         break;
       }
       case pb::LOWDIM:
-        total += s.deltas.size() * (info.shape.empty() ? 1 : info.shape[0]) * 4 + s.deltas.size();
+        total += s.deltas.size() * (info.shape.empty() ? 1 : info.shape[0]) * DTypeSize(s.value_dtype) +
+                 s.deltas.size();
         break;
       case pb::AUDIO: {
         const double rate = s.audio_rate > 0 ? s.audio_rate : info.rate;

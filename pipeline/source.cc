@@ -43,7 +43,7 @@ SharedStream OutputOf(const StreamSpec& s, const StreamInfo& info) {
     }
     case pb::LOWDIM:
       o.shape = {t, info.shape.empty() ? 1 : info.shape[0]};
-      o.dtype = DType::kFloat32;
+      o.dtype = s.value_dtype;
       o.pad_len = t;
       break;
     case pb::AUDIO: {
@@ -477,10 +477,12 @@ absl::Status Source::Conform(size_t k, const SampleSpec& spec, const BoundMember
       const int64_t rows = t->shape[0], d = t->shape[1];
       real_dim = d;
       if (d < l.dim) {
-        OwnedTensor padded = Zeros(s.name, DType::kFloat32, {rows, l.dim});
+        // Zero bits are 0.0 in every float dtype a lowdim stream is served in.
+        const size_t es = DTypeSize(t->dtype);
+        OwnedTensor padded = Zeros(s.name, t->dtype, {rows, l.dim});
         for (int64_t r = 0; r < rows; ++r) {
-          std::memcpy(padded.data.data() + r * l.dim * 4, t->data.data() + r * d * 4,
-                      static_cast<size_t>(d) * 4);
+          std::memcpy(padded.data.data() + r * l.dim * es, t->data.data() + r * d * es,
+                      static_cast<size_t>(d) * es);
         }
         *t = std::move(padded);
       }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 
+#include "base/float16.h"
 #include "base/mix.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -444,7 +445,7 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
   if (!st.ok()) return StreamError(ctx, st);
   const int64_t dim = stream.blocks().dim();
   // A per-clip tensor in its stored shape (one step: the spec checked it) holds the same values.
-  OwnedTensor t = MakeTensor(s.name, DType::kFloat32,
+  OwnedTensor t = MakeTensor(s.name, s.value_dtype,
                              s.stored_shape.empty()
                                  ? std::vector<int64_t>{static_cast<int64_t>(steps.size()), dim}
                                  : s.stored_shape);
@@ -452,7 +453,7 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
     return StreamError(ctx, absl::DataLossError(StrCat("the stream has ", dim, " values per step, "
                                                        "not the elements of its stored shape")));
   }
-  float* dst = reinterpret_cast<float*>(t.data.data());
+  uint8_t* dst = t.data.data();
   for (size_t i = 0; i < steps.size(); ++i) {
     const float* src = &rows[static_cast<size_t>(steps[i] - *lo) * dim];
     for (int64_t d = 0; d < dim; ++d) {
@@ -460,7 +461,7 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
       if (s.normalize != LowdimNorm::kNone) {
         v = (v - s.norm_offset[d]) * s.norm_scale[d] + s.norm_bias;
       }
-      dst[i * dim + d] = v;
+      StoreFloat(s.value_dtype, v, dst, i * dim + d);
     }
   }
   out->tensors.push_back(std::move(t));

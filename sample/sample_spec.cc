@@ -376,7 +376,8 @@ absl::Status ParseKindOptions(std::string_view source, const YAML::Node& key, co
       return ParseImageOptions(source, n, s);
     case pb::LOWDIM:
       RETURN_IF_ERROR(CheckKeys(source, n, what,
-                                {"delta_timestamps", "tolerance_s", "match", "normalize", "shape"}));
+                                {"delta_timestamps", "tolerance_s", "match", "normalize", "shape",
+                                 "dtype"}));
       return ParseLowdimNormalize(source, n, manifest, s);
     case pb::AUDIO:
       RETURN_IF_ERROR(CheckKeys(source, n, what, {"delta_timestamps", "rate", "channels"}));
@@ -485,6 +486,44 @@ absl::Status ParseStoredShape(std::string_view source, const YAML::Node& n, cons
   return absl::OkStatus();
 }
 
+// A lowdim stream's `dtype:` (docs/sampling.md "Tensor dtypes"). `stored` reads a `.npy`
+// member's type from the stream's codec ("npy <f2 77x4096"): its values reach the assembler as
+// float32 (Dataset::ReadLowdim), which holds every float16 exactly, so float16 is served with
+// the member's own bits; float32 and float64 are served as float32 (the wire has no float64, and
+// the reader has already rounded it). An integer or bool member is refused rather than served
+// as a float that `stored` would not be.
+absl::Status ParseValueDType(std::string_view source, const YAML::Node& n, const StreamInfo& info,
+                             StreamSpec* s) {
+  ASSIGN_OR_RETURN(std::string v, Word(source, n["dtype"], "dtype",
+                                       {"float32", "float16", "bfloat16", "stored"}));
+  if (v != "stored") {
+    s->value_dtype = v == "float16"    ? DType::kFloat16
+                     : v == "bfloat16" ? DType::kBFloat16
+                                       : DType::kFloat32;
+    return absl::OkStatus();
+  }
+  std::istringstream words(info.codec);
+  std::string format, descr;
+  words >> format >> descr;
+  if (format != "npy") {
+    return ConfigError(source, n["dtype"],
+                       StrCat("dtype: stored keeps a .npy member's own float type; stream '",
+                              s->name, "' is ", info.codec.empty() ? "lowdim" : info.codec,
+                              ", read as float32: give dtype: float32, float16 or bfloat16"));
+  }
+  if (descr == "<f2") {
+    s->value_dtype = DType::kFloat16;
+  } else if (descr == "<f4" || descr == "<f8") {
+    s->value_dtype = DType::kFloat32;
+  } else {
+    return ConfigError(source, n["dtype"],
+                       StrCat("dtype: stored keeps a float member's type; stream '", s->name,
+                              "' stores '", descr, "' (not a float): give dtype: float32 to serve "
+                              "its values as float32"));
+  }
+  return absl::OkStatus();
+}
+
 // One entry of `streams:` (`key`: the stream's name, `value`: its options, null for none).
 absl::StatusOr<StreamSpec> ParseStream(std::string_view source, const YAML::Node& key,
                                        const YAML::Node& value, const Manifest& manifest,
@@ -507,6 +546,7 @@ absl::StatusOr<StreamSpec> ParseStream(std::string_view source, const YAML::Node
   RETURN_IF_ERROR(ParseKindOptions(source, key, n, manifest, what, &s));
   RETURN_IF_ERROR(ParseTimes(source, n, info, tolerance, limits, what, &s));
   if (s.kind == pb::LOWDIM && n["shape"]) RETURN_IF_ERROR(ParseStoredShape(source, n, info, &s));
+  if (s.kind == pb::LOWDIM && n["dtype"]) RETURN_IF_ERROR(ParseValueDType(source, n, info, &s));
   return s;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/types.h"
 #include "media/decode_backend.h"
 #include "media/decode_common.h"
 #include "media/video_decoder.h"
@@ -93,6 +94,11 @@ struct StreamSpec {
   // the tensor is served in its stored shape ([L, D] embeddings, [T, C, H, W] latents; a 0-d
   // array as [1]) instead of [1, elements]. Empty: [steps, dim].
   std::vector<int64_t> stored_shape;
+  // `dtype:` (docs/sampling.md "Tensor dtypes"): the element type the values are served in,
+  // kFloat32 (the default: every config without the key keeps its bits), kFloat16 or kBFloat16
+  // (rounded to nearest even from the float32 values, after normalization); `stored` resolves to
+  // a `.npy` member's own float type here.
+  DType value_dtype = DType::kFloat32;
 
   // TEXT: the `tokenizer:` key's model (sample/tokenizer.h): the stream's tensor is then int32
   // token ids instead of UTF-8 bytes. Null: bytes. Shared by every copy of the spec and every

@@ -19,6 +19,8 @@ pb::DType ToProto(DType t) {
     case DType::kBool: return pb::BOOL;
     case DType::kFloat32: return pb::FLOAT32;
     case DType::kInt32: return pb::INT32;
+    case DType::kFloat16: return pb::FLOAT16;
+    case DType::kBFloat16: return pb::BFLOAT16;
   }
   return pb::DTYPE_UNSPECIFIED;
 }

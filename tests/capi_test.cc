@@ -46,6 +46,8 @@ const char* DTypeName(int32_t t) {
     case CONVEYOR_BOOL: return "bool";
     case CONVEYOR_FLOAT32: return "float32";
     case CONVEYOR_INT32: return "int32";
+    case CONVEYOR_FLOAT16: return "float16";
+    case CONVEYOR_BFLOAT16: return "bfloat16";
   }
   return "?";
 }

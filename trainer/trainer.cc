@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/float16.h"
 #include "base/strings.h"
 #include "conveyor/v1/service.pb.h"
 #include "device/gpu.h"
@@ -38,6 +39,26 @@ PartSummary Summarize(std::vector<double> v) {
   s.p50 = q(0.5);
   s.p99 = q(0.99);
   return s;
+}
+
+bool IsFloat(client::DType t) {
+  return t == client::DType::kFloat32 || t == client::DType::kFloat16 ||
+         t == client::DType::kBFloat16;
+}
+
+// A float tensor's values as float32: a float16 or bfloat16 stream (`dtype:`) widened exactly.
+std::vector<float> Widen(const client::TensorView& t) {
+  std::vector<float> v(t.bytes / DTypeSize(t.dtype));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t.dtype == client::DType::kFloat32) {
+      std::memcpy(&v[i], t.data + 4 * i, 4);
+      continue;
+    }
+    uint16_t bits;
+    std::memcpy(&bits, t.data + 2 * i, 2);
+    v[i] = t.dtype == client::DType::kFloat16 ? HalfToFloat(bits) : BFloat16ToFloat(bits);
+  }
+  return v;
 }
 
 // The policy's inputs from one batch: per sample, every camera frame average-pooled to
@@ -101,11 +122,13 @@ absl::Status Features(const client::Batch& b, int pool, const std::string& actio
       }
       continue;
     }
-    if (t.dtype == client::DType::kFloat32 && t.shape.size() >= 2 && t.shape.size() <= 3) {
-      const int64_t per = static_cast<int64_t>(t.bytes / 4) / n;
+    if (IsFloat(t.dtype) && t.shape.size() >= 2 && t.shape.size() <= 3) {
+      const int64_t per = static_cast<int64_t>(t.bytes / DTypeSize(t.dtype)) / n;
       if (per > 256) continue;  // audio
-      const float* v = reinterpret_cast<const float*>(t.data);
-      for (int64_t i = 0; i < n; ++i) rows[i].insert(rows[i].end(), v + i * per, v + (i + 1) * per);
+      const std::vector<float> v = Widen(t);
+      for (int64_t i = 0; i < n; ++i) {
+        rows[i].insert(rows[i].end(), v.begin() + i * per, v.begin() + (i + 1) * per);
+      }
     }
   }
   *per_sample = rows.empty() ? 0 : static_cast<int64_t>(rows[0].size()) + 1;  // + bias
@@ -526,13 +549,13 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
     st.h2d = Seconds(t1, t1b);
     t1 = t1b;
     const client::TensorView* y = b->Find(o.action);
-    if (y == nullptr || y->dtype != client::DType::kFloat32) {
-      return absl::InvalidArgumentError(StrCat("the batch has no float32 tensor '", o.action, "' to predict"));
+    if (y == nullptr || !IsFloat(y->dtype)) {
+      return absl::InvalidArgumentError(StrCat("the batch has no float tensor '", o.action, "' to predict"));
     }
     int64_t in = 0;
     if (absl::Status s = Features(*b, o.pool, o.action, &x, &in); !s.ok()) return s;
     const int64_t n = static_cast<int64_t>(b->ids.size());
-    const int64_t out = static_cast<int64_t>(y->bytes / 4) / n;
+    const int64_t out = static_cast<int64_t>(y->bytes / DTypeSize(y->dtype)) / n;
     if (model.in == 0) model.Init(in, out);
     if (model.in != in || model.out != out) {
       return absl::DataLossError(StrCat("batch ", b->cursor.ToString(), " has ", in, " features and ", out,
@@ -550,7 +573,8 @@ absl::StatusOr<TrainResult> Train(const TrainOptions& o) {
       st.ids.push_back(id.dataset != 0 ? StrCat(id.dataset, ":", id.episode, "/", id.step)
                                        : StrCat(id.episode, "/", id.step));
     }
-    const float* target = reinterpret_cast<const float*>(y->data);
+    const std::vector<float> target_values = Widen(*y);
+    const float* target = target_values.data();
     std::vector<float> pred;
     st.loss = model.Step(x, target, n, &grad, &pred);
     losses.Add(target, pred, n, out, st.loss, step >= final_from);

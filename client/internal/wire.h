@@ -50,7 +50,8 @@ struct Message {
 // parse). Unknown fields are skipped: newer servers may add some.
 bool ParseMessage(const std::vector<grpc::Slice>* slices, Message* m);
 
-// Bytes per element of a wire dtype (uint8 and bool 1, float32 and int32 4).
+// Bytes per element of a wire dtype (uint8 and bool 1, float16 and bfloat16 2, float32 and int32
+// 4).
 uint64_t DTypeBytes(v1::DType t);
 
 // Checks a tensor header of a batch whose payload holds `payload_bytes`: it lies inside the

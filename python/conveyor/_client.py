@@ -58,8 +58,22 @@ Start = Union[str, Sequence[int]]
 # Server addresses: a list, or one comma-separated string.
 Servers = Union[str, Sequence[str]]
 
+
+def _bfloat16() -> np.dtype[Any]:
+    """numpy's dtype for bfloat16 tensors: ml_dtypes.bfloat16 where ml_dtypes imports (JAX
+    ships it), else uint16, the raw bits (numpy has no bfloat16; Debian 12 packages no
+    ml_dtypes). to_torch() and the DLPack exports give torch.bfloat16 either way."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return np.dtype(np.uint16)
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+# By the C ABI's element type codes (CONVEYOR_UINT8 = 0, ...; conveyor_c.h).
 _NUMPY = {0: np.dtype(np.uint8), 1: np.dtype(np.bool_), 2: np.dtype(np.float32),
-          3: np.dtype(np.int32)}
+          3: np.dtype(np.int32), 4: np.dtype(np.float16), 5: _bfloat16()}
+_BFLOAT16 = 5
 _DL_CPU, _DL_CUDA = 1, 2
 
 
@@ -179,7 +193,10 @@ def to_torch(batch: Mapping[str, Any], device: Any = None,
         if k in METADATA_KEYS:
             out[k] = v
             continue
-        t = torch.from_numpy(v)
+        if v.dtype == _NUMPY[_BFLOAT16]:  # torch reads neither uint16 nor ml_dtypes: the bits
+            t = torch.from_numpy(v.view(np.int16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(v)
         out[k] = t if device is None else t.to(device, non_blocking=non_blocking)
     return out
 
@@ -332,8 +349,11 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        """The numpy dtype name."""
-        return "uint8" if self._as_uint8 else self._dtype.name
+        """The element type's name: the numpy dtype's, and "bfloat16" for bfloat16 (the DLPack
+        export's type, whatever numpy's host view holds; see _bfloat16)."""
+        if self._as_uint8:
+            return "uint8"
+        return "bfloat16" if self._dtype == _NUMPY[_BFLOAT16] else self._dtype.name
 
     @property
     def host(self) -> npt.NDArray[Any]:

@@ -54,8 +54,17 @@ enum {
   CONVEYOR_UNAVAILABLE = 14
 };
 
-/* Element types of tensors (base/types.h's DType). */
-enum { CONVEYOR_UINT8 = 0, CONVEYOR_BOOL = 1, CONVEYOR_FLOAT32 = 2, CONVEYOR_INT32 = 3 };
+/* Element types of tensors (base/types.h's DType); codes are only ever appended. FLOAT16 is IEEE
+ * binary16, BFLOAT16 a float32's upper 16 bits (rounded), 2 bytes each, as a stream's `dtype:`
+ * asks (docs/sampling.md "Tensor dtypes"). */
+enum {
+  CONVEYOR_UINT8 = 0,
+  CONVEYOR_BOOL = 1,
+  CONVEYOR_FLOAT32 = 2,
+  CONVEYOR_INT32 = 3,
+  CONVEYOR_FLOAT16 = 4,
+  CONVEYOR_BFLOAT16 = 5
+};
 
 /* What a tensor is for (client/client.h's TensorRole). */
 enum {
@@ -76,7 +85,7 @@ typedef struct {
   int32_t device_id;
 } conveyor_dl_device;
 typedef struct {
-  uint8_t code; /* 0 int, 1 uint, 2 float, 6 bool */
+  uint8_t code; /* 0 int, 1 uint, 2 float, 4 bfloat, 6 bool */
   uint8_t bits;
   uint16_t lanes;
 } conveyor_dl_dtype;
