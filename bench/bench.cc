@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <fstream>
 #include <sstream>
@@ -51,6 +52,8 @@
 #include "server/server.h"
 #include "pipeline/frame_cache.h"
 #include "pipeline/pipeline.h"
+#include "sample/buckets.h"
+#include "shuffle/buckets.h"
 #include "bench/bench.h"
 #include "tools/commands.h"
 
@@ -215,6 +218,9 @@ class Bench {
       Progress("frame cache rows: measured for video only (--modality video or all)");
     }
     ASSIGN_OR_RETURN(index_, SampleIndex::Build(ds_, spec.anchor_stream));
+    // Bucketed datasets hold clips of several sizes: the CLI limits run over every clip of a
+    // thread, not its first one (a 1080p clip decodes at half a 720p clip's rate).
+    mixed_sizes_ = spec.buckets.enabled();
     if (spec.clips.enabled()) {
       Progress("clips per video: the shuffled rows serve the config's clips in their own order; the gop, "
                "epoch-boundary and frame cache rows (decode-once blocks of consecutive anchor steps) "
@@ -237,6 +243,9 @@ class Bench {
         for (int t : o_.threads) RETURN_IF_ERROR(Read(kind, stream, t));
       }
       for (int t : o_.threads) RETURN_IF_ERROR(Decode(kind, stream, t));
+      if (kind == "video" && spec.buckets.enabled()) {
+        for (int t : o_.threads) RETURN_IF_ERROR(DecodeBucketCrop(spec, stream, t));
+      }
       SampleSpec only = spec;
       only.streams.erase(std::remove_if(only.streams.begin(), only.streams.end(),
                                         [&](const StreamSpec& s) { return KindName(s.kind) != kind; }),
@@ -432,7 +441,11 @@ class Bench {
         // start-up does not count.
         std::vector<std::string> cmds;
         int64_t frames = 0;
-        for (int t = 0; t < threads; ++t) {
+        if (mixed_sizes_) {
+          ASSIGN_OR_RETURN(frames, CliOverClips(stream, threads, ups / threads * o_.seconds,
+                                                [](size_t) { return std::string("-pix_fmt rgb24 -f null -"); }, &cmds));
+        }
+        for (int t = 0; t < threads && !mixed_sizes_; ++t) {
           const size_t e = EpisodesOf(t, threads).front();
           ASSIGN_OR_RETURN(const std::string f, Extracted(kind, stream, e));
           ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
@@ -444,7 +457,8 @@ class Bench {
         }
         const double s = RunParallel(cmds);
         limit = s > 0 ? frames / s : 0;
-        limit_name = "ffmpeg -threads 1 -pix_fmt rgb24";
+        limit_name = mixed_sizes_ ? "ffmpeg -threads 1 -pix_fmt rgb24, each clip of the thread's"
+                                  : "ffmpeg -threads 1 -pix_fmt rgb24";
       } else {
         // libjpeg-turbo's tjbench on the stream's first image, one process per thread.
         ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(0));
@@ -594,6 +608,138 @@ class Bench {
     return absl::OkStatus();
   }
 
+  // One shell command per thread in `cmds`: the ffmpeg CLI (one process at a time, one thread)
+  // on each of the thread's clips in turn (`stream` extracted to a file), in as many passes as
+  // make about `frames_per_thread` frames, so that the CLI decodes the same mix of clips as the
+  // thread it stands beside. `args(e)`: the arguments after episode e's input. Returns the
+  // frames the commands decode. Each process starts once per clip (about 20 ms beside the 1-3 s
+  // a clip of 84-120 frames takes to decode here).
+  absl::StatusOr<int64_t> CliOverClips(int stream, int threads, double frames_per_thread,
+                                       const std::function<std::string(size_t)>& args,
+                                       std::vector<std::string>* cmds) {
+    int64_t frames = 0;
+    for (int t = 0; t < threads; ++t) {
+      std::string pass;
+      int64_t per_pass = 0;
+      for (size_t e : EpisodesOf(t, threads)) {
+        ASSIGN_OR_RETURN(const std::string f, Extracted("video", stream, e));
+        ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+        per_pass += index->streams(stream).packets().size_size();
+        pass += StrCat("ffmpeg -hide_banner -loglevel error -nostdin -threads 1 -filter_threads 1 -i '", f, "' ",
+                       args(e), " || exit 1; ");
+      }
+      const int64_t passes = std::max<int64_t>(1, std::llround(frames_per_thread / std::max<int64_t>(per_pass, 1)));
+      frames += passes * per_pass;
+      cmds->push_back(StrCat("for p in $(seq ", passes, "); do ", pass, "done"));
+    }
+    return frames;
+  }
+
+  // Buckets (docs/sampling.md "Buckets"): every frame of each clip decoded, cut to its bucket's
+  // centre rectangle and scaled to the bucket's size in one libswscale pass (what a bucketed
+  // sample's frames cost), beside the ffmpeg CLI doing the same decode, crop and scale on each of
+  // the same clips (`-vf crop=W:H:X:Y,scale=BW:BH -pix_fmt rgb24`), and the CLI decoding them
+  // alone (the ceiling of any crop path, in the row's JSON).
+  absl::Status DecodeBucketCrop(const SampleSpec& spec, int stream, int threads) {
+    struct Cut {
+      VideoCrop crop;
+      BucketSize size;
+    };
+    std::map<size_t, Cut> cuts;  // by episode
+    ResizeFilter filter = ResizeFilter::kBilinear;
+    for (const StreamSpec& s : spec.streams) {
+      if (s.kind == pb::VIDEO && s.stream == stream) filter = s.resize;
+    }
+    for (size_t e = 0; e < ds_.num_episodes(); ++e) {
+      ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+      const BucketSize size = spec.buckets.sizes[EpisodeBucket(spec, *index)];
+      cuts[e] = Cut{BucketCrop(size, DisplayedSizeOf(index->streams(stream), true)), size};
+    }
+    const DecodeLimits limits;
+    double ups = 0, bps = 0;
+    RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
+      VideoDecoder video;
+      std::vector<RgbImage> out;
+      while (!stop) {
+        for (size_t e : EpisodesOf(t, threads)) {
+          ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+          const pb::StreamIndex& s = index->streams(stream);
+          auto read = [&](size_t packet, std::string* b) { return ds_.ReadPacket(*index, stream, packet, b); };
+          ASSIGN_OR_RETURN(const FrameTable table, FrameTable::Build(s));
+          VideoOutput vo;
+          vo.crop = cuts[e].crop;
+          vo.width = cuts[e].size.width;
+          vo.height = cuts[e].size.height;
+          vo.filter = filter;
+          for (int64_t k = 0; k < static_cast<int64_t>(table.size()) && !stop; ++k) {
+            RETURN_IF_ERROR(video.Decode(e, s, table, read, std::span<const int64_t>(&k, 1), vo, limits, &out));
+            ++*units;
+          }
+        }
+      }
+      return absl::OkStatus();
+    }, &ups, &bps));
+    const std::string flags = CliScaleFlags(filter);
+    auto crop_args = [&](size_t e) {
+      const Cut& c = cuts[e];
+      return StrCat("-vf crop=", c.crop.width, ":", c.crop.height, ":", c.crop.x, ":", c.crop.y, ",scale=",
+                    c.size.width, ":", c.size.height, ":flags=", flags, " -pix_fmt rgb24 -f null -");
+    };
+    std::vector<std::string> cmds, decode_cmds;
+    ASSIGN_OR_RETURN(const int64_t frames, CliOverClips(stream, threads, ups / threads * o_.seconds, crop_args, &cmds));
+    const double s = RunParallel(cmds);
+    ASSIGN_OR_RETURN(const int64_t decode_frames,
+                     CliOverClips(stream, threads, ups / threads * o_.seconds,
+                                  [](size_t) { return std::string("-f null -"); }, &decode_cmds));
+    const double decode_s = RunParallel(decode_cmds);
+    if (s <= 0 || decode_s <= 0) return absl::InternalError(StrCat("the ffmpeg CLI failed on: ", cmds.front()));
+    Row r{"video", "decode", "bucket crop and scale", threads, ups, "frames/s",
+          StrCat("ffmpeg -threads 1 -filter_threads 1 -vf crop=W:H:X:Y,scale=BW:BH:flags=", flags,
+                 " -pix_fmt rgb24, each clip of the thread's"),
+          frames / s, {}};
+    r.stages = {{"cli_decode_only_frames_per_s", decode_frames / decode_s}, {"clips", cuts.size()}};
+    Progress(absl::StrFormat("video decode (bucket crop and scale), %d thread%s: the CLI decoding the same clips "
+                             "alone: %.1f frames/s", threads, threads > 1 ? "s" : "", decode_frames / decode_s));
+    bucket_fps_limit_[threads] = r.limit;
+    Add(std::move(r));
+    return absl::OkStatus();
+  }
+
+  // libswscale's name for `f` in the CLI's scale filter (flags=...).
+  static std::string CliScaleFlags(ResizeFilter f) {
+    switch (f) {
+      case ResizeFilter::kBilinear: return "bilinear";
+      case ResizeFilter::kBicubic: return "bicubic";
+      case ResizeFilter::kArea: return "area";
+      case ResizeFilter::kNearest: return "neighbor";
+      case ResizeFilter::kLanczos: return "lanczos";
+    }
+    return "bilinear";
+  }
+
+  // How an epoch fills the buckets (shuffle/buckets.h): per bucket its samples, the whole groups
+  // an epoch serves and the samples left for a later epoch (fewer than a group). Logged once.
+  json BucketFill(const SampleSpec& spec, const BucketTable& table, uint64_t group) {
+    json fill = json::array();
+    std::string line = StrCat("buckets, groups of ", group, ":");
+    uint64_t total = 0, served = 0;
+    for (size_t b = 0; b < table.num_buckets(); ++b) {
+      const uint64_t n = table.BucketSamples(b);
+      const BucketSize& size = spec.buckets.sizes[b];
+      fill.push_back({{"height", size.height}, {"width", size.width}, {"samples", n}, {"group", group}, {"groups", n / group},
+                      {"left_for_a_later_epoch", n % group}});
+      line += StrCat(" ", size.width, "x", size.height, " ", n, " samples (", n / group, " groups, ", n % group,
+                     " left)", b + 1 < table.num_buckets() ? ";" : "");
+      total += n;
+      served += n / group * group;
+    }
+    if (!bucket_fill_logged_) {
+      Progress(StrCat(line, "; an epoch serves ", served, " of ", total, " samples"));
+      bucket_fill_logged_ = true;
+    }
+    return fill;
+  }
+
   double FramesPerSample(const SampleSpec& spec, pb::StreamKind kind = pb::VIDEO) const {
     double f = 0;
     for (const StreamSpec& s : spec.streams) {
@@ -642,6 +788,12 @@ class Bench {
       r.limit_name = "decode bound (ffmpeg rate / decoded frames per sample)";
       r.limit = video_fps_limit_[threads] / (st.amplification() * FramesPerSample(spec));
     }
+    if (kind == "video" && bucket_fps_limit_.count(threads) && bucket_fps_limit_[threads] > 0 &&
+        st.amplification() > 0) {
+      // Buckets: each decoded frame also costs the crop and scale to its bucket, as the CLI's do.
+      r.limit_name = "bucket bound (ffmpeg decode, crop and scale rate / decoded frames per sample)";
+      r.limit = bucket_fps_limit_[threads] / (st.amplification() * FramesPerSample(spec));
+    }
     if (kind == "image" && image_fps_limit_.count(threads) && image_fps_limit_[threads] > 0 &&
         FramesPerSample(spec, pb::IMAGE) > 0) {
       // The most samples/s `threads` tjbench-speed decoders allow: one decode per image.
@@ -649,6 +801,7 @@ class Bench {
       r.limit = image_fps_limit_[threads] / FramesPerSample(spec, pb::IMAGE);
     }
     r.stages = Stages(st, m);
+    if (p->options().order.buckets) r.stages["buckets"] = BucketFill(spec, *p->options().order.buckets, p->options().order.bucket_group);
     if (reads.has_value()) {
       r.stages["episode_reads"] = reads->reads;
       r.stages["distinct_episodes"] = reads->distinct;
@@ -1223,6 +1376,9 @@ class Bench {
   double cat_ = 0;
   double iperf_ = 0;
   std::map<int, double> video_fps_limit_;
+  std::map<int, double> bucket_fps_limit_;  // the CLI's decode + bucket crop + scale, by threads
+  bool mixed_sizes_ = false;                // buckets: clips of several sizes
+  bool bucket_fill_logged_ = false;
   std::map<int, double> image_fps_limit_;  // tjbench or memcpy, by threads (JPEG / raw images)
   std::map<int, std::string> image_limit_tool_;  // "tjbench" or "memcpy", by threads
   std::map<int, GopBaseline> gop_;
@@ -1479,6 +1635,12 @@ bool PrintCacheRowsAndLimits(const BenchOptions& o, const std::vector<Row>& rows
               "thread per process, one process per thread, on the same stream extracted to a file; "
               "decode bound = ffmpeg's rate / (amplification x frames per sample); serve is beside "
               "the offline pipeline with the same threads.\n");
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.order == "bucket crop and scale"; })) {
+    std::printf("buckets: a dataset of several sizes, so every CLI limit runs over each of the thread's clips in "
+                "turn (one process per clip); bucket crop and scale = every frame cut to its clip's bucket "
+                "and scaled to its size, beside the CLI's `-vf crop=W:H:X:Y,scale=BW:BH` on the same clips; "
+                "bucket bound = that CLI rate / (amplification x frames per sample).\n");
+  }
   for (const Row& r : rows) {
     if (r.stage != "serve" || r.order.find(", warm frame cache") == std::string::npos) continue;
     std::printf("serve, warm frame cache (%s): a server with the cache, warmed by one client stream through "
