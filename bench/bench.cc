@@ -406,6 +406,10 @@ class Bench {
     std::string unit, limit_name;
     double limit = 0;
     if (kind == "video" || kind == "image") {
+      // Clips of several sizes (buckets): each thread decodes whole clips, and the CLI then the
+      // same clips (CliCommands), so both decode the same frames of the same mix.
+      std::vector<std::vector<size_t>> clips(static_cast<size_t>(threads));
+      const bool whole_clips = kind == "video" && mixed_sizes_;
       RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
         VideoDecoder video;
         ImageDecoder image;
@@ -414,15 +418,17 @@ class Bench {
         std::string bytes;
         while (!stop) {
           for (size_t e : EpisodesOf(t, threads)) {
+            if (whole_clips && stop) break;
             ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
             const pb::StreamIndex& s = index->streams(stream);
             auto read = [&](size_t packet, std::string* b) { return ds_.ReadPacket(*index, stream, packet, b); };
             if (kind == "video") {
               ASSIGN_OR_RETURN(const FrameTable table, FrameTable::Build(s));
-              for (int64_t k = 0; k < static_cast<int64_t>(table.size()) && !stop; ++k) {
+              for (int64_t k = 0; k < static_cast<int64_t>(table.size()) && (whole_clips || !stop); ++k) {
                 RETURN_IF_ERROR(video.Decode(e, s, table, read, std::span<const int64_t>(&k, 1), VideoOutput{}, limits, &out));
                 ++*units;
               }
+              if (whole_clips) clips[t].push_back(e);
             } else {
               for (int k = 0; k < s.packets().size_size() && !stop; ++k) {
                 RETURN_IF_ERROR(read(static_cast<size_t>(k), &bytes));
@@ -441,11 +447,11 @@ class Bench {
         // start-up does not count.
         std::vector<std::string> cmds;
         int64_t frames = 0;
-        if (mixed_sizes_) {
-          ASSIGN_OR_RETURN(frames, CliOverClips(stream, threads, ups / threads * o_.seconds,
-                                                [](size_t) { return std::string("-pix_fmt rgb24 -f null -"); }, &cmds));
+        if (whole_clips) {
+          ASSIGN_OR_RETURN(frames, CliCommands(stream, clips, [](size_t) { return std::string("-pix_fmt rgb24 -f null -"); },
+                                               &cmds));
         }
-        for (int t = 0; t < threads && !mixed_sizes_; ++t) {
+        for (int t = 0; t < threads && !whole_clips; ++t) {
           const size_t e = EpisodesOf(t, threads).front();
           ASSIGN_OR_RETURN(const std::string f, Extracted(kind, stream, e));
           ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
@@ -457,7 +463,7 @@ class Bench {
         }
         const double s = RunParallel(cmds);
         limit = s > 0 ? frames / s : 0;
-        limit_name = mixed_sizes_ ? "ffmpeg -threads 1 -pix_fmt rgb24, each clip of the thread's"
+        limit_name = whole_clips ? "ffmpeg -threads 1 -pix_fmt rgb24, the thread's clips"
                                   : "ffmpeg -threads 1 -pix_fmt rgb24";
       } else {
         // libjpeg-turbo's tjbench on the stream's first image, one process per thread.
@@ -609,35 +615,31 @@ class Bench {
   }
 
   // One shell command per thread in `cmds`: the ffmpeg CLI (one process at a time, one thread)
-  // on each of the thread's clips in turn (`stream` extracted to a file), in as many passes as
-  // make about `frames_per_thread` frames, so that the CLI decodes the same mix of clips as the
-  // thread it stands beside. `args(e)`: the arguments after episode e's input. Returns the
-  // frames the commands decode. Each process starts once per clip (about 20 ms beside the 1-3 s
-  // a clip of 84-120 frames takes to decode here).
-  absl::StatusOr<int64_t> CliOverClips(int stream, int threads, double frames_per_thread,
-                                       const std::function<std::string(size_t)>& args,
-                                       std::vector<std::string>* cmds) {
+  // on each of `clips[t]` in turn (episodes, `stream` extracted to a file), whole: the clips that
+  // Conveyor's thread t decoded, so that both decode the same frames of the same mix. `args(e)`:
+  // the arguments after episode e's input. Returns the frames the commands decode. A process
+  // starts per clip (about 20 ms beside the 1-3 s a clip of 84-120 frames takes to decode here).
+  absl::StatusOr<int64_t> CliCommands(int stream, const std::vector<std::vector<size_t>>& clips,
+                                      const std::function<std::string(size_t)>& args,
+                                      std::vector<std::string>* cmds) {
     int64_t frames = 0;
-    for (int t = 0; t < threads; ++t) {
-      std::string pass;
-      int64_t per_pass = 0;
-      for (size_t e : EpisodesOf(t, threads)) {
+    for (const std::vector<size_t>& thread_clips : clips) {
+      std::string cmd;
+      for (size_t e : thread_clips) {
         ASSIGN_OR_RETURN(const std::string f, Extracted("video", stream, e));
         ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
-        per_pass += index->streams(stream).packets().size_size();
-        pass += StrCat("ffmpeg -hide_banner -loglevel error -nostdin -threads 1 -filter_threads 1 -i '", f, "' ",
-                       args(e), " || exit 1; ");
+        frames += index->streams(stream).packets().size_size();
+        cmd += StrCat("ffmpeg -hide_banner -loglevel error -nostdin -threads 1 -filter_threads 1 -i '", f, "' ",
+                      args(e), " || exit 1; ");
       }
-      const int64_t passes = std::max<int64_t>(1, std::llround(frames_per_thread / std::max<int64_t>(per_pass, 1)));
-      frames += passes * per_pass;
-      cmds->push_back(StrCat("for p in $(seq ", passes, "); do ", pass, "done"));
+      if (!cmd.empty()) cmds->push_back(cmd);
     }
     return frames;
   }
 
-  // Buckets (docs/sampling.md "Buckets"): every frame of each clip decoded, cut to its bucket's
-  // centre rectangle and scaled to the bucket's size in one libswscale pass (what a bucketed
-  // sample's frames cost), beside the ffmpeg CLI doing the same decode, crop and scale on each of
+  // Buckets (docs/sampling.md "Buckets"): every frame of whole clips decoded, cut to the clip's
+  // bucket's centre rectangle and scaled to the bucket's size in one libswscale pass (what a
+  // bucketed sample's frames cost), beside the ffmpeg CLI doing the same decode, crop and scale on
   // the same clips (`-vf crop=W:H:X:Y,scale=BW:BH -pix_fmt rgb24`), and the CLI decoding them
   // alone (the ceiling of any crop path, in the row's JSON).
   absl::Status DecodeBucketCrop(const SampleSpec& spec, int stream, int threads) {
@@ -657,11 +659,13 @@ class Bench {
     }
     const DecodeLimits limits;
     double ups = 0, bps = 0;
+    std::vector<std::vector<size_t>> clips(static_cast<size_t>(threads));  // whole clips decoded, per thread
     RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
       VideoDecoder video;
       std::vector<RgbImage> out;
       while (!stop) {
         for (size_t e : EpisodesOf(t, threads)) {
+          if (stop) break;
           ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
           const pb::StreamIndex& s = index->streams(stream);
           auto read = [&](size_t packet, std::string* b) { return ds_.ReadPacket(*index, stream, packet, b); };
@@ -671,10 +675,11 @@ class Bench {
           vo.width = cuts[e].size.width;
           vo.height = cuts[e].size.height;
           vo.filter = filter;
-          for (int64_t k = 0; k < static_cast<int64_t>(table.size()) && !stop; ++k) {
+          for (int64_t k = 0; k < static_cast<int64_t>(table.size()); ++k) {
             RETURN_IF_ERROR(video.Decode(e, s, table, read, std::span<const int64_t>(&k, 1), vo, limits, &out));
             ++*units;
           }
+          clips[t].push_back(e);
         }
       }
       return absl::OkStatus();
@@ -686,18 +691,20 @@ class Bench {
                     c.size.width, ":", c.size.height, ":flags=", flags, " -pix_fmt rgb24 -f null -");
     };
     std::vector<std::string> cmds, decode_cmds;
-    ASSIGN_OR_RETURN(const int64_t frames, CliOverClips(stream, threads, ups / threads * o_.seconds, crop_args, &cmds));
+    ASSIGN_OR_RETURN(const int64_t frames, CliCommands(stream, clips, crop_args, &cmds));
     const double s = RunParallel(cmds);
     ASSIGN_OR_RETURN(const int64_t decode_frames,
-                     CliOverClips(stream, threads, ups / threads * o_.seconds,
-                                  [](size_t) { return std::string("-f null -"); }, &decode_cmds));
+                     CliCommands(stream, clips, [](size_t) { return std::string("-f null -"); }, &decode_cmds));
     const double decode_s = RunParallel(decode_cmds);
     if (s <= 0 || decode_s <= 0) return absl::InternalError(StrCat("the ffmpeg CLI failed on: ", cmds.front()));
     Row r{"video", "decode", "bucket crop and scale", threads, ups, "frames/s",
           StrCat("ffmpeg -threads 1 -filter_threads 1 -vf crop=W:H:X:Y,scale=BW:BH:flags=", flags,
-                 " -pix_fmt rgb24, each clip of the thread's"),
+                 " -pix_fmt rgb24, the thread's clips"),
           frames / s, {}};
-    r.stages = {{"cli_decode_only_frames_per_s", decode_frames / decode_s}, {"clips", cuts.size()}};
+    size_t decoded = 0;
+    for (const std::vector<size_t>& c : clips) decoded += c.size();
+    r.stages = {{"cli_decode_only_frames_per_s", decode_frames / decode_s}, {"clips", cuts.size()},
+                {"clips_decoded", decoded}, {"frames_decoded", frames}};
     Progress(absl::StrFormat("video decode (bucket crop and scale), %d thread%s: the CLI decoding the same clips "
                              "alone: %.1f frames/s", threads, threads > 1 ? "s" : "", decode_frames / decode_s));
     bucket_fps_limit_[threads] = r.limit;
@@ -1636,8 +1643,8 @@ bool PrintCacheRowsAndLimits(const BenchOptions& o, const std::vector<Row>& rows
               "decode bound = ffmpeg's rate / (amplification x frames per sample); serve is beside "
               "the offline pipeline with the same threads.\n");
   if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.order == "bucket crop and scale"; })) {
-    std::printf("buckets: a dataset of several sizes, so every CLI limit runs over each of the thread's clips in "
-                "turn (one process per clip); bucket crop and scale = every frame cut to its clip's bucket "
+    std::printf("buckets: a dataset of several sizes, so each decode row's threads decode whole clips and its CLI "
+                "limit decodes the same clips, one process per clip; bucket crop and scale = every frame cut to its clip's bucket "
                 "and scaled to its size, beside the CLI's `-vf crop=W:H:X:Y,scale=BW:BH` on the same clips; "
                 "bucket bound = that CLI rate / (amplification x frames per sample).\n");
   }
