@@ -54,6 +54,7 @@
 #include "pipeline/pipeline.h"
 #include "sample/buckets.h"
 #include "shuffle/buckets.h"
+#include "shuffle/order.h"
 #include "bench/bench.h"
 #include "tools/commands.h"
 
@@ -217,7 +218,11 @@ class Bench {
     if (frame_cache_on() && std::find(wanted.begin(), wanted.end(), "video") == wanted.end()) {
       Progress("frame cache rows: measured for video only (--modality video or all)");
     }
-    ASSIGN_OR_RETURN(index_, SampleIndex::Build(ds_, spec.anchor_stream));
+    // With clips per video the index is the clips' (one sample per clip, at the offsets the
+    // pipeline draws for the config's seed), as the pipeline's is: the in-order row assembles
+    // clips, not overlapping windows at every frame of each video.
+    ASSIGN_OR_RETURN(index_, SampleIndex::Build(ds_, spec.anchor_stream, {}, spec.clips,
+                                                OrderKey(ds_.manifest().fingerprint, po.seed)));
     // Bucketed datasets hold clips of several sizes: the CLI limits run over every clip of a
     // thread, not its first one (a 1080p clip decodes at half a 720p clip's rate).
     mixed_sizes_ = spec.buckets.enabled();
