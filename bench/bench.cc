@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <fstream>
 #include <sstream>
@@ -51,6 +52,9 @@
 #include "server/server.h"
 #include "pipeline/frame_cache.h"
 #include "pipeline/pipeline.h"
+#include "sample/buckets.h"
+#include "shuffle/buckets.h"
+#include "shuffle/order.h"
 #include "bench/bench.h"
 #include "tools/commands.h"
 
@@ -214,7 +218,14 @@ class Bench {
     if (frame_cache_on() && std::find(wanted.begin(), wanted.end(), "video") == wanted.end()) {
       Progress("frame cache rows: measured for video only (--modality video or all)");
     }
-    ASSIGN_OR_RETURN(index_, SampleIndex::Build(ds_, spec.anchor_stream));
+    // With clips per video the index is the clips' (one sample per clip, at the offsets the
+    // pipeline draws for the config's seed), as the pipeline's is: the in-order row assembles
+    // clips, not overlapping windows at every frame of each video.
+    ASSIGN_OR_RETURN(index_, SampleIndex::Build(ds_, spec.anchor_stream, {}, spec.clips,
+                                                OrderKey(ds_.manifest().fingerprint, po.seed)));
+    // Bucketed datasets hold clips of several sizes: the CLI limits run over every clip of a
+    // thread, not its first one (a 1080p clip decodes at half a 720p clip's rate).
+    mixed_sizes_ = spec.buckets.enabled();
     if (spec.clips.enabled()) {
       Progress("clips per video: the shuffled rows serve the config's clips in their own order; the gop, "
                "epoch-boundary and frame cache rows (decode-once blocks of consecutive anchor steps) "
@@ -237,6 +248,9 @@ class Bench {
         for (int t : o_.threads) RETURN_IF_ERROR(Read(kind, stream, t));
       }
       for (int t : o_.threads) RETURN_IF_ERROR(Decode(kind, stream, t));
+      if (kind == "video" && spec.buckets.enabled()) {
+        for (int t : o_.threads) RETURN_IF_ERROR(DecodeBucketCrop(spec, stream, t));
+      }
       SampleSpec only = spec;
       only.streams.erase(std::remove_if(only.streams.begin(), only.streams.end(),
                                         [&](const StreamSpec& s) { return KindName(s.kind) != kind; }),
@@ -397,6 +411,10 @@ class Bench {
     std::string unit, limit_name;
     double limit = 0;
     if (kind == "video" || kind == "image") {
+      // Clips of several sizes (buckets): each thread decodes whole clips, and the CLI then the
+      // same clips (CliCommands), so both decode the same frames of the same mix.
+      std::vector<std::vector<size_t>> clips(static_cast<size_t>(threads));
+      const bool whole_clips = kind == "video" && mixed_sizes_;
       RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
         VideoDecoder video;
         ImageDecoder image;
@@ -405,15 +423,17 @@ class Bench {
         std::string bytes;
         while (!stop) {
           for (size_t e : EpisodesOf(t, threads)) {
+            if (whole_clips && stop) break;
             ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
             const pb::StreamIndex& s = index->streams(stream);
             auto read = [&](size_t packet, std::string* b) { return ds_.ReadPacket(*index, stream, packet, b); };
             if (kind == "video") {
               ASSIGN_OR_RETURN(const FrameTable table, FrameTable::Build(s));
-              for (int64_t k = 0; k < static_cast<int64_t>(table.size()) && !stop; ++k) {
+              for (int64_t k = 0; k < static_cast<int64_t>(table.size()) && (whole_clips || !stop); ++k) {
                 RETURN_IF_ERROR(video.Decode(e, s, table, read, std::span<const int64_t>(&k, 1), VideoOutput{}, limits, &out));
                 ++*units;
               }
+              if (whole_clips) clips[t].push_back(e);
             } else {
               for (int k = 0; k < s.packets().size_size() && !stop; ++k) {
                 RETURN_IF_ERROR(read(static_cast<size_t>(k), &bytes));
@@ -432,7 +452,11 @@ class Bench {
         // start-up does not count.
         std::vector<std::string> cmds;
         int64_t frames = 0;
-        for (int t = 0; t < threads; ++t) {
+        if (whole_clips) {
+          ASSIGN_OR_RETURN(frames, CliCommands(stream, clips, [](size_t) { return std::string("-pix_fmt rgb24 -f null -"); },
+                                               &cmds));
+        }
+        for (int t = 0; t < threads && !whole_clips; ++t) {
           const size_t e = EpisodesOf(t, threads).front();
           ASSIGN_OR_RETURN(const std::string f, Extracted(kind, stream, e));
           ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
@@ -444,7 +468,8 @@ class Bench {
         }
         const double s = RunParallel(cmds);
         limit = s > 0 ? frames / s : 0;
-        limit_name = "ffmpeg -threads 1 -pix_fmt rgb24";
+        limit_name = whole_clips ? "ffmpeg -threads 1 -pix_fmt rgb24, the thread's clips"
+                                  : "ffmpeg -threads 1 -pix_fmt rgb24";
       } else {
         // libjpeg-turbo's tjbench on the stream's first image, one process per thread.
         ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(0));
@@ -594,6 +619,149 @@ class Bench {
     return absl::OkStatus();
   }
 
+  // One shell command per thread in `cmds`: the ffmpeg CLI (one process at a time, one thread)
+  // on each of `clips[t]` in turn (episodes, `stream` extracted to a file), whole: the clips that
+  // Conveyor's thread t decoded, so that both decode the same frames of the same mix. `args(e)`:
+  // the arguments after episode e's input. Returns the frames the commands decode. A process
+  // starts per clip (about 20 ms beside the 1-3 s a clip of 84-120 frames takes to decode here).
+  absl::StatusOr<int64_t> CliCommands(int stream, const std::vector<std::vector<size_t>>& clips,
+                                      const std::function<std::string(size_t)>& args,
+                                      std::vector<std::string>* cmds) {
+    int64_t frames = 0;
+    for (const std::vector<size_t>& thread_clips : clips) {
+      std::string cmd;
+      for (size_t e : thread_clips) {
+        ASSIGN_OR_RETURN(const std::string f, Extracted("video", stream, e));
+        ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+        frames += index->streams(stream).packets().size_size();
+        cmd += StrCat("ffmpeg -hide_banner -loglevel error -nostdin -threads 1 -filter_threads 1 -i '", f, "' ",
+                      args(e), " || exit 1; ");
+      }
+      if (!cmd.empty()) cmds->push_back(cmd);
+    }
+    return frames;
+  }
+
+  // Buckets (docs/sampling.md "Buckets"): every frame of whole clips decoded, cut to the clip's
+  // bucket's centre rectangle and scaled to the bucket's size in one libswscale pass (what a
+  // bucketed sample's frames cost), beside the ffmpeg CLI doing the same decode, crop and scale on
+  // the same clips (`-vf crop=W:H:X:Y,scale=BW:BH -pix_fmt rgb24`), and the CLI decoding them
+  // alone (the ceiling of any crop path, in the row's JSON).
+  absl::Status DecodeBucketCrop(const SampleSpec& spec, int stream, int threads) {
+    struct Cut {
+      VideoCrop crop;
+      BucketSize size;
+    };
+    std::map<size_t, Cut> cuts;  // by episode
+    ResizeFilter filter = ResizeFilter::kBilinear;
+    for (const StreamSpec& s : spec.streams) {
+      if (s.kind == pb::VIDEO && s.stream == stream) filter = s.resize;
+    }
+    for (size_t e = 0; e < ds_.num_episodes(); ++e) {
+      ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+      const BucketSize size = spec.buckets.sizes[EpisodeBucket(spec, *index)];
+      cuts[e] = Cut{BucketCrop(size, DisplayedSizeOf(index->streams(stream), true)), size};
+    }
+    const DecodeLimits limits;
+    double ups = 0, bps = 0;
+    std::vector<std::vector<size_t>> clips(static_cast<size_t>(threads));  // whole clips decoded, per thread
+    RETURN_IF_ERROR(Parallel(threads, [&](int t, std::atomic<bool>& stop, uint64_t* units, uint64_t*) -> absl::Status {
+      VideoDecoder video;
+      std::vector<RgbImage> out;
+      while (!stop) {
+        for (size_t e : EpisodesOf(t, threads)) {
+          if (stop) break;
+          ASSIGN_OR_RETURN(auto index, ds_.LoadEpisode(e));
+          const pb::StreamIndex& s = index->streams(stream);
+          auto read = [&](size_t packet, std::string* b) { return ds_.ReadPacket(*index, stream, packet, b); };
+          ASSIGN_OR_RETURN(const FrameTable table, FrameTable::Build(s));
+          VideoOutput vo;
+          vo.crop = cuts[e].crop;
+          vo.width = cuts[e].size.width;
+          vo.height = cuts[e].size.height;
+          vo.filter = filter;
+          for (int64_t k = 0; k < static_cast<int64_t>(table.size()); ++k) {
+            RETURN_IF_ERROR(video.Decode(e, s, table, read, std::span<const int64_t>(&k, 1), vo, limits, &out));
+            ++*units;
+          }
+          clips[t].push_back(e);
+        }
+      }
+      return absl::OkStatus();
+    }, &ups, &bps));
+    const std::string flags = CliScaleFlags(filter);
+    auto crop_args = [&](size_t e) {
+      const Cut& c = cuts[e];
+      return StrCat("-vf crop=", c.crop.width, ":", c.crop.height, ":", c.crop.x, ":", c.crop.y, ",scale=",
+                    c.size.width, ":", c.size.height, ":flags=", flags, " -pix_fmt rgb24 -f null -");
+    };
+    std::vector<std::string> cmds, decode_cmds;
+    ASSIGN_OR_RETURN(const int64_t frames, CliCommands(stream, clips, crop_args, &cmds));
+    const double s = RunParallel(cmds);
+    ASSIGN_OR_RETURN(const int64_t decode_frames,
+                     CliCommands(stream, clips, [](size_t) { return std::string("-f null -"); }, &decode_cmds));
+    const double decode_s = RunParallel(decode_cmds);
+    // The CLI's cost of starting a process per clip: the same commands stopped after one frame.
+    std::vector<std::string> start_cmds;
+    RETURN_IF_ERROR(CliCommands(stream, clips, [](size_t) { return std::string("-frames:v 1 -f null -"); }, &start_cmds)
+                        .status());
+    const double start_s = RunParallel(start_cmds);
+    if (s <= 0 || decode_s <= 0 || start_s <= 0) {
+      return absl::InternalError(StrCat("the ffmpeg CLI failed on one of: ", cmds.front()));
+    }
+    Row r{"video", "decode", "bucket crop and scale", threads, ups, "frames/s",
+          StrCat("ffmpeg -threads 1 -filter_threads 1 -vf crop=W:H:X:Y,scale=BW:BH:flags=", flags,
+                 " -pix_fmt rgb24, the thread's clips"),
+          frames / s, {}};
+    size_t decoded = 0;
+    for (const std::vector<size_t>& c : clips) decoded += c.size();
+    r.stages = {{"cli_decode_only_frames_per_s", decode_frames / decode_s}, {"clips", cuts.size()},
+                {"clips_decoded", decoded}, {"frames_decoded", frames}, {"cli_first_frames_s", start_s},
+                {"cli_less_start_frames_per_s", s > start_s ? frames / (s - start_s) : 0.0}};
+    Progress(absl::StrFormat("video decode (bucket crop and scale), %d thread%s: %zu whole clips; the CLI decoding "
+                             "them alone: %.1f frames/s; its process starts (the same commands to the first "
+                             "frame) %.2f s of its %.2f s", threads, threads > 1 ? "s" : "", decoded,
+                             decode_frames / decode_s, start_s, s));
+    bucket_fps_limit_[threads] = r.limit;
+    Add(std::move(r));
+    return absl::OkStatus();
+  }
+
+  // libswscale's name for `f` in the CLI's scale filter (flags=...).
+  static std::string CliScaleFlags(ResizeFilter f) {
+    switch (f) {
+      case ResizeFilter::kBilinear: return "bilinear";
+      case ResizeFilter::kBicubic: return "bicubic";
+      case ResizeFilter::kArea: return "area";
+      case ResizeFilter::kNearest: return "neighbor";
+      case ResizeFilter::kLanczos: return "lanczos";
+    }
+    return "bilinear";
+  }
+
+  // How an epoch fills the buckets (shuffle/buckets.h): per bucket its samples, the whole groups
+  // an epoch serves and the samples left for a later epoch (fewer than a group). Logged once.
+  json BucketFill(const SampleSpec& spec, const BucketTable& table, uint64_t group) {
+    json fill = json::array();
+    std::string line = StrCat("buckets, groups of ", group, ":");
+    uint64_t total = 0, served = 0;
+    for (size_t b = 0; b < table.num_buckets(); ++b) {
+      const uint64_t n = table.BucketSamples(b);
+      const BucketSize& size = spec.buckets.sizes[b];
+      fill.push_back({{"height", size.height}, {"width", size.width}, {"samples", n}, {"group", group}, {"groups", n / group},
+                      {"left_for_a_later_epoch", n % group}});
+      line += StrCat(" ", size.width, "x", size.height, " ", n, " samples (", n / group, " groups, ", n % group,
+                     " left)", b + 1 < table.num_buckets() ? ";" : "");
+      total += n;
+      served += n / group * group;
+    }
+    if (!bucket_fill_logged_) {
+      Progress(StrCat(line, "; an epoch serves ", served, " of ", total, " samples"));
+      bucket_fill_logged_ = true;
+    }
+    return fill;
+  }
+
   double FramesPerSample(const SampleSpec& spec, pb::StreamKind kind = pb::VIDEO) const {
     double f = 0;
     for (const StreamSpec& s : spec.streams) {
@@ -642,6 +810,12 @@ class Bench {
       r.limit_name = "decode bound (ffmpeg rate / decoded frames per sample)";
       r.limit = video_fps_limit_[threads] / (st.amplification() * FramesPerSample(spec));
     }
+    if (kind == "video" && bucket_fps_limit_.count(threads) && bucket_fps_limit_[threads] > 0 &&
+        st.amplification() > 0) {
+      // Buckets: each decoded frame also costs the crop and scale to its bucket, as the CLI's do.
+      r.limit_name = "bucket bound (ffmpeg decode, crop and scale rate / decoded frames per sample)";
+      r.limit = bucket_fps_limit_[threads] / (st.amplification() * FramesPerSample(spec));
+    }
     if (kind == "image" && image_fps_limit_.count(threads) && image_fps_limit_[threads] > 0 &&
         FramesPerSample(spec, pb::IMAGE) > 0) {
       // The most samples/s `threads` tjbench-speed decoders allow: one decode per image.
@@ -649,6 +823,7 @@ class Bench {
       r.limit = image_fps_limit_[threads] / FramesPerSample(spec, pb::IMAGE);
     }
     r.stages = Stages(st, m);
+    if (p->options().order.buckets) r.stages["buckets"] = BucketFill(spec, *p->options().order.buckets, p->options().order.bucket_group);
     if (reads.has_value()) {
       r.stages["episode_reads"] = reads->reads;
       r.stages["distinct_episodes"] = reads->distinct;
@@ -1223,6 +1398,9 @@ class Bench {
   double cat_ = 0;
   double iperf_ = 0;
   std::map<int, double> video_fps_limit_;
+  std::map<int, double> bucket_fps_limit_;  // the CLI's decode + bucket crop + scale, by threads
+  bool mixed_sizes_ = false;                // buckets: clips of several sizes
+  bool bucket_fill_logged_ = false;
   std::map<int, double> image_fps_limit_;  // tjbench or memcpy, by threads (JPEG / raw images)
   std::map<int, std::string> image_limit_tool_;  // "tjbench" or "memcpy", by threads
   std::map<int, GopBaseline> gop_;
@@ -1479,6 +1657,12 @@ bool PrintCacheRowsAndLimits(const BenchOptions& o, const std::vector<Row>& rows
               "thread per process, one process per thread, on the same stream extracted to a file; "
               "decode bound = ffmpeg's rate / (amplification x frames per sample); serve is beside "
               "the offline pipeline with the same threads.\n");
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.order == "bucket crop and scale"; })) {
+    std::printf("buckets: a dataset of several sizes, so each decode row's threads decode whole clips and its CLI "
+                "limit decodes the same clips, one process per clip; bucket crop and scale = every frame cut to its clip's bucket "
+                "and scaled to its size, beside the CLI's `-vf crop=W:H:X:Y,scale=BW:BH` on the same clips; "
+                "bucket bound = that CLI rate / (amplification x frames per sample).\n");
+  }
   for (const Row& r : rows) {
     if (r.stage != "serve" || r.order.find(", warm frame cache") == std::string::npos) continue;
     std::printf("serve, warm frame cache (%s): a server with the cache, warmed by one client stream through "

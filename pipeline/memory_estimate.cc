@@ -23,7 +23,7 @@ uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
       case pb::VIDEO:
       case pb::IMAGE: {
         int64_t h = s.height, w = s.width;
-        if (h == 0 && info.shape.size() >= 2) {
+        if (h == 0 && info.shape.size() >= 2 && !spec.buckets.enabled()) {  // buckets: their sizes
           h = std::max(info.shape[0], info.shape[1]);  // rotation may swap them
           w = h;
         }

@@ -402,6 +402,18 @@ TEST_F(BucketsTest, PackingCountsEachBucketsPatches) {
       << over.status();
 }
 
+// A server prices a stream before it decodes anything (pipeline/pipeline.h EstimateMemory): a
+// bucketed camera's frames at the largest bucket's size, not at the first clip's (64x64 here, its
+// longer side squared, where 1280x720 sources made a bucket bench's batch of four 49-frame clips
+// at 336x192 cost 963 MB instead of 38 MB, and the server refused the stream).
+TEST_F(BucketsTest, TheMemoryEstimatePricesFramesAtTheLargestBucket) {
+  const SampleSpec spec = Spec();
+  const MemoryEstimate e = EstimateMemory(*dataset_, spec, Options(1));
+  // Two frames of the largest bucket (32x56) in RGB, a pad flag each, the caption's 256 bytes.
+  EXPECT_EQ(e.sample_bytes, 2u * 32 * 56 * 3 + 2 + 256);
+  EXPECT_EQ(e.batch_bytes, 2 * e.sample_bytes);
+}
+
 // Precomputed embeddings: `shape: stored` serves a `.npy` member (float16 [4, 8] here) in its own
 // shape, its values converted exactly to float32, beside bucketed frames or with no video decoded
 // at all; packing counts its rows (an [L, D] embedding is L tokens).
