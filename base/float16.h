@@ -2,7 +2,7 @@
 // patterns, converted from and to float32. Written by hand (docs/sampling.md "Tensor dtypes" says
 // why: Debian 12's GCC 12 has no C++ `__bf16` arithmetic, `_Float16` is x86-64 only there, FFmpeg's
 // float2half is internal to libavutil, and the tree links no Eigen) and tested bit for bit against
-// numpy's `astype(np.float16)` and torch's `.to(torch.bfloat16)` (tests/float16_test.cc with
+// numpy's `astype(np.float16)` and torch's `.to(torch.bfloat16)` (tests/tensor_dtype_test.cc with
 // tests/fixtures/tensor_dtype/make_tensor_dtype.py).
 #pragma once
 
