@@ -93,6 +93,11 @@ struct StreamSpec {
   // the tensor is served in its stored shape ([L, D] embeddings, [T, C, H, W] latents; a 0-d
   // array as [1]) instead of [1, elements]. Empty: [steps, dim].
   std::vector<int64_t> stored_shape;
+  // `pad_to: N` with `shape: stored` (sample/stored_tensor.h): a varying first dimension L padded
+  // with zero rows to N (stored_shape[0] is then N) and masked in `<name>_is_pad`; L > N is an
+  // error, or cut to N with `overlong: truncate` (pad_truncate). 0: no padding.
+  int64_t pad_to = 0;
+  bool pad_truncate = false;
 
   // TEXT: the `tokenizer:` key's model (sample/tokenizer.h): the stream's tensor is then int32
   // token ids instead of UTF-8 bytes. Null: bytes. Shared by every copy of the spec and every
