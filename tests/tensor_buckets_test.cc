@@ -237,6 +237,16 @@ TEST_F(TensorBucketsTest, EachBatchIsOneShapeAndTheEmbeddingIsPadded) {
     EXPECT_EQ(TokenCount(*s, spec, *packing, nullptr), truth_[e].length) << e;
   }
   EXPECT_EQ(assembler.stats().frames_delivered, 0u);  // no video: none decoded
+
+  // The keyed stream's rows are the data's: the spec does not bound them, each sample is checked.
+  auto keyed = PackingSpec::FromYaml("packing: {max_tokens: 1, tokens: {latents.npy: {per_step: 1}}}\n",
+                                     spec, "latents.yaml");
+  ASSERT_TRUE(keyed.ok()) << keyed.status();
+  auto s0 = assembler.Assemble(0, 1, 0);
+  ASSERT_TRUE(s0.ok());
+  auto counted = CountTokens(std::span<const Sample>(&*s0, 1), spec, *keyed);
+  ASSERT_FALSE(counted.ok());
+  EXPECT_TRUE(Mentions(counted.status(), "costs 2 tokens")) << counted.status();
 }
 
 TEST_F(TensorBucketsTest, OrderIsPureAndResumesAtAnyBatchDividingTheGroup) {
