@@ -60,11 +60,12 @@ struct FrameBuckets {
 absl::Status ParseBuckets(std::string_view source, const YAML::Node& node, SampleSpec* spec);
 
 // The bucket nearest an aspect ratio (width / height): the smallest |log(aspect) - log(w / h)|,
-// ties to the lower index. REQUIRES: buckets.enabled(), width and height > 0.
+// ties to the lower index. REQUIRES: buckets.cuts_frames(), width and height > 0.
 size_t NearestBucket(const FrameBuckets& buckets, int width, int height);
 
-// The bucket of episode `episode`: from its index's reference stream (loaded through the
-// dataset, so an unreadable index is an error naming the episode).
+// The camera bucket of episode `episode` (REQUIRES: spec.buckets.cuts_frames(); `by:` buckets are
+// numbered from the dataset's shapes, pipeline/schedule_inputs.cc): from its index's reference
+// stream (loaded through the dataset, so an unreadable index is an error naming the episode).
 absl::StatusOr<size_t> EpisodeBucket(const SampleSpec& spec, const Dataset& dataset,
                                      uint64_t episode);
 // The same from an index already loaded.
