@@ -10,9 +10,9 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "format/npy.h"
 #include "media/decode_placement.h"
 #include "sample/augment.h"
-#include "format/npy.h"
 #include "sample/stored_tensor.h"
 #include "sample/tokenizer.h"
 
@@ -402,7 +402,7 @@ absl::Status SampleAssembler::AddStream(size_t si, Episode& ep, uint64_t seed, u
   const pb::StreamIndex& stream = ep.index->streams(s.stream);
   switch (s.kind) {
     case pb::LOWDIM:
-      return AddLowdim(s, *ep.index, ctx, out);
+      return AddLowdim(si, *ep.index, ctx, out);
     case pb::VIDEO:
     case pb::IMAGE:
       return AddFrames(si, ep, seed, epoch, ctx, out);
@@ -429,8 +429,9 @@ absl::Status SampleAssembler::AddStream(size_t si, Episode& ep, uint64_t seed, u
   }
 }
 
-absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIndex& index,
+absl::Status SampleAssembler::AddLowdim(size_t si, const pb::EpisodeIndex& index,
                                         const std::string& ctx, Sample* out) {
+  const StreamSpec& s = spec_.streams[si];
   const pb::StreamIndex& stream = index.streams(s.stream);
   // The index's own timestamps, not a copy (a 2-minute episode has 6,000 of them).
   const std::span<const double> times(stream.timestamps_s().data(),
@@ -445,7 +446,7 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
                                         static_cast<size_t>(*hi - *lo + 1), &rows);
   if (!st.ok()) return StreamError(ctx, st);
   const int64_t dim = stream.blocks().dim();
-  if (!s.stored_shape.empty()) return AddStoredTensor(s, index, rows, dim, pads, ctx, out);
+  if (!s.stored_shape.empty()) return AddStoredTensor(si, index, rows, dim, pads, ctx, out);
   const StreamInfo& info = dataset_.manifest().streams[static_cast<size_t>(s.stream)];
   if (NpyCodecShape(info.codec).has_value() && info.shape.size() == 1 && dim != info.shape[0]) {
     // A per-clip tensor of another size than the stream's (its first sample's): served flat,
@@ -473,10 +474,11 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
   return absl::OkStatus();
 }
 
-absl::Status SampleAssembler::AddStoredTensor(const StreamSpec& s, const pb::EpisodeIndex& index,
+absl::Status SampleAssembler::AddStoredTensor(size_t si, const pb::EpisodeIndex& index,
                                               const std::vector<float>& rows, int64_t dim,
                                               const std::vector<uint8_t>& pads,
                                               const std::string& ctx, Sample* out) {
+  const StreamSpec& s = spec_.streams[si];
   // One step (the spec asks for one time) of the sample's own stored shape, which its codec names.
   const pb::StreamIndex& stream = index.streams(s.stream);
   const std::optional<std::vector<int64_t>> stored = NpyCodecShape(stream.codec().codec());
@@ -488,7 +490,6 @@ absl::Status SampleAssembler::AddStoredTensor(const StreamSpec& s, const pb::Epi
                                                        "' does not name the shape of its ", dim,
                                                        " values")));
   }
-  const size_t si = static_cast<size_t>(&s - spec_.streams.data());
   absl::StatusOr<ServedTensor> served =
       ServeStoredTensor(spec_, si, *stored, StrCat(index.source(), ", member '.", s.name, "'"));
   if (!served.ok()) return StreamError(ctx, served.status());

@@ -54,9 +54,8 @@ absl::StatusOr<ServedTensor> ServeStoredTensor(const SampleSpec& spec, size_t si
     const bool rows_match = stored.size() == s.stored_shape.size() &&
                             std::equal(stored.begin() + 1, stored.end(), s.stored_shape.begin() + 1);
     if (!rows_match) {
-      std::vector<int64_t> want = s.stored_shape;
       return absl::DataLossError(StrCat(
-          where, ": stored shape ", ShapeString(stored), "; pad_to serves ", ShapeString(want),
+          where, ": stored shape ", ShapeString(stored), "; pad_to serves ", ShapeString(s.stored_shape),
           ", which takes [L", std::string(stored.size() > 1 ? ", ..." : ""),
           "] with rows of the stream's shape (its first sample's) and L at most ", s.pad_to));
     }
