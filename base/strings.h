@@ -5,8 +5,10 @@
 // everything else to absl::StrCat unchanged (numbers formatted as absl formats them).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -30,6 +32,13 @@ std::string StrCat(const Args&... args) {
 template <typename... Args>
 void StrAppend(std::string* out, const Args&... args) {
   absl::StrAppend(out, strings_internal::Piece(args)...);
+}
+
+// "[T, H, W, 3]": a shape as the tree's errors and logs print it.
+inline std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) StrAppend(&out, i ? ", " : "", shape[i]);
+  return out + "]";
 }
 
 }  // namespace conveyor

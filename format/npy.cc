@@ -80,7 +80,7 @@ void Convert(const char* src, size_t count, float* dst) {
   }
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
+std::string NumpyShapeTuple(const std::vector<int64_t>& shape) {
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) {
     StrAppend(&s, shape[i], shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
@@ -91,7 +91,7 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 absl::Status WriteRaw(const std::string& path, const std::vector<int64_t>& shape,
                       std::string_view descr, const void* data, size_t bytes) {
   std::string header = StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': ",
-                                    ShapeText(shape), ", }");
+                                    NumpyShapeTuple(shape), ", }");
   // Magic (6) + version (2) + length (2) + header + '\n' is padded to a multiple of 64.
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "pipeline/internal/spec_figures.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -20,13 +21,6 @@
 
 namespace conveyor {
 namespace {
-
-bool HasVideo(const SampleSpec& spec) {
-  for (const StreamSpec& s : spec.streams) {
-    if (s.kind == format::v1::VIDEO) return true;
-  }
-  return false;
-}
 
 struct Member {
   const Dataset* dataset = nullptr;

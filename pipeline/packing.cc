@@ -203,12 +203,6 @@ absl::StatusOr<PackingSpec> ParsePacking(const YAML::Node& node, const SampleSpe
 
 size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) StrAppend(&out, i ? ", " : "", shape[i]);
-  return out + "]";
-}
-
 // One tensor name of the batch: where each sample's tensor is and the stacked shape.
 struct StackedTensor {
   std::string name;

@@ -24,12 +24,6 @@ bool EndsWith(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) StrAppend(&s, i ? ", " : "", shape[i]);
-  return s + "]";
-}
-
 std::string MemberLabel(const MixtureMember& m) { return StrCat("dataset '", m.name, "'"); }
 
 // The shape and dtype a stream's tensor has for a member, from its spec and manifest.

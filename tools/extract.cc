@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -33,14 +34,6 @@ namespace pb = format::v1;
 constexpr std::array<std::string_view, 4> kVideoOut = {".mp4", ".mkv", ".webm", ".mov"};
 constexpr std::array<std::string_view, 10> kAudioOut = {".m4a",  ".mka", ".mkv", ".ogg",  ".opus",
                                                         ".flac", ".wav", ".mp3", ".webm", ".mp4"};
-
-template <size_t N>
-bool OneOf(const std::array<std::string_view, N>& list, std::string_view s) {
-  for (std::string_view e : list) {
-    if (e == s) return true;
-  }
-  return false;
-}
 
 template <size_t N>
 std::string JoinList(const std::array<std::string_view, N>& list) {
@@ -215,10 +208,10 @@ absl::Status RunExtract(const ExtractOptions& options) {
   };
   switch (si.kind()) {
     case pb::VIDEO:
-      if (!OneOf(kVideoOut, ext)) return wrong_extension(JoinList(kVideoOut));
+      if (!absl::c_linear_search(kVideoOut, ext)) return wrong_extension(JoinList(kVideoOut));
       return MuxPackets(*ds, *index, stream, options.out);
     case pb::AUDIO:
-      if (!OneOf(kAudioOut, ext)) return wrong_extension(JoinList(kAudioOut));
+      if (!absl::c_linear_search(kAudioOut, ext)) return wrong_extension(JoinList(kAudioOut));
       return MuxPackets(*ds, *index, stream, options.out);
     case pb::LOWDIM:
       if (ext != ".npy") return wrong_extension(".npy");

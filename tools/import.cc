@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
@@ -50,11 +51,6 @@ constexpr std::string_view kInstructionStream = "instruction";
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
-}
-
-template <size_t N>
-bool OneOf(const std::array<std::string_view, N>& list, std::string_view s) {
-  return std::find(list.begin(), list.end(), s) != list.end();
 }
 
 absl::StatusOr<std::string> ReadBytes(const fs::path& path) {
@@ -161,7 +157,7 @@ absl::StatusOr<EpisodeData::Stream> ReadImageFolder(const fs::path& dir, const s
   for (const auto& e : entries) {
     const std::string ext = Lower(e.path().extension().string());
     std::error_code ec;
-    if (!e.is_regular_file(ec) || !OneOf(kImageExtensions, ext)) {
+    if (!e.is_regular_file(ec) || !absl::c_linear_search(kImageExtensions, ext)) {
       return absl::InvalidArgumentError(
           StrCat(e.path().string(), ": an image folder holds only .jpg/.jpeg/.png files"));
     }
@@ -380,10 +376,10 @@ absl::StatusOr<EpisodeData> ReadEpisodeFolder(const fs::path& dir) {
         return absl::InvalidArgumentError(
             StrCat(path.string(), " has no matching ", base, ".npy beside it"));
       }
-    } else if (OneOf(kVideoExtensions, ext) || OneOf(kAudioExtensions, ext)) {
+    } else if (absl::c_linear_search(kVideoExtensions, ext) || absl::c_linear_search(kAudioExtensions, ext)) {
       RETURN_IF_ERROR(claim(stem, path));
       const MediaKind kind =
-          OneOf(kVideoExtensions, ext) ? MediaKind::kVideo : MediaKind::kAudio;
+          absl::c_linear_search(kVideoExtensions, ext) ? MediaKind::kVideo : MediaKind::kAudio;
       ASSIGN_OR_RETURN(EpisodeData::Stream s, DemuxLocalFile(path, kind, stem));
       episode.streams.push_back(std::move(s));
     } else if (ext == ".npy") {
