@@ -11,12 +11,6 @@
 
 namespace conveyor {
 
-std::string ShapeString(std::span<const int64_t> shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) StrAppend(&out, i == 0 ? "" : ", ", shape[i]);
-  return out + "]";
-}
-
 absl::Status ParseTensorPadding(std::string_view source, const YAML::Node& n, StreamSpec* s) {
   using yaml::ConfigError;
   if (n["overlong"] && !n["pad_to"]) {
@@ -39,11 +33,10 @@ absl::Status ParseTensorPadding(std::string_view source, const YAML::Node& n, St
 }
 
 absl::StatusOr<ServedTensor> ServeStoredTensor(const SampleSpec& spec, size_t si,
-                                               std::span<const int64_t> stored_in,
+                                               const std::vector<int64_t>& stored_in,
                                                const std::string& where) {
   const StreamSpec& s = spec.streams[si];
-  const std::vector<int64_t> one = {1};  // a 0-d array is served as [1]
-  const std::span<const int64_t> stored = stored_in.empty() ? std::span<const int64_t>(one) : stored_in;
+  const std::vector<int64_t> stored = stored_in.empty() ? std::vector<int64_t>{1} : stored_in;  // 0-d: [1]
   ServedTensor out;
   out.rows = stored[0];
   if (spec.buckets.by == static_cast<int>(si)) {  // one shape per batch: any shape
@@ -55,12 +48,12 @@ absl::StatusOr<ServedTensor> ServeStoredTensor(const SampleSpec& spec, size_t si
                             std::equal(stored.begin() + 1, stored.end(), s.stored_shape.begin() + 1);
     if (!rows_match) {
       return absl::DataLossError(StrCat(
-          where, ": stored shape ", ShapeString(stored), "; pad_to serves ", ShapeString(s.stored_shape),
+          where, ": stored shape ", ShapeText(stored), "; pad_to serves ", ShapeText(s.stored_shape),
           ", which takes [L", std::string(stored.size() > 1 ? ", ..." : ""),
           "] with rows of the stream's shape (its first sample's) and L at most ", s.pad_to));
     }
     if (stored[0] > s.pad_to && !s.pad_truncate) {
-      return absl::DataLossError(StrCat(where, ": stored shape ", ShapeString(stored), " has ",
+      return absl::DataLossError(StrCat(where, ": stored shape ", ShapeText(stored), " has ",
                                         stored[0], " rows, over pad_to ", s.pad_to,
                                         " (overlong: truncate keeps the first ", s.pad_to, ")"));
     }
@@ -71,8 +64,8 @@ absl::StatusOr<ServedTensor> ServeStoredTensor(const SampleSpec& spec, size_t si
   }
   if (!std::equal(stored.begin(), stored.end(), s.stored_shape.begin(), s.stored_shape.end())) {
     return absl::DataLossError(StrCat(
-        where, ": stored shape ", ShapeString(stored), ", the stream is served as ",
-        ShapeString(s.stored_shape),
+        where, ": stored shape ", ShapeText(stored), ", the stream is served as ",
+        ShapeText(s.stored_shape),
         " (its first sample's shape); pad_to: N takes a varying first dimension, buckets: {by: ",
         s.name, "} any shape, one per batch (docs/sampling.md \"Tensors of varying shape\")"));
   }

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,10 +44,7 @@ absl::Status ParseTensorPadding(std::string_view source, const YAML::Node& n, St
 // in `stored` (a 0-d array: {}). An error (DATA_LOSS) when the spec does not take that shape;
 // `where` names the shard, key and member.
 absl::StatusOr<ServedTensor> ServeStoredTensor(const SampleSpec& spec, size_t si,
-                                               std::span<const int64_t> stored,
+                                               const std::vector<int64_t>& stored,
                                                const std::string& where);
-
-// "[7, 16]", for messages.
-std::string ShapeString(std::span<const int64_t> shape);
 
 }  // namespace conveyor
