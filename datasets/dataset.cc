@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "format/npy.h"
 
 namespace conveyor {
 
@@ -73,6 +74,20 @@ absl::Status LocationOptions::CheckAllTaken(std::string_view format) const {
 std::string Dataset::ShardName(uint32_t shard) const {
   if (shard >= manifest_.shards.size()) return StrCat("<shard ", shard, ">");
   return storage_->Describe(manifest_.shards[shard].path);
+}
+
+absl::StatusOr<std::vector<int64_t>> Dataset::StoredShape(size_t episode, int stream) const {
+  if (episode >= num_episodes() || stream < 0 ||
+      static_cast<size_t>(stream) >= manifest_.streams.size()) {
+    return absl::OutOfRangeError(StrCat(uri_, ": no episode ", episode, " or stream ", stream));
+  }
+  const StreamInfo& info = manifest_.streams[static_cast<size_t>(stream)];
+  std::optional<std::vector<int64_t>> shape = NpyCodecShape(info.codec);
+  if (info.kind != pb::LOWDIM || !shape.has_value()) {
+    return absl::InvalidArgumentError(StrCat(uri_, ", stream '", info.name, "' (codec '",
+                                             info.codec, "') is not a per-clip tensor (a .npy)"));
+  }
+  return *shape;
 }
 
 absl::Status Dataset::VerifyEpisode(size_t episode) const {

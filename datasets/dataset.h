@@ -128,6 +128,12 @@ class Dataset {
   // Empties the cache of episodes read whole and zeroes episode_read_stats(), so a benchmark
   // measures a cold epoch. Not while a pipeline reads the dataset.
   virtual void DropEpisodeCache() const {}
+  // The stored shape of episode `episode`'s per-clip tensor in stream `stream` (a LOWDIM stream
+  // whose codec is format/npy.h's NpyCodec: a WebDataset .npy member), known without reading the
+  // tensor: what the order keys `buckets: {by: STREAM}` on and `conveyor check --config` checks.
+  // The default: the stream's codec in the manifest (every episode one shape). Errors name the
+  // episode and stream (a broken sample's error is its own).
+  virtual absl::StatusOr<std::vector<int64_t>> StoredShape(size_t episode, int stream) const;
 
  protected:
   Dataset() = default;

@@ -264,4 +264,27 @@ absl::Status WriteNpyF64(const std::string& path, const std::vector<int64_t>& sh
   return WriteRaw(path, shape, "<f8", values, count * sizeof(double));
 }
 
+std::string NpyCodec(std::string_view dtype, const std::vector<int64_t>& shape) {
+  std::string dims;
+  for (int64_t d : shape) StrAppend(&dims, dims.empty() ? "" : "x", d);
+  return StrCat("npy ", dtype, " ", dims.empty() ? "scalar" : dims);
+}
+
+std::optional<std::vector<int64_t>> NpyCodecShape(std::string_view codec) {
+  std::istringstream words{std::string(codec)};
+  std::string format, dtype, dims, extra;
+  words >> format >> dtype >> dims;
+  if (format != "npy" || dims.empty() || (words >> extra)) return std::nullopt;
+  std::vector<int64_t> shape;
+  if (dims == "scalar") return shape;
+  std::istringstream parts(dims);
+  for (std::string d; std::getline(parts, d, 'x');) {
+    int64_t v = 0;
+    if (!ParseInt(d, &v) || v < 0) return std::nullopt;
+    shape.push_back(v);
+  }
+  if (shape.empty() || dims.back() == 'x') return std::nullopt;
+  return shape;
+}
+
 }  // namespace conveyor

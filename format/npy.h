@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,5 +34,12 @@ absl::Status WriteNpyRaw(const std::string& path, const std::vector<int64_t>& sh
 // float64 variant, used for timestamps.
 absl::Status WriteNpyF64(const std::string& path, const std::vector<int64_t>& shape,
                          const double* values);
+
+// A per-clip tensor stream's codec (a WebDataset .npy member's; datasets/webdataset/): "npy",
+// the stored dtype and the stored shape, "npy <f2 77x4096" ("scalar" for a 0-d array), which the
+// spec's `shape: stored` and the trainer reshape by.
+std::string NpyCodec(std::string_view dtype, const std::vector<int64_t>& shape);
+// The shape such a codec names ({} for "scalar"), or nullopt when `codec` is not one.
+std::optional<std::vector<int64_t>> NpyCodecShape(std::string_view codec);
 
 }  // namespace conveyor

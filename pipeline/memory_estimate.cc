@@ -36,6 +36,12 @@ uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
         break;
       }
       case pb::LOWDIM:
+        if (!s.stored_shape.empty()) {  // one tensor in its served shape (pad_to's N rows), a flag a row
+          uint64_t n = 1;
+          for (int64_t d : s.stored_shape) n *= static_cast<uint64_t>(d);
+          total += n * DTypeSize(s.value_dtype) + static_cast<uint64_t>(s.stored_shape[0]);
+          break;
+        }
         total += s.deltas.size() * (info.shape.empty() ? 1 : info.shape[0]) * DTypeSize(s.value_dtype) +
                  s.deltas.size();
         break;

@@ -88,8 +88,10 @@ int64_t FixedTokens(const SampleSpec& spec, const PackingSpec& p, std::string* b
           std::llround((s.window_end - s.window_start) * static_cast<double>(c.audio_rate)), c);
     } else if (c.patch > 0) {
       n = static_cast<int64_t>(s.deltas.size()) * MaxPatchTokens(spec, s, c.patch);
-    } else if (!s.stored_shape.empty()) {  // one tensor of stored_shape[0] rows
-      n = s.stored_shape[0] * c.per_unit;
+    } else if (!s.stored_shape.empty()) {  // one tensor of stored_shape[0] rows (pad_to's N)
+      // Keyed buckets take any shape: the first sample's rows bound nothing, so CountTokens
+      // checks each sample.
+      n = spec.buckets.by == static_cast<int>(k) ? 0 : s.stored_shape[0] * c.per_unit;
     } else if (s.kind != pb::TEXT) {
       n = static_cast<int64_t>(s.deltas.size()) * c.per_unit;
     }

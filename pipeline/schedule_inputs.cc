@@ -67,6 +67,55 @@ absl::StatusOr<std::vector<uint32_t>> MeasureEpisodeBuckets(const Dataset& datas
   return bucket;
 }
 
+// With `buckets: {by: STREAM}`: each episode's bucket is its tensor's stored shape, the buckets
+// the distinct shapes of the episodes with samples in lexicographic order (so the same dataset
+// and spec give the same numbering everywhere); read from the dataset's member index
+// (Dataset::StoredShape), no tensor read. An unreadable episode is handled as
+// MeasureEpisodeBuckets does.
+absl::Status MeasureShapeBuckets(const Dataset& dataset, const SampleSpec& spec,
+                                 const std::vector<uint64_t>& starts, ScheduleInputs* in) {
+  const int stream = spec.streams[static_cast<size_t>(spec.buckets.by)].stream;
+  std::vector<std::vector<int64_t>> shapes(starts.size() - 1);
+  std::vector<bool> known(shapes.size(), false);
+  uint64_t unreadable = 0;
+  for (size_t e = 0; e < shapes.size(); ++e) {
+    if (starts[e + 1] == starts[e]) continue;  // quarantined or empty: never read
+    absl::StatusOr<std::vector<int64_t>> shape = dataset.StoredShape(e, stream);
+    if (!shape.ok() && spec.on_error == OnError::kSkip) {
+      ++unreadable;
+      continue;
+    }
+    if (!shape.ok()) {
+      return absl::Status(shape.status().code(),
+                          StrCat(shape.status().message(), ": its bucket (buckets.by) (on_error: "
+                                 "skip, or `conveyor check --write-quarantine` and `quarantine:`, "
+                                 "leave such episodes out)"));
+    }
+    shapes[e] = *std::move(shape);
+    known[e] = true;
+  }
+  std::vector<std::vector<int64_t>> distinct;
+  for (size_t e = 0; e < shapes.size(); ++e) {
+    if (known[e]) distinct.push_back(shapes[e]);
+  }
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  in->num_buckets = std::max<size_t>(1, distinct.size());
+  in->episode_buckets.assign(shapes.size(), 0);
+  for (size_t e = 0; e < shapes.size(); ++e) {
+    if (!known[e]) continue;
+    in->episode_buckets[e] = static_cast<uint32_t>(
+        std::lower_bound(distinct.begin(), distinct.end(), shapes[e]) - distinct.begin());
+  }
+  if (unreadable > 0) {
+    spdlog::warn("buckets: {} episode(s) of {} have no readable shape; on_error: skip keeps them "
+                 "in bucket 0, to be skipped when assembled", unreadable, dataset.uri());
+  }
+  spdlog::info("buckets: {}: {} stored shapes of '{}', one bucket each", dataset.uri(),
+               distinct.size(), spec.streams[static_cast<size_t>(spec.buckets.by)].name);
+  return absl::OkStatus();
+}
+
 // One member's order, resolved with its share of the budget; a dataset that reads whole episodes
 // then keeps the episodes of two windows parsed.
 absl::Status ResolveMemberOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
@@ -160,7 +209,9 @@ absl::StatusOr<ScheduleInputs> MeasureSchedule(const Dataset& dataset, const Sam
     for (uint64_t e = 0; e < index.num_episodes(); ++e) in.episode_starts.push_back(index.EpisodeStart(e));
     in.episode_starts.push_back(index.size());
   }
-  if (needs.episode_buckets) {
+  if (needs.episode_buckets && spec.buckets.by >= 0) {
+    RETURN_IF_ERROR(MeasureShapeBuckets(dataset, spec, in.episode_starts, &in));
+  } else if (needs.episode_buckets) {
     ASSIGN_OR_RETURN(in.episode_buckets, MeasureEpisodeBuckets(dataset, spec, in.episode_starts));
   }
   if (needs.keyframes) {

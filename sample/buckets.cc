@@ -30,6 +30,37 @@ BucketSize SizeFor(double area, double ratio, int multiple) {
   return BucketSize{round_to(std::sqrt(area / ratio)), round_to(std::sqrt(area * ratio))};
 }
 
+// `buckets: {by: STREAM}`: one bucket per stored shape of a per-clip tensor of the spec.
+absl::Status ParseShapeBuckets(std::string_view source, const YAML::Node& b, SampleSpec* spec) {
+  using yaml::ConfigError;
+  for (const char* k : {"sizes", "area", "ratios", "multiple"}) {
+    if (b[k]) {
+      return ConfigError(source, b[k], StrCat("buckets: by keys the buckets by a tensor's stored "
+                                              "shape; ", k, " goes with camera buckets, not with by"));
+    }
+  }
+  if (!b["by"].IsScalar()) return ConfigError(source, b["by"], "buckets.by must name a stream");
+  const std::string name = b["by"].Scalar();
+  for (size_t i = 0; i < spec->streams.size(); ++i) {
+    StreamSpec& s = spec->streams[i];
+    if (s.name != name) continue;
+    if (s.kind != pb::LOWDIM || s.stored_shape.empty()) {
+      return ConfigError(source, b["by"], StrCat("buckets.by: stream '", name, "' must be a per-clip "
+                                                 "tensor served with shape: stored (a .npy member)"));
+    }
+    if (s.pad_to > 0) {
+      return ConfigError(source, b["by"], StrCat("buckets.by: stream '", name, "' has pad_to; a "
+                                                 "bucket per shape needs no padding: remove one"));
+    }
+    spec->buckets.by = static_cast<int>(i);
+    return absl::OkStatus();
+  }
+  std::string list;
+  for (const StreamSpec& s : spec->streams) StrAppend(&list, list.empty() ? "" : ", ", s.name);
+  return ConfigError(source, b["by"], StrCat("buckets.by: '", name, "' is not a stream of the spec "
+                                             "(it has: ", list, ")"));
+}
+
 }  // namespace
 
 absl::Status ParseBuckets(std::string_view source, const YAML::Node& b, SampleSpec* spec) {
@@ -38,8 +69,13 @@ absl::Status ParseBuckets(std::string_view source, const YAML::Node& b, SampleSp
     return ConfigError(source, b, "buckets must be a mapping: {sizes: [[H, W], ...]} or {area: A, "
                                   "ratios: [W/H, ...]}");
   }
-  RETURN_IF_ERROR(yaml::CheckKeys(source, b, "buckets", {"sizes", "area", "ratios", "multiple", "group"}));
+  RETURN_IF_ERROR(yaml::CheckKeys(source, b, "buckets", {"sizes", "area", "ratios", "multiple", "group", "by"}));
   FrameBuckets& out = spec->buckets;
+  if (b["group"]) {
+    ASSIGN_OR_RETURN(int64_t g, yaml::Integer(source, b["group"], "buckets.group", 1, 1 << 20));
+    out.group = static_cast<uint64_t>(g);
+  }
+  if (b["by"]) return ParseShapeBuckets(source, b, spec);
   if (b["sizes"] && (b["area"] || b["ratios"])) {
     return ConfigError(source, b, "buckets: give sizes, or area and ratios, not both");
   }
@@ -89,10 +125,6 @@ absl::Status ParseBuckets(std::string_view source, const YAML::Node& b, SampleSp
                                              " (height x width) is listed twice; each bucket is one size"));
       }
     }
-  }
-  if (b["group"]) {
-    ASSIGN_OR_RETURN(int64_t g, yaml::Integer(source, b["group"], "buckets.group", 1, 1 << 20));
-    out.group = static_cast<uint64_t>(g);
   }
   for (size_t i = 0; i < spec->streams.size(); ++i) {
     StreamSpec& s = spec->streams[i];

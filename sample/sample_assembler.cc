@@ -11,8 +11,10 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
+#include "format/npy.h"
 #include "media/decode_placement.h"
 #include "sample/augment.h"
+#include "sample/stored_tensor.h"
 #include "sample/tokenizer.h"
 
 namespace conveyor {
@@ -401,7 +403,7 @@ absl::Status SampleAssembler::AddStream(size_t si, Episode& ep, uint64_t seed, u
   const pb::StreamIndex& stream = ep.index->streams(s.stream);
   switch (s.kind) {
     case pb::LOWDIM:
-      return AddLowdim(s, *ep.index, ctx, out);
+      return AddLowdim(si, *ep.index, ctx, out);
     case pb::VIDEO:
     case pb::IMAGE:
       return AddFrames(si, ep, seed, epoch, ctx, out);
@@ -428,8 +430,9 @@ absl::Status SampleAssembler::AddStream(size_t si, Episode& ep, uint64_t seed, u
   }
 }
 
-absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIndex& index,
+absl::Status SampleAssembler::AddLowdim(size_t si, const pb::EpisodeIndex& index,
                                         const std::string& ctx, Sample* out) {
+  const StreamSpec& s = spec_.streams[si];
   const pb::StreamIndex& stream = index.streams(s.stream);
   // The index's own timestamps, not a copy (a 2-minute episode has 6,000 of them).
   const std::span<const double> times(stream.timestamps_s().data(),
@@ -444,15 +447,17 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
                                         static_cast<size_t>(*hi - *lo + 1), &rows);
   if (!st.ok()) return StreamError(ctx, st);
   const int64_t dim = stream.blocks().dim();
-  // A per-clip tensor in its stored shape (one step: the spec checked it) holds the same values.
-  OwnedTensor t = MakeTensor(s.name, s.value_dtype,
-                             s.stored_shape.empty()
-                                 ? std::vector<int64_t>{static_cast<int64_t>(steps.size()), dim}
-                                 : s.stored_shape);
-  if (t.num_elements() != steps.size() * static_cast<size_t>(dim)) {
-    return StreamError(ctx, absl::DataLossError(StrCat("the stream has ", dim, " values per step, "
-                                                       "not the elements of its stored shape")));
+  if (!s.stored_shape.empty()) return AddStoredTensor(si, index, rows, dim, pads, ctx, out);
+  const StreamInfo& info = dataset_.manifest().streams[static_cast<size_t>(s.stream)];
+  if (NpyCodecShape(info.codec).has_value() && info.shape.size() == 1 && dim != info.shape[0]) {
+    // A per-clip tensor of another size than the stream's (its first sample's): served flat,
+    // samples of different sizes would not stack into one batch.
+    return StreamError(ctx, absl::DataLossError(StrCat(
+        index.source(), ": its ", stream.codec().codec(), " holds ", dim, " values, the stream ",
+        info.shape[0], " (its first sample's); shape: stored with pad_to, or buckets: {by: ",
+        s.name, "}, take tensors of varying shape (docs/sampling.md \"Tensors of varying shape\")")));
   }
+  OwnedTensor t = MakeTensor(s.name, s.value_dtype, {static_cast<int64_t>(steps.size()), dim});
   uint8_t* dst = t.data.data();
   for (size_t i = 0; i < steps.size(); ++i) {
     const float* src = &rows[static_cast<size_t>(steps[i] - *lo) * dim];
@@ -466,6 +471,44 @@ absl::Status SampleAssembler::AddLowdim(const StreamSpec& s, const pb::EpisodeIn
   }
   out->tensors.push_back(std::move(t));
   out->tensors.push_back(PadTensor(s.name, pads));
+  ++stats_.lowdim_windows;
+  return absl::OkStatus();
+}
+
+absl::Status SampleAssembler::AddStoredTensor(size_t si, const pb::EpisodeIndex& index,
+                                              const std::vector<float>& rows, int64_t dim,
+                                              const std::vector<uint8_t>& pads,
+                                              const std::string& ctx, Sample* out) {
+  const StreamSpec& s = spec_.streams[si];
+  // One step (the spec asks for one time) of the sample's own stored shape, which its codec names.
+  const pb::StreamIndex& stream = index.streams(s.stream);
+  const std::optional<std::vector<int64_t>> stored = NpyCodecShape(stream.codec().codec());
+  int64_t elements = 1;
+  for (int64_t d : stored.value_or(std::vector<int64_t>{})) elements *= d;
+  if (!stored.has_value() || elements != dim || rows.size() != static_cast<size_t>(dim) ||
+      pads.size() != 1) {
+    return StreamError(ctx, absl::DataLossError(StrCat("its codec '", stream.codec().codec(),
+                                                       "' does not name the shape of its ", dim,
+                                                       " values")));
+  }
+  absl::StatusOr<ServedTensor> served =
+      ServeStoredTensor(spec_, si, *stored, StrCat(index.source(), ", member '.", s.name, "'"));
+  if (!served.ok()) return StreamError(ctx, served.status());
+  OwnedTensor t = MakeTensor(s.name, s.value_dtype, served->shape);
+  // The stored rows first (C order: row r is elements [r * row, (r + 1) * row)), in the served
+  // dtype; zeros after (all-zero bits in float32, float16 and bfloat16 alike).
+  const int64_t row = stored->empty() ? 1 : dim / std::max<int64_t>(1, (*stored)[0]);
+  const size_t values = static_cast<size_t>(served->rows * row);
+  for (size_t i = 0; i < values; ++i) StoreFloat(s.value_dtype, rows[i], t.data.data(), i);
+  out->tensors.push_back(std::move(t));
+  if (!served->padded) {
+    out->tensors.push_back(PadTensor(s.name, pads));
+  } else {
+    // One flag per row: the padding rows, and every row when the clip's time itself is padding.
+    std::vector<uint8_t> mask(static_cast<size_t>(served->shape[0]), 1);
+    for (int64_t r = 0; r < served->rows; ++r) mask[static_cast<size_t>(r)] = pads[0];
+    out->tensors.push_back(PadTensor(s.name, mask));
+  }
   ++stats_.lowdim_windows;
   return absl::OkStatus();
 }
@@ -492,7 +535,7 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
       drawn ? std::optional<VideoCrop>(VideoCrop{drawn->x, drawn->y, drawn->w, drawn->h})
             : std::nullopt;
   BucketSize crop_size{s.height, s.width};
-  if (spec_.buckets.enabled()) {
+  if (spec_.buckets.cuts_frames()) {
     // The episode's bucket (its reference camera's aspect): every camera is cut to the bucket's
     // aspect around its centre and scaled to its size (the spec refuses random crops with it).
     crop_size = spec_.buckets.sizes[EpisodeBucket(spec_, *ep.index)];
@@ -502,7 +545,7 @@ absl::Status SampleAssembler::AddFrames(size_t si, Episode& ep, uint64_t seed, u
     RETURN_IF_ERROR(VideoFrames(si, ep, table, frames, crop, crop_size, *out, ctx, &images, &held));
   } else {
     RETURN_IF_ERROR(DecodeImages(s, *ep.index, table, frames, ctx, &images));
-    if (spec_.buckets.enabled()) {
+    if (spec_.buckets.cuts_frames()) {
       for (RgbImage& im : images) {
         RgbImage r;
         ResizeRgb(im, crop->x, crop->y, crop->width, crop->height, false, crop_size.width,

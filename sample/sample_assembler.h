@@ -169,8 +169,14 @@ class SampleAssembler {
   // shard, episode, stream) and the frame or time that failed.
   absl::Status AddStream(size_t si, Episode& ep, uint64_t seed, uint64_t epoch,
                          const std::string& ctx, Sample* out);
-  absl::Status AddLowdim(const StreamSpec& s, const format::v1::EpisodeIndex& index,
+  absl::Status AddLowdim(size_t si, const format::v1::EpisodeIndex& index,
                          const std::string& ctx, Sample* out);
+  // A `shape: stored` stream's one tensor (sample/stored_tensor.h): `rows` the sample's `dim`
+  // values, `pads` its one time's flag.
+  absl::Status AddStoredTensor(size_t si, const format::v1::EpisodeIndex& index,
+                               const std::vector<float>& rows, int64_t dim,
+                               const std::vector<uint8_t>& pads, const std::string& ctx,
+                               Sample* out);
   absl::Status AddFrames(size_t si, Episode& ep, uint64_t seed, uint64_t epoch,
                          const std::string& ctx, Sample* out);
   absl::Status AddAudio(const StreamSpec& s, const format::v1::EpisodeIndex& index,

@@ -12,6 +12,7 @@
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "sample/tokenizer.h"
+#include "sample/stored_tensor.h"
 #include "sample/yaml_config.h"
 
 namespace conveyor {
@@ -377,7 +378,7 @@ absl::Status ParseKindOptions(std::string_view source, const YAML::Node& key, co
     case pb::LOWDIM:
       RETURN_IF_ERROR(CheckKeys(source, n, what,
                                 {"delta_timestamps", "tolerance_s", "match", "normalize", "shape",
-                                 "dtype"}));
+                                 "dtype", "pad_to", "overlong"}));
       return ParseLowdimNormalize(source, n, manifest, s);
     case pb::AUDIO:
       RETURN_IF_ERROR(CheckKeys(source, n, what, {"delta_timestamps", "rate", "channels"}));
@@ -547,6 +548,7 @@ absl::StatusOr<StreamSpec> ParseStream(std::string_view source, const YAML::Node
   RETURN_IF_ERROR(ParseTimes(source, n, info, tolerance, limits, what, &s));
   if (s.kind == pb::LOWDIM && n["shape"]) RETURN_IF_ERROR(ParseStoredShape(source, n, info, &s));
   if (s.kind == pb::LOWDIM && n["dtype"]) RETURN_IF_ERROR(ParseValueDType(source, n, info, &s));
+  if (s.kind == pb::LOWDIM) RETURN_IF_ERROR(ParseTensorPadding(source, n, &s));
   return s;
 }
 

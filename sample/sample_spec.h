@@ -99,6 +99,11 @@ struct StreamSpec {
   // (rounded to nearest even from the float32 values, after normalization); `stored` resolves to
   // a `.npy` member's own float type here.
   DType value_dtype = DType::kFloat32;
+  // `pad_to: N` with `shape: stored` (sample/stored_tensor.h): a varying first dimension L padded
+  // with zero rows to N (stored_shape[0] is then N) and masked in `<name>_is_pad`; L > N is an
+  // error, or cut to N with `overlong: truncate` (pad_truncate). 0: no padding.
+  int64_t pad_to = 0;
+  bool pad_truncate = false;
 
   // TEXT: the `tokenizer:` key's model (sample/tokenizer.h): the stream's tensor is then int32
   // token ids instead of UTF-8 bytes. Null: bytes. Shared by every copy of the spec and every

@@ -340,7 +340,7 @@ TEST_F(WebDatasetTest, MembersThatLieAreBrokenSamples) {
         Case{"lying_duration",
              2,
              {"000001.tar", keys[2], "says duration 9 s", "its video ('.mp4') lasts"}},
-        Case{"misshapen", 3, {"000002.tar", keys[3] + ".t5.npy", "[7,16]", "[8,16]"}},
+        Case{"misshapen", 3, {"000002.tar", keys[3] + ".t5.npy", "[8,16,1]", "[8,16]", "rank"}},
         Case{"missing_member", 1, {keys[1] + ".json", "is missing"}}}) {
     auto ds = Open(Root(c.copy));
     ASSERT_NE(ds, nullptr) << c.copy;

@@ -15,6 +15,8 @@
 #include "base/strings.h"
 #include "sample/yaml_config.h"
 #include "sample/quarantine.h"
+#include "sample/sample_spec.h"
+#include "sample/stored_tensor.h"
 #include "pipeline/source.h"
 #include "storage/storage.h"
 #include "datasets/dataset_check.h"
@@ -95,6 +97,33 @@ absl::Status WriteQuarantine(const std::string& path, const std::vector<Checked>
   return WriteQuarantineFile(path, q);
 }
 
+// With --config: each episode's stored tensors against what the config's `shape: stored` streams
+// take (sample/stored_tensor.h: the stream's shape, pad_to's rows, or any shape with buckets.by),
+// read from the dataset's member index (no tensor read). A sample the reader found broken has its
+// own finding already.
+absl::Status CheckStoredShapes(const Dataset& dataset, const std::string& config,
+                               int64_t max_episodes, CheckReport* report) {
+  ASSIGN_OR_RETURN(const SampleSpec spec, SampleSpec::FromFile(config, dataset.manifest()));
+  const uint64_t n = max_episodes > 0
+                         ? std::min<uint64_t>(dataset.num_episodes(), static_cast<uint64_t>(max_episodes))
+                         : dataset.num_episodes();
+  for (size_t si = 0; si < spec.streams.size(); ++si) {
+    const StreamSpec& s = spec.streams[si];
+    if (s.stored_shape.empty()) continue;
+    for (uint64_t e = 0; e < n; ++e) {
+      absl::StatusOr<std::vector<int64_t>> stored = dataset.StoredShape(e, s.stream);
+      if (!stored.ok()) continue;
+      const std::string file = dataset.ShardName(dataset.episodes().shard(e));
+      absl::StatusOr<ServedTensor> served =
+          ServeStoredTensor(spec, si, *stored, StrCat(file, ", episode ", e, ", member '.", s.name, "'"));
+      if (served.ok()) continue;
+      report->findings.push_back({CheckSeverity::kError, "", static_cast<int64_t>(e), s.name, file,
+                                  "tensor_shape", std::string(served.status().message())});
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct CheckOptionsCli {
@@ -130,6 +159,9 @@ absl::Status RunCheck(const CheckOptionsCli& o, int* exit_status) {
     for (size_t k = 0; k < (*source)->size(); ++k) {
       Checked c{mixture ? (*source)->member(k).name : "",
                 CheckDataset((*source)->dataset(k), options)};
+      if (!o.config.empty() && !mixture && !c.report.format.empty()) {
+        RETURN_IF_ERROR(CheckStoredShapes((*source)->dataset(k), o.config, o.episodes, &c.report));
+      }
       for (CheckFinding& f : c.report.findings) f.dataset = c.member;
       checked.push_back(std::move(c));
     }
@@ -237,7 +269,8 @@ class CheckCommand final : public Command {
                  "bookkeeping, missing files (exit 0 clean, 1 warnings, 2 errors)");
     c->add_option("dataset", o_.dataset, "Dataset path or URL, or a mixture file")->required();
     c->add_option("--config", o_.config,
-                  "A config whose `quarantine:` file --write-quarantine defaults to");
+                  "A config whose `quarantine:` file --write-quarantine defaults to, and whose "
+                  "`shape: stored` streams each sample's tensor shapes are checked against");
     c->add_flag("--json", o_.json, "Print one JSON object");
     c->add_option("--episodes", o_.episodes, "Check only the first N episodes (default: all)")
         ->check(CLI::NonNegativeNumber);

@@ -29,6 +29,7 @@
 #include "datasets/webdataset/tar.h"
 #include "datasets/webdataset/wds_index.h"
 #include "format/format.h"
+#include "format/npy.h"
 #include "media/video_decoder.h"
 
 namespace conveyor::webdataset {
@@ -84,6 +85,9 @@ struct MemberLoc {
   uint64_t facts_at = 0, facts_size = 0, facts_xxh3 = 0;
   std::string facts_inline;
   uint64_t image_xxh3 = 0;  // IMAGE: the member's XXH3-64
+  // NPY: the member's stored shape (its header, from the member index): samples may differ in
+  // shape, not in dtype or rank (docs/webdataset.md "Tensors").
+  std::vector<int64_t> npy_shape;
 };
 
 struct Episode {
@@ -145,6 +149,7 @@ class WebDataset final : public Dataset {
   absl::Status ReadLowdim(const pb::EpisodeIndex& index, int stream, size_t first, size_t count,
                           std::vector<float>* out) const override;
   absl::Status VerifyShard(uint32_t shard) const override;
+  absl::StatusOr<std::vector<int64_t>> StoredShape(size_t episode, int stream) const override;
 
   static absl::StatusOr<std::unique_ptr<Dataset>> Open(std::unique_ptr<Storage> storage,
                                                        std::string uri, LocationOptions& options);
@@ -532,12 +537,25 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
         break;
       }
       case MemberKind::kNpy: {
+        // Shapes may differ (T5 embeddings of varying L, latents per resolution bucket): the spec
+        // says what it serves of them (docs/sampling.md "Tensors of varying shape"); the dtype
+        // and the rank may not.
         const json a = json::parse(m.facts), b = json::parse(r->facts, nullptr, false);
-        if (b.is_discarded() || a != b) {
+        if (b.is_discarded() || a["dtype"] != b["dtype"] || a["shape"].size() != b["shape"].size()) {
           return StrCat(w, ": a ", b.is_discarded() ? std::string("?") : b["dtype"].dump(),
                         " array of shape ", b.is_discarded() ? std::string("?") : b["shape"].dump(),
                         ", the dataset's stream is ", a["dtype"].dump(), " of shape ",
-                        a["shape"].dump(), " (its first sample's); every sample must match");
+                        a["shape"].dump(),
+                        " (its first sample's); every sample must have its dtype and rank");
+        }
+        int64_t elements = 1;
+        for (const json& d : b["shape"]) {
+          loc.npy_shape.push_back(d.get<int64_t>());
+          elements *= loc.npy_shape.back();
+        }
+        if (elements <= 0 || elements > kMaxNpyElements) {
+          return StrCat(w, ": shape ", b["shape"].dump(), " (", elements,
+                        " values) cannot be a stream (1 to ", kMaxNpyElements, " values)");
         }
         break;
       }
@@ -720,7 +738,15 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
       out_s->set_time_base_num(1);
       out_s->set_time_base_den(1);
       for (double t : clock.time_s) out_s->add_timestamps_s(t);
-      out_s->mutable_blocks()->set_dim(static_cast<int32_t>(src.elements));
+      StreamSource sample_src = src;
+      if (member.kind == MemberKind::kNpy) {
+        // This sample's own shape: its codec says it to the spec's `shape: stored`.
+        const json f = json::parse(member.facts);
+        out_s->mutable_codec()->set_codec(NpyCodec(f["dtype"].get<std::string>(), loc.npy_shape));
+        sample_src.elements = 1;
+        for (int64_t d : loc.npy_shape) sample_src.elements *= d;
+      }
+      out_s->mutable_blocks()->set_dim(static_cast<int32_t>(sample_src.elements));
       out_s->set_num_frames(clock.time_s.size());
       std::vector<float>& row = out->rows[s];
       json* parsed = nullptr;
@@ -731,8 +757,8 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
         }
         parsed = &jsons[src.member];
       }
-      ASSIGN_OR_RETURN(row,
-                       ReadMemberRow(tar, member.kind, loc.offset, loc.size, src, parsed, where));
+      ASSIGN_OR_RETURN(row, ReadMemberRow(tar, member.kind, loc.offset, loc.size, sample_src,
+                                          parsed, where));
       out->bytes += row.size() * sizeof(float);
     }
     if (out_s->num_frames() != episodes_.length(episode, s)) {
@@ -830,6 +856,17 @@ absl::Status WebDataset::ReadLowdim(const pb::EpisodeIndex& index, int stream, s
   for (size_t i = 0; i < count; ++i)
     std::copy(row.begin(), row.end(), out->begin() + static_cast<std::ptrdiff_t>(i * row.size()));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> WebDataset::StoredShape(size_t episode, int stream) const {
+  if (episode >= episodes_list_.size() || stream < 0 ||
+      static_cast<size_t>(stream) >= manifest_.streams.size() ||
+      members_[sources_[static_cast<size_t>(stream)].member].kind != MemberKind::kNpy) {
+    return Dataset::StoredShape(episode, stream);  // its error
+  }
+  const Episode& ep = episodes_list_[episode];
+  if (!ep.error.empty()) return absl::DataLossError(StrCat(ep.error, " (episode ", episode, ")"));
+  return ep.members[sources_[static_cast<size_t>(stream)].member].npy_shape;
 }
 
 absl::Status WebDataset::VerifyShard(uint32_t shard) const {

@@ -288,20 +288,20 @@ absl::Status AppendMemberStreams(const MemberRef& r, MemberKind kind, size_t mem
     case MemberKind::kNpy: {
       const json f = json::parse(r.facts);
       int64_t elements = 1;
-      std::string dims;
+      std::vector<int64_t> shape;
       for (const json& d : f["shape"]) {
-        elements *= d.get<int64_t>();
-        StrAppend(&dims, dims.empty() ? "" : "x", d.get<int64_t>());
+        shape.push_back(d.get<int64_t>());
+        elements *= shape.back();
       }
-      if (elements <= 0 || elements > (64 << 20)) {
-        return absl::InvalidArgumentError(StrCat(where, ", member '.", r.ext, "': shape ", dims,
-                                                 " (", elements,
-                                                 " values) cannot be a stream (1 to 64Mi values)"));
+      info.codec = NpyCodec(f["dtype"].get<std::string>(), shape);
+      if (elements <= 0 || elements > kMaxNpyElements) {
+        return absl::InvalidArgumentError(StrCat(where, ", member '.", r.ext, "': ", info.codec,
+                                                 " (", elements, " values) cannot be a stream (1 to ",
+                                                 kMaxNpyElements, " values)"));
       }
       info.kind = pb::LOWDIM;
-      // The codec says how the values were stored: the dtype and shape the trainer reshapes by.
-      info.codec =
-          StrCat("npy ", f["dtype"].get<std::string>(), " ", dims.empty() ? "scalar" : dims);
+      // The codec says how the values were stored: the dtype and shape the trainer reshapes by
+      // (the first sample's; each sample's index carries its own).
       info.shape = {elements};
       src.elements = elements;
       streams->push_back({info, src});

@@ -22,6 +22,8 @@ namespace conveyor::webdataset {
 
 // Members read whole (text, JSON, .npy, images) larger than this are an error, not an allocation.
 inline constexpr uint64_t kMaxSmallMember = 1ull << 30;
+// The most values a .npy member may hold to be a stream.
+inline constexpr int64_t kMaxNpyElements = int64_t{64} << 20;
 
 enum class MemberKind { kVideo, kImage, kText, kJson, kNpy, kClass, kUnknown };
 
