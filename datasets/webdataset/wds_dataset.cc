@@ -537,26 +537,8 @@ std::string WebDataset::CheckSample(const SampleEntry& s, Episode* ep) const {
         break;
       }
       case MemberKind::kNpy: {
-        // Shapes may differ (T5 embeddings of varying L, latents per resolution bucket): the spec
-        // says what it serves of them (docs/sampling.md "Tensors of varying shape"); the dtype
-        // and the rank may not.
-        const json a = json::parse(m.facts), b = json::parse(r->facts, nullptr, false);
-        if (b.is_discarded() || a["dtype"] != b["dtype"] || a["shape"].size() != b["shape"].size()) {
-          return StrCat(w, ": a ", b.is_discarded() ? std::string("?") : b["dtype"].dump(),
-                        " array of shape ", b.is_discarded() ? std::string("?") : b["shape"].dump(),
-                        ", the dataset's stream is ", a["dtype"].dump(), " of shape ",
-                        a["shape"].dump(),
-                        " (its first sample's); every sample must have its dtype and rank");
-        }
-        int64_t elements = 1;
-        for (const json& d : b["shape"]) {
-          loc.npy_shape.push_back(d.get<int64_t>());
-          elements *= loc.npy_shape.back();
-        }
-        if (elements <= 0 || elements > kMaxNpyElements) {
-          return StrCat(w, ": shape ", b["shape"].dump(), " (", elements,
-                        " values) cannot be a stream (1 to ", kMaxNpyElements, " values)");
-        }
+        // Shapes may differ, the dtype and the rank may not.
+        if (std::string e = CheckNpySample(m.facts, r->facts, w, &loc.npy_shape); !e.empty()) return e;
         break;
       }
       case MemberKind::kJson: {
@@ -738,14 +720,9 @@ absl::StatusOr<std::unique_ptr<Loaded>> WebDataset::Load(size_t episode) const {
       out_s->set_time_base_num(1);
       out_s->set_time_base_den(1);
       for (double t : clock.time_s) out_s->add_timestamps_s(t);
-      StreamSource sample_src = src;
-      if (member.kind == MemberKind::kNpy) {
-        // This sample's own shape: its codec says it to the spec's `shape: stored`.
-        const json f = json::parse(member.facts);
-        out_s->mutable_codec()->set_codec(NpyCodec(f["dtype"].get<std::string>(), loc.npy_shape));
-        sample_src.elements = 1;
-        for (int64_t d : loc.npy_shape) sample_src.elements *= d;
-      }
+      // A `.npy` member in this sample's own shape: its codec says it to the spec's `shape: stored`.
+      const StreamSource sample_src =
+          member.kind == MemberKind::kNpy ? NpySampleSource(member.facts, loc.npy_shape, src, out_s) : src;
       out_s->mutable_blocks()->set_dim(static_cast<int32_t>(sample_src.elements));
       out_s->set_num_frames(clock.time_s.size());
       std::vector<float>& row = out->rows[s];

@@ -10,6 +10,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "base/types.h"
 #include "format/format.h"
 #include "format/npy.h"
 #include "media/media_demux.h"
@@ -245,6 +246,44 @@ absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMe
   return std::string();
 }
 
+int64_t NpyFactsShape(const json& facts, std::vector<int64_t>* shape) {
+  shape->clear();
+  uint64_t elements = 1;
+  bool fits = facts.contains("shape") && facts["shape"].is_array();
+  for (const json& d : fits ? facts["shape"] : json::array()) {
+    const int64_t n = d.is_number_integer() ? d.get<int64_t>() : -1;
+    shape->push_back(n);
+    fits = fits && n > 0 && CheckedMul(elements, static_cast<uint64_t>(n), &elements) &&
+           elements <= static_cast<uint64_t>(kMaxNpyElements);
+  }
+  return fits ? static_cast<int64_t>(elements) : -1;
+}
+
+std::string CheckNpySample(const std::string& stream_facts, const std::string& facts,
+                           const std::string& where, std::vector<int64_t>* shape) {
+  const json a = json::parse(stream_facts), b = json::parse(facts, nullptr, false);
+  if (b.is_discarded() || a["dtype"] != b["dtype"] || a["shape"].size() != b["shape"].size()) {
+    return StrCat(where, ": a ", b.is_discarded() ? std::string("?") : b["dtype"].dump(),
+                  " array of shape ", b.is_discarded() ? std::string("?") : b["shape"].dump(),
+                  ", the dataset's stream is ", a["dtype"].dump(), " of shape ", a["shape"].dump(),
+                  " (its first sample's); every sample must have its dtype and rank");
+  }
+  if (NpyFactsShape(b, shape) < 0) {
+    return StrCat(where, ": shape ", b["shape"].dump(), " cannot be a stream (1 to ",
+                  kMaxNpyElements, " values)");
+  }
+  return "";
+}
+
+StreamSource NpySampleSource(const std::string& stream_facts, const std::vector<int64_t>& shape,
+                             StreamSource src, pb::StreamIndex* out) {
+  const json f = json::parse(stream_facts);
+  out->mutable_codec()->set_codec(NpyCodec(f["dtype"].get<std::string>(), shape));
+  src.elements = 1;
+  for (int64_t d : shape) src.elements *= d;  // CheckNpySample bounded the product
+  return src;
+}
+
 absl::Status AppendMemberStreams(const MemberRef& r, MemberKind kind, size_t member,
                                  double clip_rate, const std::string& where, const std::string& uri,
                                  std::vector<std::pair<StreamInfo, StreamSource>>* streams) {
@@ -287,17 +326,13 @@ absl::Status AppendMemberStreams(const MemberRef& r, MemberKind kind, size_t mem
       break;
     case MemberKind::kNpy: {
       const json f = json::parse(r.facts);
-      int64_t elements = 1;
       std::vector<int64_t> shape;
-      for (const json& d : f["shape"]) {
-        shape.push_back(d.get<int64_t>());
-        elements *= shape.back();
-      }
+      const int64_t elements = NpyFactsShape(f, &shape);
       info.codec = NpyCodec(f["dtype"].get<std::string>(), shape);
-      if (elements <= 0 || elements > kMaxNpyElements) {
+      if (elements < 0) {
         return absl::InvalidArgumentError(StrCat(where, ", member '.", r.ext, "': ", info.codec,
-                                                 " (", elements, " values) cannot be a stream (1 to ",
-                                                 kMaxNpyElements, " values)"));
+                                                 " cannot be a stream (1 to ", kMaxNpyElements,
+                                                 " values)"));
       }
       info.kind = pb::LOWDIM;
       // The codec says how the values were stored: the dtype and shape the trainer reshapes by

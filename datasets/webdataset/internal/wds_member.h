@@ -62,11 +62,27 @@ absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMe
                                         std::string_view ext, const std::string& where);
 
 // Where a manifest stream's values come from.
+// The shape in a `.npy` member's index facts ({"dtype", "shape"}) in *shape, and its element
+// count, or -1 where that is not 1 to kMaxNpyElements (a zero or negative dimension, an overflow).
+int64_t NpyFactsShape(const nlohmann::json& facts, std::vector<int64_t>* shape);
+
+// A sample's `.npy` facts against its stream's (the first sample's): shapes may differ (T5
+// embeddings of varying L, latents per resolution bucket; the spec says what it serves of them,
+// docs/sampling.md "Tensors of varying shape"), the dtype and the rank may not. The sample's shape
+// in *shape; "" or what is wrong, after `where`.
+std::string CheckNpySample(const std::string& stream_facts, const std::string& facts,
+                           const std::string& where, std::vector<int64_t>* shape);
+
 struct StreamSource {
   size_t member = 0;     // index into WebDataset::members_
   std::string field;     // JSON: the field; else empty
   int64_t elements = 1;  // LOWDIM: values per step
 };
+
+// `src` (a `.npy` member's stream, its first sample's) for a sample of `shape` (CheckNpySample's):
+// the sample's element count, and its codec in *out naming the shape (`npy DTYPE [SHAPE]`).
+StreamSource NpySampleSource(const std::string& stream_facts, const std::vector<int64_t>& shape,
+                             StreamSource src, format::v1::StreamIndex* out);
 
 // Appends the streams the first sample's member `r` (of kind `kind`, the dataset's member
 // `member`) makes to *streams: one per member, a JSON's one per number, array or string field.
