@@ -63,23 +63,30 @@ import json, os, re, shlex, sys
 db, root, out, dirs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 lines = []
 for e in json.load(open(db)):
-    f = os.path.relpath(e["file"], root)
-    if f.split("/")[0] not in dirs or not f.endswith(".cc"):
-        continue
-    text = open(os.path.join(root, f), errors="replace").read()
-    if not re.search(r"absl::Mutex|ABSL_GUARDED_BY|ABSL_EXCLUSIVE_LOCKS_REQUIRED|WorkerPool", text):
-        continue
-    args = shlex.split(e["command"])[1:]
-    keep, skip = [], False
-    for a in args:
-        if skip:
-            skip = False
+    # A unity build (CONVEYOR_FAST_BUILD) lists its batch files (Unity/unity_N_cxx.cxx), each
+    # including its sources by absolute path: every source is checked on its own, with the
+    # batch's command.
+    sources = [e["file"]]
+    if re.search(r"/Unity/unity_\d+_cxx\.cxx$", e["file"]):
+        sources = re.findall(r'^#include "(.+)"$', open(e["file"]).read(), re.M)
+    for source in sources:
+        f = os.path.relpath(source, root)
+        if f.split("/")[0] not in dirs or not f.endswith(".cc"):
             continue
-        if a in ("-o", "-c"):
-            skip = a == "-o"
+        text = open(os.path.join(root, f), errors="replace").read()
+        if not re.search(r"absl::Mutex|ABSL_GUARDED_BY|ABSL_EXCLUSIVE_LOCKS_REQUIRED|WorkerPool", text):
             continue
-        keep.append(a)
-    lines.append(f + "\t" + e["directory"] + "\t" + shlex.join(keep))
+        args = shlex.split(e["command"])[1:]
+        keep, skip = [], False
+        for a in args:
+            if skip:
+                skip = False
+                continue
+            if a in ("-o", "-c"):
+                skip = a == "-o"
+                continue
+            keep.append(source if a == e["file"] else a)
+        lines.append(f + "\t" + e["directory"] + "\t" + shlex.join(keep))
 open(out, "w").write("\n".join(lines) + "\n")
 PY
 n=$(grep -c . "$tmp/commands")
