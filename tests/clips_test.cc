@@ -17,6 +17,7 @@
 #include "pipeline/source.h"
 #include "sample/sample_spec.h"
 #include "shuffle/order.h"
+#include "tests/support/batch_lines.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {
@@ -58,27 +59,9 @@ class ClipsTest : public ::testing::Test {
     return s.ok() ? *s : SampleSpec{};
   }
 
-  struct Line {
-    Cursor cursor;
-    std::vector<SampleId> ids;
-    std::map<std::string, std::vector<uint8_t>> tensors;
-    bool operator==(const Line&) const = default;
-  };
+  using Line = testing::BatchLine;
   static std::vector<Line> Run(const SampleSpec& spec, PipelineOptions o, Cursor start, int steps) {
-    auto p = Pipeline::Create(*dataset_, spec, o, start);
-    EXPECT_TRUE(p.ok()) << p.status();
-    std::vector<Line> out;
-    if (!p.ok()) return out;
-    for (int i = 0; i < steps; ++i) {
-      auto next = (*p)->Next();
-      EXPECT_TRUE(next.ok() && next->has_value()) << next.status();
-      if (!next.ok() || !next->has_value()) break;
-      const Batch* b = &**next;
-      Line l{b->cursor, b->ids, {}};
-      for (const TensorView& t : b->tensors) l.tensors[t.name].assign(b->data(t), b->data(t) + t.bytes);
-      out.push_back(std::move(l));
-    }
-    return out;
+    return testing::RunBatches(*dataset_, spec, std::move(o), start, steps);
   }
   static PipelineOptions Options(int threads, uint64_t batch = 5) {
     PipelineOptions o;

@@ -28,6 +28,7 @@
 #include "pipeline/pipeline.h"
 #include "sample/sample_assembler.h"
 #include "sample/sample_spec.h"
+#include "tests/support/batch_lines.h"
 #include "tests/support/test_env.h"
 
 namespace conveyor {
@@ -94,31 +95,9 @@ class TensorBucketsTest : public ::testing::Test {
   }
   static std::vector<int64_t> LatentShape(uint64_t e) { return {2, 4, truth_[e].h, truth_[e].w}; }
 
-  struct Line {
-    Cursor cursor;
-    std::vector<SampleId> ids;
-    std::map<std::string, std::vector<uint8_t>> tensors;
-    std::map<std::string, std::vector<int64_t>> shapes;
-    bool operator==(const Line&) const = default;
-  };
+  using Line = testing::BatchLine;
   static std::vector<Line> Run(const SampleSpec& spec, PipelineOptions o, Cursor start, int steps) {
-    auto p = Pipeline::Create(*dataset_, spec, o, start);
-    EXPECT_TRUE(p.ok()) << p.status();
-    std::vector<Line> out;
-    if (!p.ok()) return out;
-    for (int i = 0; i < steps; ++i) {
-      auto next = (*p)->Next();
-      EXPECT_TRUE(next.ok() && next->has_value()) << next.status();
-      if (!next.ok() || !next->has_value()) break;
-      const Batch* b = &**next;
-      Line l{b->cursor, b->ids, {}, {}};
-      for (const TensorView& t : b->tensors) {
-        l.tensors[t.name].assign(b->data(t), b->data(t) + t.bytes);
-        l.shapes[t.name] = t.shape;
-      }
-      out.push_back(std::move(l));
-    }
-    return out;
+    return testing::RunBatches(*dataset_, spec, std::move(o), start, steps);
   }
   static PipelineOptions Options(int threads, uint64_t batch = 2) {
     PipelineOptions o;
