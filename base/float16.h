@@ -93,4 +93,13 @@ inline void StoreFloat(DType dtype, float value, uint8_t* dst, size_t i) {
   }
 }
 
+// StoreFloat for `n` values from `src` into elements 0..n-1 at `dst`: float32 as one copy.
+inline void StoreFloats(DType dtype, const float* src, size_t n, uint8_t* dst) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) StoreFloat(dtype, src[i], dst, i);
+}
+
 }  // namespace conveyor

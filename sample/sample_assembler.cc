@@ -498,8 +498,7 @@ absl::Status SampleAssembler::AddStoredTensor(size_t si, const pb::EpisodeIndex&
   // The stored rows first (C order: row r is elements [r * row, (r + 1) * row)), in the served
   // dtype; zeros after (all-zero bits in float32, float16 and bfloat16 alike).
   const int64_t row = stored->empty() ? 1 : dim / std::max<int64_t>(1, (*stored)[0]);
-  const size_t values = static_cast<size_t>(served->rows * row);
-  for (size_t i = 0; i < values; ++i) StoreFloat(s.value_dtype, rows[i], t.data.data(), i);
+  StoreFloats(s.value_dtype, rows.data(), static_cast<size_t>(served->rows * row), t.data.data());
   out->tensors.push_back(std::move(t));
   if (!served->padded) {
     out->tensors.push_back(PadTensor(s.name, pads));
