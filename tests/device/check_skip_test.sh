@@ -28,7 +28,10 @@ run ran CONVEYOR_CHECK_ONLY=python_env || fail "python_env alone: $(tail -5 "$WO
 summary ran 'd["passed"] and d["run"] == "ran" and d["skipped"] == [] and d["checks"]["python_env"]["status"] == "passed"' ||
   fail "the summary of a passed run: $(cat "$WORK/out/ran/device_check.json")"
 [[ -s "$WORK/out/ran/python_env.log" ]] || fail "no python_env.log in the run's folder"
-tar -tzf "$WORK/out/ran.tgz" | grep -qx 'ran/python_env.log' || fail "ran.tgz lacks ran/python_env.log"
+# (The listing is read whole before grep: tar writes a line at a time, and a grep -q that stops at
+# the match would make tar's next write a SIGPIPE, which pipefail reports as a failure.)
+listing="$(tar -tzf "$WORK/out/ran.tgz")" || fail "cannot list ran.tgz"
+grep -qx 'ran/python_env.log' <<< "$listing" || fail "ran.tgz lacks ran/python_env.log: $listing"
 
 echo "== checks past the deadline"
 if run late CONVEYOR_CHECK_ONLY="python_env synth" CONVEYOR_CHECK_DEADLINE=-1; then

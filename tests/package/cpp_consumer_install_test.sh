@@ -30,7 +30,8 @@ cmake -S "$PREFIX/share/conveyor/examples/cpp_consumer" -B "$TMP/consumer" -G Ni
 cmake --build "$TMP/consumer" > "$TMP/build.log" 2>&1 || { cat "$TMP/build.log"; fail "building the consumer failed"; }
 ldd "$TMP/consumer/conveyor_consumer" | grep "libconveyor_client.so.1 => $PREFIX/" ||
   fail "the consumer does not load the installed libconveyor_client.so.1"
-"$TMP/consumer/conveyor_consumer" --help | grep -q -- '--servers' || fail "conveyor_consumer --help"
+help="$("$TMP/consumer/conveyor_consumer" --help)" || fail "conveyor_consumer --help exited $?"
+grep -q -- '--servers' <<< "$help" || fail "conveyor_consumer --help names no --servers"
 
 "$CLI" synth --out "$TMP/ds" --episodes 2 --episode-seconds 4 --seed 2 > /dev/null
 "$CLI" serve "$TMP/ds" --config "$SRC/examples/pipeline.yaml" --listen 127.0.0.1:0 \

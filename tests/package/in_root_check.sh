@@ -6,8 +6,9 @@ source /tmp/common.sh
 cd /tmp
 echo "\$ conveyor --version"; conveyor --version
 [[ "$(command -v conveyor)" == /usr/bin/conveyor ]] || fail "conveyor is not /usr/bin/conveyor"
-version="$(conveyor --version | head -1 | cut -d' ' -f2)"
-conveyor --version | grep -Eq '^schedule versions: 1( [0-9]+)*' || fail "--version lists no schedule versions"
+version_text="$(conveyor --version)"
+version="$(sed -n '1s/^[^ ]* \([^ ]*\).*/\1/p' <<< "$version_text")"
+grep -Eq '^schedule versions: 1( [0-9]+)*' <<< "$version_text" || fail "--version lists no schedule versions"
 
 CONFIG=/usr/share/conveyor/examples/pipeline.yaml
 conveyor synth --out /tmp/ds --episodes 3 --episode-seconds 4:6 --seed 5 > /dev/null
@@ -27,7 +28,7 @@ cmake -S /usr/share/conveyor/examples/cpp_consumer -B /tmp/consumer -DCMAKE_BUIL
   { cat /tmp/cmake.log; fail "configuring examples/cpp_consumer with find_package(Conveyor) failed"; }
 cmake --build /tmp/consumer > /tmp/make.log 2>&1 || { cat /tmp/make.log; fail "building the consumer failed"; }
 # (/lib is /usr/lib on Debian 12: the loader's cache may name either.)
-ldd /tmp/consumer/conveyor_consumer | grep -Eq 'libconveyor_client.so.1 => (/usr)?/lib/x86_64-linux-gnu/libconveyor_client.so.1' ||
+grep -Eq 'libconveyor_client.so.1 => (/usr)?/lib/x86_64-linux-gnu/libconveyor_client.so.1' <<< "$(ldd /tmp/consumer/conveyor_consumer)" ||
   fail "the consumer does not load the package's libconveyor_client.so.1: $(ldd /tmp/consumer/conveyor_consumer | grep conveyor)"
 /tmp/consumer/conveyor_consumer --servers "$addr" --steps 4 > consumer.txt
 conveyor fetch --servers "$addr" --steps 4 --ids > ids.txt

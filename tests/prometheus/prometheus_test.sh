@@ -179,7 +179,8 @@ for job in jobA jobB; do
   wait_for "$job: samples skipped" 20 in_range 'sum by (job) (conveyor_samples_skipped_total)' "$job" 1 1e9
 done
 wait_for "jobC: errors" 10 in_range 'sum by (job) (conveyor_errors_total{reason="DATA_LOSS"})' jobC 1 1e9
-query 'sum by (job) (conveyor_errors_total)' | grep -q '^job=jobA ' && fail "jobA has errors"
+errors="$(query 'sum by (job) (conveyor_errors_total)')"
+grep -q '^job=jobA ' <<< "$errors" && fail "jobA has errors: $errors"
 log "per job (samples/s, data wait share, decode amplification, skipped, errors):"
 for job in jobA jobB jobC; do
   row=$job
