@@ -300,9 +300,16 @@ absl::StatusOr<std::unique_ptr<DeviceFrames>> DeviceFrames::Open(const DeviceFra
   ASSIGN_OR_RETURN(impl->spec, SampleSpec::FromFile(o.config, impl->source->manifest()));
   if (impl->spec.buckets.enabled()) {
     // Its device tensors have one shape per stream; a bucketed batch's shape is its bucket's.
+    if (impl->spec.buckets.cuts_frames()) {
+      return absl::InvalidArgumentError(StrCat(
+          "DeviceFrames: ", o.config, " has buckets, whose frames are cut on the server's CPU "
+          "decoder (docs/sampling.md \"Buckets\"); serve them in the batches instead"));
+    }
     return absl::InvalidArgumentError(StrCat(
-        "DeviceFrames: ", o.config, " has buckets, whose frames are cut on the server's CPU "
-        "decoder (docs/sampling.md \"Buckets\"); serve them in the batches instead"));
+        "DeviceFrames: ", o.config, " has buckets by the stored shape of '",
+        impl->spec.streams[static_cast<size_t>(impl->spec.buckets.by)].name,
+        "', a batch of one shape each; DeviceFrames gives a stream one shape for the whole run: "
+        "serve the bucketed tensors in the batches instead (docs/sampling.md \"Buckets\")"));
   }
   ASSIGN_OR_RETURN(impl->bound, impl->source->Bind(impl->spec));
   for (size_t k = 0; k < impl->source->size(); ++k) {

@@ -15,9 +15,10 @@ namespace conveyor {
 
 namespace pb = format::v1;
 
-uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
+uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m, uint64_t largest_bucket_elements) {
   uint64_t total = 0;
-  for (const StreamSpec& s : spec.streams) {
+  for (size_t k = 0; k < spec.streams.size(); ++k) {
+    const StreamSpec& s = spec.streams[k];
     const StreamInfo& info = m.streams[s.stream];
     switch (s.kind) {
       case pb::VIDEO:
@@ -39,7 +40,13 @@ uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& m) {
         if (!s.stored_shape.empty()) {  // one tensor in its served shape (pad_to's N rows), a flag a row
           uint64_t n = 1;
           for (int64_t d : s.stored_shape) n *= static_cast<uint64_t>(d);
-          total += n * DTypeSize(s.value_dtype) + static_cast<uint64_t>(s.stored_shape[0]);
+          if (spec.buckets.by == static_cast<int>(k)) {  // any stored shape: the largest one
+            n = std::max(n, largest_bucket_elements);
+          }
+          uint64_t bytes = 0;
+          if (!CheckedMul(n, DTypeSize(s.value_dtype), &bytes)) bytes = std::numeric_limits<uint64_t>::max();
+          total = CheckedAdd(total, bytes, &total) ? total : std::numeric_limits<uint64_t>::max();
+          total += static_cast<uint64_t>(s.stored_shape[0]);
           break;
         }
         total += s.deltas.size() * (info.shape.empty() ? 1 : info.shape[0]) * DTypeSize(s.value_dtype) +
@@ -75,7 +82,7 @@ MemoryEstimate EstimateMemory(const Source& source, const SampleSpec& spec,
     return CheckedAdd(a, b, &r) ? r : std::numeric_limits<uint64_t>::max();
   };
   MemoryEstimate e;
-  e.sample_bytes = EstimateSampleBytes(spec, source.manifest());
+  e.sample_bytes = EstimateSampleBytes(spec, source.manifest(), o.largest_bucket_elements);
   const uint64_t local = o.consumers > 0 ? o.global_batch_size / o.consumers : o.global_batch_size;
   e.batch_bytes = mul(local, e.sample_bytes);
   bool scheduled = HasVideo(spec) && !o.order.naive();

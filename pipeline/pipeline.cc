@@ -186,7 +186,7 @@ absl::StatusOr<std::unique_ptr<Pipeline>> Pipeline::Create(const Source& source,
     RETURN_IF_ERROR(CheckVideoBackends(mem->bound.spec, mem->dataset->manifest()));
   }
   PipelineOptions& o = m.opt;
-  const uint64_t sample_bytes = EstimateSampleBytes(m.spec, source.manifest());
+  const uint64_t sample_bytes = EstimateSampleBytes(m.spec, source.manifest(), o.largest_bucket_elements);
   bool scheduled = false;
   for (const auto& mem : m.members) scheduled = scheduled || mem->scheduled;
   const uint64_t sample_budget = scheduled ? o.queue_bytes / 2 : o.queue_bytes;

@@ -54,6 +54,10 @@ struct PipelineOptions {
   std::optional<PackingSpec> packing;  // packed sequences instead of stacked samples
   // A mixture: each member's schedule (resolved from `order` per member by ResolveSchedule).
   std::vector<OrderOptions> member_orders;
+  // `buckets: {by: STREAM}`: the most elements of that stream's stored shapes over the dataset,
+  // resolved by ResolveSchedule from the member index (0: not resolved, or no such buckets). The
+  // memory estimate prices the stream's tensor at this size, not at its first sample's shape.
+  uint64_t largest_bucket_elements = 0;
   // Decoded frames kept across epochs and shared with every pipeline given the same cache
   // (pipeline/frame_cache.h); null: none. GOP mode: a block whose frames are all cached is not
   // decoded. Changes where pixels come from, never what they are, nor the order.

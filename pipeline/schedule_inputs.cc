@@ -3,11 +3,13 @@
 // bucket) so that shuffle/ reads nothing; and ResolveSchedule, which resolves each member's order
 // from them.
 #include <algorithm>
+#include <limits>
 #include <set>
 
 #include <spdlog/spdlog.h>
 
 #include "base/status_macros.h"
+#include "base/types.h"
 #include "base/strings.h"
 #include "conveyor/format/v1/shard.pb.h"
 #include "datasets/sample_index.h"
@@ -101,6 +103,14 @@ absl::Status MeasureShapeBuckets(const Dataset& dataset, const SampleSpec& spec,
   std::sort(distinct.begin(), distinct.end());
   distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
   in->num_buckets = std::max<size_t>(1, distinct.size());
+  in->largest_bucket_elements = 0;
+  for (const std::vector<int64_t>& shape : distinct) {
+    uint64_t n = 1;
+    for (const int64_t d : shape) {
+      if (d < 0 || !CheckedMul(n, static_cast<uint64_t>(d), &n)) n = std::numeric_limits<uint64_t>::max();
+    }
+    in->largest_bucket_elements = std::max(in->largest_bucket_elements, n);
+  }
   in->episode_buckets.assign(shapes.size(), 0);
   for (size_t e = 0; e < shapes.size(); ++e) {
     if (!known[e]) continue;
@@ -117,11 +127,15 @@ absl::Status MeasureShapeBuckets(const Dataset& dataset, const SampleSpec& spec,
 }
 
 // One member's order, resolved with its share of the budget; a dataset that reads whole episodes
-// then keeps the episodes of two windows parsed.
+// then keeps the episodes of two windows parsed. `largest_bucket_elements` (may be null): set
+// when the buckets by a stored shape were measured (ScheduleInputs' figure of the same name).
 absl::Status ResolveMemberOrder(const Dataset& dataset, const SampleSpec& spec, uint64_t queue_bytes,
-                                OrderOptions* order) {
+                                OrderOptions* order, uint64_t* largest_bucket_elements = nullptr) {
   ASSIGN_OR_RETURN(const ScheduleInputs in, MeasureSchedule(dataset, spec, *order));
   RETURN_IF_ERROR(ResolveOrder(in, queue_bytes, order));
+  if (largest_bucket_elements != nullptr && in.largest_bucket_elements > 0) {
+    *largest_bucket_elements = in.largest_bucket_elements;
+  }
   if (const uint64_t bytes = EpisodeCacheBytes(in, *order); bytes > 0) {
     dataset.ReserveEpisodeCache(bytes);
   }
@@ -227,7 +241,9 @@ absl::StatusOr<ScheduleInputs> MeasureSchedule(const Dataset& dataset, const Sam
 absl::Status ResolveSchedule(const Source& source, const SampleSpec& spec, PipelineOptions* options) {
   PipelineOptions& o = *options;
   if (spec.buckets.enabled()) RETURN_IF_ERROR(ResolveBucketGroup(source, spec, &o));
-  if (!source.is_mixture()) return ResolveMemberOrder(source.dataset(0), spec, o.queue_bytes, &o.order);
+  if (!source.is_mixture()) {
+    return ResolveMemberOrder(source.dataset(0), spec, o.queue_bytes, &o.order, &o.largest_bucket_elements);
+  }
   if (o.member_orders.size() == source.size()) return absl::OkStatus();  // resolved before
   ASSIGN_OR_RETURN(std::vector<BoundMember> bound, source.Bind(spec));
   o.member_orders.assign(source.size(), o.order);

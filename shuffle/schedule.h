@@ -55,6 +55,10 @@ struct ScheduleInputs {
   bool buckets = false;
   size_t num_buckets = 0;
   std::vector<uint32_t> episode_buckets;
+  // Buckets by a stored tensor's shape (`buckets: {by: STREAM}`): the most elements of any of its
+  // shapes, measured with episode_buckets. Not read by the order: the pipeline prices a sample's
+  // memory with it (PipelineOptions::largest_bucket_elements).
+  uint64_t largest_bucket_elements = 0;
 };
 
 // Which of ScheduleInputs' measured figures ResolveOrder reads for `order`; the others may be left

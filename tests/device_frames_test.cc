@@ -128,6 +128,33 @@ TEST_F(DeviceFramesTest, RefusesWhatTheKernelCannotDoNamingTheStream) {
   EXPECT_EQ(Open(Config("clip.yaml", kClip), 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A bucketed config is refused when it is read, saying which buckets: camera buckets cut the frames
+// on the server's CPU decoder; `by:` buckets make a batch of one stored shape, where DeviceFrames
+// gives a stream one shape for the run (examples/latents_buckets.yaml on the latents fixture).
+TEST_F(DeviceFramesTest, BucketedConfigsAreRefusedSayingWhichBuckets) {
+  auto cut = Open(Config("buckets.yaml", "anchor: cam0\nbuckets: {sizes: [[64, 64], [32, 64]]}\n"
+                                         "streams:\n  cam0:\n    delta_timestamps: [0.0]\n"));
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(cut.status().message()).find("cut on the server's CPU"), std::string::npos)
+      << cut.status();
+  const std::string fx = dir_->Join("latents_fx");
+  const auto r = RunCommand("/usr/bin/python3 " +
+                            ShellQuote(std::string(CONVEYOR_SOURCE_DIR) +
+                                       "/tests/fixtures/buckets/make_buckets.py") +
+                            " " + ShellQuote(fx) + " --latents 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  DeviceFramesOptions o;
+  o.dataset = fx + "/latents";
+  o.config = std::string(CONVEYOR_SOURCE_DIR) + "/examples/latents_buckets.yaml";
+  auto by = DeviceFrames::Open(o);
+  ASSERT_FALSE(by.ok());
+  EXPECT_EQ(by.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(by.status().message());
+  EXPECT_NE(message.find("buckets by the stored shape of 'latents.npy'"), std::string::npos) << message;
+  EXPECT_EQ(message.find("cut on the server's CPU"), std::string::npos) << message;
+}
+
 // examples/video_model_captions.yaml (served, no frames) and video_model_served.yaml (served
 // with the frames the CPU decodes) order the same samples: the NVDEC path and its baseline train
 // on the same clips in the same order.

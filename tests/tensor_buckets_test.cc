@@ -9,6 +9,7 @@
 // `conveyor check --config` reports and quarantines.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -312,6 +313,32 @@ TEST_F(TensorBucketsTest, OrderIsPureAndResumesAtAnyBatchDividingTheGroup) {
   auto text = OrderIdentityText(spec.config_text, o);
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_NE(text->find("bucket_group=4"), std::string::npos) << *text;
+}
+
+// A server prices a stream before it decodes anything (pipeline/pipeline.h EstimateMemory): the
+// buckets' tensor at the largest stored shape in the dataset, which ResolveSchedule reads from the
+// member index, not at the first sample's (a wide 6x10 latent here, where the square ones are 8x8;
+// latents 16 times the first's would let a server take a stream it cannot afford).
+TEST_F(TensorBucketsTest, TheMemoryEstimatePricesTheLargestStoredShape) {
+  const SampleSpec spec = Spec();
+  auto elements = [](const Truth& t) { return uint64_t{2} * 4 * static_cast<uint64_t>(t.h * t.w); };
+  uint64_t largest = 0;
+  for (const Truth& t : truth_) largest = std::max(largest, elements(t));
+  const uint64_t first = elements(truth_[0]);
+  ASSERT_LT(first, largest) << "the fixture's first latent is its largest: the test tells nothing";
+  PipelineOptions o = Options(1, 4);
+  const uint64_t unresolved = EstimateMemory(*dataset_, spec, o).sample_bytes;
+  ASSERT_TRUE(ResolveSchedule(*dataset_, spec, &o).ok());
+  EXPECT_EQ(o.largest_bucket_elements, largest);
+  const MemoryEstimate e = EstimateMemory(*dataset_, spec, o);
+  // float32 (the spec's default dtype) latents: 4 bytes an element more for each element more.
+  EXPECT_EQ(e.sample_bytes - unresolved, (largest - first) * 4);
+  EXPECT_EQ(e.batch_bytes, 4 * e.sample_bytes);
+  // A spec without buckets keeps pricing the shape it serves (another is an error, not a sample).
+  PipelineOptions plain = Options(1, 4);
+  const SampleSpec unbucketed = Spec("");
+  ASSERT_TRUE(ResolveSchedule(*dataset_, unbucketed, &plain).ok());
+  EXPECT_EQ(plain.largest_bucket_elements, 0u);
 }
 
 // What the spec does not take: another shape without pad_to or buckets, L over pad_to, rows of

@@ -26,8 +26,11 @@ absl::StatusOr<ScheduleInputs> MeasureSchedule(const Dataset& dataset, const Sam
                                                const OrderOptions& order);
 
 // Bytes of one sample's tensors, from the spec and the manifest (text counted as 256 bytes, or
-// 256 token ids without a max_tokens).
-uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& manifest);
+// 256 token ids without a max_tokens). `largest_bucket_elements`: the buckets' stream (`buckets:
+// {by: STREAM}`) priced at this many elements when it is more than the stream's first sample's
+// (PipelineOptions::largest_bucket_elements).
+uint64_t EstimateSampleBytes(const SampleSpec& spec, const Manifest& manifest,
+                             uint64_t largest_bucket_elements = 0);
 
 bool HasVideo(const SampleSpec& spec);
 
