@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "base/json_text.h"
 #include "capi/internal/c_status.h"
 #include "client/client.h"
 #include "client/launch_env.h"
@@ -29,6 +30,7 @@
 
 namespace cc = ::conveyor::client;
 using json = nlohmann::json;
+using ::conveyor::JsonText;
 
 struct conveyor_client {
   std::unique_ptr<cc::Client> client;
@@ -80,7 +82,7 @@ absl::Status Get(const json& v, const std::string& key, T* out) {
     *out = v.get<T>();
     return absl::OkStatus();
   } catch (const std::exception&) {
-    return absl::InvalidArgumentError("option '" + key + "': " + v.dump() + " is not " +
+    return absl::InvalidArgumentError("option '" + key + "': " + JsonText(v) + " is not " +
                                       (std::is_same_v<T, bool>          ? "a boolean"
                                        : std::is_same_v<T, std::string> ? "a string"
                                        : std::is_floating_point_v<T>    ? "a number"
@@ -97,7 +99,7 @@ absl::Status ParseServers(const json& v, std::vector<std::string>* out) {
   if (!v.is_array()) return absl::InvalidArgumentError("option 'servers': expected a list");
   out->clear();
   for (const json& s : v) {
-    if (!s.is_string()) return absl::InvalidArgumentError("option 'servers': " + s.dump() +
+    if (!s.is_string()) return absl::InvalidArgumentError("option 'servers': " + JsonText(s) +
                                                           " is not a string");
     out->push_back(s.get<std::string>());
   }
@@ -121,7 +123,7 @@ absl::Status ParseClientOptions(const json& j, cc::ClientOptions* o) {
       } else if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() ||
                  !v[1].is_number_unsigned()) {
         s = absl::InvalidArgumentError(
-            "option 'start': expected [epoch, step], \"EPOCH:STEP\" or \"EPOCH@POSITION\", got " + v.dump());
+            "option 'start': expected [epoch, step], \"EPOCH:STEP\" or \"EPOCH@POSITION\", got " + JsonText(v));
       } else {
         o->start = {v[0].get<uint64_t>(), v[1].get<uint64_t>()};
       }
@@ -298,7 +300,7 @@ int conveyor_resolve_launch(const char* request_json, char** result_json) {
               {"source", e->source},
               {"servers", e->servers},
               {"servers_source", e->servers_source}};
-  *result_json = Dup(out.dump());
+  *result_json = Dup(JsonText(out));
   return CONVEYOR_OK;
 }
 
@@ -321,7 +323,7 @@ int conveyor_get_info(const char* options_json, char** result_json) {
     return Fail(absl::StatusCode::kInternal, "InfoResponse's JSON could not be read back");
   }
   Int64sAsNumbers(*conveyor::v1::InfoResponse::descriptor(), &out);
-  *result_json = Dup(out.dump());
+  *result_json = Dup(JsonText(out));
   return CONVEYOR_OK;
 }
 
@@ -377,7 +379,7 @@ int conveyor_client_coverage(const conveyor_client* c, char** result_json) {
                       {"digest", digest}, {"first_position", s.first_position},
                       {"end_position", s.end_position}, {"batches", s.batches}});
   }
-  *result_json = Dup(json{{"coverage", slices}}.dump());
+  *result_json = Dup(JsonText(json{{"coverage", slices}}));
   return CONVEYOR_OK;
 }
 
@@ -397,7 +399,7 @@ int conveyor_client_stats(const conveyor_client* c, char** result_json) {
               {"dataset_fingerprint", s.dataset_fingerprint},
               {"config_digest", s.config_digest},
               {"order_digest", s.order_digest}};
-  *result_json = Dup(out.dump());
+  *result_json = Dup(JsonText(out));
   return CONVEYOR_OK;
 }
 
@@ -571,7 +573,7 @@ int conveyor_client_defaults(char** result_json) {
   if (result_json == nullptr) {
     return Fail(absl::StatusCode::kInvalidArgument, "conveyor_client_defaults: result_json is NULL");
   }
-  *result_json = Dup(ClientOptionsJson(cc::ClientOptions{}).dump());
+  *result_json = Dup(JsonText(ClientOptionsJson(cc::ClientOptions{})));
   return CONVEYOR_OK;
 }
 

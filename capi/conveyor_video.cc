@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/json_text.h"
 #include "base/types.h"
 #include "capi/internal/c_status.h"
 #include "nlohmann/json.hpp"
 #include "pipeline/device_frames.h"
 
 using json = nlohmann::json;
+using ::conveyor::JsonText;
 using ::conveyor::capi::Dup;
 using ::conveyor::capi::Fail;
 
@@ -76,7 +78,7 @@ int conveyor_device_frames_describe(const conveyor_device_frames* f, char** resu
                    {"sample_bytes", t.sample_bytes},
                    {"frames_per_sample", t.frames_per_sample}});
   }
-  *result_json = Dup(out.dump());
+  *result_json = Dup(JsonText(out));
   return CONVEYOR_OK;
 }
 
@@ -117,7 +119,7 @@ int conveyor_device_frames_stats(const conveyor_device_frames* f, char** result_
                     {"cache_hits", s.cache_hits},
                     {"frames_cached", s.frames_cached},
                     {"seconds", s.seconds}};
-  *result_json = Dup(out.dump());
+  *result_json = Dup(JsonText(out));
   return CONVEYOR_OK;
 }
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "format/format.h"
 
@@ -56,7 +57,7 @@ int Manifest::StreamIndex(std::string_view name) const {
 std::string StreamsFingerprintText(const std::vector<StreamInfo>& streams) {
   json arr = json::array();
   for (const StreamInfo& s : streams) arr.push_back(StreamToJson(s));
-  return arr.dump();
+  return JsonText(arr);
 }
 
 std::string ManifestToJson(const Manifest& m) {
@@ -84,7 +85,7 @@ std::string ManifestToJson(const Manifest& m) {
   for (const ShardInfo& s : m.shards) {
     j["shards"].push_back({{"path", s.path}, {"bytes", s.bytes}, {"episodes", s.episodes}});
   }
-  return j.dump(2) + "\n";
+  return JsonText(j, 2) + "\n";
 }
 
 absl::StatusOr<Manifest> ManifestFromJson(std::string_view text, std::string_view source) {

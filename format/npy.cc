@@ -6,6 +6,7 @@
 
 #include <charconv>
 
+#include "absl/strings/escaping.h"
 #include "base/float16.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -210,6 +211,9 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& n
   if (descr.size() < 3) return Malformed(name, StrCat("unsupported dtype '", descr, "'"));
   const char order = descr[0];
   const char type = descr[1];
+  if (order != '<' && order != '>' && order != '|' && order != '=') {  // numpy's byte orders
+    return Malformed(name, StrCat("unsupported dtype '", absl::CHexEscape(descr), "'"));
+  }
   int64_t width = 0;
   if (!ParseInt(std::string_view(descr).substr(2), &width) || width <= 0 || width > 16) {
     return Malformed(name, StrCat("unsupported dtype '", descr, "'"));

@@ -3,6 +3,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 extern "C" {
 #include <libavutil/channel_layout.h>
@@ -15,6 +16,22 @@ extern "C" {
 namespace conveyor::av {
 
 namespace pb = format::v1;
+
+namespace {
+
+// An FFmpeg enum field as the int it holds. A demuxer may leave a value outside the enum's named
+// range there (from a corrupt header), and loading such a value as the enum type is undefined in
+// C++ (UBSan's -fsanitize=enum; found by tests/fuzz/webdataset_fuzz.cc on a mutated mp4 member):
+// its bytes are read instead, and the index keeps the number FFmpeg itself would pass on.
+template <typename E>
+int32_t EnumBits(const E& field) {
+  static_assert(std::is_enum_v<E> && sizeof(E) == sizeof(int32_t));
+  int32_t v = 0;
+  std::memcpy(&v, &field, sizeof v);
+  return v;
+}
+
+}  // namespace
 
 pb::CodecParams CodecParamsFromAv(const AVCodecParameters& par, double rotation_deg) {
   pb::CodecParams p;
@@ -43,12 +60,12 @@ pb::CodecParams CodecParamsFromAv(const AVCodecParameters& par, double rotation_
   p.set_bits_per_raw_sample(par.bits_per_raw_sample);
   p.set_profile(par.profile);
   p.set_level(par.level);
-  p.set_color_range(par.color_range);
-  p.set_color_primaries(par.color_primaries);
-  p.set_color_trc(par.color_trc);
-  p.set_color_space(par.color_space);
-  p.set_chroma_location(par.chroma_location);
-  p.set_field_order(par.field_order);
+  p.set_color_range(EnumBits(par.color_range));
+  p.set_color_primaries(EnumBits(par.color_primaries));
+  p.set_color_trc(EnumBits(par.color_trc));
+  p.set_color_space(EnumBits(par.color_space));
+  p.set_chroma_location(EnumBits(par.chroma_location));
+  p.set_field_order(EnumBits(par.field_order));
   p.set_sar_num(par.sample_aspect_ratio.num);
   p.set_sar_den(par.sample_aspect_ratio.den);
   p.set_video_delay(par.video_delay);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/json_text.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "sample/yaml_config.h"
@@ -31,7 +32,7 @@ absl::Status WriteQuarantineFile(const std::string& path, const Quarantine& quar
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << j.dump(2) << "\n";
+    out << JsonText(j, 2) << "\n";
     if (!out.good()) return absl::InternalError(StrCat("cannot write ", tmp));
   }
   std::error_code ec;

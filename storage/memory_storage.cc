@@ -62,7 +62,8 @@ class MemoryStorage final : public Storage {
   }
 
   std::string Describe(std::string_view relpath) const override {
-    return StrCat("mem:/", relpath);
+    // A scheme with "://": not a local folder to list or stat (datasets/internal/format_util.h LocalRoot).
+    return StrCat("mem://", relpath);
   }
 
   StorageStats stats() const override {

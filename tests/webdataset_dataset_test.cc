@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -377,6 +378,60 @@ TEST_F(WebDatasetTest, CheckReportsTheLyingMember) {
   }
   EXPECT_TRUE(named) << r.output;
   EXPECT_FALSE(ReadFile(q).empty());
+}
+
+// Bytes that are not UTF-8 where text is expected: a key (a member name) of byte 0xff and a .npy
+// header whose dtype starts with byte 0xbc (the input tests/fuzz/webdataset_fuzz.cc found, which
+// ended the process: the probe wrote the dtype into JSON, and nlohmann::json throws on such a
+// string). The sample is broken, naming its member and the dtype; `conveyor check --json` reports
+// it, its key written with U+FFFD, as valid JSON.
+TEST_F(WebDatasetTest, BytesThatAreNotUtf8AreBrokenSamplesNotCrashes) {
+  const std::string root = dir_->Join("not_utf8");
+  fs::create_directories(root);
+  const std::string script = dir_->Join("not_utf8.py");
+  std::ofstream(script) << R"PY(
+import io, sys, tarfile
+import numpy as np
+def npy(a):
+    b = io.BytesIO(); np.save(b, a); return b.getvalue()
+good = npy(np.arange(4, dtype=np.float32))
+bad = good.replace(b"'descr': '<f4'", b"'descr': '\xbcf4'")
+assert bad != good
+with tarfile.open(sys.argv[1] + "/000000.tar", "w", format=tarfile.USTAR_FORMAT,
+                  encoding="utf-8", errors="surrogateescape") as t:
+    for key, data in (("a", good), ("b\udcff", bad)):
+        for ext, payload in (("txt", b"a caption"), ("t5.npy", data)):
+            i = tarfile.TarInfo(key + "." + ext); i.size = len(payload)
+            t.addfile(i, io.BytesIO(payload))
+)PY";
+  const auto made = RunCommand("/usr/bin/python3 " + ShellQuote(script) + " " + ShellQuote(root) + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  auto ds = Open(root);
+  ASSERT_NE(ds, nullptr);
+  ASSERT_EQ(ds->num_episodes(), 2u);
+  int broken = 0;
+  for (size_t e = 0; e < 2; ++e) {
+    auto index = ds->LoadEpisode(e);
+    if (index.ok()) continue;
+    ++broken;
+    EXPECT_EQ(index.status().code(), absl::StatusCode::kDataLoss) << index.status();
+    EXPECT_TRUE(Mentions(index.status(), ".t5.npy")) << index.status();
+    EXPECT_TRUE(Mentions(index.status(), "unsupported dtype '\\xbc")) << index.status();
+  }
+  EXPECT_EQ(broken, 1);
+  const auto r = RunCommand(ShellQuote(CONVEYOR_CLI) + " check " + ShellQuote(root) + " --json 2>/dev/null", 120);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const json j = json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.output;
+  bool named = false;
+  for (const json& f : j["findings"]) {
+    const std::string detail = f["detail"].get<std::string>();
+    if (detail.find("unsupported dtype") != std::string::npos &&
+        detail.find("b\xef\xbf\xbd") != std::string::npos) {
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named) << r.output;
 }
 
 // A shard cut inside a member: the samples before it are served, the cut sample and the damage

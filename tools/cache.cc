@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -181,7 +182,7 @@ void PrintUsage(const FrameStoreUsage& u, const std::string& dir, bool json) {
       j["datasets"].push_back({{"key", d.key}, {"name", d.name}, {"entries", d.entries}, {"bytes", d.bytes},
                                {"pixel_bytes", d.pixel_bytes}});
     }
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", JsonText(j).c_str());
     return;
   }
   std::printf("frame cache %s: %llu frames, %.1f MB on disk (%.1f MB of pixels, %.2fx), accounted %.1f MB; %llu tmp files (%.1f MB)\n",

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/json_text.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -223,7 +224,7 @@ absl::Status RunCheck(const CheckOptionsCli& o, int* exit_status) {
       j["datasets"].push_back(std::move(d));
       for (const CheckFinding& f : c.report.findings) j["findings"].push_back(FindingJson(c.member, f));
     }
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", JsonText(j, 2).c_str());
     return absl::OkStatus();
   }
 

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json_text.h"
 #include "absl/algorithm/container.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -111,7 +112,7 @@ absl::StatusOr<EpisodeMeta> ReadEpisodeMeta(const fs::path& path) {
       const double rate = v.is_number() ? v.get<double>() : -1;
       if (!(rate > 0) || !std::isfinite(rate)) {
         return absl::InvalidArgumentError(
-            StrCat(path.string(), ": rates.", name, " must be a positive number, got ", v.dump()));
+            StrCat(path.string(), ": rates.", name, " must be a positive number, got ", JsonText(v)));
       }
       meta.rates[name] = rate;
     }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "base/json_text.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -126,7 +127,7 @@ absl::Status RunInspect(const InspectOptions& options) {
     for (const ShardInfo& s : m.shards) {
       j["shard_list"].push_back({{"path", s.path}, {"bytes", s.bytes}, {"episodes", s.episodes}});
     }
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", JsonText(j, 2).c_str());
     return absl::OkStatus();
   }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "base/json_text.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -54,7 +55,7 @@ absl::Status WriteSample(const Sample& sample, const std::string& dir, uint64_t 
   }
   meta["tensors"] = tensors;
   std::ofstream f(dir + "/meta.json", std::ios::trunc);
-  f << meta.dump(2) << "\n";
+  f << JsonText(meta, 2) << "\n";
   if (!f) return absl::UnavailableError(StrCat("cannot write ", dir, "/meta.json"));
   return absl::OkStatus();
 }
@@ -212,7 +213,7 @@ void WriteSummary(const SampleOptions& o, const MemberSamples& m, size_t picked,
                   {"audio_windows", total.audio_windows}};
   if (!m.member_name.empty()) summary["mixture"] = {{"file", o.dataset}, {"dataset", m.member_name}};
   std::ofstream f(o.out + "/summary.json", std::ios::trunc);
-  f << summary.dump(2) << "\n";
+  f << JsonText(summary, 2) << "\n";
   if (o.progress) {
     std::fprintf(stderr,
                  "wrote %zu samples to %s (%zu skipped) in %.2f s; video: %llu frames decoded for "

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "base/float16.h"
+#include "base/json_text.h"
 #include "base/strings.h"
 #include "conveyor/v1/service.pb.h"
 #include "device/gpu.h"
@@ -227,7 +228,7 @@ absl::Status WriteCheckpoint(const std::string& path, const TrainState& st) {
                          {"global_batch_size", st.global_batch_size},
                          {"dataset_fingerprint", st.dataset_fingerprint},
                          {"order_digest", st.order_digest}};
-  const std::string text = kCheckpointMagic + head.dump() + "\n" + body;
+  const std::string text = kCheckpointMagic + JsonText(head) + "\n" + body;
   const std::string tmp = StrCat(path, ".tmp.", getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return absl::InternalError(StrCat("checkpoint ", tmp, ": ", std::strerror(errno)));
@@ -659,7 +660,7 @@ std::string ResultJson(const TrainResult& r) {
                         {"end_position", c.end_position}, {"batches", c.batches}});
   }
   j["coverage"] = coverage;
-  return j.dump(2) + "\n";
+  return JsonText(j, 2) + "\n";
 }
 
 }  // namespace conveyor::trainer

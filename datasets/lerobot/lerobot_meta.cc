@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "base/json_text.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 
@@ -104,7 +105,7 @@ absl::StatusOr<Feature> ParseFeature(const std::string& key, const json& f,
     for (const json& d : shape) {
       if (!d.is_number_integer() || d.get<int64_t>() <= 0) {
         return absl::InvalidArgumentError(
-            StrCat(where, ".shape: ", shape.dump(), " is not a list of positive integers"));
+            StrCat(where, ".shape: ", JsonText(shape), " is not a list of positive integers"));
       }
       out.shape.push_back(d.get<int64_t>());
     }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 
+#include "base/json_text.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/types.h"
@@ -229,12 +230,12 @@ absl::StatusOr<std::string> ProbeMember(const RandomAccessFile& tar, const TarMe
     case MemberKind::kJson: {
       ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, m.offset, m.size, where));
       ASSIGN_OR_RETURN(json j, ParseJsonMember(bytes, where));
-      return DescribeJson(j).dump();
+      return JsonText(DescribeJson(j));
     }
     case MemberKind::kNpy: {
       ASSIGN_OR_RETURN(std::string bytes, ReadMember(tar, m.offset, m.size, where));
       ASSIGN_OR_RETURN(NpyArray a, ParseNpy(bytes, where));
-      return json{{"shape", a.shape}, {"dtype", a.source_dtype}}.dump();
+      return JsonText(json{{"shape", a.shape}, {"dtype", a.source_dtype}});
     }
     case MemberKind::kText:
     case MemberKind::kClass:
@@ -263,13 +264,13 @@ std::string CheckNpySample(const std::string& stream_facts, const std::string& f
                            const std::string& where, std::vector<int64_t>* shape) {
   const json a = json::parse(stream_facts), b = json::parse(facts, nullptr, false);
   if (b.is_discarded() || a["dtype"] != b["dtype"] || a["shape"].size() != b["shape"].size()) {
-    return StrCat(where, ": a ", b.is_discarded() ? std::string("?") : b["dtype"].dump(),
-                  " array of shape ", b.is_discarded() ? std::string("?") : b["shape"].dump(),
-                  ", the dataset's stream is ", a["dtype"].dump(), " of shape ", a["shape"].dump(),
+    return StrCat(where, ": a ", b.is_discarded() ? std::string("?") : JsonText(b["dtype"]),
+                  " array of shape ", b.is_discarded() ? std::string("?") : JsonText(b["shape"]),
+                  ", the dataset's stream is ", JsonText(a["dtype"]), " of shape ", JsonText(a["shape"]),
                   " (its first sample's); every sample must have its dtype and rank");
   }
   if (NpyFactsShape(b, shape) < 0) {
-    return StrCat(where, ": shape ", b["shape"].dump(), " cannot be a stream (1 to ",
+    return StrCat(where, ": shape ", JsonText(b["shape"]), " cannot be a stream (1 to ",
                   kMaxNpyElements, " values)");
   }
   return "";

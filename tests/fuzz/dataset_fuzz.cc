@@ -38,7 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::map<std::string, std::string> files = {{"manifest.json", manifest}, {"episodes.bin", table}};
   conveyor::MemoryStorageOptions options;
   options.any_other_file = std::string(in);
-  auto ds = conveyor::Dataset::Open(conveyor::NewMemoryStorage(std::move(files), options), "mem:/");
+  auto ds = conveyor::Dataset::Open(conveyor::NewMemoryStorage(std::move(files), options), "mem://");
   if (!ds.ok()) return 0;
   const size_t episodes = std::min<size_t>((*ds)->num_episodes(), 8);
   for (size_t e = 0; e < episodes; ++e) {

@@ -14,6 +14,8 @@
 #   dataset_fuzz: a tiny real dataset's manifest, episode table and shard, length-prefixed.
 #   config_fuzz: the configs in examples/ and two low-dim configs for the target's own dataset.
 #   tar_fuzz: small ustar, pax and GNU tars written by Python's tarfile.
+#   webdataset_fuzz: WebDataset shards by Python's tarfile: an mp4 (ffmpeg), a JPEG, JSON, a caption,
+#     a class label and .npy tensors of several dtypes and orders, and a shard of tensors alone.
 #   parquet_fuzz: the committed seeds in tests/fuzz/seeds/parquet/ (nested lists, nulls, v1 and v2
 #     pages, delta and byte-stream-split encodings, from parquet-wasm and hyparquet-writer), and
 #     when npm is installed every fixture of
@@ -68,6 +70,46 @@ for fmt, name in ((tarfile.USTAR_FORMAT, "ustar"), (tarfile.PAX_FORMAT, "pax"), 
             i = tarfile.TarInfo(member); i.size = len(data); t.addfile(i, io.BytesIO(data))
         if fmt == tarfile.PAX_FORMAT:
             i = tarfile.TarInfo("clips/\u00e9t\u00e9.txt"); i.size = 2; t.addfile(i, io.BytesIO(b"ok"))
+PY
+    ;;
+  webdataset_fuzz)
+    # WebDataset shards as video2dataset and Cosmos-Curate write them (Python's tarfile, numpy):
+    # samples of an mp4 (a second of 32x24 H.264 by ffmpeg, when it is installed) with a JPEG,
+    # JSON metadata, a caption, a class label and .npy tensors (float16, float32, float64, int32,
+    # bool, Fortran order, 0-d); and a shard of tensors alone whose shapes vary per sample.
+    if command -v ffmpeg >/dev/null; then
+      ffmpeg -hide_banner -loglevel error -nostdin -y -f lavfi -i testsrc2=size=32x24:rate=8 \
+        -t 1 -c:v libx264 -g 4 -pix_fmt yuv420p "$WORK/clip.mp4"
+      ffmpeg -hide_banner -loglevel error -nostdin -y -f lavfi -i testsrc2=size=16x12 \
+        -frames:v 1 "$WORK/frame.jpg"
+    fi
+    /usr/bin/python3 - "$WORK" "$WORK/corpus" <<'PY'
+import io, json, os, sys, tarfile
+import numpy as np
+work, out = sys.argv[1], sys.argv[2]
+def npy(a):
+    b = io.BytesIO(); np.save(b, a); return b.getvalue()
+def write(name, samples):
+    with tarfile.open(os.path.join(out, name), "w", format=tarfile.USTAR_FORMAT) as t:
+        for key, members in samples:
+            for ext, data in members:
+                i = tarfile.TarInfo(f"{key}.{ext}"); i.size = len(data); t.addfile(i, io.BytesIO(data))
+media = []
+for ext, path in (("mp4", "clip.mp4"), ("jpg", "frame.jpg")):
+    if os.path.exists(os.path.join(work, path)):
+        media.append((ext, open(os.path.join(work, path), "rb").read()))
+write("clips.tar", [(f"{k:05d}", media + [
+    ("json", json.dumps({"duration": 1.0, "fps": 8, "caption": "a clip", "vec": [1, 2, 3]}).encode()),
+    ("txt", b"a caption"), ("cls", str(k).encode()),
+    ("t5.npy", npy((np.arange(12) / 8 + k).astype(np.float16).reshape(3, 4)))]) for k in range(2)])
+write("tensors.tar", [
+    ("a", [("f8.npy", npy(np.linspace(0, 1, 6).reshape(2, 3))), ("i4.npy", npy(np.arange(4, dtype=np.int32))),
+           ("b.npy", npy(np.array([True, False]))), ("f.npy", npy(np.asfortranarray(np.ones((2, 3), np.float32)))),
+           ("s.npy", npy(np.float32(2.5)))]),
+    ("b", [("f8.npy", npy(np.zeros((4, 3)))), ("i4.npy", npy(np.arange(2, dtype=np.int32))),
+           ("b.npy", npy(np.array([False]))), ("f.npy", npy(np.zeros((3, 2), np.float32))),
+           ("s.npy", npy(np.float32(-1)))]),
+])
 PY
     ;;
   parquet_fuzz)
@@ -157,7 +199,7 @@ PY
     ;;
 esac
 # Inputs that once failed stay in the corpus:
-# tests/fuzz/regressions/<video|audio|image|shard|parquet>_*.
+# tests/fuzz/regressions/<video|audio|image|shard|parquet|webdataset>_*.
 prefix="$(basename "$FUZZER")"; prefix="${prefix%%_*}"
 for f in "$ROOT"/tests/fuzz/regressions/"$prefix"_*; do
   if [[ -f "$f" ]]; then cp "$f" "$WORK/corpus/"; fi
