@@ -14,6 +14,7 @@
 #   dataset_fuzz: a tiny real dataset's manifest, episode table and shard, length-prefixed.
 #   config_fuzz: the configs in examples/ and two low-dim configs for the target's own dataset.
 #   tar_fuzz: small ustar, pax and GNU tars written by Python's tarfile.
+#   rlds_fuzz: tiny RLDS datasets by tests/fixtures/rlds/make_rlds.py, length-prefixed as dataset_fuzz's.
 #   webdataset_fuzz: WebDataset shards by Python's tarfile: an mp4 (ffmpeg), a JPEG, JSON, a caption,
 #     a class label and .npy tensors of several dtypes and orders, and a shard of tensors alone.
 #   parquet_fuzz: the committed seeds in tests/fuzz/seeds/parquet/ (nested lists, nulls, v1 and v2
@@ -71,6 +72,24 @@ for fmt, name in ((tarfile.USTAR_FORMAT, "ustar"), (tarfile.PAX_FORMAT, "pax"), 
         if fmt == tarfile.PAX_FORMAT:
             i = tarfile.TarInfo("clips/\u00e9t\u00e9.txt"); i.size = 2; t.addfile(i, io.BytesIO(b"ok"))
 PY
+    ;;
+  rlds_fuzz)
+    # Tiny RLDS datasets as the RLDS tools write them (tests/fixtures/rlds/make_rlds.py: tf.train
+    # Example records through python3-protobuf, TFRecord framing, JPEGs by cjpeg): two episodes of
+    # three steps with 8x8 cameras, and three of two with 16x16, each packed as the target reads it.
+    for spec in "2 3 8" "3 2 16"; do
+      set -- $spec
+      /usr/bin/python3 "$ROOT/tests/fixtures/rlds/make_rlds.py" --bench "$1" "$2" "$3" 1 \
+        "$WORK/rlds_$3" > /dev/null 2>&1 || { echo "fuzz: make_rlds.py failed" >&2; continue; }
+      /usr/bin/python3 - "$WORK/rlds_$3" "$WORK/corpus/rlds_$3" <<'PY'
+import glob, struct, sys
+d, out = sys.argv[1], sys.argv[2]
+info = open(d + "/dataset_info.json", "rb").read()
+features = open(d + "/features.json", "rb").read()
+shard = open(sorted(glob.glob(d + "/*.tfrecord-*"))[0], "rb").read()
+open(out, "wb").write(struct.pack("<I", len(info)) + info + struct.pack("<I", len(features)) + features + shard)
+PY
+    done
     ;;
   webdataset_fuzz)
     # WebDataset shards as video2dataset and Cosmos-Curate write them (Python's tarfile, numpy):
@@ -199,7 +218,7 @@ PY
     ;;
 esac
 # Inputs that once failed stay in the corpus:
-# tests/fuzz/regressions/<video|audio|image|shard|parquet|webdataset>_*.
+# tests/fuzz/regressions/<video|audio|image|shard|parquet|webdataset|rlds>_*.
 prefix="$(basename "$FUZZER")"; prefix="${prefix%%_*}"
 for f in "$ROOT"/tests/fuzz/regressions/"$prefix"_*; do
   if [[ -f "$f" ]]; then cp "$f" "$WORK/corpus/"; fi
