@@ -15,26 +15,13 @@
 #include "datasets/dataset.h"
 #include "format/format.h"
 #include "storage/memory_storage.h"
-
-namespace {
-
-bool Take(std::string_view* in, std::string* out) {
-  if (in->size() < 4) return false;
-  uint32_t n = 0;
-  std::memcpy(&n, in->data(), 4);
-  in->remove_prefix(4);
-  if (n > in->size()) return false;
-  *out = std::string(in->substr(0, n));
-  in->remove_prefix(n);
-  return true;
-}
-
-}  // namespace
+#include "tests/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
   std::string manifest, table;
-  if (!Take(&in, &manifest) || !Take(&in, &table)) return 0;
+  if (!conveyor::fuzz::TakeLengthPrefixed(&in, &manifest) ||
+      !conveyor::fuzz::TakeLengthPrefixed(&in, &table)) return 0;
   std::map<std::string, std::string> files = {{"manifest.json", manifest}, {"episodes.bin", table}};
   conveyor::MemoryStorageOptions options;
   options.any_other_file = std::string(in);
